@@ -10,6 +10,9 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e '.[dev]'
+	# The official HStreamDB client (a test peer) builds only with an old setuptools, outside isolation.
+	$(PY) -m pip install 'setuptools<82' wheel
+	$(PY) -m pip install --no-build-isolation 'hstreamdb==0.5.0'
 	touch $(STAMP)
 
 install: $(STAMP)

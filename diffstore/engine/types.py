@@ -1,0 +1,146 @@
+"""Values that cross the engine's public API: configuration, records, diff items, pages, readers."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from diffstore.errors import InvalidRequest
+
+
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
+
+
+UNSET = _Unset.UNSET
+"""Marks "no compare-and-set" in reader updates (``None`` means "expect the reader to be null")."""
+
+Expected = bytes | None | _Unset
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Everything a :class:`~diffstore.Store` can be tuned with; passed down, never global.
+
+    Attributes:
+        map_size: upper bound of the LMDB file in bytes (an address-space reservation, not an allocation).
+        commit_delay_ms: a non-manual collection commits its open generation this long after its first write.
+        max_generation_records: ... or as soon as the open generation holds this many writes.
+        gc_interval_ms: how often the background worker looks for garbage (collected generations,
+            expired phantoms, deleted collections).
+        gc_batch: how many index entries one background step handles in one write transaction.
+        max_diff_generations: a diff page covers at most this many generations; larger ranges answer a
+            lower ``to_generation_id`` (clients repeat from it).
+        default_page_limit / max_page_limit: page sizes of query and diff pages.
+        background: run the background worker thread (auto-commit, GC, purges). Tests may switch it off
+            and call :meth:`Store.run_background_once` instead.
+    """
+
+    map_size: int = 1 << 40
+    commit_delay_ms: int = 50
+    max_generation_records: int = 100_000
+    gc_interval_ms: int = 200
+    gc_batch: int = 2_000
+    max_diff_generations: int = 1_000
+    default_page_limit: int = 200
+    max_page_limit: int = 10_000
+    background: bool = True
+
+    def __post_init__(self) -> None:
+        if self.commit_delay_ms < 0 or self.max_generation_records < 1:
+            raise InvalidRequest("commit_delay_ms must be >= 0 and max_generation_records >= 1")
+        if self.gc_batch < 1 or self.max_diff_generations < 1:
+            raise InvalidRequest("gc_batch and max_diff_generations must be >= 1")
+        if not 1 <= self.default_page_limit <= self.max_page_limit:
+            raise InvalidRequest("default_page_limit must be within 1..max_page_limit")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionInfo:
+    name: str
+    manual: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A visible record: ``value`` is never a tombstone here (absent keys are not records)."""
+
+    key: bytes
+    value: bytes
+    generation_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    """What a point read found: ``generation_id`` is the record's generation, else the read's generation."""
+
+    generation_id: bytes
+    record: Record | None
+
+
+@dataclass(frozen=True, slots=True)
+class DiffItem:
+    """One changed key; ``None`` values mean absent (or tombstone)."""
+
+    key: bytes
+    from_value: bytes | None
+    to_value: bytes | None
+    intermediate: tuple[bytes | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPage:
+    generation_id: bytes
+    items: list[Record]
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DiffPage:
+    from_generation_id: bytes
+    to_generation_id: bytes
+    items: list[DiffItem]
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class KeysAround:
+    generation_id: bytes
+    left: list[bytes]
+    right: list[bytes]
+    has_more_on_the_left: bool
+    has_more_on_the_right: bool
+    found_key: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    generation_id: bytes
+    was_put: bool = True
+    skipped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """A stored reader: its target (a collection name or any other target such as ``hstream://s``)."""
+
+    name: str
+    collection: str
+    generation_id: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class FromReader:
+    """Names a reader whose generation is a diff's start; ``collection`` is where it is stored."""
+
+    name: str
+    collection: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderUpdate:
+    """A reader update carried by a commit; ``expected`` (unless UNSET) is a compare-and-set."""
+
+    name: str
+    generation_id: bytes | None
+    expected: Expected = field(default=UNSET)

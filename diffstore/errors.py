@@ -1,0 +1,164 @@
+"""The one error hierarchy of diffstore.
+
+Every failure a user can cause or observe is a :class:`DiffstoreError` whose ``code`` is the stable
+string of SPEC §2. The engine raises them; the HTTP server maps them to statuses in exactly one place
+(``diffstore.server.errors``); the client raises the same classes from an error response
+(:func:`error_from_code`).
+
+    DiffstoreError
+    ├── BadRequest ................ 400
+    │   ├── InvalidJson
+    │   ├── InvalidRequest
+    │   └── InvalidEncoding
+    ├── Unauthorized .............. 401
+    ├── NotFound .................. 404
+    │   ├── NoSuchRoute
+    │   ├── NoSuchCollection
+    │   ├── NoSuchReader
+    │   └── NoSuchCursor
+    ├── MethodNotAllowed .......... 405
+    ├── Conflict .................. 409
+    │   ├── CollectionExists
+    │   ├── ReaderExists
+    │   ├── OutdatedGeneration
+    │   ├── GenerationMismatch
+    │   ├── NotManual
+    │   └── BadVersion
+    ├── Gone ...................... 410
+    │   ├── GenerationCollected
+    │   └── CursorExpired
+    ├── PayloadTooLarge ........... 413
+    └── StorageError .............. (an I/O failure underneath; the server answers 500)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class DiffstoreError(Exception):
+    """Base of every diffstore error; ``code`` is the SPEC §2 error code."""
+
+    code: ClassVar[str] = "internalError"
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason or self.code)
+        self.reason = reason or self.code
+
+
+class BadRequest(DiffstoreError):
+    code = "invalidRequest"
+
+
+class InvalidJson(BadRequest):
+    code = "invalidJson"
+
+
+class InvalidRequest(BadRequest):
+    code = "invalidRequest"
+
+
+class InvalidEncoding(BadRequest):
+    code = "invalidEncoding"
+
+
+class Unauthorized(DiffstoreError):
+    code = "unauthorized"
+
+
+class NotFound(DiffstoreError):
+    code = "notFound"
+
+
+class NoSuchRoute(NotFound):
+    code = "noSuchRoute"
+
+
+class NoSuchCollection(NotFound):
+    code = "noSuchCollection"
+
+
+class NoSuchReader(NotFound):
+    code = "noSuchReader"
+
+
+class NoSuchCursor(NotFound):
+    code = "noSuchCursor"
+
+
+class MethodNotAllowed(DiffstoreError):
+    code = "methodNotAllowed"
+
+
+class Conflict(DiffstoreError):
+    code = "conflict"
+
+
+class CollectionExists(Conflict):
+    code = "collectionExists"
+
+
+class ReaderExists(Conflict):
+    code = "readerExists"
+
+
+class OutdatedGeneration(Conflict):
+    code = "outdatedGeneration"
+
+
+class GenerationMismatch(Conflict):
+    code = "generationMismatch"
+
+
+class NotManual(Conflict):
+    code = "notManual"
+
+
+class BadVersion(Conflict):
+    code = "badVersion"
+
+
+class Gone(DiffstoreError):
+    code = "gone"
+
+
+class GenerationCollected(Gone):
+    code = "generationCollected"
+
+
+class CursorExpired(Gone):
+    code = "cursorExpired"
+
+
+class PayloadTooLarge(DiffstoreError):
+    code = "payloadTooLarge"
+
+    def __init__(self, reason: str = "", bytes_max: int = 0) -> None:
+        super().__init__(reason)
+        self.bytes_max = bytes_max
+
+
+class StorageError(DiffstoreError):
+    """The storage underneath failed (disk full, corrupt file); not the caller's fault."""
+
+    code = "storageError"
+
+
+def _leaf_classes() -> dict[str, type[DiffstoreError]]:
+    found: dict[str, type[DiffstoreError]] = {}
+    pending: list[type[DiffstoreError]] = [DiffstoreError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        found.setdefault(cls.code, cls)
+        if not cls.__subclasses__():
+            found[cls.code] = cls
+    return found
+
+
+ERROR_CLASSES_BY_CODE: dict[str, type[DiffstoreError]] = _leaf_classes()
+
+
+def error_from_code(code: str, reason: str = "") -> DiffstoreError:
+    """Builds the exception for an error code received over the wire (unknown codes give the base)."""
+    return ERROR_CLASSES_BY_CODE.get(code, DiffstoreError)(reason)
