@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install clean bench
+.PHONY: run test lint install clean bench protos
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -32,3 +32,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) data
+
+protos: $(STAMP)
+	$(PY) scripts/gen_protos.py
