@@ -1,0 +1,339 @@
+"""Request shapes of the HTTP API (SPEC §3) as frozen dataclasses, shared by the server and the client.
+
+``XxxRequest.from_wire(obj, codec)`` validates a decoded body (the server's side) and raises only
+:class:`~diffstore.errors.BadRequest` subclasses; ``to_wire(codec)`` builds the body (the client's side).
+Both directions live together so that a round-trip test pins them to each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from diffstore.engine.types import UNSET, Expected, FromReader, ReaderUpdate
+from diffstore.errors import InvalidRequest
+from diffstore.wire import MAX_KEYS_AROUND_LIMIT, MAX_PAGE_LIMIT, Body, Codec, Fields, PutItem, set_if_given
+
+
+@dataclass(frozen=True, slots=True)
+class CreateCollectionRequest:
+    collection_name: str
+    manual: bool
+    initial_generation_id: bytes | None = None
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> CreateCollectionRequest:
+        f = Fields(obj, codec)
+        manual = f.flag("isManual")
+        initial = f.es_opt("initialGenerationId")
+        if initial is not None and not manual:
+            raise InvalidRequest("initialGenerationId is only allowed for manual collections")
+        return cls(f.text("collectionName"), manual, initial)
+
+    def to_wire(self, codec: Codec) -> Body:
+        body: Body = {"collectionName": self.collection_name, "isManual": self.manual}
+        set_if_given(body, "initialGenerationId", codec.es_opt(self.initial_generation_id))
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAt:
+    """Where a read looks: a generation (default current) and an optional phantom."""
+
+    generation_id: bytes | None = None
+    phantom_id: bytes | None = None
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> ReadAt:
+        return cls(f.es_opt("generationId"), f.es_opt("phantomId"))
+
+    def fill(self, body: Body, codec: Codec) -> Body:
+        set_if_given(body, "generationId", codec.es_opt(self.generation_id))
+        set_if_given(body, "phantomId", codec.es_opt(self.phantom_id))
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class GetRequest:
+    key: bytes
+    at: ReadAt = ReadAt()
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> GetRequest:
+        f = Fields(obj, codec)
+        return cls(f.es("key"), ReadAt.from_fields(f))
+
+    def to_wire(self, codec: Codec) -> Body:
+        return self.at.fill({"key": codec.es(self.key)}, codec)
+
+
+@dataclass(frozen=True, slots=True)
+class KeysAroundRequest:
+    key: bytes
+    require_key_existence: bool
+    limit: int
+    at: ReadAt = ReadAt()
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> KeysAroundRequest:
+        f = Fields(obj, codec)
+        return cls(
+            f.es("key"),
+            f.flag("requireKeyExistance"),
+            f.integer("limit", 1, MAX_KEYS_AROUND_LIMIT),
+            ReadAt.from_fields(f),
+        )
+
+    def to_wire(self, codec: Codec) -> Body:
+        body = {
+            "key": codec.es(self.key),
+            "requireKeyExistance": self.require_key_existence,
+            "limit": self.limit,
+        }
+        return self.at.fill(body, codec)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The options shared by put and putMany."""
+
+    generation_id: bytes | None = None
+    phantom_id: bytes | None = None
+    skip_unchanged: bool = False
+    producer_id: str | None = None
+    seq_no: int | None = None
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> WriteOptions:
+        producer_id, seq_no = f.text_opt("producerId"), f.integer_opt("seqNo", 1)
+        if (producer_id is None) != (seq_no is None):
+            raise InvalidRequest("producerId and seqNo must be given together")
+        phantom_id = f.es_opt("phantomId")
+        generation_id = f.es_opt("generationId")
+        if phantom_id is not None and generation_id is None:
+            raise InvalidRequest("a phantom write needs a generationId")
+        return cls(generation_id, phantom_id, f.flag("skipUnchanged", False), producer_id, seq_no)
+
+    def fill(self, body: Body, codec: Codec) -> Body:
+        set_if_given(body, "generationId", codec.es_opt(self.generation_id))
+        set_if_given(body, "phantomId", codec.es_opt(self.phantom_id))
+        if self.skip_unchanged:
+            body["skipUnchanged"] = True
+        set_if_given(body, "producerId", self.producer_id)
+        set_if_given(body, "seqNo", self.seq_no)
+        return body
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the engine's ``put``/``put_many``."""
+        return {
+            "generation_id": self.generation_id,
+            "phantom_id": self.phantom_id,
+            "skip_unchanged": self.skip_unchanged,
+            "producer_id": self.producer_id,
+            "seq_no": self.seq_no,
+        }
+
+
+def _parse_item(obj: Any, codec: Codec, where: str) -> PutItem:
+    f = Fields(obj, codec, where)
+    if "value" not in f.obj:
+        raise InvalidRequest(f"{where}.value: missing (use null for a tombstone)")
+    return f.es("key"), f.es_opt("value"), f.flag("ifNotPresent", False)
+
+
+def _item_to_wire(item: PutItem, codec: Codec) -> Body:
+    body = {"key": codec.es(item[0]), "value": codec.es_opt(item[1])}
+    if item[2]:
+        body["ifNotPresent"] = True
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class PutRequest:
+    item: PutItem
+    options: WriteOptions = WriteOptions()
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> PutRequest:
+        f = Fields(obj, codec)
+        return cls(_parse_item(f.raw("item"), codec, "body.item"), WriteOptions.from_fields(f))
+
+    def to_wire(self, codec: Codec) -> Body:
+        return self.options.fill({"item": _item_to_wire(self.item, codec)}, codec)
+
+
+@dataclass(frozen=True, slots=True)
+class PutManyRequest:
+    items: list[PutItem]
+    options: WriteOptions = WriteOptions()
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> PutManyRequest:
+        f = Fields(obj, codec)
+        items = [_parse_item(item, codec, f"body.items[{i}]") for i, item in enumerate(f.array("items"))]
+        return cls(items, WriteOptions.from_fields(f))
+
+    def to_wire(self, codec: Codec) -> Body:
+        return self.options.fill({"items": [_item_to_wire(item, codec) for item in self.items]}, codec)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateReaderRequest:
+    reader_name: str
+    collection_name: str | None = None
+    generation_id: bytes | None = None
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> CreateReaderRequest:
+        f = Fields(obj, codec)
+        return cls(f.text("readerName"), f.text_opt("collectionName"), f.es_opt("generationId"))
+
+    def to_wire(self, codec: Codec) -> Body:
+        body: Body = {"readerName": self.reader_name, "generationId": codec.es_opt(self.generation_id)}
+        set_if_given(body, "collectionName", self.collection_name)
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateReaderRequest:
+    generation_id: bytes | None
+    expected: Expected = UNSET
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> UpdateReaderRequest:
+        f = Fields(obj, codec)
+        return cls(f.es_opt("generationId"), f.expected("expectedGenerationId"))
+
+    def to_wire(self, codec: Codec) -> Body:
+        body: Body = {"generationId": codec.es_opt(self.generation_id)}
+        if self.expected is not UNSET:
+            body["expectedGenerationId"] = codec.es_opt(self.expected)
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """generation/start (with ``abort_outdated``), /commit (with ``update_readers``) and /abort."""
+
+    generation_id: bytes
+    abort_outdated: bool = False
+    update_readers: tuple[ReaderUpdate, ...] = ()
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> GenerationRequest:
+        f = Fields(obj, codec)
+        updates: list[ReaderUpdate] = []
+        if f.raw("updateReaders") is not None:
+            for i, entry in enumerate(f.array("updateReaders")):
+                u = Fields(entry, codec, f"body.updateReaders[{i}]")
+                updates.append(
+                    ReaderUpdate(
+                        u.text("readerName"),
+                        u.es_nullable("generationId"),
+                        u.expected("expectedGenerationId"),
+                    )
+                )
+        return cls(f.es("generationId"), f.flag("abortOutdated", False), tuple(updates))
+
+    def to_wire(self, codec: Codec) -> Body:
+        body: Body = {"generationId": codec.es(self.generation_id)}
+        if self.abort_outdated:
+            body["abortOutdated"] = True
+        if self.update_readers:
+            body["updateReaders"] = [
+                UpdateReaderRequest(u.generation_id, u.expected).to_wire(codec) | {"readerName": u.name}
+                for u in self.update_readers
+            ]
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class StartPhantomRequest:
+    ttl_seconds: int = 3600
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> StartPhantomRequest:
+        ttl = Fields(obj if obj is not None else {}, codec).integer_opt("ttlSeconds", 1, 10 * 365 * 86400)
+        return cls(3600 if ttl is None else ttl)
+
+    def to_wire(self, codec: Codec) -> Body:
+        return {"ttlSeconds": self.ttl_seconds}
+
+
+@dataclass(frozen=True, slots=True)
+class QueryRequest:
+    at: ReadAt = ReadAt()
+    from_key: bytes | None = None
+    to_key: bytes | None = None
+    limit: int | None = None
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> QueryRequest:
+        f = Fields(obj if obj is not None else {}, codec)
+        return cls(
+            ReadAt.from_fields(f),
+            f.es_opt("fromKey"),
+            f.es_opt("toKey"),
+            f.integer_opt("limit", 1, MAX_PAGE_LIMIT),
+        )
+
+    def to_wire(self, codec: Codec) -> Body:
+        body: Body = {}
+        set_if_given(body, "fromKey", codec.es_opt(self.from_key))
+        set_if_given(body, "toKey", codec.es_opt(self.to_key))
+        set_if_given(body, "limit", self.limit)
+        return self.at.fill(body, codec)
+
+
+@dataclass(frozen=True, slots=True)
+class DiffRequest:
+    """``from_generation_id`` ``None`` means "not given"; the wire's null (from the beginning) is ``b""``."""
+
+    from_generation_id: bytes | None = None
+    from_reader: FromReader | None = None
+    to_generation_id: bytes | None = None
+    include_intermediate: bool = False
+    from_key: bytes | None = None
+    to_key: bytes | None = None
+    limit: int | None = None
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> DiffRequest:
+        f = Fields(obj, codec)
+        from_generation: bytes | None = None
+        if f.has("fromGenerationId"):
+            from_generation = f.es_opt("fromGenerationId")
+            from_generation = b"" if from_generation is None else from_generation
+        from_reader = None
+        if f.raw("fromReader") is not None:
+            r = Fields(f.raw("fromReader"), codec, "body.fromReader")
+            from_reader = FromReader(r.text("readerName"), r.text_opt("collectionName"))
+        if from_generation is None and from_reader is None:
+            raise InvalidRequest("a diff needs fromGenerationId or fromReader")
+        if from_generation is not None and from_reader is not None:
+            raise InvalidRequest("give fromGenerationId or fromReader, not both")
+        return cls(
+            from_generation,
+            from_reader,
+            f.es_opt("toGenerationId"),
+            not f.flag("omitIntermediateValues", True),
+            f.es_opt("fromKey"),
+            f.es_opt("toKey"),
+            f.integer_opt("limit", 1, MAX_PAGE_LIMIT),
+        )
+
+    def to_wire(self, codec: Codec) -> Body:
+        body: Body = {}
+        if self.from_reader is not None:
+            reader: Body = {"readerName": self.from_reader.name}
+            set_if_given(reader, "collectionName", self.from_reader.collection)
+            body["fromReader"] = reader
+        else:
+            body["fromGenerationId"] = codec.es(self.from_generation_id or b"")
+        set_if_given(body, "toGenerationId", codec.es_opt(self.to_generation_id))
+        if self.include_intermediate:
+            body["omitIntermediateValues"] = False
+        set_if_given(body, "fromKey", codec.es_opt(self.from_key))
+        set_if_given(body, "toKey", codec.es_opt(self.to_key))
+        set_if_given(body, "limit", self.limit)
+        return body
