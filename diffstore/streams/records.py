@@ -1,0 +1,347 @@
+"""Pure HStream record codecs: record ids, batches, compression, JSON payloads and shard hashing (SPEC §4/§5).
+
+Nothing here touches a socket; the producer, consumer and ingestor build on these functions.
+
+Invariants:
+- A record position is the 12-byte big-endian ``(batchId u64, batchIndex u32)``: bytewise order of the
+  encoding equals numeric order, so positions can be stored as generation ids and compared as bytes.
+- A batch's payload is a serialized ``BatchHStreamRecords``, then compressed (none, gzip or zstd).
+- JSON records carry a binary ``google.protobuf.Struct``, never JSON text.
+- A partition key's UTF-8 bytes → MD5 → 128-bit big-endian integer picks the shard whose
+  ``[start, end]`` hash range holds it; the default partition key is ``""``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import gzip
+import hashlib
+import json
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import zstandard
+from google.protobuf import struct_pb2
+
+from diffstore.streams._proto import hstream_pb2 as pb
+
+RECORD_POSITION_SIZE = 12
+HASH_SPACE_MAX = (1 << 128) - 1
+_POSITION = struct.Struct(">QI")
+_ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)
+
+
+class Compression(enum.IntEnum):
+    """``CompressionType`` of SPEC §4."""
+
+    NONE = 0
+    GZIP = 1
+    ZSTD = 2
+
+    @classmethod
+    def parse(cls, name: str) -> Compression:
+        """Parses ``none``/``gzip``/``zstd`` (any case)."""
+        try:
+            return cls[name.upper()]
+        except KeyError as exc:
+            raise ValueError(f"unknown compression {name!r} (none, gzip, zstd)") from exc
+
+
+class RecordFlag(enum.IntEnum):
+    """``HStreamRecordHeader.Flag``: how the payload is encoded."""
+
+    JSON = 0
+    RAW = 1
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RecordPosition:
+    """A record's place within its shard; ordered like the stream."""
+
+    batch_id: int
+    batch_index: int
+
+    def to_bytes(self) -> bytes:
+        """The 12-byte big-endian form stored as a reader's generation id (SPEC §5)."""
+        return _POSITION.pack(self.batch_id, self.batch_index)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RecordPosition:
+        """Inverse of :meth:`to_bytes`; raises ValueError for anything but 12 bytes."""
+        if len(data) != RECORD_POSITION_SIZE:
+            raise ValueError(f"a record position is {RECORD_POSITION_SIZE} bytes, got {len(data)}")
+        batch_id, batch_index = _POSITION.unpack(data)
+        return cls(batch_id, batch_index)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RecordId:
+    """A record's id: shard plus position (``hstream.server.RecordId``)."""
+
+    shard_id: int
+    batch_id: int
+    batch_index: int
+
+    @property
+    def position(self) -> RecordPosition:
+        return RecordPosition(self.batch_id, self.batch_index)
+
+    def to_proto(self) -> pb.RecordId:
+        return pb.RecordId(shardId=self.shard_id, batchId=self.batch_id, batchIndex=self.batch_index)
+
+    @classmethod
+    def from_proto(cls, rid: pb.RecordId) -> RecordId:
+        return cls(rid.shardId, rid.batchId, rid.batchIndex)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """One decoded record as a consumer sees it."""
+
+    record_id: RecordId
+    partition_key: str
+    flag: RecordFlag
+    payload: bytes
+    publish_time_ns: int = 0
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_json(self) -> bool:
+        return self.flag is RecordFlag.JSON
+
+    def json(self) -> Any:
+        """The payload of a JSON record as Python values (integral numbers come back as ``int``)."""
+        return struct_bytes_to_python(self.payload)
+
+
+# -- compression ------------------------------------------------------------------------------------------
+
+
+def compress(data: bytes, compression: Compression) -> bytes:
+    """Compresses a serialized ``BatchHStreamRecords``."""
+    if compression is Compression.NONE:
+        return data
+    if compression is Compression.GZIP:
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if compression is Compression.ZSTD:
+        return _ZSTD_COMPRESSOR.compress(data)
+    raise ValueError(f"unknown compression {compression!r}")
+
+
+def decompress(data: bytes, compression: int) -> bytes:
+    """Inverse of :func:`compress`; raises ValueError for an unknown compression type."""
+    if compression == Compression.NONE:
+        return data
+    if compression == Compression.GZIP:
+        return gzip.decompress(data)
+    if compression == Compression.ZSTD:
+        # Frames written by streaming compressors may omit the content size, so decompress as a stream.
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    raise ValueError(f"unknown compression type {compression}")
+
+
+# -- batch encoding ---------------------------------------------------------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [_varint(i) for i in range(1 << 14)]
+
+
+def _length_prefix(length: int) -> bytes:
+    return _SMALL_VARINTS[length] if length < (1 << 14) else _varint(length)
+
+
+def encode_header(flag: RecordFlag, partition_key: str, attributes: Mapping[str, str] | None = None) -> bytes:
+    """The serialized ``HStreamRecordHeader`` (shared by every record of a producer batch)."""
+    header = pb.HStreamRecordHeader(flag=int(flag), key=partition_key)
+    if attributes:
+        header.attributes.update(attributes)
+    return header.SerializeToString()
+
+
+def encode_records(header: bytes, payloads: Iterable[bytes]) -> bytes:
+    """Serializes ``BatchHStreamRecords`` whose records share ``header`` (fast path, no message objects).
+
+    The bytes parse as the proto message: each record is field 1 (length-delimited) holding
+    ``HStreamRecord{header = 1; payload = 2}``.
+    """
+    header_field = b"\x0a" + _length_prefix(len(header)) + header
+    parts: list[bytes] = []
+    append = parts.append
+    for payload in payloads:
+        record_len = len(header_field) + 1 + len(_length_prefix(len(payload))) + len(payload)
+        append(b"\x0a" + _length_prefix(record_len) + header_field + b"\x12" + _length_prefix(len(payload)))
+        append(payload)
+    return b"".join(parts)
+
+
+def build_batch(
+    records_payload: bytes, batch_size: int, compression: Compression, publish_time_ns: int
+) -> pb.BatchedRecord:
+    """Wraps an encoded ``BatchHStreamRecords`` into a ``BatchedRecord`` ready for Append."""
+    batch = pb.BatchedRecord(
+        compressionType=int(compression),
+        batchSize=batch_size,
+        payload=compress(records_payload, compression),
+    )
+    batch.publishTime.seconds, batch.publishTime.nanos = divmod(publish_time_ns, 1_000_000_000)
+    return batch
+
+
+def encode_batch(
+    records: Sequence[pb.HStreamRecord], compression: Compression = Compression.NONE, publish_time_ns: int = 0
+) -> pb.BatchedRecord:
+    """Encodes arbitrary ``HStreamRecord`` messages (mixed keys/flags/attributes) into a ``BatchedRecord``."""
+    payload = pb.BatchHStreamRecords(records=records).SerializeToString()
+    return build_batch(payload, len(records), compression, publish_time_ns)
+
+
+def decode_batch(
+    batch: pb.BatchedRecord, record_ids: Sequence[pb.RecordId] | None = None, shard_id: int = 0
+) -> list[StreamRecord]:
+    """Decodes a delivered batch into records.
+
+    Args:
+        batch: the ``BatchedRecord`` as stored by the server.
+        record_ids: the ids the server sent; each picks its record by ``batchIndex`` (a resend may carry
+            only the unacked ones). ``None`` numbers the records 0.. with batch id 0 of ``shard_id``.
+
+    Raises:
+        ValueError: unknown compression, undecodable payload, or an id whose index is outside the batch.
+    """
+    raw = decompress(batch.payload, batch.compressionType)
+    parsed = pb.BatchHStreamRecords()
+    try:
+        parsed.ParseFromString(raw)
+    except Exception as exc:  # protobuf raises DecodeError, a plain Exception subclass
+        raise ValueError(f"undecodable BatchHStreamRecords: {exc}") from exc
+    hrecords = parsed.records
+    publish_ns = batch.publishTime.seconds * 1_000_000_000 + batch.publishTime.nanos
+    if record_ids is None:
+        ids = [RecordId(shard_id, 0, i) for i in range(len(hrecords))]
+    else:
+        ids = [RecordId(r.shardId, r.batchId, r.batchIndex) for r in record_ids]
+    out: list[StreamRecord] = []
+    for rid in ids:
+        if rid.batch_index >= len(hrecords):
+            raise ValueError(f"record id {rid} is outside a batch of {len(hrecords)}")
+        hrecord = hrecords[rid.batch_index]
+        header = hrecord.header
+        out.append(
+            StreamRecord(
+                record_id=rid,
+                partition_key=header.key,
+                flag=RecordFlag(header.flag) if header.flag in (0, 1) else RecordFlag.RAW,
+                payload=hrecord.payload,
+                publish_time_ns=publish_ns,
+                attributes=dict(header.attributes) if header.attributes else {},
+            )
+        )
+    return out
+
+
+# -- JSON payloads ----------------------------------------------------------------------------------------
+
+
+def python_to_struct_bytes(value: Mapping[str, Any]) -> bytes:
+    """A dict as a binary ``google.protobuf.Struct`` (the JSON record payload)."""
+    message = struct_pb2.Struct()
+    message.update(value)
+    return message.SerializeToString()
+
+
+def _value_to_python(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return {k: _value_to_python(v) for k, v in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_value_to_python(v) for v in value.list_value.values]
+    if kind == "number_value":
+        number = value.number_value
+        if number.is_integer() and abs(number) < 2**53:
+            return int(number)
+        return number
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    return None
+
+
+def struct_bytes_to_python(data: bytes) -> dict[str, Any]:
+    """Parses a binary ``Struct``; numbers that are whole come back as ``int`` (JSON has no int/float split)."""
+    message = struct_pb2.Struct()
+    message.ParseFromString(data)
+    return {k: _value_to_python(v) for k, v in message.fields.items()}
+
+
+def compact_json(value: Any) -> bytes:
+    """Compact JSON text with sorted keys, UTF-8 (the default ingestion value of a JSON record)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# -- sharding ---------------------------------------------------------------------------------------------
+
+
+def key_hash(partition_key: str) -> int:
+    """MD5 of the key's UTF-8 bytes as a 128-bit big-endian integer."""
+    return int.from_bytes(hashlib.md5(partition_key.encode()).digest(), "big")
+
+
+def shard_ranges(shard_count: int) -> list[tuple[int, int]]:
+    """The ``[start, end]`` hash range of each of ``shard_count`` shards (SPEC §4)."""
+    if shard_count < 1:
+        raise ValueError("a stream has at least one shard")
+    cnt = HASH_SPACE_MAX // shard_count
+    ranges = [(i * cnt, i * cnt + cnt - 1) for i in range(shard_count)]
+    ranges[-1] = (ranges[-1][0], HASH_SPACE_MAX)
+    return ranges
+
+
+@dataclass(frozen=True, slots=True)
+class ShardMap:
+    """Picks a shard for a partition key from the shards' hash ranges (as ListShards returns them)."""
+
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    shard_ids: tuple[int, ...]
+
+    @classmethod
+    def from_ranges(cls, shards: Iterable[tuple[int, int, int]]) -> ShardMap:
+        """Builds from ``(shard_id, start, end)`` triples."""
+        ordered = sorted(shards, key=lambda s: s[1])
+        if not ordered:
+            raise ValueError("a stream has at least one shard")
+        return cls(
+            starts=tuple(s[1] for s in ordered),
+            ends=tuple(s[2] for s in ordered),
+            shard_ids=tuple(s[0] for s in ordered),
+        )
+
+    @classmethod
+    def from_protos(cls, shards: Iterable[pb.Shard]) -> ShardMap:
+        """Builds from ``Shard`` messages (range keys are decimal strings)."""
+        listed = list(shards)
+        active = [s for s in listed if s.isActive] or listed
+        return cls.from_ranges((s.shardId, int(s.startHashRangeKey), int(s.endHashRangeKey)) for s in active)
+
+    def shard_for_hash(self, h: int) -> int:
+        i = bisect.bisect_right(self.starts, h) - 1
+        if i < 0 or h > self.ends[i]:
+            raise ValueError(f"no shard covers hash {h}")
+        return self.shard_ids[i]
+
+    def shard_for_key(self, partition_key: str) -> int:
+        """The shard id of ``partition_key``."""
+        return self.shard_for_hash(key_hash(partition_key))
