@@ -280,7 +280,7 @@ def _value_to_python(value: struct_pb2.Value) -> Any:
 
 
 def struct_bytes_to_python(data: bytes) -> dict[str, Any]:
-    """Parses a binary ``Struct``; numbers that are whole come back as ``int`` (JSON has no int/float split)."""
+    """Parses a binary ``Struct``; whole numbers come back as ``int`` (JSON has no int/float split)."""
     message = struct_pb2.Struct()
     message.ParseFromString(data)
     return {k: _value_to_python(v) for k, v in message.fields.items()}

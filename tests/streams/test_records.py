@@ -47,7 +47,8 @@ def test_record_id_round_trips_through_proto() -> None:
 def test_fast_encoding_parses_as_proto_and_round_trips(compression: Compression) -> None:
     payloads = [b"", b"x", b"y" * 200, bytes(range(256)) * 70]
     header = encode_header(RecordFlag.RAW, "key-\u00e9", {"a": "b"})
-    batch = build_batch(encode_records(header, payloads), len(payloads), compression, 1_700_000_000_123_456_789)
+    publish_ns = 1_700_000_000_123_456_789
+    batch = build_batch(encode_records(header, payloads), len(payloads), compression, publish_ns)
     parsed = pb.BatchedRecord.FromString(batch.SerializeToString())
     assert parsed.compressionType == compression
     assert parsed.batchSize == len(payloads)
@@ -57,7 +58,7 @@ def test_fast_encoding_parses_as_proto_and_round_trips(compression: Compression)
     assert {r.partition_key for r in records} == {"key-\u00e9"}
     assert records[0].attributes == {"a": "b"}
     assert records[1].record_id == RecordId(3, 9, 1)
-    assert records[0].publish_time_ns == 1_700_000_000_123_456_789
+    assert records[0].publish_time_ns == publish_ns
     assert all(r.flag is RecordFlag.RAW for r in records)
 
 
@@ -71,7 +72,9 @@ def test_encode_records_equals_protobuf_parse() -> None:
 
 def test_mixed_batch_and_resend_subset_decode_by_batch_index() -> None:
     records = [
-        pb.HStreamRecord(header=pb.HStreamRecordHeader(flag=pb.HStreamRecordHeader.RAW, key="k1"), payload=b"r"),
+        pb.HStreamRecord(
+            header=pb.HStreamRecordHeader(flag=pb.HStreamRecordHeader.RAW, key="k1"), payload=b"r"
+        ),
         pb.HStreamRecord(
             header=pb.HStreamRecordHeader(flag=pb.HStreamRecordHeader.JSON, key="k2"),
             payload=python_to_struct_bytes({"n": 1, "f": 1.5, "s": "t", "l": [True, None]}),
