@@ -1,0 +1,320 @@
+"""The asyncio client: :class:`AsyncClient` and :class:`AsyncCollection`, twins of the blocking ones.
+
+Same calls, same plans, same parsing as :mod:`diffstore.client._sync`; only the transport awaits.
+Iterators (``query``, ``diff``, ``watch``) are async iterators: ``async for item in coll.diff(...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import TypeVar
+
+import httpx
+
+from diffstore.client import _calls, _plans
+from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call, PutManyItem, ReaderUpdateLike
+from diffstore.client._transport import DEFAULT_TIMEOUT_S, DEFAULT_URL, AsyncTransport, Settings, WireFormat
+from diffstore.engine.types import (
+    UNSET,
+    CollectionInfo,
+    DiffItem,
+    DiffPage,
+    Expected,
+    FromReader,
+    GetResult,
+    KeysAround,
+    PutResult,
+    QueryPage,
+    Reader,
+    Record,
+)
+from diffstore.wire import CollectionState
+from diffstore.wire_requests import QueryRequest, ReadAt, WriteOptions
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """An asyncio client of a diffstore (or diffbelt) HTTP server.
+
+    Args:
+        url: the server's base URL.
+        token: sent as ``Authorization: Bearer <token>`` when given.
+        format: ``"msgpack"`` (default, compact and fast) or ``"json"`` (what diffbelt speaks).
+        timeout_s: the timeout of every request but long polls (which get the poll's own timeout).
+        http: an httpx client to use instead of a private one (it is then not closed by :meth:`close`).
+
+    Errors are the engine's exception classes (:mod:`diffstore.errors`); an unreachable server raises
+    :class:`~diffstore.errors.StorageError`.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        format: WireFormat = "msgpack",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.settings = Settings(url, token, format, timeout_s)
+        self._transport = AsyncTransport(self.settings, http)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def execute(self, call: Call[T]) -> T:
+        """Performs one raw call (see :mod:`diffstore.client._calls`)."""
+        return await self._transport.execute(call)
+
+    async def healthz(self) -> bool:
+        return await self.execute(_calls.healthz())
+
+    async def collections(self) -> list[CollectionInfo]:
+        """Every collection, sorted by name."""
+        return await self.execute(_calls.list_collections())
+
+    async def create_collection(
+        self, name: str, manual: bool = True, initial_generation_id: bytes | None = None
+    ) -> AsyncCollection:
+        """Creates a collection (raises :class:`~diffstore.errors.CollectionExists`)."""
+        await self.execute(_calls.create_collection(name, manual, initial_generation_id))
+        return AsyncCollection(self, name, manual)
+
+    async def collection(self, name: str) -> AsyncCollection:
+        """A handle on an existing collection (raises :class:`~diffstore.errors.NoSuchCollection`)."""
+        state = await self.execute(_calls.collection_state(name))
+        return AsyncCollection(self, name, state.manual)
+
+    async def delete_collection(self, name: str) -> None:
+        await self.execute(_calls.delete_collection(name))
+
+    def watch(
+        self, name: str, since: bytes | None = None, timeout_ms: int = DEFAULT_LONG_POLL_MS
+    ) -> AsyncIterator[bytes]:
+        """Yields each new generation id of a collection as it commits (see ``Collection.watch``)."""
+        return _plans.drive_async(_plans.watch_generations(name, since, timeout_ms), self.execute)
+
+    async def wait_for_change(
+        self, positions: Mapping[str, bytes], timeout_ms: int = DEFAULT_LONG_POLL_MS
+    ) -> bool:
+        """Waits until one collection's generation differs from ``positions[name]``, or the timeout.
+
+        Returns whether a change was seen. The collections are long-polled concurrently; the polls
+        that lose the race are cancelled (the server then frees their waiters).
+        """
+        return await wait_any(self.execute, positions, timeout_ms)
+
+
+async def wait_any(
+    execute: Callable[[Call[bytes]], Awaitable[bytes]], positions: Mapping[str, bytes], timeout_ms: int
+) -> bool:
+    """Long-polls every collection of ``positions`` at once; True as soon as one has moved."""
+    polls: dict[asyncio.Future[bytes], bytes] = {
+        asyncio.ensure_future(execute(_calls.generation_stream(name, since, timeout_ms))): since
+        for name, since in positions.items()
+    }
+    pending: set[asyncio.Future[bytes]] = set(polls)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if any(task.result() != polls[task] for task in done):
+                return True
+        return False
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+class AsyncCollection:
+    """A collection on the server, with the method names and semantics of the engine's ``Collection``.
+
+    The engine's ``generation_id`` / ``next_generation_id`` attributes are read with ``await state()``.
+    """
+
+    def __init__(self, client: AsyncClient, name: str, manual: bool) -> None:
+        self.client = client
+        self.name = name
+        self.manual = manual
+
+    def __repr__(self) -> str:
+        return f"AsyncCollection({self.name!r}, url={self.client.settings.url!r})"
+
+    async def _run(self, call: Call[T]) -> T:
+        return await self.client.execute(call)
+
+    async def state(self) -> CollectionState:
+        """Manual flag, current and next generation in one request."""
+        return await self._run(_calls.collection_state(self.name))
+
+    # --- generations ---------------------------------------------------------------------------
+
+    async def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None:
+        await self._run(_calls.start_generation(self.name, generation_id, abort_outdated))
+
+    async def commit_generation(
+        self, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike] = ()
+    ) -> None:
+        """Commits; reader updates (with optional CAS) are applied in the same transaction, or none is."""
+        await self._run(_calls.commit_generation(self.name, generation_id, update_readers))
+
+    async def abort_generation(self, generation_id: bytes) -> None:
+        await self._run(_calls.abort_generation(self.name, generation_id))
+
+    async def start_phantom(self, ttl_seconds: int = 3600) -> bytes:
+        return await self._run(_calls.start_phantom(self.name, ttl_seconds))
+
+    # --- writes --------------------------------------------------------------------------------
+
+    async def put(
+        self,
+        key: bytes,
+        value: bytes | None,
+        *,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        if_not_present: bool = False,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+    ) -> PutResult:
+        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
+        return await self._run(_calls.put(self.name, key, value, if_not_present, options))
+
+    async def put_many(
+        self,
+        items: Iterable[PutManyItem],
+        *,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+    ) -> PutResult:
+        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
+        return await self._run(_calls.put_many(self.name, items, options))
+
+    async def producer_last_seq_no(self, producer_id: str) -> int:
+        return await self._run(_calls.producer_last_seq_no(self.name, producer_id))
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    async def get_result(
+        self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetResult:
+        return await self._run(_calls.get(self.name, key, ReadAt(generation_id, phantom_id)))
+
+    async def get(
+        self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> Record | None:
+        return (await self.get_result(key, generation_id, phantom_id)).record
+
+    async def keys_around(
+        self,
+        key: bytes,
+        limit: int,
+        require_key_existence: bool = True,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+    ) -> KeysAround:
+        at = ReadAt(generation_id, phantom_id)
+        return await self._run(_calls.keys_around(self.name, key, limit, require_key_existence, at))
+
+    async def query_page(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> QueryPage:
+        request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
+        return await self._run(_calls.query_page(self.name, request, cursor))
+
+    def query(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[Record]:
+        """Every visible record in key order, following cursors (``limit`` is the page size)."""
+        request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
+        return _plans.drive_async(_plans.query_records(self.name, request), self.client.execute)
+
+    async def diff_page(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> DiffPage:
+        """One page; its ``to_generation_id`` may be lower than asked (repeat from it)."""
+        request = _calls.diff_request(
+            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+        )
+        return await self._run(_calls.diff_page(self.name, request, cursor))
+
+    def diff(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[DiffItem]:
+        """Every changed key in (from, to], to = the current generation when not given.
+
+        Follows cursors and repeats split ranges, so it yields every item; ``limit`` is the page size.
+        """
+        request = _calls.diff_request(
+            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+        )
+        return _plans.drive_async(_plans.diff_items(self.name, request), self.client.execute)
+
+    async def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
+        return await self._run(_calls.splits(self.name, count, generation_id))
+
+    # --- readers -------------------------------------------------------------------------------
+
+    async def readers(self) -> list[Reader]:
+        return await self._run(_calls.readers(self.name))
+
+    async def create_reader(
+        self, name: str, collection: str | None = None, generation_id: bytes | None = None
+    ) -> None:
+        await self._run(_calls.create_reader(self.name, name, collection, generation_id))
+
+    async def update_reader(self, name: str, generation_id: bytes | None, expected: Expected = UNSET) -> None:
+        """Moves a reader; with ``expected`` (``None`` = "must be null") a mismatch raises BadVersion."""
+        await self._run(_calls.update_reader(self.name, name, generation_id, expected))
+
+    async def delete_reader(self, name: str) -> None:
+        await self._run(_calls.delete_reader(self.name, name))
+
+    # --- watching ------------------------------------------------------------------------------
+
+    def watch(
+        self, since: bytes | None = None, timeout_ms: int = DEFAULT_LONG_POLL_MS
+    ) -> AsyncIterator[bytes]:
+        """Yields each new generation id as it commits, forever (long poll, ``timeout_ms`` per poll).
+
+        ``since=None`` starts from the current generation (not yielded). Commits closer together than
+        a round trip may be coalesced into the latest one.
+        """
+        return _plans.drive_async(_plans.watch_generations(self.name, since, timeout_ms), self.client.execute)

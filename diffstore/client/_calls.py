@@ -1,0 +1,309 @@
+"""Every HTTP operation of SPEC §3 as a pure :class:`Call`: the request to send and how to read its answer.
+
+A ``Call`` knows nothing of sockets. The request body is built lazily for a :class:`~diffstore.wire.Codec`
+(JSON or msgpack) and the answer is parsed with the codec the response actually used, so a client that
+asks for msgpack still understands a diffbelt server that only speaks JSON. The shapes themselves come
+from :mod:`diffstore.wire` and :mod:`diffstore.wire_requests`, shared with the server.
+
+Optional request fields are sent only when given, so that a diffbelt server, which knows none of the
+"beyond diffbelt" options, sees exactly the bodies it expects.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from diffstore.engine.types import (
+    UNSET,
+    CollectionInfo,
+    DiffPage,
+    Expected,
+    FromReader,
+    GetResult,
+    KeysAround,
+    PutResult,
+    QueryPage,
+    Reader,
+    ReaderUpdate,
+)
+from diffstore.wire import (
+    Body,
+    Codec,
+    CollectionState,
+    Fields,
+    PutItem,
+    diff_page_from_wire,
+    generation_from_wire,
+    get_result_from_wire,
+    keys_around_from_wire,
+    put_result_from_wire,
+    query_page_from_wire,
+    readers_from_wire,
+)
+from diffstore.wire_requests import (
+    CreateCollectionRequest,
+    CreateReaderRequest,
+    DiffRequest,
+    GenerationRequest,
+    GetRequest,
+    KeysAroundRequest,
+    PutManyRequest,
+    PutRequest,
+    QueryRequest,
+    ReadAt,
+    StartPhantomRequest,
+    UpdateReaderRequest,
+    WriteOptions,
+)
+
+T = TypeVar("T")
+
+PutManyItem = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bool]
+ReaderUpdateLike = ReaderUpdate | tuple[str, bytes | None]
+
+# Long polls get this much more time on the socket than the server's own timeout.
+LONG_POLL_GRACE_S = 10.0
+DEFAULT_LONG_POLL_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request/response exchange.
+
+    Attributes:
+        method: the HTTP method.
+        path: the URL path, already percent-encoded.
+        parse: turns the decoded 2xx body into the typed result.
+        body: builds the request body for a codec; ``None`` sends no body.
+        params: query-string parameters.
+        timeout_s: overrides the client's timeout (long polls need longer).
+    """
+
+    method: str
+    path: str
+    parse: Callable[[Any, Codec], T]
+    body: Callable[[Codec], Body] | None = None
+    params: dict[str, str] | None = None
+    timeout_s: float | None = None
+
+
+def _path(*segments: str) -> str:
+    return "/" + "/".join(quote(s, safe="") for s in segments)
+
+
+def _collection_path(name: str, *rest: str) -> str:
+    return _path("collections", name, *rest)
+
+
+def _empty(obj: Any, codec: Codec) -> None:
+    return None
+
+
+# --------------------------------------------------------------------------------------- collections
+
+
+def _collection_infos(obj: Any, codec: Codec) -> list[CollectionInfo]:
+    infos = []
+    for entry in Fields(obj, codec, "response").array("items"):
+        f = Fields(entry, codec, "response.items[]")
+        infos.append(CollectionInfo(f.text("name"), f.flag("isManual")))
+    return infos
+
+
+def list_collections() -> Call[list[CollectionInfo]]:
+    return Call("GET", "/collections/", _collection_infos)
+
+
+def create_collection(name: str, manual: bool, initial_generation_id: bytes | None) -> Call[bytes]:
+    request = CreateCollectionRequest(name, manual, initial_generation_id)
+    return Call("POST", "/collections/", generation_from_wire, request.to_wire)
+
+
+def collection_state(name: str) -> Call[CollectionState]:
+    return Call("GET", _collection_path(name), CollectionState.from_wire)
+
+
+def delete_collection(name: str) -> Call[None]:
+    return Call("DELETE", _collection_path(name), _empty)
+
+
+def _generation_param(generation_id: bytes) -> dict[str, str]:
+    if generation_id.isascii() and generation_id.decode("ascii").isprintable():
+        return {"generationId": generation_id.decode("ascii"), "generationIdEncoding": "utf8"}
+    encoded = base64.b64encode(generation_id).decode("ascii")
+    return {"generationId": encoded, "generationIdEncoding": "base64"}
+
+
+def generation_stream(name: str, since: bytes | None, timeout_ms: int = DEFAULT_LONG_POLL_MS) -> Call[bytes]:
+    """The long poll: answers at once without ``since``, else when the generation differs or at timeout."""
+    params: dict[str, str] = {}
+    if since is not None:
+        params = _generation_param(since) | {"timeoutMs": str(timeout_ms)}
+    return Call(
+        "GET",
+        _collection_path(name, "generationId", "stream"),
+        generation_from_wire,
+        params=params,
+        timeout_s=timeout_ms / 1000 + LONG_POLL_GRACE_S,
+    )
+
+
+def producer_last_seq_no(name: str, producer_id: str) -> Call[int]:
+    def parse(obj: Any, codec: Codec) -> int:
+        return Fields(obj, codec, "response").integer("lastSeqNo", 0)
+
+    return Call("GET", _collection_path(name, "producers", producer_id), parse)
+
+
+def splits(name: str, count: int, generation_id: bytes | None) -> Call[list[bytes]]:
+    params = {"count": str(count)}
+    if generation_id is not None:
+        params |= _generation_param(generation_id)
+
+    def parse(obj: Any, codec: Codec) -> list[bytes]:
+        return [codec.parse_es(k, "keys[]") for k in Fields(obj, codec, "response").array("keys")]
+
+    return Call("GET", _collection_path(name, "splits"), parse, params=params)
+
+
+# ----------------------------------------------------------------------------------------- generations
+
+
+def start_generation(name: str, generation_id: bytes, abort_outdated: bool) -> Call[None]:
+    request = GenerationRequest(generation_id, abort_outdated)
+    return Call("POST", _collection_path(name, "generation", "start"), _empty, request.to_wire)
+
+
+def _reader_update(update: ReaderUpdateLike) -> ReaderUpdate:
+    if isinstance(update, ReaderUpdate):
+        return update
+    reader_name, generation_id = update
+    return ReaderUpdate(reader_name, generation_id)
+
+
+def commit_generation(
+    name: str, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike]
+) -> Call[None]:
+    request = GenerationRequest(generation_id, update_readers=tuple(map(_reader_update, update_readers)))
+    return Call("POST", _collection_path(name, "generation", "commit"), _empty, request.to_wire)
+
+
+def abort_generation(name: str, generation_id: bytes) -> Call[None]:
+    request = GenerationRequest(generation_id)
+    return Call("POST", _collection_path(name, "generation", "abort"), _empty, request.to_wire)
+
+
+def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:
+    def parse(obj: Any, codec: Codec) -> bytes:
+        return Fields(obj, codec, "response").es("phantomId")
+
+    request = StartPhantomRequest(ttl_seconds)
+    return Call("POST", _collection_path(name, "phantom", "start"), parse, request.to_wire)
+
+
+# ------------------------------------------------------------------------------------ records: writes
+
+
+def _put_item(item: PutManyItem) -> PutItem:
+    if len(item) == 2:
+        return item[0], item[1], False
+    return item[0], item[1], bool(item[2])
+
+
+def put(
+    name: str, key: bytes, value: bytes | None, if_not_present: bool, options: WriteOptions
+) -> Call[PutResult]:
+    request = PutRequest((key, value, if_not_present), options)
+    return Call("POST", _collection_path(name, "put"), put_result_from_wire, request.to_wire)
+
+
+def put_many(name: str, items: Iterable[PutManyItem], options: WriteOptions) -> Call[PutResult]:
+    request = PutManyRequest([_put_item(item) for item in items], options)
+    return Call("POST", _collection_path(name, "putMany"), put_result_from_wire, request.to_wire)
+
+
+# ------------------------------------------------------------------------------------- records: reads
+
+
+def get(name: str, key: bytes, at: ReadAt) -> Call[GetResult]:
+    return Call("POST", _collection_path(name, "get"), get_result_from_wire, GetRequest(key, at).to_wire)
+
+
+def keys_around(
+    name: str, key: bytes, limit: int, require_key_existence: bool, at: ReadAt
+) -> Call[KeysAround]:
+    request = KeysAroundRequest(key, require_key_existence, limit, at)
+    return Call("POST", _collection_path(name, "getKeysAround"), keys_around_from_wire, request.to_wire)
+
+
+def query_page(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryPage]:
+    if cursor is not None:
+        return Call("GET", _collection_path(name, "query", cursor), query_page_from_wire)
+    return Call("POST", _collection_path(name, "query") + "/", query_page_from_wire, request.to_wire)
+
+
+def diff_page(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffPage]:
+    if cursor is not None:
+        return Call("GET", _collection_path(name, "diff", cursor), diff_page_from_wire)
+    return Call("POST", _collection_path(name, "diff") + "/", diff_page_from_wire, request.to_wire)
+
+
+def close_cursor(name: str, kind: str, cursor: str) -> Call[None]:
+    """Frees a query (``kind="query"``) or diff cursor early; optional, cursors hold no server memory."""
+    return Call("DELETE", _collection_path(name, kind, cursor), _empty)
+
+
+def diff_request(
+    from_generation_id: bytes | None,
+    to_generation_id: bytes | None,
+    from_reader: str | FromReader | None,
+    include_intermediate: bool,
+    from_key: bytes | None,
+    to_key: bytes | None,
+    limit: int | None,
+) -> DiffRequest:
+    """The engine's diff arguments as a request (no start at all means "from the beginning")."""
+    if isinstance(from_reader, str):
+        from_reader = FromReader(from_reader)
+    return DiffRequest(
+        from_generation_id, from_reader, to_generation_id, include_intermediate, from_key, to_key, limit
+    )
+
+
+# -------------------------------------------------------------------------------------------- readers
+
+
+def readers(name: str) -> Call[list[Reader]]:
+    def parse(obj: Any, codec: Codec) -> list[Reader]:
+        return readers_from_wire(obj, codec, name)
+
+    return Call("GET", _collection_path(name, "readers") + "/", parse)
+
+
+def create_reader(
+    name: str, reader_name: str, collection: str | None, generation_id: bytes | None
+) -> Call[None]:
+    request = CreateReaderRequest(reader_name, collection, generation_id)
+    return Call("POST", _collection_path(name, "readers") + "/", _empty, request.to_wire)
+
+
+def update_reader(
+    name: str, reader_name: str, generation_id: bytes | None, expected: Expected = UNSET
+) -> Call[None]:
+    request = UpdateReaderRequest(generation_id, expected)
+    return Call("PUT", _collection_path(name, "readers", reader_name), _empty, request.to_wire)
+
+
+def delete_reader(name: str, reader_name: str) -> Call[None]:
+    return Call("DELETE", _collection_path(name, "readers", reader_name), _empty)
+
+
+def healthz() -> Call[bool]:
+    def parse(obj: Any, codec: Codec) -> bool:
+        return Fields(obj, codec, "response").flag("ok")
+
+    return Call("GET", "/healthz", parse)

@@ -1,0 +1,119 @@
+"""Multi-request operations written once, as generators, and run by both the sync and the async client.
+
+A plan is a generator that yields either a :class:`~diffstore.client._calls.Call` — the driver performs
+it and sends the parsed answer back in — or an output item, which the driver hands to the caller (and
+sends ``None`` back). The sync driver is a plain generator, the async one an async generator; neither
+knows what the plan does, and no plan knows whether it runs sync or async.
+
+Invariants:
+    * A plan never yields a ``Call`` as an output item (drivers tell the two apart by type).
+    * ``diff_items`` covers exactly (from, target]: it follows every cursor, then repeats from the
+      returned ``toGenerationId`` until it reaches the target or the server reports no progress
+      (``from == to``), as SPEC §3 asks of clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from typing import Any, TypeVar
+
+from diffstore.client import _calls
+from diffstore.client._calls import Call
+from diffstore.engine.types import DiffItem, Record
+from diffstore.wire_requests import DiffRequest, QueryRequest
+
+T = TypeVar("T")
+
+Plan = Generator["Call[Any] | T", Any, None]
+
+
+def query_records(name: str, request: QueryRequest) -> Plan[Record]:
+    """Every record of a query, following cursors."""
+    page = yield _calls.query_page(name, request, None)
+    while True:
+        yield from page.items
+        if page.cursor is None:
+            return
+        page = yield _calls.query_page(name, request, page.cursor)
+
+
+def diff_items(name: str, request: DiffRequest) -> Plan[DiffItem]:
+    """Every item of a diff up to a pinned target (the current generation when no ``to`` is given)."""
+    target = request.to_generation_id
+    if target is None:
+        target = (yield _calls.collection_state(name)).generation_id
+    page = yield _calls.diff_page(name, _with(request, to=target), None)
+    while True:
+        yield from page.items
+        if page.cursor is not None:
+            page = yield _calls.diff_page(name, request, page.cursor)
+            continue
+        if page.to_generation_id == target or page.from_generation_id == page.to_generation_id:
+            return
+        page = yield _calls.diff_page(name, _with(request, start=page.to_generation_id, to=target), None)
+
+
+def _with(request: DiffRequest, to: bytes | None, start: bytes | None = None) -> DiffRequest:
+    """The same diff with another target, and (to continue a split range) another start."""
+    if start is None:
+        start_generation, reader = request.from_generation_id, request.from_reader
+    else:
+        start_generation, reader = start, None
+    return DiffRequest(
+        start_generation,
+        reader,
+        to,
+        request.include_intermediate,
+        request.from_key,
+        request.to_key,
+        request.limit,
+    )
+
+
+def watch_generations(name: str, since: bytes | None, timeout_ms: int) -> Plan[bytes]:
+    """Each new generation id of a collection, forever; ``since=None`` starts at the current one.
+
+    Commits that follow each other faster than a round trip are coalesced: the long poll answers the
+    collection's current generation, so intermediate ids may be skipped (a diff between two yielded ids
+    still covers every change).
+    """
+    if since is None:
+        since = yield _calls.generation_stream(name, None)
+    while True:
+        current = yield _calls.generation_stream(name, since, timeout_ms)
+        if current != since:
+            yield current
+            since = current
+
+
+def drive(plan: Plan[T], execute: Callable[[Call[Any]], Any]) -> Iterator[T]:
+    """Runs a plan synchronously: performs its calls with ``execute`` and yields its outputs."""
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration:
+            return
+        if isinstance(step, Call):
+            reply = execute(step)
+        else:
+            reply = None
+            yield step
+
+
+async def drive_async(plan: Plan[T], execute: Callable[[Call[Any]], Awaitable[Any]]) -> AsyncIterator[T]:
+    """Runs a plan on an event loop: the async twin of :func:`drive`."""
+    reply: Any = None
+    try:
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Call):
+                reply = await execute(step)
+            else:
+                reply = None
+                yield step
+    finally:
+        plan.close()

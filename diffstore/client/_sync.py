@@ -1,0 +1,321 @@
+"""The blocking client: :class:`Client` and its :class:`Collection` handle (same names as the engine's).
+
+Each method builds a pure :class:`~diffstore.client._calls.Call` (or runs a plan of several) and hands
+it to the transport; the async twin in :mod:`diffstore.client._async` does the same with ``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeVar
+
+import httpx
+
+from diffstore.client import _calls, _plans
+from diffstore.client._async import wait_any
+from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call, PutManyItem, ReaderUpdateLike
+from diffstore.client._transport import (
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_URL,
+    AsyncTransport,
+    Settings,
+    SyncTransport,
+    WireFormat,
+)
+from diffstore.engine.types import (
+    UNSET,
+    CollectionInfo,
+    DiffItem,
+    DiffPage,
+    Expected,
+    FromReader,
+    GetResult,
+    KeysAround,
+    PutResult,
+    QueryPage,
+    Reader,
+    Record,
+)
+from diffstore.wire import CollectionState
+from diffstore.wire_requests import QueryRequest, ReadAt, WriteOptions
+
+T = TypeVar("T")
+
+
+class Client:
+    """A blocking client of a diffstore (or diffbelt) HTTP server.
+
+    Args:
+        url: the server's base URL.
+        token: sent as ``Authorization: Bearer <token>`` when given.
+        format: ``"msgpack"`` (default, compact and fast) or ``"json"`` (what diffbelt speaks).
+        timeout_s: the timeout of every request but long polls (which get the poll's own timeout).
+        http: an httpx client to use instead of a private one (it is then not closed by :meth:`close`).
+
+    Errors are the engine's exception classes (:mod:`diffstore.errors`); an unreachable server raises
+    :class:`~diffstore.errors.StorageError`.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        format: WireFormat = "msgpack",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.settings = Settings(url, token, format, timeout_s)
+        self._transport = SyncTransport(self.settings, http)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def execute(self, call: Call[T]) -> T:
+        """Performs one raw call (see :mod:`diffstore.client._calls`)."""
+        return self._transport.execute(call)
+
+    def healthz(self) -> bool:
+        return self.execute(_calls.healthz())
+
+    def collections(self) -> list[CollectionInfo]:
+        """Every collection, sorted by name."""
+        return self.execute(_calls.list_collections())
+
+    def create_collection(
+        self, name: str, manual: bool = True, initial_generation_id: bytes | None = None
+    ) -> Collection:
+        """Creates a collection (raises :class:`~diffstore.errors.CollectionExists`)."""
+        self.execute(_calls.create_collection(name, manual, initial_generation_id))
+        return Collection(self, name, manual)
+
+    def collection(self, name: str) -> Collection:
+        """A handle on an existing collection (raises :class:`~diffstore.errors.NoSuchCollection`)."""
+        state = self.execute(_calls.collection_state(name))
+        return Collection(self, name, state.manual)
+
+    def delete_collection(self, name: str) -> None:
+        self.execute(_calls.delete_collection(name))
+
+    def watch(
+        self, name: str, since: bytes | None = None, timeout_ms: int = DEFAULT_LONG_POLL_MS
+    ) -> Iterator[bytes]:
+        """Yields each new generation id of a collection as it commits (see ``Collection.watch``)."""
+        return _plans.drive(_plans.watch_generations(name, since, timeout_ms), self.execute)
+
+    def wait_for_change(self, positions: Mapping[str, bytes], timeout_ms: int = DEFAULT_LONG_POLL_MS) -> bool:
+        """Blocks until one collection's generation differs from ``positions[name]``, or the timeout.
+
+        Returns whether a change was seen. Several collections are long-polled concurrently (on a
+        private event loop; the polls that lose the race are cancelled).
+        """
+        if len(positions) == 1:
+            ((name, since),) = positions.items()
+            return self.execute(_calls.generation_stream(name, since, timeout_ms)) != since
+        return asyncio.run(self._wait_any(positions, timeout_ms))
+
+    async def _wait_any(self, positions: Mapping[str, bytes], timeout_ms: int) -> bool:
+        transport = AsyncTransport(self.settings)
+        try:
+            return await wait_any(transport.execute, positions, timeout_ms)
+        finally:
+            await transport.close()
+
+
+class Collection:
+    """A collection on the server, with the method names and semantics of the engine's ``Collection``.
+
+    ``generation_id`` and ``next_generation_id`` are properties that ask the server each time.
+    """
+
+    def __init__(self, client: Client, name: str, manual: bool) -> None:
+        self.client = client
+        self.name = name
+        self.manual = manual
+
+    def __repr__(self) -> str:
+        return f"Collection({self.name!r}, url={self.client.settings.url!r})"
+
+    def _run(self, call: Call[T]) -> T:
+        return self.client.execute(call)
+
+    def state(self) -> CollectionState:
+        """Manual flag, current and next generation in one request."""
+        return self._run(_calls.collection_state(self.name))
+
+    @property
+    def generation_id(self) -> bytes:
+        return self.state().generation_id or b""
+
+    @property
+    def next_generation_id(self) -> bytes | None:
+        return self.state().next_generation_id
+
+    # --- generations ---------------------------------------------------------------------------
+
+    def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None:
+        self._run(_calls.start_generation(self.name, generation_id, abort_outdated))
+
+    def commit_generation(
+        self, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike] = ()
+    ) -> None:
+        """Commits; reader updates (with optional CAS) are applied in the same transaction, or none is."""
+        self._run(_calls.commit_generation(self.name, generation_id, update_readers))
+
+    def abort_generation(self, generation_id: bytes) -> None:
+        self._run(_calls.abort_generation(self.name, generation_id))
+
+    def start_phantom(self, ttl_seconds: int = 3600) -> bytes:
+        return self._run(_calls.start_phantom(self.name, ttl_seconds))
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes | None,
+        *,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        if_not_present: bool = False,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+    ) -> PutResult:
+        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
+        return self._run(_calls.put(self.name, key, value, if_not_present, options))
+
+    def put_many(
+        self,
+        items: Iterable[PutManyItem],
+        *,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+    ) -> PutResult:
+        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
+        return self._run(_calls.put_many(self.name, items, options))
+
+    def producer_last_seq_no(self, producer_id: str) -> int:
+        return self._run(_calls.producer_last_seq_no(self.name, producer_id))
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_result(
+        self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetResult:
+        return self._run(_calls.get(self.name, key, ReadAt(generation_id, phantom_id)))
+
+    def get(
+        self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> Record | None:
+        return self.get_result(key, generation_id, phantom_id).record
+
+    def keys_around(
+        self,
+        key: bytes,
+        limit: int,
+        require_key_existence: bool = True,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+    ) -> KeysAround:
+        at = ReadAt(generation_id, phantom_id)
+        return self._run(_calls.keys_around(self.name, key, limit, require_key_existence, at))
+
+    def query_page(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> QueryPage:
+        request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
+        return self._run(_calls.query_page(self.name, request, cursor))
+
+    def query(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Record]:
+        """Every visible record in key order, following cursors (``limit`` is the page size)."""
+        request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
+        return _plans.drive(_plans.query_records(self.name, request), self.client.execute)
+
+    def diff_page(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> DiffPage:
+        """One page; its ``to_generation_id`` may be lower than asked (repeat from it)."""
+        request = _calls.diff_request(
+            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+        )
+        return self._run(_calls.diff_page(self.name, request, cursor))
+
+    def diff(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> Iterator[DiffItem]:
+        """Every changed key in (from, to], to = the current generation when not given.
+
+        Follows cursors and repeats split ranges, so it yields every item; ``limit`` is the page size.
+        """
+        request = _calls.diff_request(
+            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+        )
+        return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)
+
+    def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
+        return self._run(_calls.splits(self.name, count, generation_id))
+
+    # --- readers -------------------------------------------------------------------------------
+
+    def readers(self) -> list[Reader]:
+        return self._run(_calls.readers(self.name))
+
+    def create_reader(
+        self, name: str, collection: str | None = None, generation_id: bytes | None = None
+    ) -> None:
+        self._run(_calls.create_reader(self.name, name, collection, generation_id))
+
+    def update_reader(self, name: str, generation_id: bytes | None, expected: Expected = UNSET) -> None:
+        """Moves a reader; with ``expected`` (``None`` = "must be null") a mismatch raises BadVersion."""
+        self._run(_calls.update_reader(self.name, name, generation_id, expected))
+
+    def delete_reader(self, name: str) -> None:
+        self._run(_calls.delete_reader(self.name, name))
+
+    # --- watching ------------------------------------------------------------------------------
+
+    def watch(self, since: bytes | None = None, timeout_ms: int = DEFAULT_LONG_POLL_MS) -> Iterator[bytes]:
+        """Yields each new generation id as it commits, forever (long poll, ``timeout_ms`` per poll).
+
+        ``since=None`` starts from the current generation (not yielded). Commits closer together than
+        a round trip may be coalesced into the latest one.
+        """
+        return _plans.drive(_plans.watch_generations(self.name, since, timeout_ms), self.client.execute)

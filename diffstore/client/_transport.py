@@ -1,0 +1,201 @@
+"""The I/O edge of the client: turns a :class:`Call` into an HTTP exchange over httpx, sync or async.
+
+Everything that is not the socket itself — building the request, choosing the codec of the answer,
+turning an error answer into the diffstore exception of the same code — is a pure function shared by
+:class:`SyncTransport` and :class:`AsyncTransport`, which only move bytes.
+
+Errors:
+    * an error answer ``{"error": code, "reason": ...}`` raises the class of that code
+      (:func:`diffstore.errors.error_from_code`), so callers catch the same classes as with the engine;
+      an answer without that shape (a proxy, diffbelt's bare 500s) raises by HTTP status;
+    * a transport failure (refused connection, timeout, broken stream) raises
+      :class:`~diffstore.errors.StorageError` — the store is unreachable, not the caller's fault —
+      translated in :func:`translated_transport_errors` only, ``from`` the httpx exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import httpx
+
+from diffstore.client._calls import Call
+from diffstore.errors import (
+    BadRequest,
+    Conflict,
+    DiffstoreError,
+    Gone,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    StorageError,
+    Unauthorized,
+    error_from_code,
+)
+from diffstore.wire import JSON, MSGPACK, Codec
+
+T = TypeVar("T")
+
+WireFormat = Literal["msgpack", "json"]
+DEFAULT_URL = "http://127.0.0.1:3030"
+DEFAULT_TIMEOUT_S = 30.0
+
+_ERRORS_BY_STATUS: dict[int, type[DiffstoreError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    404: NotFound,
+    405: MethodNotAllowed,
+    409: Conflict,
+    410: Gone,
+    413: PayloadTooLarge,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What both transports need to know about the server."""
+
+    url: str = DEFAULT_URL
+    token: str | None = None
+    format: WireFormat = "msgpack"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.format not in ("msgpack", "json"):
+            raise ValueError(f"format must be 'msgpack' or 'json', not {self.format!r}")
+
+    @property
+    def codec(self) -> Codec:
+        return MSGPACK if self.format == "msgpack" else JSON
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Accept": self.codec.content_type}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    url: str
+    path: str
+    content: bytes | None
+    headers: dict[str, str]
+    params: dict[str, str] | None
+    timeout_s: float
+
+
+def build_request(call: Call[Any], settings: Settings) -> HttpRequest:
+    """The HTTP request for a call, its body encoded with the client's codec."""
+    codec = settings.codec
+    content, headers = None, settings.headers()
+    if call.body is not None:
+        content = codec.dumps(call.body(codec))
+        headers["Content-Type"] = codec.content_type
+    timeout_s = call.timeout_s if call.timeout_s is not None else settings.timeout_s
+    url = settings.url.rstrip("/") + call.path
+    return HttpRequest(call.method, url, call.path, content, headers, call.params, timeout_s)
+
+
+def codec_of(content_type: str | None) -> Codec:
+    """The codec an answer is written in (diffbelt answers JSON whatever was asked for)."""
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    return MSGPACK if media_type in ("application/msgpack", "application/x-msgpack") else JSON
+
+
+def read_response(call: Call[T], status: int, content_type: str | None, content: bytes) -> T:
+    """Parses a 2xx answer into the call's result; raises the diffstore error of any other answer."""
+    codec = codec_of(content_type)
+    if 200 <= status < 300:
+        try:
+            return call.parse(codec.loads(content) if content else {}, codec)
+        except BadRequest as exc:
+            raise StorageError(f"{call.method} {call.path}: malformed answer: {exc.reason}") from exc
+    raise error_from_response(status, codec, content)
+
+
+def error_from_response(status: int, codec: Codec, content: bytes) -> DiffstoreError:
+    """The exception for an error answer: by its ``error`` code, else by its HTTP status."""
+    try:
+        body = codec.loads(content)
+    except BadRequest:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        reason = str(body.get("reason") or "")
+        error = error_from_code(body["error"], reason)
+        if isinstance(error, PayloadTooLarge) and isinstance(body.get("bytesMax"), int):
+            error.bytes_max = body["bytesMax"]
+        return error
+    text = content[:500].decode("utf-8", "replace")
+    cls = _ERRORS_BY_STATUS.get(status, StorageError if status >= 500 else DiffstoreError)
+    return cls(f"HTTP {status}: {text}")
+
+
+@contextmanager
+def translated_transport_errors(request: HttpRequest) -> Iterator[None]:
+    """The one place where httpx's failures become diffstore errors."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        where = f"{request.method} {request.url}"
+        raise StorageError(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+
+class SyncTransport:
+    """Performs calls on a blocking :class:`httpx.Client` (thread-safe, pooled connections)."""
+
+    def __init__(self, settings: Settings, http: httpx.Client | None = None) -> None:
+        self.settings = settings
+        self._http = http or httpx.Client()
+        self._owns_http = http is None
+
+    def execute(self, call: Call[T]) -> T:
+        request = build_request(call, self.settings)
+        with translated_transport_errors(request):
+            response = self._http.request(
+                request.method,
+                request.url,
+                content=request.content,
+                headers=request.headers,
+                params=request.params,
+                timeout=request.timeout_s,
+            )
+        return read_response(
+            call, response.status_code, response.headers.get("content-type"), response.content
+        )
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+
+class AsyncTransport:
+    """Performs calls on an :class:`httpx.AsyncClient`; the async twin of :class:`SyncTransport`."""
+
+    def __init__(self, settings: Settings, http: httpx.AsyncClient | None = None) -> None:
+        self.settings = settings
+        self._http = http or httpx.AsyncClient()
+        self._owns_http = http is None
+
+    async def execute(self, call: Call[T]) -> T:
+        request = build_request(call, self.settings)
+        with translated_transport_errors(request):
+            response = await self._http.request(
+                request.method,
+                request.url,
+                content=request.content,
+                headers=request.headers,
+                params=request.params,
+                timeout=request.timeout_s,
+            )
+        return read_response(
+            call, response.status_code, response.headers.get("content-type"), response.content
+        )
+
+    async def close(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
