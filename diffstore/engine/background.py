@@ -1,0 +1,207 @@
+"""Background work, in small resumable steps: automatic commits, GC, phantom and collection purges.
+
+GC of a collection X runs only while some reader targets X. Its horizon is the highest reader
+minimum it has acted on (monotonic, stored in X's metadata, so reads below it answer
+``generationCollected`` even if a reader later moves back). For every generation at or below the
+horizon, in order, and every key written there: all versions older than the key's newest version at
+or below the horizon are deleted, with their ``changes`` entries. That newest version (even a
+tombstone) stays, so reads at or above the horizon, and diffs from the very beginning, still work.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import lmdb
+
+from diffstore.engine import layout, writes
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.readers import minimum_generation
+from diffstore.engine.tables import Tables, load_meta, resolve_seq, save_meta
+from diffstore.errors import NoSuchCollection
+
+if TYPE_CHECKING:
+    from diffstore.engine.store import Store
+
+_ALL_TABLES_WITH_CID = (
+    "gens",
+    "gen_ids",
+    "records",
+    "changes",
+    "phantoms",
+    "phantom_ttl",
+    "readers",
+    "producers",
+)
+
+
+def auto_commit(store: Store, name: str) -> bool:
+    """Commits a non-manual collection's open generation if it holds writes."""
+    try:
+        with store.write() as scope:
+            meta = load_meta(scope.txn, store.tables, name)
+            if meta.manual or meta.next_count == 0:
+                return False
+            meta = writes.commit_automatic(scope.txn, store.tables, meta)
+            scope.commits.append((name, meta.generation))
+    except NoSuchCollection:
+        return False
+    return True
+
+
+def collect_step(store: Store) -> bool:
+    """One bounded step of each kind of garbage; True if anything was removed."""
+    worked = False
+    with store.read() as txn:
+        metas = [
+            CollectionMeta.unpack(raw_name.decode(), raw)
+            for raw_name, raw in txn.cursor(db=store.tables.collections)
+            if not raw_name.startswith(b"\x00")
+        ]
+    for meta in metas:
+        worked = _gc_collection(store, meta.name) or worked
+    worked = _purge_expired_phantoms(store) or worked
+    worked = _purge_dropped(store) or worked
+    return worked
+
+
+def _gc_collection(store: Store, name: str) -> bool:
+    tables, batch = store.tables, store.config.gc_batch
+    try:
+        with store.write() as scope:
+            txn = scope.txn
+            meta = load_meta(txn, tables, name)
+            minimum = minimum_generation(txn, tables, name)
+            if minimum is None or minimum == b"":
+                return False
+            horizon = max(minimum, meta.gc_horizon or b"")
+            horizon = min(horizon, meta.generation)
+            if horizon != meta.gc_horizon and horizon > (meta.gc_horizon or b""):
+                meta = meta.with_(gc_horizon=horizon)
+                save_meta(txn, tables, meta)
+            assert meta.gc_horizon is not None
+            horizon_seq = resolve_seq(txn, tables, meta, meta.gc_horizon)
+            seq = _next_run(txn, tables, meta, horizon_seq)
+            if seq is None:
+                return False
+            position = store.gc_positions.get(name)
+            start_form = position[1] if position is not None and position[0] == seq else b""
+            last_form = _collect_run(txn, tables, meta, seq, horizon_seq, batch, start_form)
+            if last_form is None:
+                store.gc_positions.pop(name, None)
+                save_meta(txn, tables, meta.with_(gc_done_seq=seq))
+            else:
+                store.gc_positions[name] = (seq, last_form)
+            return True
+    except NoSuchCollection:
+        return False
+
+
+def _next_run(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, horizon_seq: int) -> int | None:
+    cursor = txn.cursor(db=tables.gens)
+    if not cursor.set_range(layout.gen_key(meta.cid_prefix, meta.gc_done_seq + 1)):
+        return None
+    key = cursor.key()
+    if not key.startswith(meta.cid_prefix):
+        return None
+    seq = layout.read_u64(key[4:])
+    return seq if seq <= horizon_seq else None
+
+
+def _collect_run(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    seq: int,
+    horizon_seq: int,
+    batch: int,
+    start_form: bytes,
+) -> bytes | None:
+    """Removes superseded versions of up to ``batch`` keys written in generation ``seq``.
+
+    Returns the last key form handled when the run goes on (the next step resumes after it), None when
+    the run is done. Idempotent, so a crash only repeats work.
+    """
+    prefix = meta.cid_prefix
+    run = layout.change_prefix(prefix, seq)
+    changes = txn.cursor(db=tables.changes)
+    records = txn.cursor(db=tables.records)
+    forms: list[bytes] = []
+    if changes.set_range(run + start_form):
+        for key in changes.iternext(values=False):
+            if not key.startswith(run):
+                break
+            form = key[len(run) :]
+            if form == start_form and start_form:
+                continue
+            forms.append(form)
+            if len(forms) >= batch:
+                break
+    for form in forms:
+        head = prefix + form
+        if records.set_range(head + layout.u64(horizon_seq + 1)):
+            found = records.prev()
+        else:
+            found = records.last()
+        if not found or not records.key().startswith(head) or len(records.key()) != len(head) + 8:
+            continue
+        stale: list[int] = []
+        while records.prev():
+            key = records.key()
+            if len(key) != len(head) + 8 or not key.startswith(head):
+                break
+            stale.append(layout.read_u64(key[-8:]))
+        for old in stale:
+            txn.delete(layout.record_key(prefix, form, old), db=tables.records)
+            txn.delete(layout.change_key(prefix, old, form), db=tables.changes)
+    return forms[-1] if len(forms) >= batch else None
+
+
+def _purge_expired_phantoms(store: Store) -> bool:
+    now_ms = int(time.time() * 1000)
+    tables = store.tables
+    with store.read() as txn:
+        expired = [key for key, raw in txn.cursor(db=tables.phantom_ttl) if layout.read_u64(raw) < now_ms]
+    if not expired:
+        return False
+    with store.write() as scope:
+        for ttl_key in expired[:16]:
+            _delete_prefix(scope.txn, tables.phantoms, ttl_key, store.config.gc_batch)
+            if not _has_prefix(scope.txn, tables.phantoms, ttl_key):
+                scope.txn.delete(ttl_key, db=tables.phantom_ttl)
+    return True
+
+
+def _purge_dropped(store: Store) -> bool:
+    tables = store.tables
+    with store.read() as txn:
+        dropped = list(txn.cursor(db=tables.dropped).iternext(values=False))
+    if not dropped:
+        return False
+    with store.write() as scope:
+        prefix = dropped[0]
+        remaining = store.config.gc_batch
+        for table_name in _ALL_TABLES_WITH_CID:
+            remaining -= _delete_prefix(scope.txn, getattr(tables, table_name), prefix, remaining)
+            if remaining <= 0:
+                return True
+        scope.txn.delete(prefix, db=tables.dropped)
+    return True
+
+
+def _delete_prefix(txn: lmdb.Transaction, db: lmdb._Database, prefix: bytes, limit: int) -> int:
+    cursor = txn.cursor(db=db)
+    deleted = 0
+    if not cursor.set_range(prefix):
+        return 0
+    while deleted < limit and cursor.key().startswith(prefix):
+        if not cursor.delete():
+            break
+        deleted += 1
+    return deleted
+
+
+def _has_prefix(txn: lmdb.Transaction, db: lmdb._Database, prefix: bytes) -> bool:
+    cursor = txn.cursor(db=db)
+    return bool(cursor.set_range(prefix)) and cursor.key().startswith(prefix)

@@ -1,0 +1,360 @@
+"""The public handle on one collection: every operation of SPEC §1/§3 as a method.
+
+A handle holds only the store and the name; each call opens its own transaction and looks the
+collection up again, so a handle on a deleted collection raises ``noSuchCollection``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from diffstore.engine import diff, layout, readers, reads, writes
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.tables import load_meta, save_meta
+from diffstore.engine.types import (
+    UNSET,
+    DiffItem,
+    DiffPage,
+    Expected,
+    FromReader,
+    GetResult,
+    KeysAround,
+    PutResult,
+    QueryPage,
+    Reader,
+    ReaderUpdate,
+    Record,
+)
+from diffstore.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from diffstore.engine.store import Store
+
+ReaderUpdateLike = ReaderUpdate | tuple[str, bytes | None]
+_ITER_PAGE = 1_000
+
+
+class Collection:
+    """A collection of ``store``; cheap to create, safe to share between threads."""
+
+    __slots__ = ("_store", "name")
+
+    def __init__(self, store: Store, name: str) -> None:
+        self._store = store
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Collection({self.name!r})"
+
+    def _meta(self) -> CollectionMeta:
+        with self._store.read() as txn:
+            return load_meta(txn, self._store.tables, self.name)
+
+    @property
+    def manual(self) -> bool:
+        return self._meta().manual
+
+    @property
+    def generation_id(self) -> bytes:
+        """The current (last committed) generation."""
+        return self._meta().generation
+
+    @property
+    def next_generation_id(self) -> bytes | None:
+        """The open generation, if any."""
+        return self._meta().next
+
+    # --- generation lifecycle -----------------------------------------------------------------
+
+    def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None:
+        """Opens ``generation_id`` for writes (see ``writes`` for the lifecycle table)."""
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            writes.start_generation(scope.txn, self._store.tables, meta, generation_id, abort_outdated)
+
+    def commit_generation(
+        self, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike] = ()
+    ) -> None:
+        """Makes the open generation current, applying reader updates in the same transaction.
+
+        Raises:
+            GenerationMismatch: ``generation_id`` is not the open generation.
+            NoSuchReader, BadVersion, GenerationCollected: a reader update is bad; nothing changes.
+        """
+        updates = [u if isinstance(u, ReaderUpdate) else ReaderUpdate(u[0], u[1]) for u in update_readers]
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            meta = writes.commit_generation(scope.txn, self._store.tables, meta, generation_id, updates)
+            scope.commits.append((self.name, meta.generation))
+
+    def abort_generation(self, generation_id: bytes) -> None:
+        """Drops the open generation's records."""
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            writes.abort_generation(scope.txn, self._store.tables, meta, generation_id)
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def put_many(
+        self,
+        items: Iterable[writes.PutItem],
+        *,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        if_not_present: bool = False,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+    ) -> PutResult:
+        """Writes ``(key, value)`` (or ``(key, value, if_not_present)``) items; ``None`` is a tombstone.
+
+        When a key repeats, its last item wins. With ``producer_id``/``seq_no`` a write whose seqNo is not
+        above the producer's last one is skipped (``skipped=True``).
+        """
+        config = self._store.config
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            new_meta, result, first_write = writes.put_many(
+                scope.txn,
+                self._store.tables,
+                meta,
+                items,
+                generation_id=generation_id,
+                phantom_id=phantom_id,
+                if_not_present=if_not_present,
+                skip_unchanged=skip_unchanged,
+                producer_id=producer_id,
+                seq_no=seq_no,
+                max_generation_records=config.max_generation_records,
+            )
+            if new_meta.generation != meta.generation:
+                scope.commits.append((self.name, new_meta.generation))
+            if first_write:
+                scope.first_writes.append(self.name)
+        return result
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes | None,
+        *,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        if_not_present: bool = False,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+    ) -> PutResult:
+        """Writes one record; with ``if_not_present`` an existing record wins (``was_put=False``)."""
+        return self.put_many(
+            [(key, value, if_not_present)],
+            generation_id=generation_id,
+            phantom_id=phantom_id,
+            skip_unchanged=skip_unchanged,
+            producer_id=producer_id,
+            seq_no=seq_no,
+        )
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_result(
+        self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetResult:
+        """The visible record of ``key`` and the generation the answer is from."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            point = reads.read_point(txn, self._store.tables, meta, generation_id, phantom_id)
+            return reads.get(txn, self._store.tables, point, key)
+
+    def get(
+        self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> Record | None:
+        """The visible record of ``key`` at ``generation_id`` (default: current), or None."""
+        return self.get_result(key, generation_id, phantom_id).record
+
+    def query_page(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> QueryPage:
+        """One page of visible records in key order; ``cursor`` continues a previous page."""
+        config = self._store.config
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return reads.query_page(
+                txn,
+                self._store.tables,
+                meta,
+                generation_id=generation_id,
+                phantom_id=phantom_id,
+                from_key=from_key,
+                to_key=to_key,
+                limit=limit,
+                cursor=cursor,
+                default_limit=config.default_page_limit,
+                max_limit=config.max_page_limit,
+            )
+
+    def query(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+    ) -> Iterator[Record]:
+        """Every visible record in key order, page by page (all pages read the same pinned generation)."""
+        page = self.query_page(generation_id, phantom_id, from_key, to_key, limit=_ITER_PAGE)
+        yield from page.items
+        while page.cursor is not None:
+            page = self.query_page(cursor=page.cursor)
+            yield from page.items
+
+    def keys_around(
+        self,
+        key: bytes,
+        limit: int,
+        require_key_existence: bool = True,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+    ) -> KeysAround:
+        """Up to ``limit`` visible keys before (descending) and after ``key``."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            point = reads.read_point(txn, self._store.tables, meta, generation_id, phantom_id)
+            return reads.keys_around(txn, self._store.tables, point, key, limit, require_key_existence)
+
+    def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
+        """Up to ``count - 1`` keys cutting the collection into near-equal ranges."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            if generation_id is not None:
+                reads.read_point(txn, self._store.tables, meta, generation_id, None)
+            return reads.splits(txn, self._store.tables, meta, count)
+
+    # --- diffs ---------------------------------------------------------------------------------
+
+    def diff_page(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> DiffPage:
+        """One page of the diff (from, to]; the answer's ``to_generation_id`` may be lower than asked."""
+        config = self._store.config
+        if cursor is None:
+            limit = reads._check_limit(limit, config.default_page_limit, config.max_page_limit)
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return diff.diff_page(
+                txn,
+                self._store.tables,
+                meta,
+                from_generation_id=from_generation_id,
+                from_reader=from_reader,
+                to_generation_id=to_generation_id,
+                include_intermediate=include_intermediate,
+                from_key=from_key,
+                to_key=to_key,
+                limit=limit or config.default_page_limit,
+                cursor=cursor,
+                max_generations=config.max_diff_generations,
+            )
+
+    def diff(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+    ) -> Iterator[DiffItem]:
+        """Every changed key of (from, to] once, in key order, from one snapshot.
+
+        Memory stays bounded by the number of generations in the range, not by its keys.
+        """
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            start = diff.resolve_from(txn, self._store.tables, meta, from_generation_id, from_reader)
+            span = diff.resolve_range(txn, self._store.tables, meta, start, to_generation_id, None)
+            yield from diff.iter_items(
+                txn,
+                self._store.tables,
+                meta,
+                span,
+                include_intermediate=include_intermediate,
+                from_key=from_key,
+                to_key=to_key,
+                after_key=None,
+            )
+
+    # --- readers -------------------------------------------------------------------------------
+
+    def create_reader(
+        self, name: str, collection: str | None = None, generation_id: bytes | None = None
+    ) -> None:
+        """Creates reader ``name`` targeting ``collection`` (default: this one); same data again is fine."""
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            target = self.name if collection is None else collection
+            readers.create_reader(scope.txn, self._store.tables, meta, name, target, generation_id)
+
+    def update_reader(self, name: str, generation_id: bytes | None, expected: Expected = UNSET) -> None:
+        """Moves a reader; with ``expected`` only if it is still there (else ``badVersion``)."""
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            readers.apply_updates(
+                scope.txn, self._store.tables, meta, [ReaderUpdate(name, generation_id, expected)]
+            )
+
+    def delete_reader(self, name: str) -> None:
+        """Deletes a reader (a missing one is fine)."""
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            readers.delete_reader(scope.txn, self._store.tables, meta, name)
+
+    def readers(self) -> list[Reader]:
+        """The readers stored in this collection, by name."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return readers.list_readers(txn, self._store.tables, meta)
+
+    # --- phantoms and producers -------------------------------------------------------------------
+
+    def start_phantom(self, ttl_seconds: float = 3600) -> bytes:
+        """Allocates a phantom id whose private writes live ``ttl_seconds`` (then they are purged)."""
+        if (
+            isinstance(ttl_seconds, bool)
+            or not isinstance(ttl_seconds, int | float)
+            or not 0 < ttl_seconds <= 10**8
+        ):
+            raise InvalidRequest("ttlSeconds must be a positive number")
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            number = meta.phantom_counter + 1
+            save_meta(scope.txn, self._store.tables, meta.with_(phantom_counter=number))
+            expiry = int(time.time() * 1000 + ttl_seconds * 1000)
+            scope.txn.put(
+                layout.phantom_prefix(meta.cid_prefix, number),
+                layout.u64(expiry),
+                db=self._store.tables.phantom_ttl,
+            )
+        return layout.phantom_id_bytes(number)
+
+    def producer_last_seq_no(self, producer_id: str) -> int:
+        """The last seqNo stored for ``producer_id`` (0 when unknown)."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            raw = txn.get(layout.producer_key(meta.cid_prefix, producer_id), db=self._store.tables.producers)
+            return layout.read_u64(raw) if raw else 0

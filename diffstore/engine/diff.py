@@ -1,0 +1,343 @@
+"""Diffs between two generations, driven by the ``changes`` index so cost follows the writes.
+
+The keys written in each generation of (from, to] form one sorted run in ``changes``. A k-way merge of
+the runs yields the changed keys in order, deduplicated, holding one key per run in memory (never the
+range's keys). For each key, one backward walk over its versions in ``records`` finds the value at
+``to``, the values in between, and the value at ``from``; keys whose two ends are equal are left out.
+
+A page covers at most ``max_diff_generations`` generations: a larger range answers a lower
+``to_generation_id`` and clients repeat from it (SPEC §3). The :func:`iter_diff` iterator merges the
+whole range at once instead, so every key appears once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import lmdb
+
+from diffstore.engine import layout
+from diffstore.engine.cursors import DiffCursor, decode_cursor, encode_cursor
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.readers import load_reader
+from diffstore.engine.tables import (
+    Tables,
+    check_not_collected,
+    generation_of_seq,
+    load_meta,
+    resolve_seq,
+    validate_generation_id,
+)
+from diffstore.engine.types import DiffItem, DiffPage, FromReader
+from diffstore.engine.visibility import lower_form, upper_form
+from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor, NoSuchReader
+
+
+@dataclass(frozen=True, slots=True)
+class DiffRange:
+    """A resolved diff: generation ids as answered, and the seqs of the generations it covers."""
+
+    from_generation_id: bytes
+    from_seq: int
+    to_generation_id: bytes
+    to_seq: int
+
+
+def resolve_from(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    from_generation_id: bytes | None,
+    from_reader: str | FromReader | None,
+) -> bytes:
+    """The diff's start: a reader's generation (null reader: ``""``) or the given id (None: ``""``)."""
+    if from_reader is None:
+        return bytes(from_generation_id or b"")
+    if isinstance(from_reader, str):
+        from_reader = FromReader(from_reader)
+    owner = (
+        meta
+        if from_reader.collection in (None, meta.name)
+        else load_meta(txn, tables, from_reader.collection)
+    )
+    reader = load_reader(txn, tables, owner, from_reader.name)
+    if reader is None:
+        raise NoSuchReader(f"collection {owner.name!r} has no reader {from_reader.name!r}")
+    return reader.generation_id or b""
+
+
+def resolve_range(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    from_generation_id: bytes,
+    to_generation_id: bytes | None,
+    max_generations: int | None,
+) -> DiffRange:
+    validate_generation_id(from_generation_id, "fromGenerationId")
+    to_gen = meta.generation if to_generation_id is None else bytes(to_generation_id)
+    validate_generation_id(to_gen, "toGenerationId")
+    if to_gen > meta.generation:
+        raise InvalidRequest(f"toGenerationId {to_gen!r} is above the current generation {meta.generation!r}")
+    if from_generation_id > to_gen:
+        raise InvalidRequest(f"fromGenerationId {from_generation_id!r} is above toGenerationId {to_gen!r}")
+    check_not_collected(meta, from_generation_id, allow_beginning=True)
+    check_not_collected(meta, to_gen)
+    from_seq = resolve_seq(txn, tables, meta, from_generation_id)
+    to_seq = resolve_seq(txn, tables, meta, to_gen)
+    if max_generations is not None and to_seq - from_seq > max_generations:
+        # seqs are not dense: count the generations really in the range before cutting it.
+        cursor = txn.cursor(db=tables.gens)
+        prefix = meta.cid_prefix
+        counted = 0
+        if cursor.set_range(layout.gen_key(prefix, from_seq + 1)):
+            for key in cursor.iternext(values=False):
+                seq = layout.read_u64(key[4:])
+                if not key.startswith(prefix) or seq > to_seq:
+                    break
+                counted += 1
+                if counted == max_generations:
+                    if seq < to_seq:
+                        to_seq, to_gen = seq, generation_of_seq(txn, tables, meta, seq)
+                    break
+    return DiffRange(bytes(from_generation_id), from_seq, to_gen, to_seq)
+
+
+def _run_seqs(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, span: DiffRange) -> list[int]:
+    prefix = meta.cid_prefix
+    seqs: list[int] = []
+    cursor = txn.cursor(db=tables.gens)
+    if cursor.set_range(layout.gen_key(prefix, span.from_seq + 1)):
+        for key in cursor.iternext(values=False):
+            if not key.startswith(prefix):
+                break
+            seq = layout.read_u64(key[4:])
+            if seq > span.to_seq:
+                break
+            seqs.append(seq)
+    return seqs
+
+
+def _changed_forms(
+    txn: lmdb.Transaction, tables: Tables, prefix: bytes, seqs: list[int], lower: bytes, upper: bytes | None
+) -> Iterator[bytes]:
+    """The key forms written in any of ``seqs``, ascending, each once."""
+    if len(seqs) == 1:
+        run = layout.change_prefix(prefix, seqs[0])
+        cursor = txn.cursor(db=tables.changes)
+        if not cursor.set_range(run + lower):
+            return
+        cut = len(run)
+        for key in cursor.iternext(values=False):
+            if not key.startswith(run):
+                return
+            form = key[cut:]
+            if upper is not None and form >= upper:
+                return
+            yield form
+        return
+    # One shared cursor re-seeks each run; the heap holds one form per run, nothing more.
+    cursor = txn.cursor(db=tables.changes)
+    heap: list[tuple[bytes, int]] = []
+
+    def advance(run: bytes, start: bytes, inclusive: bool) -> bytes | None:
+        if not cursor.set_range(run + start):
+            return None
+        key = cursor.key()
+        if not inclusive and key == run + start and not cursor.next():
+            return None
+        key = cursor.key()
+        if not key.startswith(run):
+            return None
+        form = key[len(run) :]
+        if upper is not None and form >= upper:
+            return None
+        return form
+
+    runs = [layout.change_prefix(prefix, seq) for seq in seqs]
+    for index, run in enumerate(runs):
+        form = advance(run, lower, True)
+        if form is not None:
+            heap.append((form, index))
+    heapq.heapify(heap)
+    last: bytes | None = None
+    while heap:
+        form, index = heap[0]
+        if form != last:
+            yield form
+            last = form
+        following = advance(runs[index], form, False)
+        if following is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (following, index))
+
+
+def _item(
+    cursor: lmdb.Cursor, prefix: bytes, form: bytes, span: DiffRange, include_intermediate: bool
+) -> tuple[bytes, bytes | None, bytes | None, tuple[bytes | None, ...]] | None:
+    """(key, from value, to value, intermediate) of one changed form, or None when both ends are equal."""
+    head = prefix + form
+    head_len = len(head) + 8
+    if cursor.set_range(head + layout.u64(span.to_seq + 1)):
+        found = cursor.prev()
+    else:
+        found = cursor.last()
+    if not found:
+        return None
+    key = cursor.key()
+    if len(key) != head_len or not key.startswith(head):
+        return None
+    to_raw = cursor.value()
+    from_raw = b""
+    between: list[bytes | None] = []
+    first = True
+    while cursor.prev():
+        key = cursor.key()
+        if len(key) != head_len or not key.startswith(head):
+            break
+        raw = cursor.value()
+        if layout.read_u64(key[-8:]) <= span.from_seq:
+            from_raw = raw
+            break
+        if include_intermediate:
+            between.append(layout.decode_value(raw))
+        first = False
+    del first
+    to_value = layout.decode_value(to_raw)
+    from_value = layout.decode_value(from_raw)
+    if to_value == from_value:
+        return None
+    between.reverse()
+    return layout.key_of(form, to_raw), from_value, to_value, tuple(between)
+
+
+def iter_items(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    span: DiffRange,
+    *,
+    include_intermediate: bool,
+    from_key: bytes | None,
+    to_key: bytes | None,
+    after_key: bytes | None,
+) -> Iterator[DiffItem]:
+    """Every changed key of the range in bytewise key order (long-key groups sorted in memory)."""
+    if span.to_seq <= span.from_seq:
+        return
+    seqs = _run_seqs(txn, tables, meta, span)
+    if not seqs:
+        return
+    prefix = meta.cid_prefix
+    lower = lower_form(after_key if after_key is not None else from_key)
+    records = txn.cursor(db=tables.records)
+    group: list[DiffItem] = []
+    group_id: bytes | None = None
+    for form in _changed_forms(txn, tables, prefix, seqs, lower, upper_form(to_key)):
+        long_form = layout.is_long_form(form)
+        if group and (not long_form or layout.long_group(form) != group_id):
+            group.sort(key=lambda item: item.key)
+            yield from _within(group, from_key, to_key, after_key)
+            group, group_id = [], None
+        found = _item(records, prefix, form, span, include_intermediate)
+        if found is None:
+            continue
+        item = DiffItem(*found)
+        if long_form:
+            group_id = layout.long_group(form)
+            group.append(item)
+            continue
+        key = item.key
+        if (after_key is not None and key <= after_key) or (from_key is not None and key < from_key):
+            continue
+        if to_key is not None and key >= to_key:
+            return
+        yield item
+    if group:
+        group.sort(key=lambda item: item.key)
+        yield from _within(group, from_key, to_key, after_key)
+
+
+def _within(
+    items: list[DiffItem], from_key: bytes | None, to_key: bytes | None, after_key: bytes | None
+) -> Iterator[DiffItem]:
+    for item in items:
+        if (after_key is not None and item.key <= after_key) or (
+            from_key is not None and item.key < from_key
+        ):
+            continue
+        if to_key is not None and item.key >= to_key:
+            return
+        yield item
+
+
+def diff_page(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    *,
+    from_generation_id: bytes | None,
+    from_reader: str | FromReader | None,
+    to_generation_id: bytes | None,
+    include_intermediate: bool,
+    from_key: bytes | None,
+    to_key: bytes | None,
+    limit: int,
+    cursor: str | None,
+    max_generations: int,
+) -> DiffPage:
+    """One page of a diff; ``cursor`` (when given) carries everything else."""
+    if cursor is not None:
+        state = decode_cursor(cursor, DiffCursor)
+        assert isinstance(state, DiffCursor)
+        if state.cid != meta.cid:
+            raise NoSuchCursor("the cursor belongs to another collection")
+        if (
+            meta.gc_horizon is not None
+            and state.from_generation_id not in (b"",)
+            and (state.from_generation_id < meta.gc_horizon)
+        ):
+            raise CursorExpired("the cursor's range was garbage-collected")
+        span = DiffRange(state.from_generation_id, state.from_seq, state.to_generation_id, state.to_seq)
+        include_intermediate, from_key, to_key = state.include_intermediate, state.from_key, state.to_key
+        limit, after = state.limit, state.after_key
+    else:
+        start = resolve_from(txn, tables, meta, from_generation_id, from_reader)
+        span = resolve_range(txn, tables, meta, start, to_generation_id, max_generations)
+        after = None
+    items: list[DiffItem] = []
+    more = False
+    for item in iter_items(
+        txn,
+        tables,
+        meta,
+        span,
+        include_intermediate=include_intermediate,
+        from_key=from_key,
+        to_key=to_key,
+        after_key=after,
+    ):
+        if len(items) == limit:
+            more = True
+            break
+        items.append(item)
+    token = None
+    if more:
+        token = encode_cursor(
+            DiffCursor(
+                meta.cid,
+                span.from_generation_id,
+                span.from_seq,
+                span.to_generation_id,
+                span.to_seq,
+                include_intermediate,
+                from_key,
+                to_key,
+                limit,
+                items[-1].key,
+            )
+        )
+    return DiffPage(span.from_generation_id, span.to_generation_id, items, token)

@@ -1,0 +1,225 @@
+"""The storage layout: every raw LMDB key and stored value of the engine is built and parsed here.
+
+One LMDB environment holds every collection. Each collection gets a 4-byte id (``cid``, never reused)
+when it is created; every per-collection table starts its keys with it, so one write transaction can
+touch records, index, metadata and readers atomically, and a deleted collection's rows are simply
+unreachable until the background purge removes them.
+
+Generations are *interned*: each generation that ever held records gets a ``seq`` (u64, increasing in
+the same order as the generation ids, because a new next generation is always greater than every
+generation before it). Records then carry 8 bytes of seq instead of up to 255 bytes of id.
+
+User keys become a *key form* ``K`` that sorts like the key and fits in an LMDB key::
+
+    short key (len <= 200):  esc(key) 00 00             esc: 00 -> 00 FF  (order preserving)
+    long key  (len >  200):  esc(key[:200]) 00 01 H16   H16: 16 bytes of blake2b(key)
+
+Long keys that share their first 200 bytes form a *group* that is contiguous in K order but ordered
+by hash inside; readers restore the true order of a group in memory (rare by construction). The full
+long key is kept in the record value.
+
+Named tables (sub-databases)::
+
+    collections  name(utf-8)                         -> msgpack meta (see CollectionMeta)
+    gens         cid | seq(u64)                      -> generation id
+    gen_ids      cid | generation id                 -> seq(u64)
+    records      cid | K | seq(u64)                  -> record value (below)
+    changes      cid | seq(u64) | K                  -> b""        keys written in a generation
+    phantoms     cid | phantom(u64) | K              -> msgpack [[generation id, record value], ...]
+    phantom_ttl  cid | phantom(u64)                  -> expiry, unix ms (u64)
+    readers      cid | reader name(utf-8)            -> msgpack [target name, generation id | None]
+    targets      target(utf-8) 00 | cid | name       -> msgpack generation id | None  (reverse index)
+    producers    cid | producer id(utf-8)            -> last seqNo (u64)
+    dropped      cid                                 -> b""        deleted collections awaiting purge
+
+Record values::
+
+    b""                          tombstone of a short key
+    01 value                     value of a short key (so that b"" stays a legal value)
+    02 len(u24) key              tombstone of a long key
+    03 len(u24) key value        value of a long key
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+LONG_KEY_PREFIX = 200
+MAX_KEY_LENGTH = (1 << 24) - 1
+_SHORT_END = b"\x00\x00"
+_LONG_MARK = b"\x00\x01"
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+
+TABLES = (
+    b"collections",
+    b"gens",
+    b"gen_ids",
+    b"records",
+    b"changes",
+    b"phantoms",
+    b"phantom_ttl",
+    b"readers",
+    b"targets",
+    b"producers",
+    b"dropped",
+)
+
+TOMBSTONE = b""
+
+
+def cid_bytes(cid: int) -> bytes:
+    return _U32.pack(cid)
+
+
+def u64(value: int) -> bytes:
+    return _U64.pack(value)
+
+
+def read_u64(raw: bytes) -> int:
+    return int(_U64.unpack(raw)[0])
+
+
+def key_form(key: bytes) -> bytes:
+    """The order-preserving K of a user key (see the module docstring)."""
+    if len(key) <= LONG_KEY_PREFIX:
+        return key.replace(b"\x00", b"\x00\xff") + _SHORT_END
+    digest = hashlib.blake2b(key, digest_size=16).digest()
+    return key[:LONG_KEY_PREFIX].replace(b"\x00", b"\x00\xff") + _LONG_MARK + digest
+
+
+def is_long_form(form: bytes) -> bool:
+    # esc() never emits 00 01 and a short form ends in 00 00, so only a long form holds the mark.
+    return _LONG_MARK in form
+
+
+def long_group(form: bytes) -> bytes:
+    """The part of a long K shared by every key of its group."""
+    return form[: form.index(_LONG_MARK) + 2]
+
+
+def short_key_of_form(form: bytes) -> bytes:
+    return form[:-2].replace(b"\x00\xff", b"\x00")
+
+
+def encode_value(key: bytes, value: bytes | None) -> bytes:
+    if len(key) <= LONG_KEY_PREFIX:
+        return TOMBSTONE if value is None else b"\x01" + value
+    head = len(key).to_bytes(3, "big")
+    if value is None:
+        return b"\x02" + head + key
+    return b"\x03" + head + key + value
+
+
+def decode_value(raw: bytes) -> bytes | None:
+    """The user value of a stored record value (None: tombstone)."""
+    if not raw:
+        return None
+    tag = raw[0]
+    if tag == 1:
+        return raw[1:]
+    if tag == 2:
+        return None
+    return raw[4 + int.from_bytes(raw[1:4], "big") :]
+
+
+def long_key_of_value(raw: bytes) -> bytes:
+    """The full user key kept in a long key's record value."""
+    return raw[4 : 4 + int.from_bytes(raw[1:4], "big")]
+
+
+def key_of(form: bytes, raw_value: bytes) -> bytes:
+    """The user key of a record from its K and stored value."""
+    if raw_value and raw_value[0] >= 2:
+        return long_key_of_value(raw_value)
+    return short_key_of_form(form)
+
+
+# --- records: cid | K | seq ------------------------------------------------------------------
+
+
+def record_key(cid_prefix: bytes, form: bytes, seq: int) -> bytes:
+    return cid_prefix + form + _U64.pack(seq)
+
+
+def split_record_key(raw: bytes) -> tuple[bytes, int]:
+    """(K, seq) of a records-table key."""
+    return raw[4:-8], int(_U64.unpack(raw[-8:])[0])
+
+
+# --- changes: cid | seq | K ------------------------------------------------------------------
+
+
+def change_prefix(cid_prefix: bytes, seq: int) -> bytes:
+    return cid_prefix + _U64.pack(seq)
+
+
+def change_key(cid_prefix: bytes, seq: int, form: bytes) -> bytes:
+    return cid_prefix + _U64.pack(seq) + form
+
+
+def split_change_key(raw: bytes) -> tuple[int, bytes]:
+    return int(_U64.unpack(raw[4:12])[0]), raw[12:]
+
+
+# --- generations -------------------------------------------------------------------------------
+
+
+def gen_key(cid_prefix: bytes, seq: int) -> bytes:
+    return cid_prefix + _U64.pack(seq)
+
+
+def gen_id_key(cid_prefix: bytes, generation_id: bytes) -> bytes:
+    return cid_prefix + generation_id
+
+
+# --- phantoms --------------------------------------------------------------------------------
+
+
+def phantom_prefix(cid_prefix: bytes, phantom: int) -> bytes:
+    return cid_prefix + _U64.pack(phantom)
+
+
+def phantom_id_bytes(phantom: int) -> bytes:
+    return _U64.pack(phantom)
+
+
+def phantom_number(phantom_id: bytes) -> int | None:
+    """The phantom number of a phantom id, or None when it cannot be one of ours."""
+    if len(phantom_id) != 8:
+        return None
+    return int(_U64.unpack(phantom_id)[0])
+
+
+# --- readers -----------------------------------------------------------------------------------
+
+
+def reader_key(cid_prefix: bytes, name: str) -> bytes:
+    return cid_prefix + name.encode()
+
+
+def target_prefix(target: str) -> bytes:
+    return target.encode() + b"\x00"
+
+
+def target_key(target: str, cid_prefix: bytes, name: str) -> bytes:
+    return target.encode() + b"\x00" + cid_prefix + name.encode()
+
+
+def split_target_key(raw: bytes) -> tuple[str, int, str]:
+    """(target, owner cid, reader name) of a targets-table key."""
+    end = raw.index(b"\x00")
+    return raw[:end].decode(), int(_U32.unpack(raw[end + 1 : end + 5])[0]), raw[end + 5 :].decode()
+
+
+def producer_key(cid_prefix: bytes, producer_id: str) -> bytes:
+    return cid_prefix + producer_id.encode()
+
+
+def next_prefix(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with ``prefix`` (None: none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])

@@ -1,0 +1,70 @@
+"""A collection's metadata row: its id, kind, generations and background-work progress."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgpack
+
+from diffstore.engine import layout
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionMeta:
+    """The ``collections`` row of one collection.
+
+    ``generation``/``generation_seq`` is the current committed generation; ``next``/``next_seq`` the open
+    one (None for a manual collection between generations). ``last_seq`` is the highest seq ever handed
+    out. ``next_count`` counts writes into the open generation (auto-commit threshold). ``gc_horizon`` is
+    the highest reader minimum the GC has acted on: reads below it answer ``generationCollected``;
+    ``gc_done_seq`` the last generation whose garbage is gone.
+    """
+
+    name: str
+    cid: int
+    manual: bool
+    generation: bytes
+    generation_seq: int
+    next: bytes | None
+    next_seq: int | None
+    last_seq: int
+    next_count: int = 0
+    gc_horizon: bytes | None = None
+    gc_done_seq: int = -1
+    phantom_counter: int = 0
+
+    @property
+    def cid_prefix(self) -> bytes:
+        return layout.cid_bytes(self.cid)
+
+    def with_(self, **changes: Any) -> CollectionMeta:
+        return replace(self, **changes)
+
+    def pack(self) -> bytes:
+        return msgpack.packb(
+            [
+                self.cid,
+                self.manual,
+                self.generation,
+                self.generation_seq,
+                self.next,
+                self.next_seq,
+                self.last_seq,
+                self.next_count,
+                self.gc_horizon,
+                self.gc_done_seq,
+                self.phantom_counter,
+            ],
+            use_bin_type=True,
+        )
+
+    @classmethod
+    def unpack(cls, name: str, raw: bytes) -> CollectionMeta:
+        fields = msgpack.unpackb(raw, raw=False)
+        return cls(name, *fields)
+
+
+def non_manual_generation(counter: int) -> bytes:
+    """Generation ids of non-manual collections: 8 bytes, big-endian."""
+    return layout.u64(counter)

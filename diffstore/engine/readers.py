@@ -1,0 +1,143 @@
+"""Readers: named positions stored in an owner collection, each pointing at a target.
+
+A target is a collection name or anything else (``hstream://stream``); the ``targets`` reverse index
+lets GC compute a collection's minimum and lets collection deletion find the readers that target it.
+Reader updates may carry a compare-and-set expectation (``badVersion`` on mismatch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import lmdb
+import msgpack
+
+from diffstore.engine import layout
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.tables import Tables, check_not_collected, validate_generation_id
+from diffstore.engine.types import UNSET, Reader, ReaderUpdate
+from diffstore.errors import BadVersion, InvalidRequest, NoSuchReader, ReaderExists
+
+MAX_READER_NAME = 255
+
+
+def validate_reader_name(name: str) -> None:
+    if not isinstance(name, str) or not 1 <= len(name.encode()) <= MAX_READER_NAME:
+        raise InvalidRequest("reader name must be 1..255 bytes of UTF-8")
+
+
+def validate_target(target: str) -> None:
+    if not isinstance(target, str) or not 1 <= len(target.encode()) <= 1024 or "\x00" in target:
+        raise InvalidRequest("reader target must be 1..1024 bytes of UTF-8 without NUL")
+
+
+def load_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, name: str) -> Reader | None:
+    raw = txn.get(layout.reader_key(owner.cid_prefix, name), db=tables.readers)
+    if raw is None:
+        return None
+    target, generation_id = msgpack.unpackb(raw, raw=False)
+    return Reader(name, target, generation_id)
+
+
+def _store_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, reader: Reader) -> None:
+    txn.put(
+        layout.reader_key(owner.cid_prefix, reader.name),
+        msgpack.packb([reader.collection, reader.generation_id], use_bin_type=True),
+        db=tables.readers,
+    )
+    txn.put(
+        layout.target_key(reader.collection, owner.cid_prefix, reader.name),
+        msgpack.packb(reader.generation_id, use_bin_type=True),
+        db=tables.targets,
+    )
+
+
+def _check_target_horizon(
+    txn: lmdb.Transaction, tables: Tables, target: str, generation_id: bytes | None
+) -> None:
+    """A reader may not move below what the target's GC may already have removed."""
+    if generation_id is None or generation_id == b"":
+        return
+    raw = txn.get(target.encode(), db=tables.collections)
+    if raw is not None:
+        check_not_collected(CollectionMeta.unpack(target, raw), generation_id)
+
+
+def list_readers(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta) -> list[Reader]:
+    prefix = owner.cid_prefix
+    found: list[Reader] = []
+    cursor = txn.cursor(db=tables.readers)
+    if cursor.set_range(prefix):
+        for key, raw in cursor:
+            if not key.startswith(prefix):
+                break
+            target, generation_id = msgpack.unpackb(raw, raw=False)
+            found.append(Reader(key[4:].decode(), target, generation_id))
+    return found
+
+
+def create_reader(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    owner: CollectionMeta,
+    name: str,
+    target: str,
+    generation_id: bytes | None,
+) -> None:
+    validate_reader_name(name)
+    validate_target(target)
+    if generation_id is not None:
+        validate_generation_id(generation_id)
+    wanted = Reader(name, target, generation_id)
+    existing = load_reader(txn, tables, owner, name)
+    if existing is not None:
+        if existing != wanted:
+            raise ReaderExists(f"reader {name!r} exists with other data")
+        return
+    _check_target_horizon(txn, tables, target, generation_id)
+    _store_reader(txn, tables, owner, wanted)
+
+
+def apply_updates(
+    txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, updates: Iterable[ReaderUpdate]
+) -> None:
+    """Validates then applies every update; any bad one raises before anything is written."""
+    staged: dict[str, Reader] = {}
+    for update in updates:
+        validate_reader_name(update.name)
+        if update.generation_id is not None:
+            validate_generation_id(update.generation_id)
+        current = staged.get(update.name) or load_reader(txn, tables, owner, update.name)
+        if current is None:
+            raise NoSuchReader(f"collection {owner.name!r} has no reader {update.name!r}")
+        if update.expected is not UNSET and current.generation_id != update.expected:
+            raise BadVersion(
+                f"reader {update.name!r} is at {current.generation_id!r}, expected {update.expected!r}"
+            )
+        _check_target_horizon(txn, tables, current.collection, update.generation_id)
+        staged[update.name] = Reader(update.name, current.collection, update.generation_id)
+    for reader in staged.values():
+        _store_reader(txn, tables, owner, reader)
+
+
+def delete_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, name: str) -> None:
+    existing = load_reader(txn, tables, owner, name)
+    if existing is None:
+        return
+    txn.delete(layout.reader_key(owner.cid_prefix, name), db=tables.readers)
+    txn.delete(layout.target_key(existing.collection, owner.cid_prefix, name), db=tables.targets)
+
+
+def minimum_generation(txn: lmdb.Transaction, tables: Tables, target: str) -> bytes | None:
+    """The minimum over every reader targeting ``target`` (None: no reader targets it; null counts as "")."""
+    prefix = layout.target_prefix(target)
+    minimum: bytes | None = None
+    cursor = txn.cursor(db=tables.targets)
+    if cursor.set_range(prefix):
+        for key, raw in cursor:
+            if not key.startswith(prefix):
+                break
+            generation_id = msgpack.unpackb(raw, raw=False) or b""
+            if minimum is None or generation_id < minimum:
+                minimum = generation_id
+    return minimum

@@ -1,0 +1,213 @@
+"""Reads at a generation: point get, paged query, keys around a key, and split points."""
+
+from __future__ import annotations
+
+import itertools
+
+import lmdb
+
+from diffstore.engine import layout
+from diffstore.engine.cursors import QueryCursor, decode_cursor, encode_cursor
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.tables import (
+    Tables,
+    check_not_collected,
+    generation_of_seq,
+    resolve_seq,
+    validate_generation_id,
+)
+from diffstore.engine.types import GetResult, KeysAround, QueryPage, Record
+from diffstore.engine.visibility import (
+    ReadPoint,
+    in_key_order,
+    live_phantom,
+    lower_form,
+    point_version,
+    upper_form,
+    visible_stream,
+)
+from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor
+
+
+def read_point(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    generation_id: bytes | None,
+    phantom_id: bytes | None,
+) -> ReadPoint:
+    """Resolves where a read looks; refuses generations below the GC horizon."""
+    if generation_id is None:
+        generation_id = meta.generation
+    validate_generation_id(generation_id)
+    check_not_collected(meta, generation_id)
+    seq = resolve_seq(txn, tables, meta, generation_id)
+    return ReadPoint(meta, bytes(generation_id), seq, live_phantom(txn, tables, meta, phantom_id))
+
+
+class _GenerationNames:
+    """Turns the seq or phantom generation of a version into a generation id, caching lookups."""
+
+    def __init__(self, txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:
+        self._txn, self._tables, self._meta = txn, tables, meta
+        self._cache: dict[int, bytes] = {}
+
+    def __call__(self, gen: int | bytes) -> bytes:
+        if isinstance(gen, bytes):
+            return gen
+        if gen not in self._cache:
+            self._cache[gen] = generation_of_seq(self._txn, self._tables, self._meta, gen)
+        return self._cache[gen]
+
+
+def get(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, key: bytes) -> GetResult:
+    if not isinstance(key, bytes) or len(key) > layout.MAX_KEY_LENGTH:
+        raise InvalidRequest("a key must be bytes of at most 2^24-1")
+    version = point_version(txn, tables, point, layout.key_form(key))
+    if version is None:
+        return GetResult(point.generation_id, None)
+    value = layout.decode_value(version[1])
+    if value is None:
+        return GetResult(point.generation_id, None)
+    generation_id = _GenerationNames(txn, tables, point.meta)(version[2])
+    return GetResult(generation_id, Record(key, value, generation_id))
+
+
+def _check_limit(limit: int | None, default: int, maximum: int) -> int:
+    if limit is None:
+        return default
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
+        raise InvalidRequest(f"limit must be within 1..{maximum}")
+    return limit
+
+
+def query_page(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    *,
+    generation_id: bytes | None,
+    phantom_id: bytes | None,
+    from_key: bytes | None,
+    to_key: bytes | None,
+    limit: int | None,
+    cursor: str | None,
+    default_limit: int,
+    max_limit: int,
+) -> QueryPage:
+    """One page of the records visible at a generation, in key order, within [from_key, to_key)."""
+    if cursor is not None:
+        state = decode_cursor(cursor, QueryCursor)
+        assert isinstance(state, QueryCursor)
+        if state.cid != meta.cid:
+            raise NoSuchCursor("the cursor belongs to another collection")
+        if meta.gc_horizon is not None and state.generation_id < meta.gc_horizon:
+            raise CursorExpired("the cursor's generation was garbage-collected")
+        point = ReadPoint(
+            meta, state.generation_id, state.seq, live_phantom(txn, tables, meta, state.phantom_id)
+        )
+        from_key, to_key, after, limit = state.from_key, state.to_key, state.after_key, state.limit
+        phantom_id = state.phantom_id
+    else:
+        limit = _check_limit(limit, default_limit, max_limit)
+        point = read_point(txn, tables, meta, generation_id, phantom_id)
+        after = None
+    lower = lower_form(after if after is not None else from_key)
+    stream = in_key_order(visible_stream(txn, tables, point, lower, upper_form(to_key)))
+    names = _GenerationNames(txn, tables, meta)
+    items: list[Record] = []
+    more = False
+    for key, raw, gen in stream:
+        if (after is not None and key <= after) or (from_key is not None and key < from_key):
+            continue
+        if to_key is not None and key >= to_key:
+            break
+        value = layout.decode_value(raw)
+        if value is None:
+            continue
+        if len(items) == limit:
+            more = True
+            break
+        items.append(Record(key, value, names(gen)))
+    token = None
+    if more:
+        token = encode_cursor(
+            QueryCursor(
+                meta.cid, point.generation_id, point.seq, phantom_id, from_key, to_key, limit, items[-1].key
+            )
+        )
+    return QueryPage(point.generation_id, items, token)
+
+
+def keys_around(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    point: ReadPoint,
+    key: bytes,
+    limit: int,
+    require_key_existence: bool,
+) -> KeysAround:
+    """Up to ``limit`` visible keys on each side of ``key`` (``left`` descending)."""
+    limit = _check_limit(limit, limit, 1000)
+    found = get(txn, tables, point, key).record is not None
+    if require_key_existence and not found:
+        return KeysAround(point.generation_id, [], [], False, False, False)
+
+    def side(reverse: bool) -> tuple[list[bytes], bool]:
+        form = layout.key_form(key)
+        if reverse:
+            upper = layout.next_prefix(layout.long_group(form)) if layout.is_long_form(form) else form
+            stream = visible_stream(txn, tables, point, b"", upper, reverse=True)
+        else:
+            stream = visible_stream(txn, tables, point, lower_form(key), None)
+        keys = (
+            k
+            for k, raw, _ in in_key_order(stream, reverse=reverse)
+            if layout.decode_value(raw) is not None and (k < key if reverse else k > key)
+        )
+        taken = list(itertools.islice(keys, limit + 1))
+        return taken[:limit], len(taken) > limit
+
+    left, more_left = side(True)
+    right, more_right = side(False)
+    return KeysAround(point.generation_id, left, right, more_left, more_right, found)
+
+
+def splits(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, count: int) -> list[bytes]:
+    """Up to ``count - 1`` ascending keys cutting the collection into near-equal ranges.
+
+    One pass over the record keys with a sample that thins itself (every 2^k-th key), so memory stays
+    within ~2·count keys whatever the collection's size.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= 1024:
+        raise InvalidRequest("count must be within 2..1024")
+    prefix = meta.cid_prefix
+    stride, seen, sample = 1, 0, []
+    last_form: bytes | None = None
+    cursor = txn.cursor(db=tables.records)
+    if cursor.set_range(prefix):
+        for raw_key in cursor.iternext(values=False):
+            if not raw_key.startswith(prefix):
+                break
+            form = raw_key[4:-8]
+            if form == last_form:
+                continue
+            last_form = form
+            if seen % stride == 0:
+                sample.append(raw_key)
+                if len(sample) >= 2 * count:
+                    sample = sample[::2]
+                    stride *= 2
+            seen += 1
+    if seen < 2:
+        return []
+    step = seen / count
+    wanted = {round(step * i) // stride for i in range(1, count)}
+    keys: list[bytes] = []
+    for index in sorted(wanted):
+        if 0 < index < len(sample):
+            raw_key = sample[index]
+            form = raw_key[4:-8]
+            value = txn.get(raw_key, db=tables.records) if layout.is_long_form(form) else b""
+            keys.append(layout.key_of(form, value or b""))
+    return sorted(set(keys))

@@ -1,0 +1,125 @@
+"""Shared access to the LMDB tables inside one transaction: metadata rows and generation lookups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import lmdb
+
+from diffstore.engine import layout
+from diffstore.engine.meta import CollectionMeta
+from diffstore.errors import GenerationCollected, InvalidRequest, NoSuchCollection
+
+MAX_GENERATION_ID = 255
+MAX_NAME_BYTES = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """Handles of the named sub-databases of one environment (see ``layout.TABLES``)."""
+
+    collections: lmdb._Database
+    gens: lmdb._Database
+    gen_ids: lmdb._Database
+    records: lmdb._Database
+    changes: lmdb._Database
+    phantoms: lmdb._Database
+    phantom_ttl: lmdb._Database
+    readers: lmdb._Database
+    targets: lmdb._Database
+    producers: lmdb._Database
+    dropped: lmdb._Database
+
+    @classmethod
+    def open(cls, env: lmdb.Environment) -> Tables:
+        handles = {name.decode(): env.open_db(name, create=True) for name in layout.TABLES}
+        return cls(**handles)
+
+
+def validate_collection_name(name: str) -> None:
+    raw = name.encode("utf-8", "surrogatepass") if isinstance(name, str) else b""
+    if not isinstance(name, str) or not 1 <= len(raw) <= MAX_NAME_BYTES:
+        raise InvalidRequest("collection name must be 1..255 bytes of UTF-8")
+    if "/" in name or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise InvalidRequest("collection name must not contain '/', NUL or control characters")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest("collection name must be valid UTF-8") from exc
+
+
+def validate_generation_id(generation_id: bytes, what: str = "generation id") -> None:
+    if not isinstance(generation_id, bytes | bytearray) or len(generation_id) > MAX_GENERATION_ID:
+        raise InvalidRequest(f"{what} must be 0..255 bytes")
+
+
+def load_meta(txn: lmdb.Transaction, tables: Tables, name: str) -> CollectionMeta:
+    raw = txn.get(name.encode(), db=tables.collections)
+    if raw is None:
+        raise NoSuchCollection(f"no collection named {name!r}")
+    return CollectionMeta.unpack(name, raw)
+
+
+def save_meta(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:
+    txn.put(meta.name.encode(), meta.pack(), db=tables.collections)
+
+
+def register_generation(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, gen: bytes, seq: int
+) -> None:
+    prefix = meta.cid_prefix
+    txn.put(layout.gen_key(prefix, seq), gen, db=tables.gens)
+    txn.put(layout.gen_id_key(prefix, gen), layout.u64(seq), db=tables.gen_ids)
+
+
+def unregister_generation(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, gen: bytes, seq: int
+) -> None:
+    prefix = meta.cid_prefix
+    txn.delete(layout.gen_key(prefix, seq), db=tables.gens)
+    txn.delete(layout.gen_id_key(prefix, gen), db=tables.gen_ids)
+
+
+def resolve_seq(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes) -> int:
+    """The highest seq visible to a read at ``generation_id`` (-1: nothing is visible).
+
+    The open generation is visible only to a read that names it exactly.
+    """
+    if meta.next is not None and generation_id == meta.next:
+        assert meta.next_seq is not None
+        return meta.next_seq
+    if generation_id >= meta.generation:
+        return meta.generation_seq
+    prefix = meta.cid_prefix
+    cursor = txn.cursor(db=tables.gen_ids)
+    target = layout.gen_id_key(prefix, generation_id)
+    if cursor.set_range(target):
+        if cursor.key() == target:
+            return layout.read_u64(cursor.value())
+        found = cursor.prev()
+    else:
+        found = cursor.last()
+    while found and cursor.key().startswith(prefix):
+        seq = layout.read_u64(cursor.value())
+        if seq <= meta.generation_seq:
+            return seq
+        found = cursor.prev()
+    return -1
+
+
+def generation_of_seq(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int) -> bytes:
+    raw = txn.get(layout.gen_key(meta.cid_prefix, seq), db=tables.gens)
+    if raw is None:
+        raise InvalidRequest(f"generation #{seq} is unknown")
+    return bytes(raw)
+
+
+def check_not_collected(meta: CollectionMeta, generation_id: bytes, *, allow_beginning: bool = False) -> None:
+    """Refuses work at a generation the garbage collector may already have removed."""
+    if meta.gc_horizon is None or generation_id >= meta.gc_horizon:
+        return
+    if allow_beginning and generation_id == b"":
+        return
+    raise GenerationCollected(
+        f"generation {generation_id!r} of {meta.name!r} is below the readers' minimum {meta.gc_horizon!r}"
+    )

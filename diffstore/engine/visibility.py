@@ -1,0 +1,253 @@
+"""The one visibility rule of SPEC §1, as streams of visible record versions.
+
+A read at generation G sees, per key, the record with the greatest generation <= G (records are
+stored by seq, so "<= G" is "<= resolve_seq(G)"). With a phantom id, the phantom's newest record at or
+below G wins over a base record of the same or a lower generation. Tombstones are resolved here too:
+what leaves this module is either a value or absent.
+
+Streams are in *key form* order; :func:`in_key_order` restores the true order inside long-key groups.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import lmdb
+import msgpack
+
+from diffstore.engine import layout
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.tables import Tables, generation_of_seq
+
+# A visible version: (key form, stored record value, generation: seq of a base record or id of a phantom's)
+Version = tuple[bytes, bytes, int | bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPoint:
+    """Where a read looks: the collection, the generation (id and seq), and an optional live phantom."""
+
+    meta: CollectionMeta
+    generation_id: bytes
+    seq: int
+    phantom: int | None = None
+
+
+def live_phantom(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, phantom_id: bytes | None
+) -> int | None:
+    """The phantom number of a started, unexpired phantom (None otherwise: the read sees the base only)."""
+    if phantom_id is None:
+        return None
+    number = layout.phantom_number(phantom_id)
+    if number is None:
+        return None
+    raw = txn.get(layout.phantom_prefix(meta.cid_prefix, number), db=tables.phantom_ttl)
+    if raw is None or layout.read_u64(raw) < time.time() * 1000:
+        return None
+    return number
+
+
+def phantom_version(entries: list[list[bytes]], generation_id: bytes) -> tuple[bytes, bytes] | None:
+    """(generation id, stored value) of a phantom's newest version at or below ``generation_id``."""
+    best: tuple[bytes, bytes] | None = None
+    for gen, raw in entries:
+        if gen <= generation_id:
+            best = (gen, raw)
+        else:
+            break
+    return best
+
+
+def base_version(cursor: lmdb.Cursor, prefix: bytes, form: bytes, seq: int) -> tuple[int, bytes] | None:
+    """(seq, stored value) of the newest base record of ``form`` at or below ``seq``."""
+    if seq < 0:
+        return None
+    head = prefix + form
+    if cursor.set_range(head + layout.u64(seq + 1)):
+        found = cursor.prev()
+    else:
+        found = cursor.last()
+    if not found:
+        return None
+    key = cursor.key()
+    if len(key) != len(head) + 8 or not key.startswith(head):
+        return None
+    return layout.read_u64(key[-8:]), cursor.value()
+
+
+def point_version(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, form: bytes) -> Version | None:
+    """The visible version of one key form, tombstone included (callers decide what absent means)."""
+    prefix = point.meta.cid_prefix
+    base = base_version(txn.cursor(db=tables.records), prefix, form, point.seq)
+    if point.phantom is not None:
+        raw = txn.get(layout.phantom_prefix(prefix, point.phantom) + form, db=tables.phantoms)
+        if raw is not None:
+            found = phantom_version(msgpack.unpackb(raw), point.generation_id)
+            if found is not None:
+                if base is None or found[0] >= generation_of_seq(txn, tables, point.meta, base[0]):
+                    return form, found[1], found[0]
+    if base is None:
+        return None
+    return form, base[1], base[0]
+
+
+def _base_stream(
+    txn: lmdb.Transaction, tables: Tables, point: ReadPoint, lower: bytes, upper: bytes | None, reverse: bool
+) -> Iterator[Version]:
+    """Visible base versions (tombstones included) of forms in [lower, upper), ascending or descending."""
+    prefix = point.meta.cid_prefix
+    seq_limit = point.seq
+    if seq_limit < 0:
+        return
+    start = prefix + lower
+    stop = prefix + upper if upper is not None else layout.next_prefix(prefix)
+    cursor = txn.cursor(db=tables.records)
+    if not reverse:
+        if not cursor.set_range(start):
+            return
+        current_form: bytes | None = None
+        best: tuple[bytes, int] | None = None
+        for key, raw in cursor:
+            if stop is not None and key >= stop:
+                break
+            form = key[4:-8]
+            if form != current_form:
+                if best is not None and current_form is not None:
+                    yield current_form, best[0], best[1]
+                current_form, best = form, None
+            seq = layout.read_u64(key[-8:])
+            if seq <= seq_limit:
+                best = (raw, seq)
+        if best is not None and current_form is not None:
+            yield current_form, best[0], best[1]
+        return
+    if stop is not None and cursor.set_range(stop):
+        found = cursor.prev()
+    else:
+        found = cursor.last()
+    skip_form: bytes | None = None
+    while found:
+        key = cursor.key()
+        if key < start:
+            return
+        form = key[4:-8]
+        if form != skip_form:
+            seq = layout.read_u64(key[-8:])
+            if seq <= seq_limit:
+                skip_form = form
+                yield form, cursor.value(), seq
+        found = cursor.prev()
+
+
+def _phantom_stream(
+    txn: lmdb.Transaction, tables: Tables, point: ReadPoint, lower: bytes, upper: bytes | None, reverse: bool
+) -> Iterator[Version]:
+    assert point.phantom is not None
+    prefix = layout.phantom_prefix(point.meta.cid_prefix, point.phantom)
+    rows: list[Version] = []
+    cursor = txn.cursor(db=tables.phantoms)
+    if cursor.set_range(prefix + lower):
+        for key, raw in cursor:
+            if not key.startswith(prefix):
+                break
+            form = key[len(prefix) :]
+            if upper is not None and form >= upper:
+                break
+            found = phantom_version(msgpack.unpackb(raw), point.generation_id)
+            if found is not None:
+                rows.append((form, found[1], found[0]))
+    # Phantom rows are few (private what-if writes), so holding them is fine.
+    return iter(reversed(rows)) if reverse else iter(rows)
+
+
+def visible_stream(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    point: ReadPoint,
+    lower: bytes = b"",
+    upper: bytes | None = None,
+    reverse: bool = False,
+) -> Iterator[Version]:
+    """Visible versions in form order, phantom overlay applied, tombstones included."""
+    base = _base_stream(txn, tables, point, lower, upper, reverse)
+    if point.phantom is None:
+        yield from base
+        return
+    phantom = _phantom_stream(txn, tables, point, lower, upper, reverse)
+    gen_cache: dict[int, bytes] = {}
+
+    def base_gen(seq: int) -> bytes:
+        if seq not in gen_cache:
+            gen_cache[seq] = generation_of_seq(txn, tables, point.meta, seq)
+        return gen_cache[seq]
+
+    def before(a: bytes, b: bytes) -> bool:
+        return a > b if reverse else a < b
+
+    b_item = next(base, None)
+    p_item = next(phantom, None)
+    while b_item is not None or p_item is not None:
+        if p_item is None or (b_item is not None and before(b_item[0], p_item[0])):
+            assert b_item is not None
+            yield b_item
+            b_item = next(base, None)
+        elif b_item is None or before(p_item[0], b_item[0]):
+            yield p_item
+            p_item = next(phantom, None)
+        else:
+            assert isinstance(b_item[2], int) and isinstance(p_item[2], bytes)
+            yield p_item if p_item[2] >= base_gen(b_item[2]) else b_item
+            b_item = next(base, None)
+            p_item = next(phantom, None)
+
+
+def in_key_order(
+    stream: Iterator[tuple[bytes, bytes, int | bytes]],
+    reverse: bool = False,
+    key_of: Callable[[bytes, bytes], bytes] = layout.key_of,
+) -> Iterator[tuple[bytes, bytes, int | bytes]]:
+    """Turns (form, stored value, gen) into (user key, stored value, gen) in true bytewise key order.
+
+    Only long keys sharing a 200-byte prefix can be out of order; such a group is sorted in memory.
+    """
+    group: list[tuple[bytes, bytes, int | bytes]] = []
+    group_id: bytes | None = None
+    for form, raw, gen in stream:
+        if layout.is_long_form(form):
+            gid = layout.long_group(form)
+            if gid != group_id:
+                if group:
+                    group.sort(key=lambda row: row[0], reverse=reverse)
+                    yield from group
+                group, group_id = [], gid
+            group.append((key_of(form, raw), raw, gen))
+            continue
+        if group:
+            group.sort(key=lambda row: row[0], reverse=reverse)
+            yield from group
+            group, group_id = [], None
+        yield layout.short_key_of_form(form), raw, gen
+    if group:
+        group.sort(key=lambda row: row[0], reverse=reverse)
+        yield from group
+
+
+def lower_form(key: bytes | None) -> bytes:
+    """The first form a scan starting at ``key`` (inclusive) must look at."""
+    if key is None:
+        return b""
+    form = layout.key_form(key)
+    return layout.long_group(form) if layout.is_long_form(form) else form
+
+
+def upper_form(key: bytes | None) -> bytes | None:
+    """The form at which a scan ending before ``key`` (exclusive) may stop (None: the end)."""
+    if key is None:
+        return None
+    form = layout.key_form(key)
+    if layout.is_long_form(form):
+        return layout.next_prefix(layout.long_group(form))
+    return form

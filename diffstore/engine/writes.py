@@ -1,0 +1,276 @@
+"""Writes: the generation lifecycle of SPEC §1 and put/putMany, each inside one write transaction.
+
+Lifecycle of a manual collection (G = requested id, cur = current, next = open generation)::
+
+    start G:   G <= cur -> outdatedGeneration | no next -> next := G | G == next -> ok
+               G > next and abort_outdated -> drop next's records, next := G | else outdatedGeneration
+    commit G:  G != next -> generationMismatch | cur := G, next := none, reader updates (all or nothing)
+    abort G:   G != next -> generationMismatch | drop next's records, next := none
+
+A non-manual collection always has next = cur + 1 open; its writes are committed automatically (see
+``background.auto_commit``) or at once when the open generation reaches ``max_generation_records``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import lmdb
+import msgpack
+
+from diffstore.engine import layout, readers
+from diffstore.engine.meta import CollectionMeta, non_manual_generation
+from diffstore.engine.tables import (
+    Tables,
+    generation_of_seq,
+    register_generation,
+    resolve_seq,
+    save_meta,
+    unregister_generation,
+    validate_generation_id,
+)
+from diffstore.engine.types import PutResult, ReaderUpdate
+from diffstore.engine.visibility import ReadPoint, live_phantom, point_version
+from diffstore.errors import GenerationMismatch, InvalidRequest, NotManual, OutdatedGeneration
+
+PutItem = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bool]
+
+
+def _require_manual(meta: CollectionMeta) -> None:
+    if not meta.manual:
+        raise NotManual(f"collection {meta.name!r} is not manual")
+
+
+def drop_open_generation(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> CollectionMeta:
+    """Deletes the open generation's records (cost follows its writes) and forgets it."""
+    assert meta.next is not None and meta.next_seq is not None
+    prefix = meta.cid_prefix
+    run = layout.change_prefix(prefix, meta.next_seq)
+    cursor = txn.cursor(db=tables.changes)
+    records = txn.cursor(db=tables.records)
+    if cursor.set_range(run):
+        while cursor.key().startswith(run):
+            form = cursor.key()[len(run) :]
+            if records.set_key(layout.record_key(prefix, form, meta.next_seq)):
+                records.delete()
+            if not cursor.delete():
+                break
+    unregister_generation(txn, tables, meta, meta.next, meta.next_seq)
+    return meta.with_(next=None, next_seq=None, next_count=0)
+
+
+def start_generation(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes, abort_outdated: bool
+) -> CollectionMeta:
+    _require_manual(meta)
+    validate_generation_id(generation_id)
+    if generation_id <= meta.generation:
+        raise OutdatedGeneration(f"{generation_id!r} is not above the current generation {meta.generation!r}")
+    if meta.next == generation_id:
+        return meta
+    if meta.next is not None:
+        if not (abort_outdated and generation_id > meta.next):
+            raise OutdatedGeneration(f"generation {meta.next!r} is open")
+        meta = drop_open_generation(txn, tables, meta)
+    seq = meta.last_seq + 1
+    meta = meta.with_(next=bytes(generation_id), next_seq=seq, last_seq=seq, next_count=0)
+    register_generation(txn, tables, meta, meta.next, seq)  # type: ignore[arg-type]
+    save_meta(txn, tables, meta)
+    return meta
+
+
+def commit_generation(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    generation_id: bytes,
+    updates: Sequence[ReaderUpdate],
+) -> CollectionMeta:
+    _require_manual(meta)
+    if meta.next is None or generation_id != meta.next:
+        raise GenerationMismatch(f"{generation_id!r} is not the open generation {meta.next!r}")
+    readers.apply_updates(txn, tables, meta, updates)
+    meta = meta.with_(
+        generation=meta.next, generation_seq=meta.next_seq, next=None, next_seq=None, next_count=0
+    )
+    save_meta(txn, tables, meta)
+    return meta
+
+
+def abort_generation(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes
+) -> CollectionMeta:
+    _require_manual(meta)
+    if meta.next is None or generation_id != meta.next:
+        raise GenerationMismatch(f"{generation_id!r} is not the open generation {meta.next!r}")
+    meta = drop_open_generation(txn, tables, meta)
+    save_meta(txn, tables, meta)
+    return meta
+
+
+def commit_automatic(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> CollectionMeta:
+    """Commits a non-manual collection's open generation and opens the one after it."""
+    assert meta.next is not None and meta.next_seq is not None
+    seq = meta.next_seq + 1
+    meta = meta.with_(
+        generation=meta.next,
+        generation_seq=meta.next_seq,
+        next=non_manual_generation(seq),
+        next_seq=seq,
+        last_seq=seq,
+        next_count=0,
+    )
+    register_generation(txn, tables, meta, meta.next, seq)  # type: ignore[arg-type]
+    save_meta(txn, tables, meta)
+    return meta
+
+
+def _normalize(items: Iterable[PutItem], if_not_present: bool) -> dict[bytes, tuple[bytes | None, bool]]:
+    """Last item of each key wins (SPEC §1); validates keys and values."""
+    latest: dict[bytes, tuple[bytes | None, bool]] = {}
+    for item in items:
+        if len(item) == 3:
+            key, value, inp = item  # type: ignore[misc]
+        else:
+            key, value = item  # type: ignore[misc]
+            inp = if_not_present
+        if not isinstance(key, bytes) or len(key) > layout.MAX_KEY_LENGTH:
+            raise InvalidRequest("a key must be bytes of at most 2^24-1")
+        if value is not None and not isinstance(value, bytes):
+            raise InvalidRequest("a value must be bytes or None (tombstone)")
+        latest[key] = (value, bool(inp))
+    return latest
+
+
+def _phantom_write(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    phantom: int,
+    generation_id: bytes,
+    items: dict[bytes, tuple[bytes | None, bool]],
+    skip_unchanged: bool,
+) -> bool:
+    point = ReadPoint(meta, generation_id, resolve_seq(txn, tables, meta, generation_id), phantom)
+    prefix = layout.phantom_prefix(meta.cid_prefix, phantom)
+    wrote = False
+    for key, (value, inp) in items.items():
+        form = layout.key_form(key)
+        if inp or skip_unchanged:
+            visible = point_version(txn, tables, point, form)
+            current = layout.decode_value(visible[1]) if visible else None
+            if (inp and current is not None) or (skip_unchanged and current == value):
+                continue
+        raw = txn.get(prefix + form, db=tables.phantoms)
+        entries = [e for e in msgpack.unpackb(raw) if e[0] != generation_id] if raw else []
+        entries.append([generation_id, layout.encode_value(key, value)])
+        entries.sort(key=lambda e: e[0])
+        txn.put(prefix + form, msgpack.packb(entries, use_bin_type=True), db=tables.phantoms)
+        wrote = True
+    return wrote
+
+
+def put_many(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    items: Iterable[PutItem],
+    *,
+    generation_id: bytes | None,
+    phantom_id: bytes | None,
+    if_not_present: bool,
+    skip_unchanged: bool,
+    producer_id: str | None,
+    seq_no: int | None,
+    max_generation_records: int,
+) -> tuple[CollectionMeta, PutResult, bool]:
+    """Writes items; returns (new meta, result, whether this was the open generation's first write)."""
+    latest = _normalize(items, if_not_present)
+    producer_key = _check_producer(txn, tables, meta, producer_id, seq_no)
+    if phantom_id is not None:
+        if generation_id is None:
+            raise InvalidRequest("a phantom write needs a generationId")
+        validate_generation_id(generation_id)
+        phantom = live_phantom(txn, tables, meta, phantom_id)
+        if phantom is None:
+            raise InvalidRequest("unknown or expired phantomId")
+        if producer_key is not None and seq_no is not None:
+            if seq_no <= _last_seq_no(txn, tables, producer_key):
+                return meta, PutResult(generation_id, was_put=False, skipped=True), False
+            txn.put(producer_key, layout.u64(seq_no), db=tables.producers)
+        wrote = _phantom_write(txn, tables, meta, phantom, generation_id, latest, skip_unchanged)
+        return meta, PutResult(generation_id, was_put=wrote), False
+    if (
+        meta.next is None
+        or meta.next_seq is None
+        or (generation_id is not None and generation_id != meta.next)
+    ):
+        raise GenerationMismatch(f"writes must name the open generation {meta.next!r}, not {generation_id!r}")
+    if meta.manual and generation_id is None:
+        raise GenerationMismatch("a manual collection's writes must name the open generation")
+    target = meta.next
+    if producer_key is not None and seq_no is not None:
+        if seq_no <= _last_seq_no(txn, tables, producer_key):
+            return meta, PutResult(target, was_put=False, skipped=True), False
+        txn.put(producer_key, layout.u64(seq_no), db=tables.producers)
+    seq = meta.next_seq
+    prefix = meta.cid_prefix
+    suffix = layout.u64(seq)
+    run = layout.change_prefix(prefix, seq)
+    found_gen = target
+    if if_not_present or skip_unchanged or any(inp for _, inp in latest.values()):
+        point = ReadPoint(meta, target, seq)
+        kept: dict[bytes, tuple[bytes | None, bool]] = {}
+        for key, (value, inp) in latest.items():
+            visible = point_version(txn, tables, point, layout.key_form(key))
+            current = layout.decode_value(visible[1]) if visible else None
+            if inp and current is not None:
+                assert visible is not None
+                if len(latest) == 1:
+                    found_gen = generation_of_seq(txn, tables, meta, visible[2])  # type: ignore[arg-type]
+                continue
+            if skip_unchanged and current == value:
+                continue
+            kept[key] = (value, inp)
+        latest = kept
+    if not latest:
+        return meta, PutResult(found_gen, was_put=False), False
+    records: list[tuple[bytes, bytes]] = []
+    changes: list[tuple[bytes, bytes]] = []
+    for key, (value, _) in latest.items():
+        if len(key) <= layout.LONG_KEY_PREFIX:
+            form = key.replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+            records.append((prefix + form + suffix, b"" if value is None else b"\x01" + value))
+        else:
+            form = layout.key_form(key)
+            records.append((prefix + form + suffix, layout.encode_value(key, value)))
+        changes.append((run + form, b""))
+    txn.cursor(db=tables.records).putmulti(records)
+    txn.cursor(db=tables.changes).putmulti(changes)
+    first_write = meta.next_count == 0
+    meta = meta.with_(next_count=meta.next_count + len(records))
+    if not meta.manual and meta.next_count >= max_generation_records:
+        meta = commit_automatic(txn, tables, meta)
+        save_meta(txn, tables, meta)
+        return meta, PutResult(target), False
+    save_meta(txn, tables, meta)
+    return meta, PutResult(target), first_write and not meta.manual
+
+
+def _check_producer(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, producer_id: str | None, seq_no: int | None
+) -> bytes | None:
+    if producer_id is None and seq_no is None:
+        return None
+    if producer_id is None or seq_no is None:
+        raise InvalidRequest("producerId and seqNo go together")
+    if not isinstance(producer_id, str) or not 1 <= len(producer_id.encode()) <= 255:
+        raise InvalidRequest("producerId must be 1..255 bytes of UTF-8")
+    if isinstance(seq_no, bool) or not isinstance(seq_no, int) or not 1 <= seq_no < 1 << 64:
+        raise InvalidRequest("seqNo must be an integer >= 1")
+    return layout.producer_key(meta.cid_prefix, producer_id)
+
+
+def _last_seq_no(txn: lmdb.Transaction, tables: Tables, producer_key: bytes) -> int:
+    raw = txn.get(producer_key, db=tables.producers)
+    return layout.read_u64(raw) if raw else 0
