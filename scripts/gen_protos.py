@@ -56,6 +56,10 @@ def generate(out: Path) -> list[Path]:
     if fixed == text:
         raise RuntimeError("generated grpc module no longer imports hstream_pb2 the expected way")
     grpc_module.write_text(fixed)
+    stub = out / "hstream_pb2.pyi"
+    # ``CompressionType.None`` is a Python keyword, so the stub cannot declare it (use ``Value("None")``).
+    lines = stub.read_text().splitlines(keepends=True)
+    stub.write_text("".join(line for line in lines if not line.lstrip().startswith("None:")))
     (out / "__init__.py").write_text(INIT_TEXT)
     return [out / name for name in GENERATED]
 

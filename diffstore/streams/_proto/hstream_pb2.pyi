@@ -18,7 +18,6 @@ class SpecialOffset(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 
 class CompressionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
-    None: _ClassVar[CompressionType]
     Gzip: _ClassVar[CompressionType]
     Zstd: _ClassVar[CompressionType]
 
@@ -40,7 +39,6 @@ class ResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ResView: _ClassVar[ResourceType]
 EARLIEST: SpecialOffset
 LATEST: SpecialOffset
-None: CompressionType
 Gzip: CompressionType
 Zstd: CompressionType
 Starting: NodeState
