@@ -1,0 +1,65 @@
+"""The app factory: routes, error handlers, authentication, the long-poll hub and the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+
+from diffstore.server.auth import BearerAuth
+from diffstore.server.config import ServerConfig
+from diffstore.server.errors import install_error_handlers
+from diffstore.server.longpoll import CommitHub
+from diffstore.server.openapi import build_openapi
+from diffstore.server.routes import ROUTERS
+
+if TYPE_CHECKING:
+    from diffstore.engine.store import Store
+
+DESCRIPTION = """\
+The diffstore collection API, wire-compatible with diffbelt (SPEC §2-§3).
+
+Bodies are JSON (`application/json`) or msgpack (`application/msgpack`, every EncodedString a raw `bin`);
+answers are msgpack when `Accept` asks for it. Errors are `{"error": code, "reason": text}` with a 4xx status.
+"""
+
+
+def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
+    """Builds the ASGI app over an open store; the caller owns the store (and closes it after the server).
+
+    Args:
+        store: the open store every route works on.
+        config: limits, token and long-poll settings (defaults when omitted).
+    """
+    config = config or ServerConfig()
+    hub = CommitHub()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        hub.attach(store, asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            hub.close()
+            hub.detach()
+
+    app = FastAPI(
+        title="diffstore",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        redirect_slashes=False,
+    )
+    app.state.store = store
+    app.state.config = config
+    app.state.hub = hub
+    for router in ROUTERS:
+        app.include_router(router)
+    install_error_handlers(app)
+    if config.token is not None:
+        app.add_middleware(BearerAuth, token=config.token)
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,45 @@
+"""Bearer-token authentication as a pure ASGI middleware (every route but ``/healthz``)."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from diffstore.server.negotiation import response_codec
+from diffstore.wire import error_to_wire
+
+OPEN_PATHS = frozenset({"/healthz", "/healthz/"})
+
+
+class BearerAuth:
+    """Answers 401 ``unauthorized`` unless ``Authorization: Bearer <token>`` matches (constant time)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = b"Bearer " + token.encode("utf-8")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        accept = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                given = value
+            elif name == b"accept":
+                accept = value.decode("latin-1")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        codec = response_codec(accept)
+        reason = "missing bearer token" if not given else "wrong bearer token"
+        body = codec.dumps(error_to_wire("unauthorized", reason))
+        headers = [
+            (b"content-type", codec.content_type.encode()),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b"Bearer"),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,77 @@
+"""``diffstore serve``: the HTTP server over an embedded store, with a graceful shutdown.
+
+On SIGTERM/SIGINT uvicorn stops accepting connections; :class:`GracefulServer` first answers every open
+long-poll (they would otherwise hold the shutdown for up to ``timeoutMs``), then waits for running
+requests, runs the app's shutdown, and only then is the store closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from diffstore.server.app import create_app
+from diffstore.server.config import ServerConfig
+
+
+class GracefulServer(uvicorn.Server):
+    """A uvicorn server that answers the app's open long-polls as soon as shutdown begins."""
+
+    def __init__(self, app: FastAPI, config: ServerConfig, **uvicorn_options: Any) -> None:
+        options: dict[str, Any] = {
+            "host": config.host,
+            "port": config.port,
+            "timeout_graceful_shutdown": config.shutdown_timeout_s,
+            "lifespan": "on",
+            "log_level": "info",
+        }
+        options.update(uvicorn_options)
+        super().__init__(uvicorn.Config(app, **options))
+        self.fastapi_app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.fastapi_app.state.hub.close()
+        await super().shutdown(sockets)
+
+
+def serve(config: ServerConfig) -> int:
+    """Opens the store, serves until a signal, closes the store. Returns the exit code."""
+    from diffstore.engine.store import Store  # the engine is imported only when a server really starts
+    from diffstore.engine.types import StoreConfig
+
+    with Store.open(config.data_dir, StoreConfig(commit_delay_ms=config.commit_delay_ms)) as store:
+        server = GracefulServer(create_app(store, config), config)
+        server.run()
+    return 0
+
+
+def _serve_command(args: argparse.Namespace) -> int:
+    token = args.token if args.token is not None else os.environ.get("DIFFSTORE_TOKEN") or None
+    config = ServerConfig(
+        data_dir=args.data,
+        host=args.host,
+        port=args.port,
+        token=token,
+        commit_delay_ms=args.commit_delay_ms,
+    )
+    return serve(config)
+
+
+def add_commands(subparsers: Any) -> None:
+    """Adds ``serve`` to the ``diffstore`` command."""
+    parser = subparsers.add_parser("serve", help="run the HTTP API over a data directory")
+    parser.add_argument("--data", default="./data", help="data directory (default ./data)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=3030, help="port (default 3030)")
+    parser.add_argument(
+        "--token", default=None, help="require 'Authorization: Bearer TOKEN' (default: $DIFFSTORE_TOKEN)"
+    )
+    parser.add_argument(
+        "--commit-delay-ms", type=int, default=50, help="auto-commit delay of non-manual collections"
+    )
+    parser.set_defaults(func=_serve_command)

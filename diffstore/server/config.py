@@ -1,0 +1,62 @@
+"""The one configuration of the HTTP server; passed down, never global."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from diffstore.errors import InvalidRequest
+
+
+class Limit(enum.Enum):
+    """Which body limit of SPEC §1 a route enforces."""
+
+    CREATE_COLLECTION = "create_collection"
+    PUT = "put"
+    PUT_MANY = "put_many"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything ``diffstore serve`` and :func:`~diffstore.server.create_app` can be tuned with.
+
+    Attributes:
+        data_dir: the store's directory (used by the ``serve`` command; the app gets an open store).
+        host, port: where ``serve`` listens; loopback by default.
+        token: when set, every route but ``/healthz`` requires ``Authorization: Bearer <token>``.
+        commit_delay_ms: passed to the store (auto-commit delay of non-manual collections).
+        create_collection_max_bytes, put_max_bytes, put_many_max_bytes, body_max_bytes: body limits (413).
+        long_poll_default_ms, long_poll_max_ms: ``timeoutMs`` of ``generationId/stream``.
+        shutdown_timeout_s: how long a graceful shutdown waits for open requests.
+    """
+
+    data_dir: str = "./data"
+    host: str = "127.0.0.1"
+    port: int = 3030
+    token: str | None = None
+    commit_delay_ms: int = 50
+    create_collection_max_bytes: int = 4 * 1024
+    put_max_bytes: int = 4 * 1024 * 1024
+    put_many_max_bytes: int = 32 * 1024 * 1024
+    body_max_bytes: int = 64 * 1024
+    long_poll_default_ms: int = 60_000
+    long_poll_max_ms: int = 300_000
+    shutdown_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise InvalidRequest("port must be within 0..65535")
+        if self.token is not None and not self.token:
+            raise InvalidRequest("token must not be empty")
+        if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:
+            raise InvalidRequest("long_poll_default_ms must be within 0..long_poll_max_ms")
+
+    def limit(self, kind: Limit) -> int:
+        """The body limit in bytes of one kind of route."""
+        return {
+            Limit.CREATE_COLLECTION: self.create_collection_max_bytes,
+            Limit.PUT: self.put_max_bytes,
+            Limit.PUT_MANY: self.put_many_max_bytes,
+            Limit.OTHER: self.body_max_bytes,
+        }[kind]

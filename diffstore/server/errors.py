@@ -1,0 +1,106 @@
+"""Every error to HTTP status mapping of the server, in this one place.
+
+``STATUS_BY_ERROR`` names every class of :mod:`diffstore.errors` (a test checks that no leaf is missing);
+:func:`install_error_handlers` turns domain errors, Starlette's routing errors and FastAPI's parameter
+validation errors into the SPEC §2 error body ``{"error", "reason"}`` (plus ``bytesMax`` for 413).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from diffstore import errors as e
+from diffstore.server.negotiation import response_codec
+from diffstore.wire import error_to_wire
+
+log = logging.getLogger(__name__)
+
+STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
+    e.DiffstoreError: 500,
+    e.BadRequest: 400,
+    e.InvalidJson: 400,
+    e.InvalidRequest: 400,
+    e.InvalidEncoding: 400,
+    e.Unauthorized: 401,
+    e.NotFound: 404,
+    e.NoSuchRoute: 404,
+    e.NoSuchCollection: 404,
+    e.NoSuchReader: 404,
+    e.NoSuchCursor: 404,
+    e.MethodNotAllowed: 405,
+    e.Conflict: 409,
+    e.CollectionExists: 409,
+    e.ReaderExists: 409,
+    e.OutdatedGeneration: 409,
+    e.GenerationMismatch: 409,
+    e.NotManual: 409,
+    e.BadVersion: 409,
+    e.Gone: 410,
+    e.GenerationCollected: 410,
+    e.CursorExpired: 410,
+    e.PayloadTooLarge: 413,
+    e.StorageError: 500,
+}
+
+
+def status_for(exc: e.DiffstoreError) -> int:
+    """The HTTP status of an error: its own class's, else its nearest mapped ancestor's."""
+    for cls in type(exc).__mro__:
+        status = STATUS_BY_ERROR.get(cls)  # type: ignore[call-overload]
+        if status is not None:
+            return status
+    return 500
+
+
+def error_response(request: Request, exc: e.DiffstoreError) -> Response:
+    """Renders an error in the format the client accepts (JSON unless it asked for msgpack)."""
+    status = status_for(exc)
+    if status >= 500:
+        log.error("%s %s failed: %r", request.method, request.url.path, exc)
+    codec = response_codec(request.headers.get("accept"))
+    bytes_max = exc.bytes_max if isinstance(exc, e.PayloadTooLarge) else None
+    headers = {"connection": "close"} if bytes_max is not None else None  # the rest of the body is unread
+    body = codec.dumps(error_to_wire(exc.code, exc.reason, bytes_max))
+    return Response(body, status_code=status, media_type=codec.content_type, headers=headers)
+
+
+def _routing_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    error: e.DiffstoreError
+    if exc.status_code == 404:
+        error = e.NoSuchRoute(f"no route {request.method} {request.url.path}")
+    elif exc.status_code == 405:
+        error = e.MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+    elif exc.status_code < 500:
+        error = e.InvalidRequest(str(exc.detail))
+    else:
+        error = e.DiffstoreError(str(exc.detail))
+    return error_response(request, error)
+
+
+def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    parts = [f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg')}" for err in exc.errors()]
+    return error_response(request, e.InvalidRequest("; ".join(parts) or "invalid request"))
+
+
+def _domain_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, e.DiffstoreError)
+    return error_response(request, exc)
+
+
+def _unexpected_error(request: Request, exc: Exception) -> Response:
+    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(request, e.DiffstoreError(f"internal error: {type(exc).__name__}"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Registers the handlers; Starlette finds the one for an exception by walking its class hierarchy."""
+    app.add_exception_handler(e.DiffstoreError, _domain_error)
+    app.add_exception_handler(StarletteHTTPException, _routing_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected_error)

@@ -1,0 +1,93 @@
+"""The request/response plumbing every route shares: bounded body reading, negotiation, off-loop work.
+
+A route hands :func:`handle` a ``work`` function; ``handle`` reads the body under the route's limit
+(refusing with 413 as soon as the declared or the streamed size passes it, without buffering the rest),
+picks the codecs, and runs ``work`` -- parse, one engine call, serialize -- in a worker thread so that
+neither LMDB nor the parsing of a 32 MiB body blocks the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from fastapi import Request, Response
+
+from diffstore.errors import InvalidRequest, PayloadTooLarge
+from diffstore.server.config import Limit, ServerConfig
+from diffstore.server.negotiation import request_codec, response_codec
+from diffstore.wire import Body, Codec
+
+if TYPE_CHECKING:
+    from diffstore.engine.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """What ``work`` sees: the store, the decoded body (``None`` without one) and both codecs."""
+
+    store: Store
+    body: Any
+    codec: Codec
+    out: Codec
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """Reads the whole body, refusing with :class:`PayloadTooLarge` once it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError as exc:
+            raise InvalidRequest("malformed Content-Length") from exc
+        if size > limit:
+            raise PayloadTooLarge(f"body of {size} bytes exceeds {limit}", bytes_max=limit)
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise PayloadTooLarge(f"body exceeds {limit} bytes", bytes_max=limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def store_of(request: Request) -> Store:
+    return request.app.state.store  # type: ignore[no-any-return]
+
+
+def config_of(request: Request) -> ServerConfig:
+    return request.app.state.config  # type: ignore[no-any-return]
+
+
+def respond(payload: bytes, codec: Codec) -> Response:
+    return Response(payload, media_type=codec.content_type)
+
+
+async def handle(request: Request, work: Callable[[Exchange], Body], limit: Limit | None = None) -> Response:
+    """Runs one route: body (when ``limit`` is given) -> ``work`` in a thread -> serialized response.
+
+    An empty body decodes as ``None``: request classes whose fields are all optional accept it, the
+    others answer 400.
+    """
+    out = response_codec(request.headers.get("accept"))
+    store = store_of(request)
+    raw: bytes | None = None
+    codec = out
+    if limit is not None:
+        codec = request_codec(request.headers.get("content-type"))
+        raw = await read_body(request, config_of(request).limit(limit))
+
+    def run() -> bytes:
+        body = codec.loads(raw) if raw else None
+        return out.dumps(work(Exchange(store, body, codec, out)))
+
+    return respond(await anyio.to_thread.run_sync(run), out)
+
+
+async def call(request: Request, work: Callable[[Store], Any]) -> Any:
+    """Runs ``work(store)`` in a worker thread (for routes that build their answer themselves)."""
+    store = store_of(request)
+    return await anyio.to_thread.run_sync(lambda: work(store))

@@ -1,0 +1,67 @@
+"""``/collections/``: list, create, describe and delete collections."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request, Response
+
+from diffstore.server import schemas
+from diffstore.server.config import Limit
+from diffstore.server.exchange import Exchange, handle
+from diffstore.server.routing import route
+from diffstore.wire import Body, CollectionState
+from diffstore.wire_requests import CreateCollectionRequest
+
+router = APIRouter(tags=["collections"])
+_FIELDS = ("generationId", "nextGenerationId")
+
+
+@route(router, "GET", "/collections/", answer=schemas.CollectionList, summary="List collections by name")
+async def list_collections(request: Request) -> Response:
+    def work(x: Exchange) -> Body:
+        return {"items": [{"name": c.name, "isManual": c.manual} for c in x.store.collections()]}
+
+    return await handle(request, work)
+
+
+@route(router, "POST", "/collections/", body=schemas.CreateCollection, answer=schemas.GenerationIdResponse)
+async def create_collection(request: Request) -> Response:
+    def work(x: Exchange) -> Body:
+        req = CreateCollectionRequest.from_wire(x.body, x.codec)
+        if req.manual and req.initial_generation_id is not None:
+            c = x.store.create_collection(
+                req.collection_name, manual=True, initial_generation_id=req.initial_generation_id
+            )
+        else:
+            c = x.store.create_collection(req.collection_name, manual=req.manual)
+        return {"generationId": x.out.es(c.generation_id)}
+
+    return await handle(request, work, Limit.CREATE_COLLECTION)
+
+
+@route(
+    router, "GET", "/collections/{c}", answer=schemas.CollectionState, summary="Current and next generation"
+)
+async def get_collection(
+    request: Request,
+    c: str,
+    fields: str | None = Query(None, description="comma-separated: generationId,nextGenerationId"),
+) -> Response:
+    wanted = _FIELDS if fields is None else tuple(f for f in _FIELDS if f in fields.split(","))
+
+    def work(x: Exchange) -> Body:
+        collection = x.store.collection(c)
+        state = CollectionState(
+            collection.manual, collection.generation_id, collection.next_generation_id, wanted
+        )
+        return state.to_wire(x.out)
+
+    return await handle(request, work)
+
+
+@route(router, "DELETE", "/collections/{c}", summary="Delete a collection and every reader targeting it")
+async def delete_collection(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        x.store.delete_collection(c)
+        return {}
+
+    return await handle(request, work)

@@ -1,0 +1,51 @@
+"""``diff/``: the keys changed between two generations, paged, resumed by self-contained cursor tokens."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from diffstore.server import schemas
+from diffstore.server.config import Limit
+from diffstore.server.exchange import Exchange, handle
+from diffstore.server.routing import route
+from diffstore.wire import Body, diff_page_to_wire
+from diffstore.wire_requests import DiffRequest
+
+router = APIRouter(tags=["diff"])
+
+
+@route(router, "POST", "/collections/{c}/diff/", body=schemas.DiffRequest, answer=schemas.DiffResponse)
+async def start_diff(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        req = DiffRequest.from_wire(x.body, x.codec)
+        page = x.store.collection(c).diff_page(
+            from_generation_id=req.from_generation_id,
+            to_generation_id=req.to_generation_id,
+            from_reader=req.from_reader,
+            include_intermediate=req.include_intermediate,
+            from_key=req.from_key,
+            to_key=req.to_key,
+            limit=req.limit,
+        )
+        return diff_page_to_wire(page, x.out)
+
+    return await handle(request, work, Limit.OTHER)
+
+
+@route(router, "GET", "/collections/{c}/diff/{cursor_id}", answer=schemas.DiffResponse)
+async def next_diff_page(request: Request, c: str, cursor_id: str) -> Response:
+    def work(x: Exchange) -> Body:
+        return diff_page_to_wire(x.store.collection(c).diff_page(cursor=cursor_id), x.out)
+
+    return await handle(request, work)
+
+
+@route(
+    router, "DELETE", "/collections/{c}/diff/{cursor_id}", summary="Forget a cursor (tokens hold no state)"
+)
+async def delete_diff(request: Request, c: str, cursor_id: str) -> Response:
+    def work(x: Exchange) -> Body:
+        x.store.collection(c)  # 404 for a missing collection; the token itself needs no cleanup
+        return {}
+
+    return await handle(request, work)

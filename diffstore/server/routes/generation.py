@@ -1,0 +1,44 @@
+"""The manual generation lifecycle: ``generation/start``, ``/commit`` (with reader updates), ``/abort``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from diffstore.server import schemas
+from diffstore.server.config import Limit
+from diffstore.server.exchange import Exchange, handle
+from diffstore.server.routing import route
+from diffstore.wire import Body
+from diffstore.wire_requests import GenerationRequest
+
+router = APIRouter(tags=["generations"])
+
+
+@route(router, "POST", "/collections/{c}/generation/start", body=schemas.StartGeneration)
+async def start(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        req = GenerationRequest.from_wire(x.body, x.codec)
+        x.store.collection(c).start_generation(req.generation_id, abort_outdated=req.abort_outdated)
+        return {}
+
+    return await handle(request, work, Limit.OTHER)
+
+
+@route(router, "POST", "/collections/{c}/generation/commit", body=schemas.CommitGeneration)
+async def commit(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        req = GenerationRequest.from_wire(x.body, x.codec)
+        x.store.collection(c).commit_generation(req.generation_id, update_readers=list(req.update_readers))
+        return {}
+
+    return await handle(request, work, Limit.OTHER)
+
+
+@route(router, "POST", "/collections/{c}/generation/abort", body=schemas.AbortGeneration)
+async def abort(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        req = GenerationRequest.from_wire(x.body, x.codec)
+        x.store.collection(c).abort_generation(req.generation_id)
+        return {}
+
+    return await handle(request, work, Limit.OTHER)

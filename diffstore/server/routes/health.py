@@ -1,0 +1,18 @@
+"""``GET /healthz``: liveness, without authentication."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from diffstore.server import schemas
+from diffstore.server.exchange import respond
+from diffstore.server.negotiation import response_codec
+from diffstore.server.routing import route
+
+router = APIRouter(tags=["health"])
+
+
+@route(router, "GET", "/healthz", answer=schemas.Health, summary="Liveness (no token needed)")
+async def healthz(request: Request) -> Response:
+    codec = response_codec(request.headers.get("accept"))
+    return respond(codec.dumps({"ok": True}), codec)

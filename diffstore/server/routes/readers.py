@@ -1,0 +1,51 @@
+"""``/collections/{c}/readers/``: list, create, update (with compare-and-set) and delete readers."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from diffstore.server import schemas
+from diffstore.server.config import Limit
+from diffstore.server.exchange import Exchange, handle
+from diffstore.server.routing import route
+from diffstore.wire import Body, readers_to_wire
+from diffstore.wire_requests import CreateReaderRequest, UpdateReaderRequest
+
+router = APIRouter(tags=["readers"])
+
+
+@route(router, "GET", "/collections/{c}/readers/", answer=schemas.ReaderList)
+async def list_readers(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        return readers_to_wire(x.store.collection(c).readers(), x.out)
+
+    return await handle(request, work)
+
+
+@route(router, "POST", "/collections/{c}/readers/", body=schemas.CreateReader)
+async def create_reader(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        req = CreateReaderRequest.from_wire(x.body, x.codec)
+        x.store.collection(c).create_reader(req.reader_name, req.collection_name, req.generation_id)
+        return {}
+
+    return await handle(request, work, Limit.OTHER)
+
+
+@route(router, "PUT", "/collections/{c}/readers/{name}", body=schemas.UpdateReader)
+async def update_reader(request: Request, c: str, name: str) -> Response:
+    def work(x: Exchange) -> Body:
+        req = UpdateReaderRequest.from_wire(x.body, x.codec)
+        x.store.collection(c).update_reader(name, req.generation_id, expected=req.expected)
+        return {}
+
+    return await handle(request, work, Limit.OTHER)
+
+
+@route(router, "DELETE", "/collections/{c}/readers/{name}", summary="Delete a reader (a missing one is OK)")
+async def delete_reader(request: Request, c: str, name: str) -> Response:
+    def work(x: Exchange) -> Body:
+        x.store.collection(c).delete_reader(name)
+        return {}
+
+    return await handle(request, work)

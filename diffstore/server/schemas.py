@@ -1,0 +1,223 @@
+"""Pydantic models that only document the wire shapes in ``/openapi.json``; no request goes through them.
+
+Routes parse bodies with orjson/msgpack and :mod:`diffstore.wire_requests` (pydantic validation of
+10k-item bodies is many times slower); these models keep the published schema equal to what the
+routes accept and answer. Field names are the wire's camelCase names.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ES(BaseModel):
+    """EncodedString: ``value`` is UTF-8 text, or base64 (standard alphabet, padded) with ``encoding``."""
+
+    value: str
+    encoding: Literal["utf8", "base64"] | None = None
+
+
+class KeyValue(BaseModel):
+    key: ES
+    value: ES
+
+
+class Error(BaseModel):
+    error: str
+    reason: str
+    bytesMax: int | None = None
+
+
+class Empty(BaseModel):
+    pass
+
+
+class Health(BaseModel):
+    ok: bool
+
+
+class GenerationIdResponse(BaseModel):
+    generationId: ES
+
+
+class CollectionEntry(BaseModel):
+    name: str
+    isManual: bool
+
+
+class CollectionList(BaseModel):
+    items: list[CollectionEntry]
+
+
+class CreateCollection(_Model):
+    collectionName: str = Field(min_length=1)
+    isManual: bool
+    initialGenerationId: ES | None = None
+
+
+class CollectionState(BaseModel):
+    isManual: bool
+    generationId: ES | None = None
+    nextGenerationId: ES | None = None
+
+
+class GetItem(_Model):
+    key: ES
+    generationId: ES | None = None
+    phantomId: ES | None = None
+
+
+class GetResponse(BaseModel):
+    generationId: ES
+    item: KeyValue | None
+
+
+class KeysAroundRequest(_Model):
+    key: ES
+    requireKeyExistance: bool
+    limit: int = Field(ge=1, le=1000)
+    generationId: ES | None = None
+    phantomId: ES | None = None
+
+
+class KeysAroundResponse(BaseModel):
+    generationId: ES
+    left: list[ES]
+    right: list[ES]
+    hasMoreOnTheLeft: bool
+    hasMoreOnTheRight: bool
+    foundKey: bool
+
+
+class PutItem(_Model):
+    key: ES
+    value: ES | None = Field(description="null writes a tombstone; the field must be present")
+    ifNotPresent: bool | None = None
+
+
+class _WriteOptions(_Model):
+    generationId: ES | None = None
+    phantomId: ES | None = None
+    skipUnchanged: bool | None = None
+    producerId: str | None = None
+    seqNo: int | None = Field(default=None, ge=1)
+
+
+class PutRequest(_WriteOptions):
+    item: PutItem
+
+
+class PutManyRequest(_WriteOptions):
+    items: list[PutItem]
+
+
+class PutResponse(BaseModel):
+    generationId: ES
+    wasPut: bool | None = None
+    skipped: bool | None = None
+
+
+class ReaderEntry(BaseModel):
+    readerName: str
+    collectionName: str | None = None
+    generationId: ES | None
+
+
+class ReaderList(BaseModel):
+    items: list[ReaderEntry]
+
+
+class CreateReader(_Model):
+    readerName: str
+    collectionName: str | None = None
+    generationId: ES | None = None
+
+
+class UpdateReader(_Model):
+    generationId: ES | None = None
+    expectedGenerationId: ES | None = None
+
+
+class StartGeneration(_Model):
+    generationId: ES
+    abortOutdated: bool | None = None
+
+
+class CommitReaderUpdate(_Model):
+    readerName: str
+    generationId: ES | None
+    expectedGenerationId: ES | None = None
+
+
+class CommitGeneration(_Model):
+    generationId: ES
+    updateReaders: list[CommitReaderUpdate] | None = None
+
+
+class AbortGeneration(_Model):
+    generationId: ES
+
+
+class StartPhantom(_Model):
+    ttlSeconds: int | None = Field(default=None, ge=1)
+
+
+class PhantomResponse(BaseModel):
+    phantomId: ES
+
+
+class QueryRequest(_Model):
+    generationId: ES | None = None
+    phantomId: ES | None = None
+    fromKey: ES | None = None
+    toKey: ES | None = None
+    limit: int | None = Field(default=None, ge=1, le=10_000)
+
+
+class QueryResponse(BaseModel):
+    generationId: ES
+    items: list[KeyValue]
+    cursorId: str | None = None
+
+
+class FromReader(_Model):
+    readerName: str
+    collectionName: str | None = None
+
+
+class DiffRequest(_Model):
+    fromGenerationId: ES | None = None
+    fromReader: FromReader | None = None
+    toGenerationId: ES | None = None
+    omitIntermediateValues: bool | None = None
+    fromKey: ES | None = None
+    toKey: ES | None = None
+    limit: int | None = Field(default=None, ge=1, le=10_000)
+
+
+class DiffItem(BaseModel):
+    key: ES
+    fromValue: ES | None
+    intermediateValues: list[ES | None]
+    toValue: ES | None
+
+
+class DiffResponse(BaseModel):
+    fromGenerationId: ES
+    toGenerationId: ES
+    items: list[DiffItem]
+    cursorId: str | None = None
+
+
+class ProducerResponse(BaseModel):
+    lastSeqNo: int
+
+
+class SplitsResponse(BaseModel):
+    keys: list[ES]

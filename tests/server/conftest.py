@@ -1,0 +1,126 @@
+"""A REAL uvicorn server in a thread, on a free loopback port, over a real Store in ``tmp_path``."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from diffstore.engine.store import Store
+from diffstore.engine.types import StoreConfig
+from diffstore.server import ServerConfig, create_app
+from diffstore.server.cli import GracefulServer
+
+STARTUP_DEADLINE_S = 10.0
+
+
+def es(data: bytes | str) -> dict[str, str]:
+    """An EncodedString as a client would send it (utf8 text, or base64 for other bytes)."""
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        return {"value": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"value": base64.b64encode(raw).decode(), "encoding": "base64"}
+
+
+def unes(obj: dict[str, str] | None) -> bytes | None:
+    """Decodes an EncodedString of a response."""
+    if obj is None:
+        return None
+    if obj.get("encoding") == "base64":
+        return base64.b64decode(obj["value"])
+    return obj["value"].encode()
+
+
+@dataclass
+class Live:
+    """A running server: its base URL, the store under it, and a client bound to it."""
+
+    url: str
+    store: Store
+    app: FastAPI
+    server: GracefulServer
+    http: httpx.Client
+
+    def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+        if body is not None:
+            kwargs["json"] = body
+        return self.http.request(method, path, **kwargs)
+
+    def ok(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        """Calls and asserts a 200 JSON answer; returns the decoded body."""
+        response = self.call(method, path, body, **kwargs)
+        assert response.status_code == 200, (response.status_code, response.text)
+        assert response.headers["content-type"] == "application/json; charset=utf-8"
+        return response.json()
+
+    def fail(self, method: str, path: str, body: Any = None, *, status: int, code: str, **kwargs: Any) -> Any:
+        """Calls and asserts an error answer with ``status`` and ``code``; returns the decoded body."""
+        response = self.call(method, path, body, **kwargs)
+        assert response.status_code == status, (response.status_code, response.text)
+        answer = response.json()
+        assert answer["error"] == code, answer
+        assert isinstance(answer["reason"], str) and answer["reason"]
+        return answer
+
+
+def wait_until(condition: Callable[[], bool], deadline_s: float = 10.0, what: str = "condition") -> None:
+    """Polls ``condition`` until it holds; fails the test at the deadline."""
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+@contextmanager
+def live_server(
+    data_dir: Path, config: ServerConfig | None = None, store_config: StoreConfig | None = None
+) -> Iterator[Live]:
+    """Starts uvicorn on 127.0.0.1 with a free port; stops it and closes the store on exit."""
+    store = Store.open(data_dir, store_config or StoreConfig(commit_delay_ms=20))
+    config = config or ServerConfig()
+    app = create_app(store, config)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = GracefulServer(app, config, log_level="warning", timeout_graceful_shutdown=5)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    headers = {"authorization": f"Bearer {config.token}"} if config.token else {}
+    http = httpx.Client(base_url=url, headers=headers, timeout=30)
+
+    def healthy() -> bool:
+        try:
+            return http.get("/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(healthy, STARTUP_DEADLINE_S, "the server to answer /healthz")
+        yield Live(url, store, app, server, http)
+    finally:
+        http.close()
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+        store.close()
+        assert not thread.is_alive(), "the server did not stop"
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    with live_server(tmp_path / "data") as running:
+        yield running
