@@ -1,0 +1,237 @@
+"""Exactly-once ingestion of one HStream subscription into one manual collection (SPEC §5).
+
+Per window: start the next generation of C; put_many the window's mapped records; commit the generation
+together with the reader updates ``hstream/<subscriptionId>/<shardId>`` → last applied RecordId (12 bytes
+big-endian); only then ack the window's records. A crash anywhere before the commit leaves C unchanged
+(the open generation is aborted at the next start) and the records unacked (they come again); a crash
+after the commit but before the acks is harmless: the records come again and are at or below the
+committed positions, so they are acked and skipped.
+
+Recovery hold: the positions only say "everything up to here was applied", so after a restart the
+records a dead ingestor had received but not committed must arrive before anything newer of the same
+shard is committed. diffstore's embedded server resends a departed consumer's unacked records at once,
+ahead of new ones. Servers that resend only when the ack timeout expires (HStreamDB) need the first
+window after a start held open for that timeout: ``recovery_hold_ms`` (``None`` = automatic: 0 for the
+embedded server, the subscription's ack timeout plus a second otherwise).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from diffstore.streams.client import StreamClient
+from diffstore.streams.consumer import Consumer, ConsumerConfig
+from diffstore.streams.records import RecordFlag, RecordPosition, StreamRecord, compact_json
+from diffstore.streams.sinks import CollectionSink, PutItem
+from diffstore.streams.window import (
+    IngestWindow,
+    WindowAccumulator,
+    next_generation_id,
+    reader_name,
+    reader_target,
+)
+
+MapperResult = tuple[bytes | str, bytes | None] | Iterable[tuple[bytes | str, bytes | None]] | None
+Mapper = Callable[[StreamRecord], MapperResult]
+EMBEDDED_SERVER_MARK = "diffstore"
+
+
+def default_mapper(record: StreamRecord) -> tuple[bytes, bytes]:
+    """Key = the partition key; value = the RAW payload, or compact sorted-keys JSON for JSON records."""
+    if record.flag is RecordFlag.JSON:
+        return record.partition_key.encode(), compact_json(record.json())
+    return record.partition_key.encode(), record.payload
+
+
+def load_mapper(spec: str) -> Mapper:
+    """Resolves ``module:function`` to a callable."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"mapper must be module:function, got {spec!r}")
+    target: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{spec} is not callable")
+    return target  # type: ignore[return-value]
+
+
+def map_records(mapper: Mapper, records: Iterable[StreamRecord]) -> list[PutItem]:
+    """Applies ``mapper`` to each record: ``None`` drops it, a ``(key, value)`` pair or a list of pairs
+    are written (``value`` ``None`` is a tombstone; ``str`` keys are UTF-8 encoded)."""
+    items: list[PutItem] = []
+    for record in records:
+        result = mapper(record)
+        if result is None:
+            continue
+        pairs = [result] if isinstance(result, tuple) else result
+        for key, value in pairs:  # type: ignore[misc]
+            items.append((key.encode() if isinstance(key, str) else key, value))
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class IngestConfig:
+    """One ingestor: subscription → manual collection.
+
+    Attributes:
+        subscription_id: the HStream subscription to consume.
+        window_records / window_ms: a window (one generation) closes at this many records or this age.
+        mapper: record → items (default :func:`default_mapper`).
+        recovery_hold_ms: see the module docstring (``None``: automatic).
+        consumer: tuning of the underlying consumer.
+    """
+
+    subscription_id: str
+    window_records: int = 10_000
+    window_ms: float = 500.0
+    mapper: Mapper | None = None
+    recovery_hold_ms: float | None = None
+    consumer: ConsumerConfig | None = None
+
+    def __post_init__(self) -> None:
+        if not self.subscription_id:
+            raise ValueError("subscription_id is required")
+        if self.window_records < 1 or self.window_ms < 0:
+            raise ValueError("window_records must be >= 1 and window_ms >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class CommitStats:
+    """Reported after every committed window."""
+
+    generation_id: bytes
+    records: int
+    items: int
+    applied_total: int
+    skipped_total: int
+    lag_s: float
+    positions: dict[int, RecordPosition]
+
+
+class Ingestor:
+    """Runs the SPEC §5 loop until stopped; every sink or stream error ends :meth:`run` with that error."""
+
+    def __init__(self, client: StreamClient, sink: CollectionSink, config: IngestConfig) -> None:
+        self.client = client
+        self.sink = sink
+        self.config = config
+        self.mapper: Mapper = config.mapper or default_mapper
+        self.stop_event = threading.Event()
+        self.applied_total = 0
+        self.skipped_total = 0
+        self.stream_name = ""
+        self._readers: dict[int, str] = {}
+
+    def stop(self) -> None:
+        """Asks :meth:`run` to commit its open window and return."""
+        self.stop_event.set()
+
+    def prepare(self) -> WindowAccumulator:
+        """Aborts a dead ingestor's open generation, ensures the position readers, loads positions."""
+        subscription = self.client.get_subscription(self.config.subscription_id).subscription
+        self.stream_name = subscription.streamName
+        _, open_next = self.sink.generation_state()
+        if open_next is not None:
+            self.sink.abort_generation(open_next)  # an uncommitted window of a dead ingestor
+        existing = self.sink.readers()
+        positions: dict[int, RecordPosition] = {}
+        for shard in self.client.list_shards(self.stream_name):
+            name = reader_name(self.config.subscription_id, shard.shard_id)
+            self._readers[shard.shard_id] = name
+            if name not in existing:
+                self.sink.create_reader(name, reader_target(self.stream_name))
+            else:
+                stored = existing[name][1]
+                if stored:
+                    positions[shard.shard_id] = RecordPosition.from_bytes(stored)
+        return WindowAccumulator(self.config.window_records, self.config.window_ms, positions)
+
+    def _recovery_hold_s(self) -> float:
+        if self.config.recovery_hold_ms is not None:
+            return self.config.recovery_hold_ms / 1000
+        cluster = self.client.describe_cluster()
+        versions = [n.version.version for n in cluster.serverNodes]
+        if versions and all(EMBEDDED_SERVER_MARK in v for v in versions):
+            return 0.0
+        subscription = self.client.get_subscription(self.config.subscription_id).subscription
+        return float(subscription.ackTimeoutSeconds) + 1.0
+
+    def run(self, on_commit: Callable[[CommitStats], None] | None = None) -> None:
+        """Consumes and applies windows until :meth:`stop`; the open window is committed before returning."""
+        accumulator = self.prepare()
+        hold_until = time.monotonic() + self._recovery_hold_s()
+        consumer = Consumer(self.client, self.config.subscription_id, self.config.consumer)
+        try:
+            while True:
+                now = time.monotonic()
+                stopping = self.stop_event.is_set()
+                if len(accumulator) and now >= hold_until and (stopping or accumulator.ready(now)):
+                    self._apply(accumulator, consumer, on_commit)
+                    continue
+                if stopping:
+                    return  # a window still inside the recovery hold stays unacked: it comes again
+                deadline = accumulator.deadline()
+                if deadline is not None:
+                    deadline = max(deadline, hold_until)
+                timeout = 0.05 if deadline is None else min(0.05, max(0.0, deadline - now))
+                batch = consumer.poll(timeout)
+                if batch is None:
+                    continue
+                ack_now = accumulator.offer(batch.records, time.monotonic())
+                if ack_now:
+                    self.skipped_total += len(ack_now)
+                    consumer.ack(ack_now)
+        finally:
+            consumer.close()
+
+    def _apply(
+        self,
+        accumulator: WindowAccumulator,
+        consumer: Consumer,
+        on_commit: Callable[[CommitStats], None] | None,
+    ) -> None:
+        window = accumulator.take()
+        generation = self._write_generation(window)
+        accumulator.committed(window)
+        consumer.ack(window.record_ids)
+        self.applied_total += len(window.records)
+        if on_commit is not None:
+            lag = max(0.0, time.time() - window.newest_publish_ns / 1e9) if window.newest_publish_ns else 0.0
+            on_commit(
+                CommitStats(
+                    generation,
+                    len(window.records),
+                    self._last_items,
+                    self.applied_total,
+                    self.skipped_total,
+                    lag,
+                    dict(accumulator.positions),
+                )
+            )
+
+    _last_items = 0
+
+    def _write_generation(self, window: IngestWindow) -> bytes:
+        items = map_records(self.mapper, window.records)
+        self._last_items = len(items)
+        current, _ = self.sink.generation_state()
+        generation = next_generation_id(current)
+        self.sink.start_generation(generation)
+        try:
+            if items:
+                self.sink.put_many(items, generation)
+            positions = sorted(window.positions.items())
+            updates = [(self._readers[shard], pos.to_bytes()) for shard, pos in positions]
+            self.sink.commit_generation(generation, updates)
+        except BaseException:
+            try:
+                self.sink.abort_generation(generation)
+            except Exception:  # noqa: S110 - the original error matters; the next start aborts anyway
+                pass
+            raise
+        return generation

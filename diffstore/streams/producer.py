@@ -1,0 +1,346 @@
+"""A buffered producer bound to one stream, as the HStreamDB client guidelines describe.
+
+Two pure classes hold every decision and know nothing of sockets (h11 style):
+
+- :class:`BatchBuffer` keeps one open batch per partition key and says when a batch is sealed: by record
+  count, by bytes, or when it has been open ``linger_ms``; a record whose flag (RAW/JSON) differs from the
+  open batch's seals it first, so a key's records keep their order.
+- :class:`OrderedDispatch` lets sealed batches of different keys run concurrently while batches of the same
+  key run strictly one after the other, in sealing order.
+
+:class:`BufferedProducer` is the thin I/O layer: a timer thread for lingering batches, a thread pool for
+Append calls, and one :class:`AppendFuture` per record that resolves to its RecordId or to the error of
+its batch. Errors are never dropped: every affected future carries the error and :meth:`flush` raises it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from diffstore.streams.client import StreamClient
+from diffstore.streams.records import (
+    Compression,
+    RecordFlag,
+    RecordId,
+    build_batch,
+    encode_header,
+    encode_records,
+    python_to_struct_bytes,
+)
+
+T = TypeVar("T")
+B = TypeVar("B")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """Buffering and flushing of a :class:`BufferedProducer`.
+
+    Attributes:
+        batch_max_records: a key's batch is sealed when it holds this many records.
+        batch_max_bytes: ... or this many payload bytes.
+        linger_ms: ... or when its first record is this old (0: seal on every append).
+        compression: compression of every batch.
+        max_concurrent_flushes: Append calls in flight at once (of different keys).
+    """
+
+    batch_max_records: int = 1_000
+    batch_max_bytes: int = 1 << 20
+    linger_ms: float = 10.0
+    compression: Compression = Compression.NONE
+    max_concurrent_flushes: int = 8
+
+    def __post_init__(self) -> None:
+        if self.batch_max_records < 1 or self.batch_max_bytes < 1:
+            raise ValueError("batch_max_records and batch_max_bytes must be >= 1")
+        if self.linger_ms < 0 or self.max_concurrent_flushes < 1:
+            raise ValueError("linger_ms must be >= 0 and max_concurrent_flushes >= 1")
+
+
+@dataclass(slots=True)
+class PendingBatch(Generic[T]):
+    """Records of one partition key and one flag, in append order, with one ticket per record."""
+
+    partition_key: str
+    flag: RecordFlag
+    opened_at: float
+    payloads: list[bytes] = field(default_factory=list)
+    tickets: list[T] = field(default_factory=list)
+    size_bytes: int = 0
+
+
+class BatchBuffer(Generic[T]):
+    """Decides when batches are sealed; pure (time is passed in)."""
+
+    def __init__(self, config: ProducerConfig) -> None:
+        self._config = config
+        self._open: dict[str, PendingBatch[T]] = {}
+
+    def add(
+        self, partition_key: str, flag: RecordFlag, payload: bytes, ticket: T, now: float
+    ) -> list[PendingBatch[T]]:
+        """Adds one record; returns the batches sealed by it (oldest first)."""
+        sealed: list[PendingBatch[T]] = []
+        batch = self._open.get(partition_key)
+        if batch is not None and batch.flag is not flag:
+            sealed.append(self._open.pop(partition_key))
+            batch = None
+        if batch is None:
+            batch = self._open[partition_key] = PendingBatch(partition_key, flag, now)
+        batch.payloads.append(payload)
+        batch.tickets.append(ticket)
+        batch.size_bytes += len(payload)
+        config = self._config
+        if (
+            len(batch.payloads) >= config.batch_max_records
+            or batch.size_bytes >= config.batch_max_bytes
+            or config.linger_ms == 0
+        ):
+            sealed.append(self._open.pop(partition_key))
+        return sealed
+
+    def due(self, now: float) -> list[PendingBatch[T]]:
+        """Seals and returns the batches open for at least ``linger_ms``."""
+        limit = now - self._config.linger_ms / 1000
+        keys = [k for k, b in self._open.items() if b.opened_at <= limit]
+        return [self._open.pop(k) for k in keys]
+
+    def next_deadline(self) -> float | None:
+        """When the oldest open batch becomes due (``None``: nothing open)."""
+        if not self._open:
+            return None
+        return min(b.opened_at for b in self._open.values()) + self._config.linger_ms / 1000
+
+    def drain(self) -> list[PendingBatch[T]]:
+        """Seals everything open."""
+        batches = list(self._open.values())
+        self._open.clear()
+        return batches
+
+    @property
+    def empty(self) -> bool:
+        return not self._open
+
+
+class OrderedDispatch(Generic[B]):
+    """Per-key FIFO of sealed batches: one batch per key in flight, different keys in parallel; pure."""
+
+    def __init__(self, key_of: Callable[[B], str]) -> None:
+        self._key_of = key_of
+        self._waiting: dict[str, deque[B]] = {}
+
+    def submit(self, batch: B) -> bool:
+        """Queues ``batch``; True when it may start now (no batch of its key is in flight)."""
+        key = self._key_of(batch)
+        queue = self._waiting.get(key)
+        if queue is None:
+            self._waiting[key] = deque()
+            return True
+        queue.append(batch)
+        return False
+
+    def finished(self, key: str) -> B | None:
+        """Marks the in-flight batch of ``key`` done; returns the next batch of that key to start."""
+        queue = self._waiting[key]
+        if queue:
+            return queue.popleft()
+        del self._waiting[key]
+        return None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._waiting)
+
+
+class _BatchOutcome:
+    """Shared result of one batch; per-record futures index into it."""
+
+    __slots__ = ("event", "record_ids", "error")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.record_ids: list[RecordId] = []
+        self.error: BaseException | None = None
+
+
+class AppendFuture:
+    """The outcome of one appended record: its RecordId, or the error of its batch."""
+
+    __slots__ = ("_outcome", "_index")
+
+    def __init__(self) -> None:
+        self._outcome: _BatchOutcome | None = None
+        self._index = 0
+
+    def done(self) -> bool:
+        return self._outcome is not None and self._outcome.event.is_set()
+
+    def result(self, timeout: float | None = None) -> RecordId:
+        """Waits for the record's id; raises the batch's error, or TimeoutError."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        assert self._outcome is not None
+        return self._outcome.record_ids[self._index]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._outcome is None:  # not flushed yet: the outcome is attached when the batch is sent
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("record not flushed yet")
+            time.sleep(0.001)
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._outcome.event.wait(remaining):
+            raise TimeoutError("append not finished")
+        return self._outcome.error
+
+
+class ProducerError(Exception):
+    """Appends failed; ``errors`` holds the underlying exceptions (the first one is the cause)."""
+
+    def __init__(self, errors: list[BaseException]) -> None:
+        super().__init__(f"{len(errors)} batch(es) failed; first: {errors[0]!r}")
+        self.errors = errors
+
+
+class BufferedProducer:
+    """Appends records to one stream in buffered, compressed, per-key ordered batches."""
+
+    def __init__(self, client: StreamClient, stream_name: str, config: ProducerConfig | None = None) -> None:
+        self.stream_name = stream_name
+        self.config = config or ProducerConfig()
+        self._client = client
+        self._shard_map = client.shard_map(stream_name)
+        self._buffer: BatchBuffer[AppendFuture] = BatchBuffer(self.config)
+        self._dispatch: OrderedDispatch[PendingBatch[AppendFuture]] = OrderedDispatch(
+            lambda b: b.partition_key
+        )
+        self._pool = ThreadPoolExecutor(
+            self.config.max_concurrent_flushes, thread_name_prefix="producer-append"
+        )
+        self._lock = threading.Condition()
+        self._in_flight = 0
+        self._errors: list[BaseException] = []
+        self._closed = False
+        self._headers: dict[tuple[str, RecordFlag], bytes] = {}
+        self._timer = threading.Thread(target=self._linger_loop, name="producer-linger", daemon=True)
+        self._timer.start()
+
+    # -- API -----------------------------------------------------------------------------------------------
+
+    def append(self, payload: bytes | str | Mapping[str, Any], key: str = "") -> AppendFuture:
+        """Buffers one record: ``bytes``/``str`` as RAW, a mapping as JSON (protobuf Struct).
+
+        Returns a future resolving to the record's id once its batch is appended.
+        """
+        if isinstance(payload, bytes):
+            flag, data = RecordFlag.RAW, payload
+        elif isinstance(payload, str):
+            flag, data = RecordFlag.RAW, payload.encode()
+        else:
+            flag, data = RecordFlag.JSON, python_to_struct_bytes(payload)
+        future = AppendFuture()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("producer is closed")
+            was_empty = self._buffer.empty
+            sealed = self._buffer.add(key, flag, data, future, time.monotonic())
+            if was_empty and not self._buffer.empty:
+                self._lock.notify_all()  # the linger timer sleeps without a deadline while nothing is open
+            for batch in sealed:
+                self._submit_locked(batch)
+        return future
+
+    def flush(self) -> None:
+        """Sends everything buffered and waits for it; raises :class:`ProducerError` for failures since
+        the last flush."""
+        with self._lock:
+            for batch in self._buffer.drain():
+                self._submit_locked(batch)
+            while self._in_flight or self._dispatch.busy:
+                self._lock.wait()
+            errors, self._errors = self._errors, []
+        if errors:
+            raise ProducerError(errors)
+
+    def close(self) -> None:
+        """Flushes, then stops the threads; errors of the final flush are raised."""
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+                self._lock.notify_all()
+            self._timer.join()
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> BufferedProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- I/O -----------------------------------------------------------------------------------------------
+
+    def _submit_locked(self, batch: PendingBatch[AppendFuture]) -> None:
+        outcome = _BatchOutcome()
+        for index, future in enumerate(batch.tickets):
+            future._index = index
+            future._outcome = outcome
+        self._in_flight += 1
+        if self._dispatch.submit(batch):
+            self._pool.submit(self._send, batch, outcome)
+
+    def _send(self, batch: PendingBatch[AppendFuture], outcome: _BatchOutcome) -> None:
+        while True:
+            try:
+                header = self._headers.get((batch.partition_key, batch.flag))
+                if header is None:
+                    header = self._headers[(batch.partition_key, batch.flag)] = encode_header(
+                        batch.flag, batch.partition_key
+                    )
+                encoded = build_batch(
+                    encode_records(header, batch.payloads),
+                    len(batch.payloads),
+                    self.config.compression,
+                    time.time_ns(),
+                )
+                shard_id = self._shard_map.shard_for_key(batch.partition_key)
+                outcome.record_ids = self._client.append(self.stream_name, shard_id, encoded)
+                if len(outcome.record_ids) != len(batch.payloads):
+                    raise RuntimeError(
+                        f"Append returned {len(outcome.record_ids)} ids for {len(batch.payloads)} records"
+                    )
+            except BaseException as exc:  # every failure must reach the futures and flush()
+                outcome.error = exc
+            outcome.event.set()
+            with self._lock:
+                if outcome.error is not None:
+                    self._errors.append(outcome.error)
+                self._in_flight -= 1
+                following = self._dispatch.finished(batch.partition_key)
+                self._lock.notify_all()
+            if following is None:
+                return
+            batch = following
+            outcome = following.tickets[0]._outcome  # type: ignore[assignment]
+
+    def _linger_loop(self) -> None:
+        with self._lock:
+            while not self._closed:
+                deadline = self._buffer.next_deadline()
+                now = time.monotonic()
+                if deadline is None:
+                    self._lock.wait()
+                    continue
+                if deadline > now:
+                    self._lock.wait(deadline - now)
+                    continue
+                for batch in self._buffer.due(now):
+                    self._submit_locked(batch)

@@ -1,0 +1,108 @@
+"""The pure half of ingestion: windows, stored positions, generation ids, mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from diffstore.streams.ingest import default_mapper, load_mapper, map_records
+from diffstore.streams.records import (
+    RecordFlag,
+    RecordId,
+    RecordPosition,
+    StreamRecord,
+    python_to_struct_bytes,
+)
+from diffstore.streams.window import WindowAccumulator, next_generation_id, reader_name, reader_target
+
+
+def rec(shard: int, batch: int, index: int, key: str = "k", payload: bytes = b"v") -> StreamRecord:
+    return StreamRecord(RecordId(shard, batch, index), key, RecordFlag.RAW, payload, publish_time_ns=batch)
+
+
+def test_window_closes_by_count_and_sorts_by_record_id() -> None:
+    acc = WindowAccumulator(window_records=3, window_ms=10_000)
+    assert acc.offer([rec(2, 5, 0), rec(1, 7, 1)], now=0.0) == []
+    assert not acc.ready(0.0)
+    acc.offer([rec(1, 7, 0)], now=0.0)
+    assert acc.ready(0.0)
+    window = acc.take()
+    assert window.record_ids == [RecordId(1, 7, 0), RecordId(1, 7, 1), RecordId(2, 5, 0)]
+    assert window.positions == {1: RecordPosition(7, 1), 2: RecordPosition(5, 0)}
+    assert window.newest_publish_ns == 7
+    assert len(acc) == 0 and acc.deadline() is None
+
+
+def test_window_closes_by_age_from_its_first_record() -> None:
+    acc = WindowAccumulator(window_records=100, window_ms=200)
+    acc.offer([rec(1, 1, 0)], now=10.0)
+    acc.offer([rec(1, 2, 0)], now=10.15)
+    assert acc.deadline() == pytest.approx(10.2)
+    assert not acc.ready(10.19)
+    assert acc.ready(10.2)
+
+
+def test_records_at_or_below_stored_positions_are_acked_and_skipped() -> None:
+    acc = WindowAccumulator(10, 100, positions={1: RecordPosition(7, 1)})
+    ack_now = acc.offer([rec(1, 7, 0), rec(1, 7, 1), rec(1, 7, 2), rec(2, 1, 0)], now=0.0)
+    assert ack_now == [RecordId(1, 7, 0), RecordId(1, 7, 1)]
+    assert acc.take().record_ids == [RecordId(1, 7, 2), RecordId(2, 1, 0)]
+
+
+def test_resend_inside_open_window_is_ignored_and_commit_moves_positions() -> None:
+    acc = WindowAccumulator(10, 100)
+    acc.offer([rec(1, 3, 0), rec(1, 3, 1)], now=0.0)
+    assert acc.offer([rec(1, 3, 1)], now=0.0) == []
+    window = acc.take()
+    assert len(window.records) == 2
+    acc.committed(window)
+    assert acc.positions == {1: RecordPosition(3, 1)}
+    assert acc.offer([rec(1, 3, 0), rec(1, 3, 1)], now=1.0) == [RecordId(1, 3, 0), RecordId(1, 3, 1)]
+    assert len(acc) == 0
+    with pytest.raises(ValueError):
+        acc.take()
+
+
+def test_generation_ids_are_monotonic() -> None:
+    assert next_generation_id(b"") == b"\x00" * 7 + b"\x01"
+    assert next_generation_id(b"\x00" * 7 + b"\xff") == b"\x00" * 6 + b"\x01\x00"
+    assert next_generation_id(b"v1") == b"v1" + b"\x00" * 7 + b"\x01"
+    assert next_generation_id(b"pre" + b"\x00" * 7 + b"\x03") == b"pre" + b"\x00" * 7 + b"\x04"
+    saturated = b"\xff" * 8
+    assert next_generation_id(saturated) == saturated + b"\x00" * 7 + b"\x01"
+    g = b""
+    for _ in range(300):
+        nxt = next_generation_id(g)
+        assert nxt > g
+        g = nxt
+
+
+def test_reader_names_follow_the_spec() -> None:
+    assert reader_name("sub", 42) == "hstream/sub/42"
+    assert reader_target("orders") == "hstream://orders"
+
+
+def test_default_mapping_raw_and_json() -> None:
+    raw = rec(1, 1, 0, key="k1", payload=b"\x00\xff")
+    assert default_mapper(raw) == (b"k1", b"\x00\xff")
+    js = StreamRecord(
+        RecordId(1, 1, 1), "k2", RecordFlag.JSON, python_to_struct_bytes({"b": 1, "a": [True, "x"]})
+    )
+    assert default_mapper(js) == (b"k2", b'{"a":[true,"x"],"b":1}')
+
+
+def mapper_for_test(record: StreamRecord) -> list[tuple[str, bytes | None]] | None:
+    if record.payload == b"drop":
+        return None
+    if record.payload == b"delete":
+        return [(record.partition_key, None)]
+    return [(record.partition_key, record.payload), ("copy/" + record.partition_key, record.payload)]
+
+
+def test_user_mapper_may_drop_rename_and_tombstone() -> None:
+    mapper = load_mapper(f"{__name__}:mapper_for_test")
+    items = map_records(
+        mapper, [rec(1, 1, 0, "a", b"drop"), rec(1, 1, 1, "b", b"delete"), rec(1, 1, 2, "c", b"v")]
+    )
+    assert items == [(b"b", None), (b"c", b"v"), (b"copy/c", b"v")]
+    with pytest.raises(ValueError):
+        load_mapper("no_colon")
