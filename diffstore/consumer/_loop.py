@@ -1,0 +1,330 @@
+"""The consumer's I/O loop: performs the actions of :class:`WindowMachine` on a store, and nothing else.
+
+The store is anything satisfying :class:`ConsumerStore` — the HTTP :class:`~diffstore.client.Client`
+or an embedded engine ``Store``; waiting when caught up uses the client's long poll
+(``wait_for_change``) or, for the engine, :class:`CommitWaiter` on its commit listener.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from diffstore.consumer._window import (
+    Action,
+    DataEvent,
+    Deliver,
+    EndSource,
+    EndWindow,
+    Event,
+    FetchPage,
+    LoadCheckpoint,
+    Positions,
+    ProtocolViolation,
+    ReadHeads,
+    Rollback,
+    StartSource,
+    StartWindow,
+    WaitForChange,
+    WindowMachine,
+    WriteCheckpoint,
+)
+from diffstore.engine.types import DiffPage, Reader, ReaderUpdate
+from diffstore.errors import Conflict, DiffstoreError, InvalidRequest, ReaderExists
+
+
+class WindowListener:
+    """Callbacks of a consumer; override what you need. Return ``False`` (or raise) to roll back."""
+
+    def on_start_window(self, from_positions: Positions) -> bool | None:
+        return None
+
+    def on_start_source(self, source: str) -> bool | None:
+        return None
+
+    def on_data_event(self, source: str, key: bytes, old: bytes | None, new: bytes | None) -> bool | None:
+        return None
+
+    def on_end_source(self, source: str) -> bool | None:
+        return None
+
+    def on_end_window(self, to_positions: Positions) -> bool | None:
+        return None
+
+    def on_rollback(self, from_positions: Positions, error: BaseException | None) -> None:
+        return None
+
+
+class ConsumerCollection(Protocol):
+    """What the consumer needs of a collection; the engine's and the client's handles both have it."""
+
+    @property
+    def generation_id(self) -> bytes: ...
+
+    def diff_page(
+        self,
+        from_generation_id: bytes | None = ...,
+        to_generation_id: bytes | None = ...,
+        *,
+        limit: int | None = ...,
+        cursor: str | None = ...,
+    ) -> DiffPage: ...
+
+    def readers(self) -> list[Reader]: ...
+
+    def create_reader(
+        self, name: str, collection: str | None = ..., generation_id: bytes | None = ...
+    ) -> None: ...
+
+    def start_generation(self, generation_id: bytes, abort_outdated: bool = ...) -> None: ...
+
+    def commit_generation(self, generation_id: bytes, update_readers: Any = ...) -> None: ...
+
+    def abort_generation(self, generation_id: bytes) -> None: ...
+
+
+class ConsumerStore(Protocol):
+    """An engine ``Store`` or a :class:`~diffstore.client.Client`."""
+
+    def collection(self, name: str) -> Any: ...
+
+    def create_collection(
+        self, name: str, manual: bool = ..., initial_generation_id: bytes | None = ...
+    ) -> Any: ...
+
+
+class ChangeWaiter(Protocol):
+    def wait_for_change(self, positions: Positions, timeout_ms: int) -> bool: ...
+
+
+class CommitWaiter:
+    """Waits for commits of an embedded engine ``Store`` through its commit listener (no polling)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._changed = threading.Condition()
+        self._commits = 0
+        self._unsubscribe: Callable[[], None] = store.add_commit_listener(self._on_commit)
+
+    def _on_commit(self, collection_name: str, generation_id: bytes) -> None:
+        with self._changed:
+            self._commits += 1
+            self._changed.notify_all()
+
+    def wait_for_change(self, positions: Positions, timeout_ms: int) -> bool:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            with self._changed:
+                seen = self._commits
+            if any(self._store.collection(n).generation_id != g for n, g in positions.items()):
+                return True
+            with self._changed:
+                while self._commits == seen:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._changed.wait(remaining)
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+
+class ConsumerStalled(RuntimeError):
+    """The same window was rolled back ``max_rollbacks`` times in a row; ``__cause__`` is the last error."""
+
+
+def next_checkpoint_generation(current: bytes) -> bytes:
+    """The checkpoint collection's generations: big-endian counters of at least 8 bytes."""
+    return (int.from_bytes(current, "big") + 1).to_bytes(max(8, len(current)), "big")
+
+
+class Consumer:
+    """Delivers consistency windows of ``sources`` to ``listener``; see the module docstring.
+
+    Args:
+        store: an engine ``Store`` or a :class:`~diffstore.client.Client`.
+        sources: collection names, in the order their events are delivered within a window.
+        checkpoint_collection: the consumer's own manual collection holding one reader per source
+            (created when missing). One consumer per checkpoint collection.
+        listener: the callbacks.
+        waiter: how to wait when caught up; default: the client's long poll, or the store's commit
+            listener.
+        page_limit: diff page size (``None``: the server's default).
+        wait_timeout_ms: one wait's length; :meth:`run` checks its stop event this often at worst.
+        max_rollbacks: consecutive rollbacks before :class:`ConsumerStalled` is raised.
+        replay_delay_s: pause before a window is replayed.
+    """
+
+    def __init__(
+        self,
+        store: ConsumerStore,
+        sources: Sequence[str],
+        checkpoint_collection: str,
+        listener: WindowListener,
+        *,
+        waiter: ChangeWaiter | None = None,
+        page_limit: int | None = None,
+        wait_timeout_ms: int = 30_000,
+        max_rollbacks: int = 10,
+        replay_delay_s: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.listener = listener
+        self.machine = WindowMachine(sources)
+        self.checkpoint_collection = checkpoint_collection
+        self.page_limit = page_limit
+        self.wait_timeout_ms = wait_timeout_ms
+        self.max_rollbacks = max_rollbacks
+        self.replay_delay_s = replay_delay_s
+        self._owned_waiter: CommitWaiter | None = None
+        if waiter is None:
+            if hasattr(store, "wait_for_change"):
+                waiter = store  # type: ignore[assignment]
+            else:
+                waiter = self._owned_waiter = CommitWaiter(store)
+        self.waiter: ChangeWaiter = waiter  # type: ignore[assignment]
+        self._collections: dict[str, ConsumerCollection] = {}
+
+    def close(self) -> None:
+        if self._owned_waiter is not None:
+            self._owned_waiter.close()
+
+    def run_pending(self) -> int:
+        """Delivers windows until caught up, without waiting; returns how many were checkpointed."""
+        return self._loop(stop=None, wait=False)
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Delivers windows forever, waiting when caught up, until ``stop`` is set."""
+        self._loop(stop or threading.Event(), wait=True)
+
+    def _loop(self, stop: threading.Event | None, wait: bool) -> int:
+        checkpoints = 0
+        while stop is None or not stop.is_set():
+            action = self.machine.next_action()
+            if isinstance(action, WaitForChange):
+                if not wait:
+                    return checkpoints
+                self.waiter.wait_for_change(action.positions, self.wait_timeout_ms)
+                self.machine.wait_ended()
+            elif isinstance(action, WriteCheckpoint):
+                checkpoints += self._write_checkpoint(action)
+            else:
+                self._perform(action, stop)
+        return checkpoints
+
+    def _perform(self, action: Action, stop: threading.Event | None) -> None:
+        machine = self.machine
+        if isinstance(action, LoadCheckpoint):
+            machine.checkpoint_loaded(self._load_checkpoint())
+        elif isinstance(action, ReadHeads):
+            machine.heads_read({s: self._collection(s).generation_id for s in machine.sources})
+        elif isinstance(action, FetchPage):
+            try:
+                page = self._collection(action.source).diff_page(
+                    action.from_generation_id,
+                    action.to_generation_id,
+                    limit=self.page_limit,
+                    cursor=action.cursor,
+                )
+            except DiffstoreError as exc:
+                machine.failed(exc)
+                self._deliver(machine.next_action(), stop)
+                raise
+            machine.page_received(page)
+        elif isinstance(action, Deliver):
+            self._deliver(action, stop)
+
+    def _deliver(self, action: Action, stop: threading.Event | None) -> None:
+        assert isinstance(action, Deliver)
+        event = action.event
+        if isinstance(event, Rollback):
+            self.listener.on_rollback(event.from_positions, event.error)
+            self.machine.delivered(True)
+            if self.machine.consecutive_rollbacks >= self.max_rollbacks:
+                raise ConsumerStalled(f"window rolled back {self.max_rollbacks} times") from event.error
+            if event.error is not None and self.replay_delay_s > 0:
+                if stop is None:
+                    time.sleep(self.replay_delay_s)
+                else:
+                    stop.wait(self.replay_delay_s)
+            return
+        try:
+            answer = self._call_listener(event)
+        except Exception as exc:  # a failing callback rolls the window back, by contract
+            self.machine.delivered(False, exc)
+            return
+        self.machine.delivered(answer is not False)
+
+    def _call_listener(self, event: Event) -> bool | None:
+        listener = self.listener
+        if isinstance(event, DataEvent):
+            return listener.on_data_event(event.source, event.key, event.old, event.new)
+        if isinstance(event, StartWindow):
+            return listener.on_start_window(event.from_positions)
+        if isinstance(event, StartSource):
+            return listener.on_start_source(event.source)
+        if isinstance(event, EndSource):
+            return listener.on_end_source(event.source)
+        if isinstance(event, EndWindow):
+            return listener.on_end_window(event.to_positions)
+        raise ProtocolViolation(f"unexpected event {event!r}")
+
+    def _collection(self, name: str) -> ConsumerCollection:
+        if name not in self._collections:
+            self._collections[name] = self.store.collection(name)
+        return self._collections[name]
+
+    def _checkpoint(self) -> ConsumerCollection:
+        name = self.checkpoint_collection
+        if name not in self._collections:
+            try:
+                self._collections[name] = self.store.create_collection(
+                    name, manual=True, initial_generation_id=bytes(8)
+                )
+            except Conflict:
+                self._collections[name] = self.store.collection(name)
+        return self._collections[name]
+
+    def _load_checkpoint(self) -> dict[str, bytes | None]:
+        checkpoint = self._checkpoint()
+        readers = {r.name: r for r in checkpoint.readers()}
+        for source in self.machine.sources:
+            if source not in readers:
+                with contextlib.suppress(ReaderExists):
+                    checkpoint.create_reader(source, collection=source, generation_id=None)
+        readers = {r.name: r for r in checkpoint.readers()}
+        stored: dict[str, bytes | None] = {}
+        for source in self.machine.sources:
+            reader = readers[source]
+            if reader.collection != source:
+                raise InvalidRequest(f"checkpoint reader {source!r} targets {reader.collection!r}")
+            stored[source] = reader.generation_id
+        return stored
+
+    def _write_checkpoint(self, action: WriteCheckpoint) -> int:
+        """One generation of the checkpoint collection moves every reader, with CAS, or none."""
+        checkpoint = self._checkpoint()
+        updates = [
+            ReaderUpdate(source, action.new[source], expected=action.expected[source])
+            for source in self.machine.sources
+        ]
+        generation_id = next_checkpoint_generation(checkpoint.generation_id)
+        try:
+            checkpoint.start_generation(generation_id, abort_outdated=True)
+            try:
+                checkpoint.commit_generation(generation_id, update_readers=updates)
+            except DiffstoreError:
+                with contextlib.suppress(DiffstoreError):
+                    checkpoint.abort_generation(generation_id)
+                raise
+        except Conflict:
+            self.machine.checkpoint_rejected()  # another consumer moved it: continue from there
+            return 0
+        except BaseException:
+            self.machine.checkpoint_rejected()
+            raise
+        self.machine.checkpoint_written()
+        return 1
