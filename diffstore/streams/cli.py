@@ -1,0 +1,92 @@
+"""Commands of the streams front: ``diffstore streams serve`` (the embedded HStream-compatible server).
+
+``add_commands(subparsers)`` is called by ``diffstore.cli``. Sub-commands of ``diffstore streams`` are
+added by the ``_add_*`` functions listed in ``STREAMS_COMMANDS``; top-level commands of this front (such as
+``diffstore ingest``) go in ``TOP_LEVEL_COMMANDS``. Each parser sets ``func(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+def _serve_command(args: argparse.Namespace) -> int:
+    from diffstore.streams.server import ServerConfig, serve  # grpc is imported only to serve
+
+    config = ServerConfig(
+        data_dir=args.data,
+        host=args.host,
+        port=args.port,
+        advertised_host=args.advertised_host,
+        resend_tick=args.resend_tick,
+        assignment_interval=args.assignment_interval,
+        ack_timeout_unit=args.ack_timeout_unit,
+    )
+    return serve(config)
+
+
+def _add_serve(commands: Subparsers) -> None:
+    from diffstore.streams.server.config import DEFAULT_PORT
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the embedded HStream-compatible server",
+        description="Serve the HStreamDB gRPC API (SPEC §4) from a local LMDB directory.",
+    )
+    serve.add_argument("--data", type=Path, default=Path("./hstream-data"), help="data directory")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    serve.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any)"
+    )
+    serve.add_argument("--advertised-host", default=None, help="host returned to clients by the lookups")
+    serve.add_argument("--resend-tick", type=float, default=0.5, help="seconds between ack-deadline checks")
+    serve.add_argument(
+        "--assignment-interval", type=float, default=1.0, help="seconds between shard rebalances"
+    )
+    serve.add_argument(
+        "--ack-timeout-unit", type=float, default=1.0, help="seconds per unit of ackTimeoutSeconds (tests)"
+    )
+    serve.set_defaults(func=_serve_command)
+
+
+# `diffstore streams <command>`: add new sub-command builders here.
+STREAMS_COMMANDS: list[Callable[[Subparsers], None]] = [_add_serve]
+# `diffstore <command>` contributed by this front (e.g. ingest): add builders taking the top-level subparsers.
+TOP_LEVEL_COMMANDS: list[Callable[[Subparsers], None]] = []
+
+
+def add_commands(subparsers: Subparsers) -> None:
+    """Adds ``diffstore streams …`` and this front's top-level commands to the ``diffstore`` parser."""
+    streams = subparsers.add_parser("streams", help="HStream streams: the embedded server")
+    commands = streams.add_subparsers(dest="streams_command", metavar="COMMAND")
+
+    def _usage(args: argparse.Namespace) -> int:
+        streams.print_help()
+        return 2
+
+    streams.set_defaults(func=_usage)
+    for add in STREAMS_COMMANDS:
+        add(commands)
+    for add in TOP_LEVEL_COMMANDS:
+        add(subparsers)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs this front alone (``python -m diffstore.streams.cli streams serve …``)."""
+    parser = argparse.ArgumentParser(prog="diffstore")
+    add_commands(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

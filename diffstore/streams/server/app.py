@@ -1,0 +1,161 @@
+"""Running the embedded server: on the caller's event loop (:class:`StreamServer`), on a background thread
+for tests and synchronous callers (:class:`ServerThread`), or in the foreground until a signal (``serve``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from concurrent.futures import Future
+
+import grpc
+
+from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
+
+from .config import ServerConfig
+from .servicer import HStreamServicer
+from .store import StreamStore
+
+logger = logging.getLogger(__name__)
+
+_MESSAGE_LIMIT = 256 << 20
+_OPTIONS = [
+    ("grpc.max_receive_message_length", _MESSAGE_LIMIT),
+    ("grpc.max_send_message_length", _MESSAGE_LIMIT),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class StreamServer:
+    """One embedded HStream-compatible node: LMDB store, servicer and grpc.aio server."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.port = 0
+        self._store: StreamStore | None = None
+        self._servicer: HStreamServicer | None = None
+        self._server: grpc.aio.Server | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` that clients dial (and that DescribeCluster advertises)."""
+        return f"{self.config.public_host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"hstream://{self.address}"
+
+    async def start(self) -> None:
+        """Opens the store, binds the port and starts serving.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        self._store = StreamStore(self.config.data_dir, map_size=self.config.map_size, sync=self.config.sync)
+        self._servicer = HStreamServicer(self._store, self.config)
+        self._server = grpc.aio.server(options=_OPTIONS)
+        pb_grpc.add_HStreamApiServicer_to_server(self._servicer, self._server)
+        try:
+            self.port = self._server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        except RuntimeError as exc:
+            self._store.close()
+            raise OSError(f"cannot bind {self.config.host}:{self.config.port}: {exc}") from exc
+        if self.port == 0:
+            self._store.close()
+            raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
+        self._servicer.advertise(self.config.public_host, self.port)
+        await self._server.start()
+        logger.info("hstream-compatible server on %s (data %s)", self.address, self.config.data_dir)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stops serving, ends every subscription loop and closes the store."""
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        if self._servicer is not None:
+            await self._servicer.close()
+            self._servicer = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+
+class ServerThread:
+    """A :class:`StreamServer` on its own event loop in a daemon thread (tests, benchmarks, sync code)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.server = StreamServer(config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> ServerThread:
+        """Starts the thread and returns once the server accepts calls (raises what start raised)."""
+        started: Future[None] = Future()
+        loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.server.start())
+            except BaseException as exc:  # handed to the starting thread
+                started.set_exception(exc)
+                loop.close()
+                return
+            started.set_result(None)
+            loop.run_forever()
+            loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="hstream-server", daemon=True)
+        self._thread.start()
+        started.result()
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stops the server and joins the thread."""
+        if self._loop is None or self._thread is None or not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self.server.stop(grace), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop = None
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(config: ServerConfig) -> int:
+    """Runs a server in the foreground until SIGINT or SIGTERM; returns the exit code."""
+
+    async def main() -> None:
+        server = StreamServer(config)
+        await server.start()
+        print(f"diffstore streams server listening on {server.url} (data {config.data_dir})", flush=True)
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stopping.set)
+        await stopping.wait()
+        await server.stop(grace=1.0)
+
+    asyncio.run(main())
+    return 0

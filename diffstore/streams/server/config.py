@@ -1,0 +1,62 @@
+"""Configuration of the embedded HStream-compatible server: one frozen dataclass, validated on construction.
+
+Every interval the server waits on lives here so that tests can run the whole protocol in milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_PORT = 6570
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """How an embedded stream server listens, stores and paces itself.
+
+    Attributes:
+        data_dir: directory of the server's own LMDB environment (created if missing).
+        host: interface to bind.
+        port: port to bind; 0 picks a free one (the bound port is advertised).
+        advertised_host: host that DescribeCluster and the Lookup RPCs return; defaults to ``host``
+            (or ``127.0.0.1`` when ``host`` is a wildcard address).
+        resend_tick: seconds between two checks of ack deadlines.
+        assignment_interval: seconds between two rebalances of shards over a subscription's consumers.
+        ack_timeout_unit: seconds that one unit of ``ackTimeoutSeconds`` lasts (1.0 in production;
+            tests use milliseconds).
+        max_batches_per_poll: new batches one delivery round may read per subscription (fairness).
+        map_size: upper bound of the LMDB file.
+        sync: fsync every committed LMDB transaction (durability).
+    """
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    advertised_host: str | None = None
+    resend_tick: float = 0.5
+    assignment_interval: float = 1.0
+    ack_timeout_unit: float = 1.0
+    max_batches_per_poll: int = 256
+    map_size: int = 1 << 40
+    sync: bool = True
+    server_version: str = field(default="0.1.0-diffstore")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port out of range: {self.port}")
+        for name in ("resend_tick", "assignment_interval", "ack_timeout_unit"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.max_batches_per_poll < 1:
+            raise ValueError("max_batches_per_poll must be at least 1")
+
+    @property
+    def public_host(self) -> str:
+        """The host clients are told to dial."""
+        if self.advertised_host:
+            return self.advertised_host
+        if self.host in ("", "0.0.0.0", "::", "[::]"):
+            return "127.0.0.1"
+        return self.host

@@ -1,0 +1,156 @@
+"""The live side of one subscription: its state machine, its consumers' outbound queues and a pacing task.
+
+The task wakes on appends, acks and joins (or every ``resend_tick``), asks the pure
+:class:`~diffstore.streams.server.subscription.SubscriptionState` what to send, queues the responses for
+the consumers' StreamingFetch calls and persists moved commit positions. Everything runs on the server's
+event loop, so no locks are needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from diffstore.errors import StorageError
+from diffstore.streams._proto import hstream_pb2 as pb
+
+from . import codec
+from .config import ServerConfig
+from .errors import AlreadyExists
+from .subscription import ConsumerExists, Delivery, Position, StoredBatch, SubscriptionState
+
+logger = logging.getLogger(__name__)
+
+Outbound = asyncio.Queue[pb.StreamingFetchResponse | None]
+
+
+class Store(Protocol):
+    def next_batch(self, shard_id: int, min_batch_id: int) -> StoredBatch | None: ...
+
+    def save_positions(self, subscription_id: str, positions: dict[int, Position]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInfo:
+    name: str
+    uri: str
+    user_agent: str
+
+
+def response_for(delivery: Delivery) -> pb.StreamingFetchResponse:
+    """One StreamingFetchResponse for a delivery: the stored batch, or a batch of just the resent records."""
+    record = pb.BatchedRecord.FromString(delivery.batch.payload)
+    if not delivery.whole_batch:
+        record = codec.subset(record, delivery.indices)
+    ids = [
+        pb.RecordId(shardId=delivery.shard_id, batchId=delivery.batch.batch_id, batchIndex=i)
+        for i in delivery.indices
+    ]
+    return pb.StreamingFetchResponse(receivedRecords=pb.ReceivedRecord(recordIds=ids, record=record))
+
+
+class SubscriptionRuntime:
+    """Consumers, delivery loop and commit persistence of one subscription."""
+
+    def __init__(
+        self,
+        subscription_id: str,
+        stream_name: str,
+        state: SubscriptionState,
+        store: Store,
+        config: ServerConfig,
+    ) -> None:
+        self.subscription_id = subscription_id
+        self.stream_name = stream_name
+        self.state = state
+        self._store = store
+        self._config = config
+        self._queues: dict[str, Outbound] = {}
+        self._consumers: dict[str, ConsumerInfo] = {}
+        self._wake = asyncio.Event()
+        self.closed = False
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"subscription:{subscription_id}"
+        )
+
+    @property
+    def consumers(self) -> list[ConsumerInfo]:
+        return list(self._consumers.values())
+
+    def join(self, info: ConsumerInfo) -> Outbound:
+        """Attaches a consumer and returns the queue its responses arrive on (None ends the call).
+
+        Raises:
+            AlreadyExists: a consumer of that name is attached.
+        """
+        try:
+            self.state.join(info.name)
+        except ConsumerExists as exc:
+            raise AlreadyExists(f"consumer {info.name} already attached to {self.subscription_id}") from exc
+        queue: Outbound = asyncio.Queue()
+        self._queues[info.name] = queue
+        self._consumers[info.name] = info
+        self.notify()
+        return queue
+
+    def leave(self, name: str) -> None:
+        self.state.leave(name)
+        self._queues.pop(name, None)
+        self._consumers.pop(name, None)
+        self.notify()
+
+    def ack(self, record_ids: list[pb.RecordId]) -> None:
+        if record_ids and self.state.ack((r.shardId, r.batchId, r.batchIndex) for r in record_ids):
+            self.notify()
+
+    def notify(self) -> None:
+        """Something changed (append, ack, join, leave): run a delivery round soon."""
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Ends every consumer's call and stops the loop (the subscription or its stream is gone)."""
+        self.closed = True
+        for queue in self._queues.values():
+            queue.put_nowait(None)
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    def _round(self, now: float) -> bool:
+        deliveries = self.state.poll(now, self._store, self._config.max_batches_per_poll)
+        for delivery in deliveries:
+            queue = self._queues.get(delivery.consumer)
+            if queue is not None:
+                queue.put_nowait(response_for(delivery))
+        changed = self.state.take_changed()
+        if changed:
+            self._store.save_positions(self.subscription_id, changed)
+        new = sum(not d.resend for d in deliveries)
+        return new >= self._config.max_batches_per_poll
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_assignment = loop.time() + self._config.assignment_interval
+        while not self.closed:
+            self._wake.clear()
+            now = loop.time()
+            if now >= next_assignment:
+                self.state.rebalance()
+                next_assignment = now + self._config.assignment_interval
+            try:
+                more = self._round(now)
+            except (StorageError, ValueError) as exc:
+                logger.error("subscription %s: delivery round failed: %s", self.subscription_id, exc)
+                more = False
+            if more:
+                await asyncio.sleep(0)
+                continue
+            timeout = max(0.0, min(self._config.resend_tick, next_assignment - loop.time()))
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass

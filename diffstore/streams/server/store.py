@@ -1,0 +1,361 @@
+"""Persistent state of the embedded stream server in its own LMDB environment (layout: ``keys``).
+
+Streams, shards, batches as received, subscriptions and committed positions; each operation is one LMDB
+transaction, so a restart finds exactly what was acknowledged to clients. ``lmdb.Error`` is translated to
+:class:`diffstore.errors.StorageError` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgpack
+
+from diffstore.errors import StorageError
+
+from . import keys
+from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from .sharding import hash_ranges
+from .subscription import START, Position, StoredBatch
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
+EARLIEST, LATEST = 0, 1
+
+
+def check_identifier(kind: str, name: str) -> None:
+    """Raises InvalidArgument unless ``name`` is a valid stream or subscription name."""
+    if not _IDENTIFIER.fullmatch(name):
+        raise InvalidArgument(f"invalid {kind} name {name!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    name: str
+    replication_factor: int
+    backlog_duration: int
+    shard_ids: tuple[int, ...]
+    creation_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    shard_id: int
+    stream_name: str
+    start: int
+    end: int
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    subscription_id: str
+    stream_name: str
+    ack_timeout_seconds: int
+    max_unacked_records: int
+    offset: int
+    creation_ms: int
+
+
+def _pack(value: dict[str, Any]) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def _unpack(raw: bytes) -> dict[str, Any]:
+    value: dict[str, Any] = msgpack.unpackb(raw, raw=False)
+    return value
+
+
+class StreamStore:
+    """The server's LMDB environment; every method is one transaction."""
+
+    def __init__(self, path: Path, *, map_size: int = 1 << 40, sync: bool = True) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._env = lmdb.open(str(path), map_size=map_size, max_dbs=len(keys.DB_NAMES), sync=sync)
+            self._db = {name.decode(): self._env.open_db(name) for name in keys.DB_NAMES}
+        except lmdb.Error as exc:
+            raise StorageError(f"cannot open stream store at {path}: {exc}") from exc
+
+    def close(self) -> None:
+        self._env.close()
+
+    @contextmanager
+    def _txn(self, write: bool = False) -> Iterator[lmdb.Transaction]:
+        try:
+            with self._env.begin(write=write) as txn:
+                yield txn
+        except lmdb.Error as exc:
+            raise StorageError(f"stream store: {exc}") from exc
+
+    def _next_id(self, txn: lmdb.Transaction, counter: bytes) -> int:
+        raw = txn.get(counter, db=self._db["meta"])
+        value = keys.parse_u64(raw) if raw else 1
+        txn.put(counter, keys.u64(value + 1), db=self._db["meta"])
+        return value
+
+    # -- streams ----------------------------------------------------------------------------------------
+
+    def create_stream(
+        self, name: str, replication_factor: int, backlog_duration: int, shard_count: int, creation_ms: int
+    ) -> StreamInfo:
+        """Creates a stream and its shards over the hash ranges of SPEC §4.
+
+        Raises:
+            InvalidArgument: bad name, replication factor or shard count.
+            AlreadyExists: the stream exists.
+        """
+        check_identifier("stream", name)
+        if replication_factor < 1 or shard_count < 1:
+            raise InvalidArgument("replicationFactor and shardCount must be positive")
+        with self._txn(write=True) as txn:
+            if txn.get(name.encode(), db=self._db["streams"]) is not None:
+                raise AlreadyExists(f"stream {name} exists")
+            shard_ids = []
+            for start, end in hash_ranges(shard_count):
+                shard_id = self._next_id(txn, keys.NEXT_SHARD_ID)
+                shard = {"stream": name, "start": str(start), "end": str(end), "epoch": 0}
+                txn.put(keys.u64(shard_id), _pack(shard), db=self._db["shards"])
+                shard_ids.append(shard_id)
+            info = StreamInfo(name, replication_factor, backlog_duration, tuple(shard_ids), creation_ms)
+            value = {
+                "rf": replication_factor,
+                "backlog": backlog_duration,
+                "shards": shard_ids,
+                "ctime": creation_ms,
+            }
+            txn.put(name.encode(), _pack(value), db=self._db["streams"])
+        return info
+
+    def _stream(self, txn: lmdb.Transaction, name: str) -> StreamInfo | None:
+        raw = txn.get(name.encode(), db=self._db["streams"])
+        if raw is None:
+            return None
+        v = _unpack(raw)
+        return StreamInfo(name, v["rf"], v["backlog"], tuple(v["shards"]), v["ctime"])
+
+    def get_stream(self, name: str) -> StreamInfo:
+        """Raises NotFound when the stream does not exist."""
+        with self._txn() as txn:
+            info = self._stream(txn, name)
+        if info is None:
+            raise NotFound(f"stream {name} not found")
+        return info
+
+    def list_streams(self) -> list[StreamInfo]:
+        with self._txn() as txn:
+            names = [bytes(k).decode() for k in txn.cursor(db=self._db["streams"]).iternext(values=False)]
+            return [info for name in names if (info := self._stream(txn, name)) is not None]
+
+    def delete_stream(self, name: str, *, force: bool) -> list[str]:
+        """Deletes a stream, its shards and batches; with ``force`` also its subscriptions.
+
+        Returns:
+            The deleted subscriptions.
+
+        Raises:
+            NotFound: no such stream.
+            FailedPrecondition: the stream has subscriptions and ``force`` is false.
+        """
+        with self._txn(write=True) as txn:
+            info = self._stream(txn, name)
+            if info is None:
+                raise NotFound(f"stream {name} not found")
+            subs = [s.subscription_id for s in self._subscriptions(txn) if s.stream_name == name]
+            if subs and not force:
+                raise FailedPrecondition(f"stream {name} has subscriptions: {', '.join(subs)}")
+            for sub in subs:
+                self._delete_subscription(txn, sub)
+            for shard_id in info.shard_ids:
+                txn.delete(keys.u64(shard_id), db=self._db["shards"])
+                self._delete_prefix(txn, "batches", keys.u64(shard_id))
+            txn.delete(name.encode(), db=self._db["streams"])
+        return subs
+
+    def _delete_prefix(self, txn: lmdb.Transaction, db: str, prefix: bytes) -> None:
+        cursor = txn.cursor(db=self._db[db])
+        if not cursor.set_range(prefix):
+            return
+        while cursor.key()[: len(prefix)] == prefix:
+            if not cursor.delete():
+                break
+
+    # -- shards and batches -----------------------------------------------------------------------------
+
+    def shards(self, stream_name: str) -> list[ShardInfo]:
+        """The stream's shards in id order (raises NotFound for a missing stream)."""
+        with self._txn() as txn:
+            info = self._stream(txn, stream_name)
+            if info is None:
+                raise NotFound(f"stream {stream_name} not found")
+            return [self._shard(txn, sid) for sid in info.shard_ids]
+
+    def _shard(self, txn: lmdb.Transaction, shard_id: int) -> ShardInfo:
+        raw = txn.get(keys.u64(shard_id), db=self._db["shards"])
+        if raw is None:
+            raise NotFound(f"shard {shard_id} not found")
+        v = _unpack(raw)
+        return ShardInfo(shard_id, v["stream"], int(v["start"]), int(v["end"]), v["epoch"])
+
+    def shard(self, shard_id: int) -> ShardInfo:
+        with self._txn() as txn:
+            return self._shard(txn, shard_id)
+
+    def append(self, stream_name: str, shard_id: int, size: int, record: bytes) -> int:
+        """Stores one batch of ``size`` records (serialized BatchedRecord) and returns its batch id.
+
+        Batch ids come from one counter for the whole server: strictly increasing per shard, not dense.
+
+        Raises:
+            NotFound: the stream or the shard (in that stream) does not exist.
+        """
+        with self._txn(write=True) as txn:
+            if txn.get(stream_name.encode(), db=self._db["streams"]) is None:
+                raise NotFound(f"stream {stream_name} not found")
+            shard = self._shard(txn, shard_id)
+            if shard.stream_name != stream_name:
+                raise NotFound(f"shard {shard_id} is not a shard of {stream_name}")
+            batch_id = self._next_id(txn, keys.NEXT_BATCH_ID)
+            txn.put(
+                keys.batch_key(shard_id, batch_id), keys.batch_value(size, record), db=self._db["batches"]
+            )
+        return batch_id
+
+    def tail(self, shard_id: int) -> tuple[int, int] | None:
+        """``(batch_id, size)`` of the shard's last batch, or None when it is empty."""
+        with self._txn() as txn:
+            return self._tail(txn, shard_id)
+
+    def _tail(self, txn: lmdb.Transaction, shard_id: int) -> tuple[int, int] | None:
+        cursor = txn.cursor(db=self._db["batches"])
+        if cursor.set_range(keys.batch_key(shard_id + 1, 0)):
+            found = cursor.prev()
+        else:
+            found = cursor.last()
+        if not found:
+            return None
+        sid, batch_id = keys.parse_batch_key(cursor.key())
+        if sid != shard_id:
+            return None
+        size, _ = keys.parse_batch_value(cursor.value())
+        return batch_id, size
+
+    def next_batch(self, shard_id: int, min_batch_id: int) -> StoredBatch | None:
+        """The first batch of the shard with id ``>= min_batch_id`` (a :class:`BatchSource`)."""
+        with self._txn() as txn:
+            cursor = txn.cursor(db=self._db["batches"])
+            if not cursor.set_range(keys.batch_key(shard_id, min_batch_id)):
+                return None
+            sid, batch_id = keys.parse_batch_key(cursor.key())
+            if sid != shard_id:
+                return None
+            size, record = keys.parse_batch_value(cursor.value())
+            return StoredBatch(batch_id, size, record)
+
+    # -- subscriptions ----------------------------------------------------------------------------------
+
+    def create_subscription(self, info: SubscriptionInfo) -> dict[int, Position]:
+        """Creates a subscription with its start fixed now (EARLIEST: shard starts; LATEST: shard tails).
+
+        Returns:
+            The initial committed position of every shard.
+
+        Raises:
+            InvalidArgument: bad name, timeout, bound or offset.
+            AlreadyExists: the subscription exists.
+            FailedPrecondition: the stream does not exist.
+        """
+        check_identifier("subscription", info.subscription_id)
+        if info.ack_timeout_seconds < 1 or info.max_unacked_records < 1:
+            raise InvalidArgument("ackTimeoutSeconds and maxUnackedRecords must be positive")
+        if info.offset not in (EARLIEST, LATEST):
+            raise InvalidArgument(f"unknown offset {info.offset}")
+        with self._txn(write=True) as txn:
+            if txn.get(info.subscription_id.encode(), db=self._db["subs"]) is not None:
+                raise AlreadyExists(f"subscription {info.subscription_id} exists")
+            stream = self._stream(txn, info.stream_name)
+            if stream is None:
+                raise FailedPrecondition(f"stream {info.stream_name} not found")
+            positions: dict[int, Position] = {}
+            for shard_id in stream.shard_ids:
+                tail = self._tail(txn, shard_id) if info.offset == LATEST else None
+                positions[shard_id] = tail if tail is not None else START
+            value = {
+                "stream": info.stream_name,
+                "ack": info.ack_timeout_seconds,
+                "max": info.max_unacked_records,
+                "offset": info.offset,
+                "ctime": info.creation_ms,
+            }
+            txn.put(info.subscription_id.encode(), _pack(value), db=self._db["subs"])
+            self._put_positions(txn, info.subscription_id, positions)
+        return positions
+
+    def _subscriptions(self, txn: lmdb.Transaction) -> list[SubscriptionInfo]:
+        out = []
+        for key, raw in txn.cursor(db=self._db["subs"]):
+            v = _unpack(raw)
+            out.append(
+                SubscriptionInfo(
+                    bytes(key).decode(), v["stream"], v["ack"], v["max"], v["offset"], v["ctime"]
+                )
+            )
+        return out
+
+    def list_subscriptions(self) -> list[SubscriptionInfo]:
+        with self._txn() as txn:
+            return self._subscriptions(txn)
+
+    def get_subscription(self, subscription_id: str) -> SubscriptionInfo:
+        """Raises NotFound when the subscription does not exist."""
+        with self._txn() as txn:
+            raw = txn.get(subscription_id.encode(), db=self._db["subs"])
+        if raw is None:
+            raise NotFound(f"subscription {subscription_id} not found")
+        v = _unpack(raw)
+        return SubscriptionInfo(subscription_id, v["stream"], v["ack"], v["max"], v["offset"], v["ctime"])
+
+    def delete_subscription(self, subscription_id: str) -> None:
+        """Raises NotFound when the subscription does not exist."""
+        with self._txn(write=True) as txn:
+            if txn.get(subscription_id.encode(), db=self._db["subs"]) is None:
+                raise NotFound(f"subscription {subscription_id} not found")
+            self._delete_subscription(txn, subscription_id)
+
+    def _delete_subscription(self, txn: lmdb.Transaction, subscription_id: str) -> None:
+        txn.delete(subscription_id.encode(), db=self._db["subs"])
+        self._delete_prefix(txn, "positions", keys.subscription_prefix(subscription_id))
+
+    def positions(self, subscription_id: str) -> dict[int, Position]:
+        """Committed position of every shard of the subscription."""
+        prefix = keys.subscription_prefix(subscription_id)
+        out: dict[int, Position] = {}
+        with self._txn() as txn:
+            cursor = txn.cursor(db=self._db["positions"])
+            if cursor.set_range(prefix):
+                for key, raw in cursor:
+                    if key[: len(prefix)] != prefix:
+                        break
+                    out[keys.parse_position_key(key)[1]] = keys.parse_position_value(raw)
+        return out
+
+    def save_positions(self, subscription_id: str, positions: dict[int, Position]) -> None:
+        """Persists committed positions (ignored when the subscription was deleted meanwhile)."""
+        with self._txn(write=True) as txn:
+            if txn.get(subscription_id.encode(), db=self._db["subs"]) is not None:
+                self._put_positions(txn, subscription_id, positions)
+
+    def _put_positions(
+        self, txn: lmdb.Transaction, subscription_id: str, positions: dict[int, Position]
+    ) -> None:
+        for shard_id, (batch_id, index) in positions.items():
+            txn.put(
+                keys.position_key(subscription_id, shard_id),
+                keys.position_value(batch_id, index),
+                db=self._db["positions"],
+            )
