@@ -20,6 +20,7 @@ import lmdb
 
 from diffstore.engine import layout
 from diffstore.engine.cursors import DiffCursor, decode_cursor, encode_cursor
+from diffstore.engine.layout import decode_value
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import load_reader
 from diffstore.engine.tables import (
@@ -176,42 +177,36 @@ def _changed_forms(
 
 
 def _item(
-    cursor: lmdb.Cursor, prefix: bytes, form: bytes, span: DiffRange, include_intermediate: bool
-) -> tuple[bytes, bytes | None, bytes | None, tuple[bytes | None, ...]] | None:
-    """(key, from value, to value, intermediate) of one changed form, or None when both ends are equal."""
-    head = prefix + form
-    head_len = len(head) + 8
-    if cursor.set_range(head + layout.u64(span.to_seq + 1)):
+    cursor: lmdb.Cursor,
+    head: bytes,
+    to_bound: bytes,
+    from_seq: bytes,
+    include_intermediate: bool,
+) -> tuple[bytes, bytes, tuple[bytes | None, ...]] | None:
+    """(to value, from value, intermediate) stored values of one key whose records start with ``head``.
+
+    ``to_bound`` is the seq just above ``to``; seqs are fixed-width big-endian, so bytes compare as
+    numbers. Returns None when the key has no record at or below ``to``.
+    """
+    if cursor.set_range(head + to_bound):
         found = cursor.prev()
     else:
         found = cursor.last()
     if not found:
         return None
-    key = cursor.key()
-    if len(key) != head_len or not key.startswith(head):
+    key, to_raw = cursor.item()
+    if key[:-8] != head:
         return None
-    to_raw = cursor.value()
-    from_raw = b""
     between: list[bytes | None] = []
-    first = True
     while cursor.prev():
-        key = cursor.key()
-        if len(key) != head_len or not key.startswith(head):
+        key, raw = cursor.item()
+        if key[:-8] != head:
             break
-        raw = cursor.value()
-        if layout.read_u64(key[-8:]) <= span.from_seq:
-            from_raw = raw
-            break
+        if key[-8:] <= from_seq:
+            return to_raw, raw, tuple(reversed(between))
         if include_intermediate:
-            between.append(layout.decode_value(raw))
-        first = False
-    del first
-    to_value = layout.decode_value(to_raw)
-    from_value = layout.decode_value(from_raw)
-    if to_value == from_value:
-        return None
-    between.reverse()
-    return layout.key_of(form, to_raw), from_value, to_value, tuple(between)
+            between.append(decode_value(raw))
+    return to_raw, b"", tuple(reversed(between))
 
 
 def iter_items(
@@ -234,28 +229,35 @@ def iter_items(
     prefix = meta.cid_prefix
     lower = lower_form(after_key if after_key is not None else from_key)
     records = txn.cursor(db=tables.records)
+    to_bound = layout.u64(span.to_seq + 1)
+    from_seq = layout.u64(span.from_seq) if span.from_seq >= 0 else b""
+    long_mark = layout.LONG_MARK
     group: list[DiffItem] = []
     group_id: bytes | None = None
     for form in _changed_forms(txn, tables, prefix, seqs, lower, upper_form(to_key)):
-        long_form = layout.is_long_form(form)
+        long_form = long_mark in form
         if group and (not long_form or layout.long_group(form) != group_id):
             group.sort(key=lambda item: item.key)
             yield from _within(group, from_key, to_key, after_key)
             group, group_id = [], None
-        found = _item(records, prefix, form, span, include_intermediate)
+        found = _item(records, prefix + form, to_bound, from_seq, include_intermediate)
         if found is None:
             continue
-        item = DiffItem(*found)
+        to_raw, from_raw, between = found
+        to_value = decode_value(to_raw)
+        from_value = decode_value(from_raw)
+        if to_value == from_value:
+            continue
         if long_form:
             group_id = layout.long_group(form)
-            group.append(item)
+            group.append(DiffItem(layout.long_key_of_value(to_raw), from_value, to_value, between))
             continue
-        key = item.key
+        key = form[:-2].replace(b"\x00\xff", b"\x00")
         if (after_key is not None and key <= after_key) or (from_key is not None and key < from_key):
             continue
         if to_key is not None and key >= to_key:
             return
-        yield item
+        yield DiffItem(key, from_value, to_value, between)
     if group:
         group.sort(key=lambda item: item.key)
         yield from _within(group, from_key, to_key, after_key)

@@ -48,7 +48,8 @@ import struct
 LONG_KEY_PREFIX = 200
 MAX_KEY_LENGTH = (1 << 24) - 1
 _SHORT_END = b"\x00\x00"
-_LONG_MARK = b"\x00\x01"
+LONG_MARK = b"\x00\x01"
+_LONG_MARK = LONG_MARK
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 

@@ -1,0 +1,177 @@
+"""Engine benchmarks (issue 2): each figure is printed with its ratio to a baseline measured in the same run.
+
+    .venv/bin/python benchmarks/engine.py [--records 1000000] [--dir /tmp/diffstore-bench]
+
+Figures:
+  bulk load       put_many of N records (16-byte keys, 100-byte values, 10k batches, one generation)
+                  vs raw py-lmdb putmulti of the same records           goal ratio >= 0.5
+  small commit    start + put_many(1,000) + commit on an N-key collection  goal <= 5 ms
+  diff scaling    diff of 1,000 changed keys on N keys vs on 10k keys       goal ratio <= 1.5
+  diff throughput diff over 100k changed keys vs a raw cursor scan of 100k records  goal ratio >= 0.4
+  diff memory     anonymous RSS growth while iterating a diff of N changes  goal <= 100 MB
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import lmdb
+
+from diffstore import Store, StoreConfig
+
+BATCH = 10_000
+
+
+def key(i: int) -> bytes:
+    return b"key-%012d" % i  # 16 bytes
+
+
+def value(i: int, salt: int = 0) -> bytes:
+    return (b"%08d:%08d:" % (i, salt)).ljust(100, b"v")
+
+
+def best_of(runs: int, fn: Callable[[], float]) -> float:
+    return min(fn() for _ in range(runs))
+
+
+def anon_rss_mb() -> float:
+    """Anonymous resident memory (the heap), excluding LMDB's file-backed mapped pages."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def bench_raw_putmulti(root: Path, n: int) -> float:
+    path = root / "raw"
+    env = lmdb.open(str(path), map_size=1 << 36, max_dbs=2)
+    db = env.open_db(b"t")
+    start = time.perf_counter()
+    for lo in range(0, n, BATCH):
+        with env.begin(write=True) as txn:
+            txn.cursor(db=db).putmulti([(key(i), value(i)) for i in range(lo, min(n, lo + BATCH))])
+    elapsed = time.perf_counter() - start
+    env.close()
+    shutil.rmtree(path)
+    return elapsed
+
+
+def load_collection(store: Store, name: str, n: int) -> float:
+    coll = store.create_collection(name, manual=True)
+    coll.start_generation(b"g0001")
+    start = time.perf_counter()
+    for lo in range(0, n, BATCH):
+        coll.put_many([(key(i), value(i)) for i in range(lo, min(n, lo + BATCH))], generation_id=b"g0001")
+    coll.commit_generation(b"g0001")
+    return time.perf_counter() - start
+
+
+def small_commit(store: Store, name: str, n: int, rounds: int) -> list[float]:
+    coll = store.collection(name)
+    times = []
+    for r in range(rounds):
+        gen = b"g1%04d" % r
+        items = [(key((r * 7919 + j * 997) % n), value(j, r)) for j in range(1000)]
+        start = time.perf_counter()
+        coll.start_generation(gen)
+        coll.put_many(items, generation_id=gen)
+        coll.commit_generation(gen)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def diff_time(store: Store, name: str, from_gen: bytes, to_gen: bytes, runs: int = 5) -> float:
+    coll = store.collection(name)
+
+    def once() -> float:
+        start = time.perf_counter()
+        count = sum(1 for _ in coll.diff(from_generation_id=from_gen, to_generation_id=to_gen))
+        elapsed = time.perf_counter() - start
+        assert count > 0
+        return elapsed
+
+    return best_of(runs, once)
+
+
+def raw_scan(store: Store, count: int) -> float:
+    def once() -> float:
+        with store.env.begin() as txn:
+            start = time.perf_counter()
+            seen = 0
+            for _k, _v in txn.cursor(db=store.tables.records):
+                seen += 1
+                if seen == count:
+                    break
+            return time.perf_counter() - start
+
+    return best_of(5, once)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--dir", default=None, help="where to put the stores (default: a temp dir)")
+    args = parser.parse_args()
+    n = args.records
+    root = Path(args.dir or tempfile.mkdtemp(prefix="diffstore-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    config = StoreConfig(background=False)
+    try:
+        raw = bench_raw_putmulti(root, n)
+        with Store.open(root / "store", config) as store:
+            ours = load_collection(store, "big", n)
+            print(f"bulk load       {n / ours:12,.0f} rec/s   raw putmulti {n / raw:12,.0f} rec/s   "
+                  f"ratio {raw / ours:.2f} (goal >= 0.5)")
+
+            times = small_commit(store, "big", n, 30)
+            print(f"small commit    median {statistics.median(times) * 1000:6.2f} ms  p90 "
+                  f"{sorted(times)[int(len(times) * 0.9)] * 1000:6.2f} ms on {n:,} keys (goal <= 5 ms)")
+
+            # 1,000 changed keys: the diff between two consecutive small commits.
+            load_collection(store, "small", 10_000)
+            small_commit(store, "small", 10_000, 2)
+            big_diff = diff_time(store, "big", b"g10000", b"g10001")
+            small_diff = diff_time(store, "small", b"g10000", b"g10001")
+            print(f"diff 1k keys    {big_diff * 1000:6.2f} ms on {n:,} keys, {small_diff * 1000:6.2f} ms on 10k keys"
+                  f"   ratio {big_diff / small_diff:.2f} (goal <= 1.5)")
+
+            through = min(100_000, n)
+            coll = store.create_collection("through", manual=True)
+            coll.start_generation(b"1")
+            for lo in range(0, through, BATCH):
+                coll.put_many([(key(i), value(i)) for i in range(lo, lo + BATCH)], generation_id=b"1")
+            coll.commit_generation(b"1")
+            coll.start_generation(b"2")
+            for lo in range(0, through, BATCH):
+                coll.put_many([(key(i), value(i, 1)) for i in range(lo, lo + BATCH)], generation_id=b"2")
+            coll.commit_generation(b"2")
+            diff_100k = diff_time(store, "through", b"1", b"2", runs=3)
+            scan = raw_scan(store, through)
+            print(f"diff throughput {through / diff_100k:12,.0f} items/s   raw scan {through / scan:12,.0f} rec/s"
+                  f"   ratio {scan / diff_100k:.2f} (goal >= 0.4)")
+
+            big = store.collection("big")
+            before = anon_rss_mb()
+            peak = before
+            for index, _item in enumerate(big.diff(from_generation_id=b"", to_generation_id=b"g0001")):
+                if index % 50_000 == 0:
+                    peak = max(peak, anon_rss_mb())
+            peak = max(peak, anon_rss_mb())
+            print(f"diff memory     anonymous RSS growth {peak - before:6.1f} MB over a diff of {n:,} changes"
+                  f" (goal <= 100 MB)")
+    finally:
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()
