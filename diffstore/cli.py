@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 # Modules that contribute sub-commands; each may be missing while its front is optional (spark).
 _FRONTS = (
-    "diffstore.engine.cli",
     "diffstore.server.cli",
     "diffstore.client.cli",
     "diffstore.streams.cli",
