@@ -42,9 +42,11 @@ class LiveServer:
 
 
 @contextmanager
-def running_server(data_dir: Path, token: str | None = None) -> Iterator[LiveServer]:
-    """Serves a fresh store on 127.0.0.1:<free port> until the block ends."""
-    store = Store.open(data_dir, StoreConfig(commit_delay_ms=10))
+def running_server(
+    data_dir: Path, token: str | None = None, store_config: StoreConfig | None = None
+) -> Iterator[LiveServer]:
+    """Serves a store in ``data_dir`` on 127.0.0.1:<free port> until the block ends."""
+    store = Store.open(data_dir, store_config or StoreConfig(commit_delay_ms=10))
     app = create_app(store, ServerConfig(token=token))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
