@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from diffstore.engine import diff, layout, readers, reads, writes
+from diffstore.engine import diff, layout, producers, readers, reads, writes
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import load_meta, save_meta
 from diffstore.engine.types import (
@@ -131,6 +131,7 @@ class Collection:
             )
             if new_meta.generation != meta.generation:
                 scope.commits.append((self.name, new_meta.generation))
+                scope.threshold_commits.append(self.name)
             if first_write:
                 scope.first_writes.append(self.name)
         return result
@@ -356,5 +357,4 @@ class Collection:
         """The last seqNo stored for ``producer_id`` (0 when unknown)."""
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
-            raw = txn.get(layout.producer_key(meta.cid_prefix, producer_id), db=self._store.tables.producers)
-            return layout.read_u64(raw) if raw else 0
+            return producers.last_seq_no(txn, self._store.tables, meta, producer_id)

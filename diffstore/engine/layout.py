@@ -29,7 +29,7 @@ Named tables (sub-databases)::
     phantom_ttl  cid | phantom(u64)                  -> expiry, unix ms (u64)
     readers      cid | reader name(utf-8)            -> msgpack [target name, generation id | None]
     targets      target(utf-8) 00 | cid | name       -> msgpack generation id | None  (reverse index)
-    producers    cid | producer id(utf-8)            -> last seqNo (u64)
+    producers    cid | producer id(utf-8)            -> committed seqNo, pending seqNo, its seq (3 x u64)
     dropped      cid                                 -> b""        deleted collections awaiting purge
 
 Record values::

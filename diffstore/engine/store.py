@@ -47,6 +47,7 @@ class WriteScope:
     txn: lmdb.Transaction
     commits: list[tuple[str, bytes]] = field(default_factory=list)
     first_writes: list[str] = field(default_factory=list)
+    threshold_commits: list[str] = field(default_factory=list)
 
 
 class Store:
@@ -128,11 +129,14 @@ class Store:
                     yield scope
             except lmdb.Error as exc:
                 raise StorageError(str(exc)) from exc
-        if scope.first_writes:
+        if scope.first_writes or scope.threshold_commits:
             due = time.monotonic() + self.config.commit_delay_ms / 1000
             with self._wake:
+                for name in scope.threshold_commits:
+                    self._auto_commit_due.pop(name, None)
                 for name in scope.first_writes:
-                    self._auto_commit_due.setdefault(name, due)
+                    # a first write opens a new countdown; any older deadline was for a committed generation
+                    self._auto_commit_due[name] = due
                 self._wake.notify_all()
         for name, generation_id in scope.commits:
             self._announce(name, generation_id)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 import lmdb
 import msgpack
 
-from diffstore.engine import layout, readers
+from diffstore.engine import layout, producers, readers
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -125,21 +125,37 @@ def commit_automatic(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta
     return meta
 
 
-def _normalize(items: Iterable[PutItem], if_not_present: bool) -> dict[bytes, tuple[bytes | None, bool]]:
-    """Last item of each key wins (SPEC §1); validates keys and values."""
-    latest: dict[bytes, tuple[bytes | None, bool]] = {}
-    for item in items:
-        if len(item) == 3:
-            key, value, inp = item  # type: ignore[misc]
-        else:
-            key, value = item  # type: ignore[misc]
-            inp = if_not_present
-        if not isinstance(key, bytes) or len(key) > layout.MAX_KEY_LENGTH:
-            raise InvalidRequest("a key must be bytes of at most 2^24-1")
-        if value is not None and not isinstance(value, bytes):
-            raise InvalidRequest("a value must be bytes or None (tombstone)")
-        latest[key] = (value, bool(inp))
-    return latest
+def _normalize(
+    items: Iterable[PutItem], if_not_present: bool
+) -> tuple[dict[bytes, bytes | None], set[bytes]]:
+    """Keys to their last value (the last item of a key wins, SPEC §1) and the keys written only if absent.
+
+    The common shape, ``(key, value)`` pairs, goes through ``dict()`` at C speed; this is the bulk path.
+    """
+    items = items if isinstance(items, list) else list(items)
+    flagged: set[bytes] = set()
+    try:
+        latest: dict[bytes, bytes | None] = dict(items)  # type: ignore[arg-type]
+        if if_not_present:
+            flagged = set(latest)
+    except (ValueError, TypeError):
+        latest = {}
+        for item in items:
+            if not isinstance(item, tuple | list) or len(item) not in (2, 3):
+                raise InvalidRequest("an item is (key, value) or (key, value, if_not_present)") from None
+            key, value = item[0], item[1]
+            latest[key] = value
+            if item[2] if len(item) == 3 else if_not_present:  # type: ignore[misc]
+                flagged.add(key)
+            else:
+                flagged.discard(key)
+    if not all(type(key) is bytes for key in latest):
+        raise InvalidRequest("a key must be bytes")
+    if latest and max(map(len, latest)) > layout.MAX_KEY_LENGTH:
+        raise InvalidRequest("a key must be at most 2^24-1 bytes")
+    if not all(value is None or type(value) is bytes for value in latest.values()):
+        raise InvalidRequest("a value must be bytes or None (tombstone)")
+    return latest, flagged
 
 
 def _phantom_write(
@@ -148,14 +164,16 @@ def _phantom_write(
     meta: CollectionMeta,
     phantom: int,
     generation_id: bytes,
-    items: dict[bytes, tuple[bytes | None, bool]],
+    items: dict[bytes, bytes | None],
+    flagged: set[bytes],
     skip_unchanged: bool,
 ) -> bool:
     point = ReadPoint(meta, generation_id, resolve_seq(txn, tables, meta, generation_id), phantom)
     prefix = layout.phantom_prefix(meta.cid_prefix, phantom)
     wrote = False
-    for key, (value, inp) in items.items():
+    for key, value in items.items():
         form = layout.key_form(key)
+        inp = key in flagged
         if inp or skip_unchanged:
             visible = point_version(txn, tables, point, form)
             current = layout.decode_value(visible[1]) if visible else None
@@ -185,8 +203,8 @@ def put_many(
     max_generation_records: int,
 ) -> tuple[CollectionMeta, PutResult, bool]:
     """Writes items; returns (new meta, result, whether this was the open generation's first write)."""
-    latest = _normalize(items, if_not_present)
-    producer_key = _check_producer(txn, tables, meta, producer_id, seq_no)
+    latest, flagged = _normalize(items, if_not_present)
+    with_producer = producers.validate(producer_id, seq_no)
     if phantom_id is not None:
         if generation_id is None:
             raise InvalidRequest("a phantom write needs a generationId")
@@ -194,11 +212,9 @@ def put_many(
         phantom = live_phantom(txn, tables, meta, phantom_id)
         if phantom is None:
             raise InvalidRequest("unknown or expired phantomId")
-        if producer_key is not None and seq_no is not None:
-            if seq_no <= _last_seq_no(txn, tables, producer_key):
-                return meta, PutResult(generation_id, was_put=False, skipped=True), False
-            txn.put(producer_key, layout.u64(seq_no), db=tables.producers)
-        wrote = _phantom_write(txn, tables, meta, phantom, generation_id, latest, skip_unchanged)
+        if with_producer and not producers.admit(txn, tables, meta, producer_id, seq_no, None):  # type: ignore[arg-type]
+            return meta, PutResult(generation_id, was_put=False, skipped=True), False
+        wrote = _phantom_write(txn, tables, meta, phantom, generation_id, latest, flagged, skip_unchanged)
         return meta, PutResult(generation_id, was_put=wrote), False
     if (
         meta.next is None
@@ -209,35 +225,33 @@ def put_many(
     if meta.manual and generation_id is None:
         raise GenerationMismatch("a manual collection's writes must name the open generation")
     target = meta.next
-    if producer_key is not None and seq_no is not None:
-        if seq_no <= _last_seq_no(txn, tables, producer_key):
-            return meta, PutResult(target, was_put=False, skipped=True), False
-        txn.put(producer_key, layout.u64(seq_no), db=tables.producers)
+    if with_producer and not producers.admit(txn, tables, meta, producer_id, seq_no, meta.next_seq):  # type: ignore[arg-type]
+        return meta, PutResult(target, was_put=False, skipped=True), False
     seq = meta.next_seq
     prefix = meta.cid_prefix
     suffix = layout.u64(seq)
     run = layout.change_prefix(prefix, seq)
     found_gen = target
-    if if_not_present or skip_unchanged or any(inp for _, inp in latest.values()):
+    if flagged or skip_unchanged:
         point = ReadPoint(meta, target, seq)
-        kept: dict[bytes, tuple[bytes | None, bool]] = {}
-        for key, (value, inp) in latest.items():
+        kept: dict[bytes, bytes | None] = {}
+        for key, value in latest.items():
             visible = point_version(txn, tables, point, layout.key_form(key))
             current = layout.decode_value(visible[1]) if visible else None
-            if inp and current is not None:
+            if key in flagged and current is not None:
                 assert visible is not None
                 if len(latest) == 1:
                     found_gen = generation_of_seq(txn, tables, meta, visible[2])  # type: ignore[arg-type]
                 continue
             if skip_unchanged and current == value:
                 continue
-            kept[key] = (value, inp)
+            kept[key] = value
         latest = kept
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
     records: list[tuple[bytes, bytes]] = []
     changes: list[tuple[bytes, bytes]] = []
-    for key, (value, _) in latest.items():
+    for key, value in latest.items():
         if len(key) <= layout.LONG_KEY_PREFIX:
             form = key.replace(b"\x00", b"\x00\xff") + b"\x00\x00"
             records.append((prefix + form + suffix, b"" if value is None else b"\x01" + value))
@@ -255,22 +269,3 @@ def put_many(
         return meta, PutResult(target), False
     save_meta(txn, tables, meta)
     return meta, PutResult(target), first_write and not meta.manual
-
-
-def _check_producer(
-    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, producer_id: str | None, seq_no: int | None
-) -> bytes | None:
-    if producer_id is None and seq_no is None:
-        return None
-    if producer_id is None or seq_no is None:
-        raise InvalidRequest("producerId and seqNo go together")
-    if not isinstance(producer_id, str) or not 1 <= len(producer_id.encode()) <= 255:
-        raise InvalidRequest("producerId must be 1..255 bytes of UTF-8")
-    if isinstance(seq_no, bool) or not isinstance(seq_no, int) or not 1 <= seq_no < 1 << 64:
-        raise InvalidRequest("seqNo must be an integer >= 1")
-    return layout.producer_key(meta.cid_prefix, producer_id)
-
-
-def _last_seq_no(txn: lmdb.Transaction, tables: Tables, producer_key: bytes) -> int:
-    raw = txn.get(producer_key, db=tables.producers)
-    return layout.read_u64(raw) if raw else 0
