@@ -22,6 +22,7 @@ from diffstore.consumer._window import (
     Event,
     FetchPage,
     LoadCheckpoint,
+    Phase,
     Positions,
     ProtocolViolation,
     ReadHeads,
@@ -202,6 +203,8 @@ class Consumer:
 
     def _loop(self, stop: threading.Event | None, wait: bool) -> int:
         checkpoints = 0
+        if self.machine.phase is Phase.WAIT:
+            self.machine.wait_ended()  # a new call looks at the heads again before deciding to wait
         while stop is None or not stop.is_set():
             action = self.machine.next_action()
             if isinstance(action, WaitForChange):
