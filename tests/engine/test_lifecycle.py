@@ -339,10 +339,6 @@ def test_auto_commit_delay_counts_from_first_write(open_store, monkeypatch) -> N
     assert as_dict(n) == {b"a": b"1", b"b": b"2"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: after a threshold commit the next generation inherits the old auto-commit deadline",
-)
 def test_auto_commit_deadline_of_generation_after_threshold_commit(open_store, monkeypatch) -> None:
     clock = [1000.0]
     monkeypatch.setattr(store_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))

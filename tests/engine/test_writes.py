@@ -187,9 +187,6 @@ def test_producer_seq_no_not_stored_when_put_is_rejected(coll) -> None:
     assert coll.put(b"k", b"v", generation_id=b"3", producer_id="p", seq_no=4).skipped is False
 
 
-@pytest.mark.xfail(
-    strict=True, reason="engine bug: an aborted generation's writes stay deduplicated (seqNo not rolled back)"
-)
 def test_producer_seq_no_of_aborted_generation_can_be_retried(coll) -> None:
     coll.put(b"k", b"v", generation_id=b"3", producer_id="p", seq_no=1)
     coll.abort_generation(b"3")
