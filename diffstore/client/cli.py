@@ -35,13 +35,19 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("--token", default=os.environ.get("DIFFSTORE_TOKEN"))
     parser.add_argument("--diff", action="store_true", help="also print the changed keys of each generation")
     parser.add_argument("--format", choices=("msgpack", "json"), default="msgpack", help="wire format")
+    parser.add_argument(
+        "--since",
+        metavar="GENERATION",
+        help="start after this generation id (UTF-8 text; default: the current generation)",
+    )
     parser.set_defaults(func=run_watch)
 
 
 def run_watch(args: argparse.Namespace) -> int:
     try:
         with Client(args.url, token=args.token, format=args.format) as client:
-            watch(client.collection(args.collection), args.diff, sys.stdout)
+            since = None if args.since is None else args.since.encode("utf-8")
+            watch(client.collection(args.collection), args.diff, sys.stdout, since)
     except KeyboardInterrupt:
         return 0
     except DiffstoreError as exc:
@@ -50,9 +56,9 @@ def run_watch(args: argparse.Namespace) -> int:
     return 0
 
 
-def watch(collection: Collection, with_diff: bool, out: TextIO) -> None:
+def watch(collection: Collection, with_diff: bool, out: TextIO, since: bytes | None = None) -> None:
     """Prints forever: a line per new generation and, with ``with_diff``, a line per changed key."""
-    previous = collection.generation_id
+    previous = collection.generation_id if since is None else since
     for generation_id in collection.watch(previous):
         _print(out, generation_line(collection.name, previous, generation_id))
         if with_diff:
