@@ -22,7 +22,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import grpc
@@ -307,7 +307,7 @@ class StreamClient:
             streamName=stream_name,
             ackTimeoutSeconds=ack_timeout_s,
             maxUnackedRecords=max_unacked_records,
-            offset=offset,
+            offset=cast(Any, offset),
         )
         return self._call("CreateSubscription", self._seed.CreateSubscription, request)
 

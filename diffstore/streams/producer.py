@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -81,41 +81,52 @@ class BatchBuffer(Generic[T]):
     def __init__(self, config: ProducerConfig) -> None:
         self._config = config
         self._open: dict[str, PendingBatch[T]] = {}
+        self._max_records = 1 if config.linger_ms == 0 else config.batch_max_records
+        self._max_bytes = config.batch_max_bytes
 
     def add(
         self, partition_key: str, flag: RecordFlag, payload: bytes, ticket: T, now: float
-    ) -> list[PendingBatch[T]]:
+    ) -> Sequence[PendingBatch[T]]:
         """Adds one record; returns the batches sealed by it (oldest first)."""
-        sealed: list[PendingBatch[T]] = []
         batch = self._open.get(partition_key)
-        if batch is not None and batch.flag is not flag:
-            sealed.append(self._open.pop(partition_key))
-            batch = None
-        if batch is None:
-            batch = self._open[partition_key] = PendingBatch(partition_key, flag, now)
+        if batch is None or batch.flag is not flag:
+            return self._add_opening(partition_key, flag, payload, ticket, now)
         batch.payloads.append(payload)
         batch.tickets.append(ticket)
         batch.size_bytes += len(payload)
-        config = self._config
-        if (
-            len(batch.payloads) >= config.batch_max_records
-            or batch.size_bytes >= config.batch_max_bytes
-            or config.linger_ms == 0
-        ):
+        if len(batch.payloads) >= self._max_records or batch.size_bytes >= self._max_bytes:
+            return (self._open.pop(partition_key),)
+        return ()
+
+    def _add_opening(
+        self, partition_key: str, flag: RecordFlag, payload: bytes, ticket: T, now: float
+    ) -> list[PendingBatch[T]]:
+        sealed: list[PendingBatch[T]] = []
+        if partition_key in self._open:  # a flag change: the open batch goes first
             sealed.append(self._open.pop(partition_key))
+        batch = PendingBatch(partition_key, flag, now, [payload], [ticket], len(payload))
+        if len(batch.payloads) >= self._max_records or batch.size_bytes >= self._max_bytes:
+            sealed.append(batch)
+        else:
+            self._open[partition_key] = batch
         return sealed
 
-    def due(self, now: float) -> list[PendingBatch[T]]:
-        """Seals and returns the batches open for at least ``linger_ms``."""
+    def due(self, now: float, busy: Container[str] = ()) -> list[PendingBatch[T]]:
+        """Seals and returns the batches open for at least ``linger_ms``.
+
+        Keys in ``busy`` (a batch of theirs is still being sent) are left to grow: sealing them would only
+        queue a smaller batch behind the one in flight.
+        """
         limit = now - self._config.linger_ms / 1000
-        keys = [k for k, b in self._open.items() if b.opened_at <= limit]
+        keys = [k for k, b in self._open.items() if b.opened_at <= limit and k not in busy]
         return [self._open.pop(k) for k in keys]
 
-    def next_deadline(self) -> float | None:
-        """When the oldest open batch becomes due (``None``: nothing open)."""
-        if not self._open:
+    def next_deadline(self, busy: Container[str] = ()) -> float | None:
+        """When the oldest open batch of a key not in ``busy`` becomes due (``None``: none)."""
+        opened = [b.opened_at for k, b in self._open.items() if k not in busy]
+        if not opened:
             return None
-        return min(b.opened_at for b in self._open.values()) + self._config.linger_ms / 1000
+        return min(opened) + self._config.linger_ms / 1000
 
     def drain(self) -> list[PendingBatch[T]]:
         """Seals everything open."""
@@ -156,6 +167,11 @@ class OrderedDispatch(Generic[B]):
     @property
     def busy(self) -> bool:
         return bool(self._waiting)
+
+    @property
+    def busy_keys(self) -> Container[str]:
+        """Keys with a batch in flight (a live view)."""
+        return self._waiting.keys()
 
 
 class _BatchOutcome:
@@ -224,7 +240,9 @@ class BufferedProducer:
         self._pool = ThreadPoolExecutor(
             self.config.max_concurrent_flushes, thread_name_prefix="producer-append"
         )
-        self._lock = threading.Condition()
+        # The hot path enters the bare lock (a Condition's __enter__ is Python code).
+        self._mutex = threading.Lock()
+        self._lock = threading.Condition(self._mutex)
         self._in_flight = 0
         self._errors: list[BaseException] = []
         self._closed = False
@@ -239,20 +257,17 @@ class BufferedProducer:
 
         Returns a future resolving to the record's id once its batch is appended.
         """
-        if isinstance(payload, bytes):
+        if type(payload) is bytes:
             flag, data = RecordFlag.RAW, payload
         elif isinstance(payload, str):
             flag, data = RecordFlag.RAW, payload.encode()
         else:
             flag, data = RecordFlag.JSON, python_to_struct_bytes(payload)
         future = AppendFuture()
-        with self._lock:
+        with self._mutex:
             if self._closed:
                 raise RuntimeError("producer is closed")
-            was_empty = self._buffer.empty
             sealed = self._buffer.add(key, flag, data, future, time.monotonic())
-            if was_empty and not self._buffer.empty:
-                self._lock.notify_all()  # the linger timer sleeps without a deadline while nothing is open
             for batch in sealed:
                 self._submit_locked(batch)
         return future
@@ -334,13 +349,15 @@ class BufferedProducer:
     def _linger_loop(self) -> None:
         with self._lock:
             while not self._closed:
-                deadline = self._buffer.next_deadline()
+                busy = self._dispatch.busy_keys
+                deadline = self._buffer.next_deadline(busy)
                 now = time.monotonic()
                 if deadline is None:
-                    self._lock.wait()
+                    # Nothing due: look again after one linger period (appends never wake this thread).
+                    self._lock.wait(max(self.config.linger_ms / 1000, 0.001))
                     continue
                 if deadline > now:
                     self._lock.wait(deadline - now)
                     continue
-                for batch in self._buffer.due(now):
+                for batch in self._buffer.due(now, busy):
                     self._submit_locked(batch)

@@ -19,9 +19,10 @@ import gzip
 import hashlib
 import json
 import struct
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import zstandard
 from google.protobuf import struct_pb2
@@ -31,7 +32,7 @@ from diffstore.streams._proto import hstream_pb2 as pb
 RECORD_POSITION_SIZE = 12
 HASH_SPACE_MAX = (1 << 128) - 1
 _POSITION = struct.Struct(">QI")
-_ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)
+_ZSTD = threading.local()  # zstandard (de)compressors are not thread-safe: one per thread
 
 
 class Compression(enum.IntEnum):
@@ -127,7 +128,10 @@ def compress(data: bytes, compression: Compression) -> bytes:
     if compression is Compression.GZIP:
         return gzip.compress(data, compresslevel=6, mtime=0)
     if compression is Compression.ZSTD:
-        return _ZSTD_COMPRESSOR.compress(data)
+        compressor = getattr(_ZSTD, "compressor", None)
+        if compressor is None:
+            compressor = _ZSTD.compressor = zstandard.ZstdCompressor(level=3)
+        return compressor.compress(data)
     raise ValueError(f"unknown compression {compression!r}")
 
 
@@ -135,11 +139,17 @@ def decompress(data: bytes, compression: int) -> bytes:
     """Inverse of :func:`compress`; raises ValueError for an unknown compression type."""
     if compression == Compression.NONE:
         return data
-    if compression == Compression.GZIP:
-        return gzip.decompress(data)
     if compression == Compression.ZSTD:
         # Frames written by streaming compressors may omit the content size, so decompress as a stream.
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        try:
+            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"bad zstd payload: {exc}") from exc
+    if compression == Compression.GZIP:
+        try:
+            return gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"bad gzip payload: {exc}") from exc
     raise ValueError(f"unknown compression type {compression}")
 
 
@@ -164,7 +174,7 @@ def _length_prefix(length: int) -> bytes:
 
 def encode_header(flag: RecordFlag, partition_key: str, attributes: Mapping[str, str] | None = None) -> bytes:
     """The serialized ``HStreamRecordHeader`` (shared by every record of a producer batch)."""
-    header = pb.HStreamRecordHeader(flag=int(flag), key=partition_key)
+    header = pb.HStreamRecordHeader(flag=cast(Any, int(flag)), key=partition_key)
     if attributes:
         header.attributes.update(attributes)
     return header.SerializeToString()
@@ -191,7 +201,7 @@ def build_batch(
 ) -> pb.BatchedRecord:
     """Wraps an encoded ``BatchHStreamRecords`` into a ``BatchedRecord`` ready for Append."""
     batch = pb.BatchedRecord(
-        compressionType=int(compression),
+        compressionType=cast(Any, int(compression)),
         batchSize=batch_size,
         payload=compress(records_payload, compression),
     )

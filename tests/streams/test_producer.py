@@ -14,8 +14,8 @@ def _buffer(**kw: float) -> BatchBuffer[int]:
 
 def test_batch_sealed_by_record_count() -> None:
     buf = _buffer(batch_max_records=3, linger_ms=1000)
-    assert buf.add("k", RecordFlag.RAW, b"a", 1, 0.0) == []
-    assert buf.add("k", RecordFlag.RAW, b"b", 2, 0.0) == []
+    assert not buf.add("k", RecordFlag.RAW, b"a", 1, 0.0)
+    assert not buf.add("k", RecordFlag.RAW, b"b", 2, 0.0)
     (sealed,) = buf.add("k", RecordFlag.RAW, b"c", 3, 0.0)
     assert sealed.payloads == [b"a", b"b", b"c"] and sealed.tickets == [1, 2, 3]
     assert buf.empty
@@ -23,7 +23,7 @@ def test_batch_sealed_by_record_count() -> None:
 
 def test_batch_sealed_by_bytes() -> None:
     buf = _buffer(batch_max_bytes=10, linger_ms=1000)
-    assert buf.add("k", RecordFlag.RAW, b"12345", 1, 0.0) == []
+    assert not buf.add("k", RecordFlag.RAW, b"12345", 1, 0.0)
     (sealed,) = buf.add("k", RecordFlag.RAW, b"67890", 2, 0.0)
     assert sealed.size_bytes == 10
 
