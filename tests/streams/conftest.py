@@ -5,7 +5,9 @@
 - ``stream_server``: a started :class:`ServerThread` (``.address`` "127.0.0.1:PORT", ``.url``
   "hstream://127.0.0.1:PORT", ``.server.config``), stopped after the test.
 - ``hstream_stub``: a synchronous ``HStreamApiStub`` on that server.
-- ``fetch_session``: a factory of :class:`FetchSession` (a StreamingFetch call driven synchronously).
+- ``fetch_session(subscription_id, consumer)``: a :class:`FetchSession` (a StreamingFetch call driven
+  synchronously) on ``stream_server``; ``open_fetch(stub, subscription_id, consumer)`` on any server.
+- ``wait_until(condition, timeout=20.0)``: polls a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -133,17 +135,27 @@ class FetchSession:
 
 
 @pytest.fixture
-def fetch_session(hstream_stub: pb_grpc.HStreamApiStub) -> Iterator[Callable[[str, str], FetchSession]]:
+def open_fetch() -> Iterator[Callable[[pb_grpc.HStreamApiStub, str, str], FetchSession]]:
+    """``open_fetch(stub, subscription_id, consumer)``: a FetchSession on any server, closed at teardown."""
     sessions: list[FetchSession] = []
 
-    def make(subscription_id: str, consumer: str) -> FetchSession:
-        session = FetchSession(hstream_stub, subscription_id, consumer)
+    def make(stub: pb_grpc.HStreamApiStub, subscription_id: str, consumer: str) -> FetchSession:
+        session = FetchSession(stub, subscription_id, consumer)
         sessions.append(session)
         return session
 
     yield make
     for session in sessions:
         session.close()
+
+
+@pytest.fixture
+def fetch_session(
+    hstream_stub: pb_grpc.HStreamApiStub,
+    open_fetch: Callable[[pb_grpc.HStreamApiStub, str, str], FetchSession],
+) -> Callable[[str, str], FetchSession]:
+    """``fetch_session(subscription_id, consumer)``: a FetchSession on ``stream_server``."""
+    return lambda subscription_id, consumer: open_fetch(hstream_stub, subscription_id, consumer)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = WAIT_S, interval: float = 0.002) -> None:
