@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from diffstore.consumer import Consumer, Positions, WindowListener
+from diffstore.consumer import Consumer, ConsumerStalled, Positions, WindowListener
 from diffstore.engine.store import Store
 from diffstore.engine.types import Reader, StoreConfig
+from diffstore.errors import NoSuchCollection
 
 from .conftest import DEADLINE_S, running_server, wait_until
 
@@ -190,4 +191,36 @@ def test_a_caught_up_consumer_waits_for_commits(sources: Any) -> None:
         stop.set()
         thread.join(DEADLINE_S)
     assert not thread.is_alive()
+    consumer.close()
+
+
+def test_a_window_that_keeps_failing_stalls_the_consumer(sources: Any) -> None:
+    class AlwaysFailing(Recorder):
+        def on_end_source(self, source: str) -> bool:
+            raise RuntimeError("broken listener")
+
+    consumer = make_consumer(sources, AlwaysFailing(), max_rollbacks=3)
+    with pytest.raises(ConsumerStalled) as stalled:
+        consumer.run_pending()
+    assert isinstance(stalled.value.__cause__, RuntimeError)
+    assert sources.collection("checkpoints").readers() == [Reader("A", "A", None), Reader("B", "B", None)]
+    consumer.close()
+
+
+def test_a_store_error_inside_a_window_rolls_back_and_propagates(sources: Any) -> None:
+    class DeletesB(Recorder):
+        def on_start_source(self, source: str) -> bool:
+            if source == "B":
+                sources.delete_collection("B")
+            return super().on_start_source(source)
+
+    recorder = DeletesB()
+    consumer = make_consumer(sources, recorder)
+    with pytest.raises(NoSuchCollection):
+        consumer.run_pending()
+    assert recorder.events[-2:] == [
+        ("start_source", "B"),
+        ("rollback", {"A": b"", "B": b""}, "NoSuchCollection"),
+    ]
+    assert Reader("A", "A", None) in sources.collection("checkpoints").readers()
     consumer.close()
