@@ -234,18 +234,40 @@ def iter_items(
     long_mark = layout.LONG_MARK
     group: list[DiffItem] = []
     group_id: bytes | None = None
+    bounded = after_key is not None or from_key is not None or to_key is not None
+    # The loop below is the diff's hot path: _item is inlined for the common case of one version in the
+    # range, and stored values are compared before they are decoded.
+    set_range, prev, item, last = records.set_range, records.prev, records.item, records.last
     for form in _changed_forms(txn, tables, prefix, seqs, lower, upper_form(to_key)):
         long_form = long_mark in form
         if group and (not long_form or layout.long_group(form) != group_id):
             group.sort(key=lambda item: item.key)
             yield from _within(group, from_key, to_key, after_key)
             group, group_id = [], None
-        found = _item(records, prefix + form, to_bound, from_seq, include_intermediate)
-        if found is None:
+        head = prefix + form
+        if include_intermediate:
+            found = _item(records, head, to_bound, from_seq, True)
+            if found is None:
+                continue
+            to_raw, from_raw, between = found
+        else:
+            if not (prev() if set_range(head + to_bound) else last()):
+                continue
+            record_key, to_raw = item()
+            if record_key[:-8] != head:
+                continue
+            from_raw, between = b"", ()
+            while prev():
+                record_key, raw = item()
+                if record_key[:-8] != head:
+                    break
+                if record_key[-8:] <= from_seq:
+                    from_raw = raw
+                    break
+        if to_raw == from_raw:
             continue
-        to_raw, from_raw, between = found
-        to_value = decode_value(to_raw)
-        from_value = decode_value(from_raw)
+        to_value = to_raw[1:] if to_raw and to_raw[0] == 1 else decode_value(to_raw)
+        from_value = from_raw[1:] if from_raw and from_raw[0] == 1 else decode_value(from_raw)
         if to_value == from_value:
             continue
         if long_form:
@@ -253,10 +275,11 @@ def iter_items(
             group.append(DiffItem(layout.long_key_of_value(to_raw), from_value, to_value, between))
             continue
         key = form[:-2].replace(b"\x00\xff", b"\x00")
-        if (after_key is not None and key <= after_key) or (from_key is not None and key < from_key):
-            continue
-        if to_key is not None and key >= to_key:
-            return
+        if bounded:
+            if (after_key is not None and key <= after_key) or (from_key is not None and key < from_key):
+                continue
+            if to_key is not None and key >= to_key:
+                return
         yield DiffItem(key, from_value, to_value, between)
     if group:
         group.sort(key=lambda item: item.key)

@@ -167,17 +167,24 @@ def _phantom_write(
     items: dict[bytes, bytes | None],
     flagged: set[bytes],
     skip_unchanged: bool,
-) -> bool:
+) -> PutResult:
     point = ReadPoint(meta, generation_id, resolve_seq(txn, tables, meta, generation_id), phantom)
     prefix = layout.phantom_prefix(meta.cid_prefix, phantom)
     wrote = False
+    found_gen = generation_id
     for key, value in items.items():
         form = layout.key_form(key)
         inp = key in flagged
         if inp or skip_unchanged:
             visible = point_version(txn, tables, point, form)
             current = layout.decode_value(visible[1]) if visible else None
-            if (inp and current is not None) or (skip_unchanged and current == value):
+            if inp and current is not None:
+                assert visible is not None
+                if len(items) == 1:
+                    gen = visible[2]
+                    found_gen = gen if isinstance(gen, bytes) else generation_of_seq(txn, tables, meta, gen)
+                continue
+            if skip_unchanged and current == value:
                 continue
         raw = txn.get(prefix + form, db=tables.phantoms)
         entries = [e for e in msgpack.unpackb(raw) if e[0] != generation_id] if raw else []
@@ -185,7 +192,7 @@ def _phantom_write(
         entries.sort(key=lambda e: e[0])
         txn.put(prefix + form, msgpack.packb(entries, use_bin_type=True), db=tables.phantoms)
         wrote = True
-    return wrote
+    return PutResult(generation_id) if wrote else PutResult(found_gen, was_put=False)
 
 
 def put_many(
@@ -214,8 +221,8 @@ def put_many(
             raise InvalidRequest("unknown or expired phantomId")
         if with_producer and not producers.admit(txn, tables, meta, producer_id, seq_no, None):  # type: ignore[arg-type]
             return meta, PutResult(generation_id, was_put=False, skipped=True), False
-        wrote = _phantom_write(txn, tables, meta, phantom, generation_id, latest, flagged, skip_unchanged)
-        return meta, PutResult(generation_id, was_put=wrote), False
+        result = _phantom_write(txn, tables, meta, phantom, generation_id, latest, flagged, skip_unchanged)
+        return meta, result, False
     if (
         meta.next is None
         or meta.next_seq is None
