@@ -16,4 +16,4 @@ from diffstore.client._calls import Call
 from diffstore.client._sync import Client, Collection
 from diffstore.client._transport import DEFAULT_URL, WireFormat
 
-__all__ = ["DEFAULT_URL", "AsyncClient", "AsyncCollection", "Call", "Client", "Collection", "WireFormat"]
+__all__ = ["AsyncClient", "AsyncCollection", "Call", "Client", "Collection", "DEFAULT_URL", "WireFormat"]

@@ -82,3 +82,12 @@ def test_answers_without_an_error_body_are_raised_by_status() -> None:
     assert type(error_from_response(418, JSON, b"teapot")) is DiffstoreError
     too_large = error_from_response(413, JSON, orjson.dumps({"error": "payloadTooLarge", "bytesMax": 10}))
     assert isinstance(too_large, PayloadTooLarge) and too_large.bytes_max == 10
+
+
+def test_the_public_names_are_sorted_and_importable() -> None:
+    import diffstore.client
+    import diffstore.consumer
+
+    for module in (diffstore.client, diffstore.consumer):
+        assert module.__all__ == sorted(module.__all__)
+        assert all(hasattr(module, name) for name in module.__all__)

@@ -235,7 +235,9 @@ def test_wait_for_change_across_collections(client: Client) -> None:
     assert client.wait_for_change({"X": b"stale", "Y": b""}, timeout_ms=5_000) is True
     assert client.wait_for_change({"X": b"", "Y": b""}, timeout_ms=50) is False
     result: list[bool] = []
-    thread = threading.Thread(target=lambda: result.append(client.wait_for_change({"X": b"", "Y": b""})))
+    thread = threading.Thread(
+        target=lambda: result.append(client.wait_for_change({"X": b"", "Y": b""})), daemon=True
+    )
     thread.start()
     committed(client, "Y", b"1", [(b"k", b"v")])
     thread.join(DEADLINE_S)
