@@ -176,9 +176,6 @@ def test_phantom_if_not_present_and_skip_unchanged(coll) -> None:
     assert coll.get(b"a", generation_id=b"6", phantom_id=p).generation_id == b"3"  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="engine bug: phantom ifNotPresent put answers its own generation, not the record's"
-)
 def test_phantom_if_not_present_answers_existing_generation(coll) -> None:
     p = coll.start_phantom()
     result = coll.put(b"c", b"x", generation_id=b"6", phantom_id=p, if_not_present=True)
