@@ -277,3 +277,25 @@ def test_shards_are_split_between_consumers_and_move_when_one_leaves(
         append(hstream_stub, shard, [b"after"])
     after = {r.recordIds[0].shardId for r in b.collect(4) if payloads_of(r) == [b"after"]}
     assert after == set(shards)
+
+
+def test_concurrent_appends_get_distinct_increasing_ids_and_all_arrive(
+    hstream_stub: Stub, fetch_session: Any
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    shards = make_stream(hstream_stub, shards=2)
+
+    def put(i: int) -> list[pb.RecordId]:
+        return list(append(hstream_stub, shards[i % 2], [b"%d" % i]).recordIds)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(put, range(64)))
+    ids = [(r[0].shardId, r[0].batchId) for r in results]
+    assert len(set(ids)) == 64
+    subscribe(hstream_stub, "sub")
+    received = fetch_session("sub", "c").collect(64)
+    assert sorted(payloads_of(r)[0] for r in received) == sorted(b"%d" % i for i in range(64))
+    for shard in shards:
+        batch_ids = [r.recordIds[0].batchId for r in received if r.recordIds[0].shardId == shard]
+        assert batch_ids == sorted(batch_ids) == sorted(b for s, b in ids if s == shard)

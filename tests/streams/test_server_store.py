@@ -17,7 +17,7 @@ from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 from diffstore.streams.server import ServerConfig, ServerThread, keys
 from diffstore.streams.server.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from diffstore.streams.server.sharding import HASH_MAX, hash_ranges, key_hash, shard_index
-from diffstore.streams.server.store import EARLIEST, LATEST, StreamStore, SubscriptionInfo
+from diffstore.streams.server.store import EARLIEST, LATEST, AppendItem, StreamStore, SubscriptionInfo
 
 U64 = st.integers(0, 2**64 - 1)
 
@@ -148,3 +148,23 @@ def test_a_restart_keeps_streams_records_subscriptions_and_committed_positions(
         assert list(session.next().recordIds) == list(appended[2])
         session.close()
         channel.close()
+
+
+def test_a_group_of_appends_is_one_transaction_with_per_item_errors(tmp_path: Path) -> None:
+    store = StreamStore(tmp_path, sync=False)
+    try:
+        (shard,) = store.create_stream("s", 1, 0, 1, 1).shard_ids
+        results = store.append_many(
+            [
+                AppendItem("s", shard, 1, b"a"),
+                AppendItem("nope", shard, 1, b"x"),
+                AppendItem("s", shard + 1, 1, b"x"),
+                AppendItem("s", shard, 2, b"b"),
+            ]
+        )
+        first, missing_stream, missing_shard, last = results
+        assert isinstance(first, int) and isinstance(last, int) and first < last
+        assert isinstance(missing_stream, NotFound) and isinstance(missing_shard, NotFound)
+        assert store.tail(shard) == (last, 2)
+    finally:
+        store.close()

@@ -18,10 +18,11 @@ from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 
 from . import codec
+from .appender import GroupAppender
 from .config import ServerConfig
 from .errors import FailedPrecondition, InvalidArgument, NotFound, StreamServerError
 from .runtime import ConsumerInfo, SubscriptionRuntime
-from .store import StreamInfo, StreamStore, SubscriptionInfo
+from .store import AppendItem, StreamInfo, StreamStore, SubscriptionInfo
 from .subscription import SubscriptionState
 
 PROTOCOL_VERSION = "0.1.0"
@@ -83,6 +84,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
         self._store = store
         self._config = config
         self._runtimes: dict[str, SubscriptionRuntime] = {}
+        self._appender = GroupAppender(store)
         self._started = time.monotonic()
         self.node = pb.ServerNode(id=1, host=config.public_host, port=config.port)
 
@@ -95,6 +97,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
         for runtime in list(self._runtimes.values()):
             await runtime.close()
         self._runtimes.clear()
+        self._appender.close()
 
     # -- cluster ----------------------------------------------------------------------------------------
 
@@ -190,9 +193,8 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
             raise InvalidArgument(f"unknown compression type {batch.compressionType}")
         if not batch.HasField("publishTime"):
             batch.publishTime.FromMilliseconds(_now_ms())
-        batch_id = self._store.append(
-            request.streamName, request.shardId, batch.batchSize, batch.SerializeToString()
-        )
+        item = AppendItem(request.streamName, request.shardId, batch.batchSize, batch.SerializeToString())
+        batch_id = await self._appender.append(item)
         for runtime in self._runtimes.values():
             if runtime.stream_name == request.streamName:
                 runtime.notify()

@@ -2,7 +2,8 @@
 
 Streams, shards, batches as received, subscriptions and committed positions; each operation is one LMDB
 transaction, so a restart finds exactly what was acknowledged to clients. ``lmdb.Error`` is translated to
-:class:`diffstore.errors.StorageError` here and nowhere else.
+:class:`diffstore.errors.StorageError` here and nowhere else. Methods may be called from two threads (the
+event loop and the append writer): every transaction stays on the thread that opened it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import msgpack
 from diffstore.errors import StorageError
 
 from . import keys
-from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, StreamServerError
 from .sharding import hash_ranges
 from .subscription import START, Position, StoredBatch
 
@@ -50,6 +51,16 @@ class ShardInfo:
     start: int
     end: int
     epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AppendItem:
+    """One batch to store: ``size`` records, ``record`` a serialized BatchedRecord."""
+
+    stream_name: str
+    shard_id: int
+    size: int
+    record: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,17 +225,30 @@ class StreamStore:
         Raises:
             NotFound: the stream or the shard (in that stream) does not exist.
         """
+        (result,) = self.append_many([AppendItem(stream_name, shard_id, size, record)])
+        if isinstance(result, StreamServerError):
+            raise result
+        return result
+
+    def append_many(self, items: list[AppendItem]) -> list[int | StreamServerError]:
+        """Stores several batches in one transaction (group commit); an item that names a missing stream or
+        shard gets its error in place of a batch id and the others are stored.
+        """
+        results: list[int | StreamServerError] = []
         with self._txn(write=True) as txn:
-            if txn.get(stream_name.encode(), db=self._db["streams"]) is None:
-                raise NotFound(f"stream {stream_name} not found")
-            shard = self._shard(txn, shard_id)
-            if shard.stream_name != stream_name:
-                raise NotFound(f"shard {shard_id} is not a shard of {stream_name}")
-            batch_id = self._next_id(txn, keys.NEXT_BATCH_ID)
-            txn.put(
-                keys.batch_key(shard_id, batch_id), keys.batch_value(size, record), db=self._db["batches"]
-            )
-        return batch_id
+            for item in items:
+                if txn.get(item.stream_name.encode(), db=self._db["streams"]) is None:
+                    results.append(NotFound(f"stream {item.stream_name} not found"))
+                    continue
+                raw = txn.get(keys.u64(item.shard_id), db=self._db["shards"])
+                if raw is None or _unpack(raw)["stream"] != item.stream_name:
+                    results.append(NotFound(f"shard {item.shard_id} is not a shard of {item.stream_name}"))
+                    continue
+                batch_id = self._next_id(txn, keys.NEXT_BATCH_ID)
+                key = keys.batch_key(item.shard_id, batch_id)
+                txn.put(key, keys.batch_value(item.size, item.record), db=self._db["batches"])
+                results.append(batch_id)
+        return results
 
     def tail(self, shard_id: int) -> tuple[int, int] | None:
         """``(batch_id, size)`` of the shard's last batch, or None when it is empty."""
