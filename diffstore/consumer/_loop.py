@@ -232,7 +232,7 @@ class Consumer:
                     limit=self.page_limit,
                     cursor=action.cursor,
                 )
-            except DiffstoreError as exc:
+            except Exception as exc:  # the window is broken whatever failed: roll back, then report
                 machine.failed(exc)
                 self._deliver(machine.next_action(), stop)
                 raise
@@ -259,6 +259,9 @@ class Consumer:
         except Exception as exc:  # a failing callback rolls the window back, by contract
             self.machine.delivered(False, exc)
             return
+        except BaseException as exc:  # Ctrl-C, exit: the window is rolled back if this loop runs again
+            self.machine.delivered(False, exc)
+            raise
         self.machine.delivered(answer is not False)
 
     def _call_listener(self, event: Event) -> bool | None:
