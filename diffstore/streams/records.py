@@ -224,8 +224,9 @@ def decode_batch(
 
     Args:
         batch: the ``BatchedRecord`` as stored by the server.
-        record_ids: the ids the server sent; each picks its record by ``batchIndex`` (a resend may carry
-            only the unacked ones). ``None`` numbers the records 0.. with batch id 0 of ``shard_id``.
+        record_ids: the ids the server sent. As many ids as records: they pair up in order (a resend may
+            carry only the unacked records, re-batched); fewer ids than records: each picks its record by
+            ``batchIndex``. ``None`` numbers the records 0.. with batch id 0 of ``shard_id``.
 
     Raises:
         ValueError: unknown compression, undecodable payload, or an id whose index is outside the batch.
@@ -242,11 +243,16 @@ def decode_batch(
         ids = [RecordId(shard_id, 0, i) for i in range(len(hrecords))]
     else:
         ids = [RecordId(r.shardId, r.batchId, r.batchIndex) for r in record_ids]
+    if len(ids) == len(hrecords):
+        pairs = list(zip(ids, hrecords, strict=True))  # the payload holds exactly the sent records
+    else:
+        pairs = []  # a subset of ids for the whole stored batch: pick by index
+        for rid in ids:
+            if rid.batch_index >= len(hrecords):
+                raise ValueError(f"record id {rid} is outside a batch of {len(hrecords)}")
+            pairs.append((rid, hrecords[rid.batch_index]))
     out: list[StreamRecord] = []
-    for rid in ids:
-        if rid.batch_index >= len(hrecords):
-            raise ValueError(f"record id {rid} is outside a batch of {len(hrecords)}")
-        hrecord = hrecords[rid.batch_index]
+    for rid, hrecord in pairs:
         header = hrecord.header
         out.append(
             StreamRecord(

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
-from diffstore.streams.producer import BatchBuffer, OrderedDispatch, PendingBatch, ProducerConfig
-from diffstore.streams.records import RecordFlag
+from diffstore.streams.client import StreamClient, StreamError, StreamNotFound
+from diffstore.streams.consumer import Consumer
+from diffstore.streams.producer import (
+    AppendFuture,
+    BatchBuffer,
+    BufferedProducer,
+    OrderedDispatch,
+    PendingBatch,
+    ProducerConfig,
+    ProducerError,
+)
+from diffstore.streams.records import Compression, RecordFlag, RecordId, StreamRecord
+
+WAIT_S = 20.0
 
 
 def _buffer(**kw: float) -> BatchBuffer[int]:
@@ -79,3 +95,81 @@ def test_config_is_validated() -> None:
         ProducerConfig(batch_max_records=0)
     with pytest.raises(ValueError):
         ProducerConfig(linger_ms=-1)
+
+
+# -- against the embedded server ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(stream_server: Any) -> Iterator[StreamClient]:
+    with StreamClient(stream_server.url) as stream_client:
+        yield stream_client
+
+
+def _read_all(client: StreamClient, subscription: str, count: int) -> list[StreamRecord]:
+    records: list[StreamRecord] = []
+    with Consumer(client, subscription) as consumer:
+        deadline = time.monotonic() + WAIT_S
+        while len(records) < count:
+            assert time.monotonic() < deadline, f"got {len(records)} of {count} records"
+            batch = consumer.poll(0.5)
+            if batch is not None:
+                records.extend(batch.records)
+                consumer.ack(batch.record_ids)
+    return records
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+def test_producer_appends_keyed_raw_and_json_records_in_order(
+    client: StreamClient, compression: Compression
+) -> None:
+    client.create_stream("orders", shard_count=2)
+    client.create_subscription("all", "orders")
+    config = ProducerConfig(batch_max_records=7, linger_ms=5, compression=compression)
+    futures: list[tuple[str, Any, AppendFuture]] = []
+    with BufferedProducer(client, "orders", config) as producer:
+        for i in range(300):
+            key = f"key-{i % 5}" if i % 4 else ""
+            payload: Any = {"n": i, "tag": "j"} if i % 3 == 0 else (b"raw-%d" % i if i % 2 else f"str-{i}")
+            futures.append((key, payload, producer.append(payload, key=key)))
+    shard_map = client.shard_map("orders")
+    ids = [f.result(timeout=WAIT_S) for _, _, f in futures]
+    assert len(set(ids)) == 300
+    last_by_key: dict[str, RecordId] = {}
+    for (key, _, _), rid in zip(futures, ids, strict=True):
+        assert rid.shard_id == shard_map.shard_for_key(key)
+        if key in last_by_key:
+            assert rid > last_by_key[key]  # same key: strictly in append order
+        last_by_key[key] = rid
+    by_id = {r.record_id: r for r in _read_all(client, "all", 300)}
+    for (key, payload, _), rid in zip(futures, ids, strict=True):
+        record = by_id[rid]
+        assert record.partition_key == key
+        if isinstance(payload, dict):
+            assert record.is_json and record.json() == payload
+        else:
+            assert record.flag is RecordFlag.RAW
+            assert record.payload == (payload if isinstance(payload, bytes) else payload.encode())
+
+
+def test_append_errors_reach_every_future_and_flush(client: StreamClient) -> None:
+    client.create_stream("doomed", shard_count=1)
+    producer = BufferedProducer(client, "doomed", ProducerConfig(linger_ms=1000))
+    ok = producer.append(b"first")
+    producer.flush()
+    assert ok.result(timeout=WAIT_S).shard_id > 0
+    client.delete_stream("doomed", force=True)
+    failing = [producer.append(b"x%d" % i) for i in range(3)]
+    with pytest.raises(ProducerError) as info:
+        producer.flush()
+    assert isinstance(info.value.errors[0], StreamError)
+    for future in failing:
+        assert isinstance(future.exception(timeout=WAIT_S), StreamError)
+        with pytest.raises(StreamError):
+            future.result(timeout=WAIT_S)
+    producer.close()
+
+
+def test_missing_stream_is_not_found(client: StreamClient) -> None:
+    with pytest.raises(StreamNotFound):
+        BufferedProducer(client, "nope")
