@@ -311,6 +311,8 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
             queue = runtime.join(ConsumerInfo(first.consumerName, context.peer(), str(agent)))
         except StreamServerError as exc:
             await context.abort(exc.status, exc.reason)
+        except StorageError as exc:
+            await context.abort(grpc.StatusCode.INTERNAL, exc.reason)
         runtime.ack(list(first.ackIds))
         reader = asyncio.get_running_loop().create_task(self._read_acks(request_iterator, runtime, queue))
         try:
