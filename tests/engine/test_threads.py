@@ -1,0 +1,138 @@
+"""Thread-safety: reader threads never see a partial generation while one writer commits."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from diffstore import Store
+from tests.helpers import wait_until
+
+KEYS = [b"k%02d" % i for i in range(40)]
+READERS = 3
+
+
+def u64(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+def _run(writer: Callable[[], None], reader: Callable[[threading.Event], int]) -> list[int]:
+    """Runs one writer and READERS reader threads; re-raises the first failure of any of them."""
+    errors: list[BaseException] = []
+    done = threading.Event()
+    reads = [0] * READERS
+
+    def guard(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                errors.append(exc)
+                done.set()
+
+        return run
+
+    def write() -> None:
+        try:
+            writer()
+        finally:
+            done.set()
+
+    def make_reader(index: int) -> Callable[[], None]:
+        def read() -> None:
+            reads[index] = reader(done)
+
+        return read
+
+    threads = [threading.Thread(target=guard(write))]
+    threads += [threading.Thread(target=guard(make_reader(i))) for i in range(READERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a test thread hung"
+    if errors:
+        raise errors[0]
+    return reads
+
+
+def _expected(n: int) -> dict[bytes, bytes]:
+    """The whole visible content after generation n: every key = n, except k39 absent in odd ones."""
+    if n == 0:
+        return {}
+    return {k: b"%d" % n for k in KEYS if not (n % 2 and k == b"k39")}
+
+
+def test_readers_never_see_partial_manual_generation(store: Store) -> None:
+    c = store.create_collection("t", manual=True, initial_generation_id=u64(0))
+    commits = 80
+    started = threading.Event()
+
+    def writer() -> None:
+        wait_until(started.is_set, what="a reader to start")
+        for n in range(1, commits + 1):
+            g = u64(n)
+            c.start_generation(g)
+            half = len(KEYS) // 2
+            c.put_many([(k, b"%d" % n) for k in KEYS[:half]], generation_id=g)
+            items = [(k, b"%d" % n) for k in KEYS[half:]]
+            if n % 2:
+                items[-1] = (b"k39", None)
+            c.put_many(items, generation_id=g)
+            c.commit_generation(g)
+
+    def reader(done: threading.Event) -> int:
+        started.set()
+        last, count = 0, 0
+        while not done.is_set() or count == 0:
+            gen = c.generation_id
+            n = int.from_bytes(gen, "big")
+            assert n >= last, "the current generation went backwards"
+            last = n
+            assert {r.key: r.value for r in c.query(generation_id=gen)} == _expected(n)
+            current = {r.key: r.value for r in c.query()}
+            m = int(next(iter(current.values()), b"0"))
+            assert m >= n and current == _expected(m)
+            page = c.query_page(limit=7)
+            pinned = page.generation_id
+            rows = list(page.items)
+            while page.cursor:
+                page = c.query_page(cursor=page.cursor)
+                rows += page.items
+            assert {r.key: r.value for r in rows} == _expected(int.from_bytes(pinned, "big"))
+            if n >= 2:
+                diff = {i.key: (i.from_value, i.to_value) for i in c.diff(u64(n - 1), gen)}
+                assert len(diff) == len(KEYS)
+            record = c.get_result(b"k00")
+            assert record.record is None or record.record.generation_id == record.generation_id
+            count += 1
+        return count
+
+    reads = _run(writer, reader)
+    assert c.generation_id == u64(commits)
+    assert all(r > 0 for r in reads)
+
+
+def test_readers_never_see_partial_put_many_with_auto_commit(open_store) -> None:
+    store = open_store(background=True, commit_delay_ms=1, max_generation_records=100, gc_interval_ms=5)
+    c = store.create_collection("n", manual=False)
+    writes = 100
+    started = threading.Event()
+
+    def writer() -> None:
+        wait_until(started.is_set, what="a reader to start")
+        for n in range(1, writes + 1):
+            c.put_many([(k, b"%d" % n) for k in KEYS])  # atomic: a generation holds all of it or none
+        wait_until(lambda: c.get(b"k00") is not None and c.get(b"k00").value == b"%d" % writes)
+
+    def reader(done: threading.Event) -> int:
+        started.set()
+        count = 0
+        while not done.is_set() or count == 0:
+            values = {r.value for r in c.query()}
+            assert len(values) <= 1, f"a partial write is visible: {sorted(values)}"
+            count += 1
+        return count
+
+    _run(writer, reader)
+    assert {r.value for r in c.query()} == {b"%d" % writes}
