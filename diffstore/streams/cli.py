@@ -75,6 +75,8 @@ def add_commands(subparsers: Subparsers) -> None:
         add(commands)
     for add in TOP_LEVEL_COMMANDS:
         add(subparsers)
+    from diffstore.streams.ingest_cli import add_ingest_command  # `diffstore ingest` (SPEC §5)
+    add_ingest_command(subparsers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,163 @@
+"""``diffstore ingest``: one HStream subscription into one manual collection, exactly once (SPEC §5).
+
+    diffstore ingest --hstream hstream://127.0.0.1:6570 --subscription S --collection C \\
+        (--data DIR | --url http://host:port) [--window-records N] [--window-ms M] \\
+        [--mapper module:function] [--create-collection]
+
+Progress on a terminal (records/s, lag); ``--log-commits`` prints one JSON line per committed window instead
+(for scripts and tests). SIGTERM or Ctrl-C stops cleanly: the open window is committed and acked first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from diffstore.errors import DiffstoreError
+from diffstore.streams.client import StreamClient, StreamError
+from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, load_mapper
+from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
+
+
+def add_ingest_command(subparsers: Any) -> None:
+    """Registers ``ingest`` on the ``diffstore`` command's sub-parsers."""
+    parser = subparsers.add_parser(
+        "ingest",
+        help="consume an HStream subscription into a manual collection, exactly once",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--hstream", required=True, metavar="URL", help="hstream://host[:port] or hstreams://")
+    parser.add_argument("--subscription", required=True, help="subscription id to consume")
+    parser.add_argument("--collection", required=True, help="target manual collection")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--data", metavar="DIR", help="an embedded store directory")
+    target.add_argument("--url", help="a remote diffstore server (http://host:port)")
+    parser.add_argument("--window-records", type=int, default=10_000, help="records per generation (max)")
+    parser.add_argument("--window-ms", type=float, default=500.0, help="age at which a window commits")
+    parser.add_argument("--mapper", metavar="MODULE:FUNCTION", help="record → (key, value) pairs")
+    parser.add_argument("--create-collection", action="store_true", help="create C (manual) if missing")
+    parser.add_argument(
+        "--recovery-hold-ms",
+        type=float,
+        default=None,
+        help="hold the first window after a start this long (default: automatic, see docs/streams.md)",
+    )
+    parser.add_argument("--log-commits", action="store_true", help="one JSON line per commit on stdout")
+    parser.set_defaults(func=run_ingest)
+
+
+def _open_sink(args: argparse.Namespace) -> CollectionSink:
+    if args.data:
+        return EngineSink.open(args.data, args.collection, create=args.create_collection)
+    return HttpSink.open(args.url, args.collection, create=args.create_collection)
+
+
+class _Progress:
+    """Records/s over the last few seconds and lag (now − publish time of the newest applied record)."""
+
+    def __init__(self, console: Console, log_commits: bool) -> None:
+        self.console = console
+        self.log_commits = log_commits
+        self.started = time.monotonic()
+        self.samples: list[tuple[float, int]] = [(self.started, 0)]
+        self.last: CommitStats | None = None
+        self.live: Live | None = None
+
+    def rate(self) -> float:
+        (t0, n0), (t1, n1) = self.samples[0], self.samples[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def render(self) -> Table:
+        table = Table(title="diffstore ingest", show_header=False)
+        stats = self.last
+        table.add_row("applied records", f"{stats.applied_total if stats else 0:,}")
+        table.add_row("skipped (already applied)", f"{stats.skipped_total if stats else 0:,}")
+        table.add_row("records/s", f"{self.rate():,.0f}")
+        table.add_row("lag", f"{stats.lag_s:.2f} s" if stats else "-")
+        table.add_row("generation", stats.generation_id.hex() if stats else "-")
+        return table
+
+    def on_commit(self, stats: CommitStats) -> None:
+        now = time.monotonic()
+        self.last = stats
+        self.samples.append((now, stats.applied_total))
+        while len(self.samples) > 2 and now - self.samples[0][0] > 5.0:
+            self.samples.pop(0)
+        if self.log_commits:
+            line = {
+                "generation": stats.generation_id.hex(),
+                "records": stats.records,
+                "items": stats.items,
+                "applied": stats.applied_total,
+                "skipped": stats.skipped_total,
+                "lag_s": round(stats.lag_s, 3),
+                "positions": {str(s): [p.batch_id, p.batch_index] for s, p in stats.positions.items()},
+            }
+            print(json.dumps(line), flush=True)
+        elif self.live is not None:
+            self.live.update(self.render())
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    """Runs the ingestor until SIGTERM/SIGINT; returns the exit code."""
+    console = Console(stderr=True)
+    try:
+        mapper = load_mapper(args.mapper) if args.mapper else None
+        config = IngestConfig(
+            subscription_id=args.subscription,
+            window_records=args.window_records,
+            window_ms=args.window_ms,
+            mapper=mapper,
+            recovery_hold_ms=args.recovery_hold_ms,
+        )
+        sink = _open_sink(args)
+    except (ValueError, ImportError, AttributeError, DiffstoreError) as exc:
+        console.print(f"[red]ingest: {exc}[/red]")
+        return 2
+    client = StreamClient(args.hstream)
+    ingestor = Ingestor(client, sink, config)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        ingestor.stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    progress = _Progress(console, args.log_commits)
+    try:
+        if not args.log_commits and console.is_terminal:
+            with Live(progress.render(), console=console, refresh_per_second=4) as live:
+                progress.live = live
+                ingestor.run(progress.on_commit)
+        else:
+            ingestor.run(progress.on_commit)
+    except (StreamError, DiffstoreError) as exc:
+        console.print(f"[red]ingest stopped: {exc}[/red]")
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sink.close()
+        client.close()
+    console.print(f"ingest: stopped after {ingestor.applied_total:,} records")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m diffstore.streams.ingest_cli ...`` (same options as ``diffstore ingest``)."""
+    parser = argparse.ArgumentParser(prog="diffstore")
+    add_ingest_command(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["ingest", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
