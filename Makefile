@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(VENV)/bin/diffstore serve --data ./data
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check diffstore tests benchmarks examples
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy diffstore
 
 test: $(STAMP) lint
