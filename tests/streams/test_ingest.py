@@ -1,0 +1,228 @@
+"""Ingestion end to end: embedded HStream server → Ingestor → a manual collection (embedded and over HTTP)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from diffstore.engine import Store, StoreConfig
+from diffstore.server import ServerConfig, create_app
+from diffstore.streams.client import StreamClient
+from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
+from diffstore.streams.producer import BufferedProducer, ProducerConfig
+from diffstore.streams.records import Compression, RecordId, RecordPosition, StreamRecord
+from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
+
+WAIT_S = 30.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def client(stream_server: Any) -> Iterator[StreamClient]:
+    with StreamClient(stream_server.url) as stream_client:
+        yield stream_client
+
+
+def produce(client: StreamClient, stream: str, items: list[tuple[str, Any]]) -> list[RecordId]:
+    config = ProducerConfig(batch_max_records=50, compression=Compression.ZSTD)
+    with BufferedProducer(client, stream, config) as producer:
+        futures = [producer.append(payload, key=key) for key, payload in items]
+    return [f.result() for f in futures]
+
+
+def last_positions(ids: list[RecordId]) -> dict[int, RecordPosition]:
+    positions: dict[int, RecordPosition] = {}
+    for rid in ids:
+        if rid.shard_id not in positions or rid.position > positions[rid.shard_id]:
+            positions[rid.shard_id] = rid.position
+    return positions
+
+
+def ingest_until(
+    client: StreamClient, sink: CollectionSink, config: IngestConfig, target: dict[int, RecordPosition]
+) -> list[CommitStats]:
+    """Runs an ingestor in a thread until its committed positions reach ``target``, then stops it cleanly."""
+    ingestor = Ingestor(client, sink, config)
+    commits: list[CommitStats] = []
+    done = threading.Event()
+
+    def on_commit(stats: CommitStats) -> None:
+        commits.append(stats)
+        if all(stats.positions.get(s, RecordPosition(0, 0)) >= p for s, p in target.items()):
+            done.set()
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            ingestor.run(on_commit)
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+            done.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert done.wait(WAIT_S), f"positions {commits[-1].positions if commits else None}, wanted {target}"
+    ingestor.stop()
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    if errors:
+        raise errors[0]
+    return commits
+
+
+def upper_mapper(record: StreamRecord) -> list[tuple[bytes, bytes | None]]:
+    """A user mapper: renames keys, uppercases values, deletes on ``b"delete"``."""
+    key = b"user/" + record.partition_key.encode()
+    if record.payload == b"delete":
+        return [(key, None)]
+    return [(key, record.payload.upper())]
+
+
+def test_ingest_into_embedded_collection_exactly_once(client: StreamClient, tmp_path: Path) -> None:
+    client.create_stream("events", shard_count=2)
+    client.create_subscription("ing", "events")
+    items: list[tuple[str, Any]] = [(f"k{i % 7}", b"v%d" % i) for i in range(200)]
+    items += [("json", {"b": 2, "a": [1, "x"]})]
+    ids = produce(client, "events", items)
+    sink = EngineSink.open(tmp_path / "db", "C", create=True)
+    try:
+        config = IngestConfig("ing", window_records=40, window_ms=20)
+        commits = ingest_until(client, sink, config, last_positions(ids))
+        store_collection = sink._collection
+        assert store_collection.get(b"k3").value == b"v%d" % max(i for i in range(200) if i % 7 == 3)
+        assert store_collection.get(b"json").value == b'{"a":[1,"x"],"b":2}'
+        generations = [c.generation_id for c in commits]
+        assert generations == sorted(generations) and len(set(generations)) == len(generations)
+        assert all(len(g) == 8 for g in generations)
+        assert sum(c.records for c in commits) == len(items)
+        readers = {r.name: r for r in store_collection.readers()}
+        for shard_id, position in last_positions(ids).items():
+            reader = readers[f"hstream/ing/{shard_id}"]
+            assert reader.collection == "hstream://events"
+            assert reader.generation_id == position.to_bytes()
+        assert store_collection.next_generation_id is None
+    finally:
+        sink.close()
+
+    # A restarted ingestor applies only what is new.
+    more = produce(client, "events", [("k0", b"later")])
+    sink = EngineSink.open(tmp_path / "db", "C")
+    try:
+        commits = ingest_until(client, sink, IngestConfig("ing", window_ms=10), last_positions(ids + more))
+        assert sum(c.records for c in commits) == 1
+        assert sink._collection.get(b"k0").value == b"later"
+    finally:
+        sink.close()
+
+
+def test_user_mapper_renames_and_tombstones(client: StreamClient, tmp_path: Path) -> None:
+    client.create_stream("s", shard_count=1)
+    client.create_subscription("sub", "s")
+    ids = produce(client, "s", [("a", b"one"), ("b", b"two"), ("a", b"delete")])
+    store = Store.open(tmp_path / "db")
+    store.create_collection("C", manual=True)
+    store.close()
+    sink = EngineSink.open(tmp_path / "db", "C")
+    try:
+        config = IngestConfig("sub", window_records=2, window_ms=10, mapper=upper_mapper)
+        ingest_until(client, sink, config, last_positions(ids))
+        collection = sink._collection
+        assert collection.get(b"user/a") is None
+        assert collection.get(b"user/b").value == b"TWO"
+        assert collection.get(b"a") is None
+    finally:
+        sink.close()
+
+
+@contextmanager
+def http_server(data_dir: Path) -> Iterator[str]:
+    """A real uvicorn diffstore server on a free loopback port."""
+    store = Store.open(data_dir, StoreConfig(commit_delay_ms=10))
+    app = create_app(store, ServerConfig())
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "HTTP server did not start"
+        time.sleep(0.01)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(WAIT_S)
+        sock.close()
+        store.close()
+
+
+def test_ingest_through_the_http_client(client: StreamClient, tmp_path: Path) -> None:
+    client.create_stream("s", shard_count=2)
+    client.create_subscription("sub", "s")
+    ids = produce(client, "s", [(f"k{i % 11}", b"%d" % i) for i in range(300)])
+    with http_server(tmp_path / "db") as url:
+        sink = HttpSink.open(url, "C", create=True)
+        try:
+            config = IngestConfig("sub", window_records=64, window_ms=20)
+            ingest_until(client, sink, config, last_positions(ids))
+            collection = sink._collection
+            assert collection.get(b"k5").value == b"%d" % max(i for i in range(300) if i % 11 == 5)
+            readers = {r.name: r.generation_id for r in collection.readers()}
+            assert {readers[f"hstream/sub/{s}"] for s in last_positions(ids)} == {
+                p.to_bytes() for p in last_positions(ids).values()
+            }
+        finally:
+            sink.close()
+
+
+def test_cli_ingests_and_stops_cleanly_on_sigterm(
+    client: StreamClient, stream_server: Any, tmp_path: Path, wait_until: Callable[..., None]
+) -> None:
+    client.create_stream("s", shard_count=1)
+    client.create_subscription("sub", "s")
+    ids = produce(client, "s", [("k", b"%d" % i) for i in range(100)])
+    command = [
+        sys.executable, "-m", "diffstore.cli", "ingest", "--hstream", stream_server.url,
+        "--subscription", "sub", "--collection", "C", "--data", str(tmp_path / "db"), "--create-collection",
+        "--window-records", "30", "--window-ms", "20", "--log-commits",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert process.stdout is not None
+        applied = 0
+        deadline = time.monotonic() + WAIT_S
+        while applied < len(ids):
+            assert time.monotonic() < deadline
+            line = process.stdout.readline()
+            assert line, process.stderr.read() if process.stderr else "no output"
+            applied = int(json.loads(line)["applied"])
+        process.terminate()
+        assert process.wait(WAIT_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    with Store.open(tmp_path / "db") as store:
+        collection = store.collection("C")
+        assert collection.get(b"k").value == b"99"
+        assert collection.next_generation_id is None
