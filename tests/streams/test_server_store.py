@@ -168,3 +168,19 @@ def test_a_group_of_appends_is_one_transaction_with_per_item_errors(tmp_path: Pa
         assert store.tail(shard) == (last, 2)
     finally:
         store.close()
+
+
+def test_config_validates_and_advertises_a_dialable_host(tmp_path: Path) -> None:
+    assert ServerConfig(tmp_path).public_host == "127.0.0.1"
+    assert ServerConfig(tmp_path, host="0.0.0.0").public_host == "127.0.0.1"
+    assert ServerConfig(tmp_path, host="0.0.0.0", advertised_host="node1").public_host == "node1"
+    assert ServerConfig(tmp_path, host="10.1.2.3").public_host == "10.1.2.3"
+    bad: list[dict[str, Any]] = [
+        {"port": 70000},
+        {"resend_tick": 0},
+        {"assignment_interval": -1},
+        {"max_batches_per_poll": 0},
+    ]
+    for options in bad:
+        with pytest.raises(ValueError):
+            ServerConfig(tmp_path, **options)

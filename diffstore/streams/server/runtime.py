@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from diffstore.errors import StorageError
 from diffstore.streams._proto import hstream_pb2 as pb
 
 from . import codec
@@ -143,8 +142,8 @@ class SubscriptionRuntime:
                 next_assignment = now + self._config.assignment_interval
             try:
                 more = self._round(now)
-            except (StorageError, ValueError) as exc:
-                logger.error("subscription %s: delivery round failed: %s", self.subscription_id, exc)
+            except Exception:  # the loop must outlive one bad round (a corrupt batch, a storage error)
+                logger.exception("subscription %s: delivery round failed", self.subscription_id)
                 more = False
             if more:
                 await asyncio.sleep(0)
