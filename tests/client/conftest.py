@@ -48,7 +48,9 @@ def running_server(
     """Serves a store in ``data_dir`` on 127.0.0.1:<free port> until the block ends."""
     store = Store.open(data_dir, store_config or StoreConfig(commit_delay_ms=10))
     app = create_app(store, ServerConfig(token=token))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (else ~40 ms per
+    # keep-alive request from Nagle + delayed ACK)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
