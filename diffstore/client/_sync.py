@@ -250,7 +250,11 @@ class Collection:
         to_key: bytes | None = None,
         limit: int | None = None,
     ) -> Iterator[Record]:
-        """Every visible record in key order, following cursors (``limit`` is the page size)."""
+        """Every visible record in key order, following cursors (``limit`` is the page size).
+
+        Unlike the engine, each record's ``generation_id`` is the read's generation: the wire has no
+        per-record generation.
+        """
         request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
         return _plans.drive(_plans.query_records(self.name, request), self.client.execute)
 
