@@ -16,14 +16,14 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from ingest_helpers import ingest_until, last_positions, produce
 
 from diffstore.engine import Store, StoreConfig
 from diffstore.server import ServerConfig, create_app
 from diffstore.streams.client import StreamClient
-from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
-from diffstore.streams.producer import BufferedProducer, ProducerConfig
-from diffstore.streams.records import Compression, RecordId, RecordPosition, StreamRecord
-from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
+from diffstore.streams.ingest import IngestConfig
+from diffstore.streams.records import StreamRecord
+from diffstore.streams.sinks import EngineSink, HttpSink
 
 WAIT_S = 30.0
 REPO = Path(__file__).resolve().parents[2]
@@ -33,54 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 def client(stream_server: Any) -> Iterator[StreamClient]:
     with StreamClient(stream_server.url) as stream_client:
         yield stream_client
-
-
-def produce(client: StreamClient, stream: str, items: list[tuple[str, Any]]) -> list[RecordId]:
-    config = ProducerConfig(batch_max_records=50, compression=Compression.ZSTD)
-    with BufferedProducer(client, stream, config) as producer:
-        futures = [producer.append(payload, key=key) for key, payload in items]
-    return [f.result() for f in futures]
-
-
-def last_positions(ids: list[RecordId]) -> dict[int, RecordPosition]:
-    positions: dict[int, RecordPosition] = {}
-    for rid in ids:
-        if rid.shard_id not in positions or rid.position > positions[rid.shard_id]:
-            positions[rid.shard_id] = rid.position
-    return positions
-
-
-def ingest_until(
-    client: StreamClient, sink: CollectionSink, config: IngestConfig, target: dict[int, RecordPosition]
-) -> list[CommitStats]:
-    """Runs an ingestor in a thread until its committed positions reach ``target``, then stops it cleanly."""
-    ingestor = Ingestor(client, sink, config)
-    commits: list[CommitStats] = []
-    done = threading.Event()
-
-    def on_commit(stats: CommitStats) -> None:
-        commits.append(stats)
-        if all(stats.positions.get(s, RecordPosition(0, 0)) >= p for s, p in target.items()):
-            done.set()
-
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            ingestor.run(on_commit)
-        except BaseException as exc:  # reported by the test thread
-            errors.append(exc)
-            done.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert done.wait(WAIT_S), f"positions {commits[-1].positions if commits else None}, wanted {target}"
-    ingestor.stop()
-    thread.join(WAIT_S)
-    assert not thread.is_alive()
-    if errors:
-        raise errors[0]
-    return commits
 
 
 def upper_mapper(record: StreamRecord) -> list[tuple[bytes, bytes | None]]:
