@@ -257,7 +257,7 @@ class BufferedProducer:
 
         Returns a future resolving to the record's id once its batch is appended.
         """
-        if type(payload) is bytes:
+        if isinstance(payload, bytes):
             flag, data = RecordFlag.RAW, payload
         elif isinstance(payload, str):
             flag, data = RecordFlag.RAW, payload.encode()
