@@ -54,13 +54,24 @@ class Child:
             raise AssertionError(f"the writer exited early: {self.proc.wait()} {err}")
         return line
 
-    def kill(self) -> None:
+    def kill(self) -> list[str]:
+        """SIGKILLs the writer; returns the lines it printed that were not read yet."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
+        rest: list[str] = []
+        while True:  # the pump thread ends the queue with None once stdout is closed
+            try:
+                line = self.lines.get(timeout=LINE_DEADLINE_S)
+            except queue.Empty:
+                raise AssertionError("the writer's output never ended") from None
+            if line is None:
+                break
+            rest.append(line)
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
+        return rest
 
 
 def _check(path: Path, printed: int) -> int:
@@ -106,6 +117,7 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
     total_resumed = []
     for _ in range(ROUNDS):
         child = Child(path)
+        rest: list[str] = []
         try:
             ready = child.next_line()
             assert ready.startswith("ready ")
@@ -121,7 +133,10 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
             # jitter picks where the kill lands, nothing waits on it
             time.sleep(rng.uniform(0, 0.03))
         finally:
-            child.kill()
+            rest = child.kill()
+        for line in rest:
+            assert line.startswith("committed ")
+            printed = int(line.split()[1])
         printed = _check(path, printed)
     assert total_resumed == sorted(total_resumed)
     assert printed >= ROUNDS
