@@ -1,0 +1,29 @@
+"""Spark front of diffstore: the ``diffstore`` data source and the exactly-once transform runner.
+
+pyspark is an optional extra, so nothing here imports it until a Spark name is used: ``import
+diffstore.spark`` (and ``diffstore.spark.cli``, which the ``diffstore`` command loads) works without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DiffstoreDataSource": "diffstore.spark.source",
+    "RoundStats": "diffstore.spark.transform",
+    "TARGET": "diffstore.spark.transform",
+    "Transform": "diffstore.spark.transform",
+    "TransformError": "diffstore.spark.transform",
+    "local_session": "diffstore.spark.session",
+    "register": "diffstore.spark.source",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'diffstore.spark' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

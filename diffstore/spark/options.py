@@ -1,0 +1,180 @@
+"""Parsing of the ``diffstore`` data source options, free of Spark so it can be tested alone.
+
+Spark hands options over as a case-insensitive ``str → str`` mapping. Generation ids are bytes, so every
+generation option is read as UTF-8 text unless ``generationIdEncoding`` is ``base64`` (the transform runner
+always passes base64 so that any generation id survives the trip).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from diffstore.errors import InvalidRequest
+
+DEFAULT_PARTITIONS = 4
+DEFAULT_PAGE_LIMIT = 10_000
+DEFAULT_BATCH_ROWS = 5_000
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    # Spark lower-cases option names; accept both spellings when handed a plain dict.
+    value = options.get(name)
+    if value is None:
+        value = options.get(name.lower())
+    return value
+
+
+def _int(options: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = _get(options, name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"option {name} must be an integer, got {text!r}") from exc
+    if not low <= value <= high:
+        raise InvalidRequest(f"option {name} must be within {low}..{high}, got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = _get(options, name)
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false"):
+        raise InvalidRequest(f"option {name} must be true or false, got {text!r}")
+    return text.lower() == "true"
+
+
+def encode_generation(value: bytes | None) -> str | None:
+    """How the runner passes a generation id in an option (with ``generationIdEncoding=base64``)."""
+    return None if value is None else base64.b64encode(value).decode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    url: str
+    collection: str
+    codec: str
+
+
+def _connection(options: Mapping[str, str]) -> Connection:
+    url, collection = _get(options, "url"), _get(options, "collection")
+    if not url or collection is None:
+        raise InvalidRequest("the diffstore data source needs the options url and collection")
+    codec = _get(options, "codec") or "msgpack"
+    if codec not in ("msgpack", "json"):
+        raise InvalidRequest(f"option codec must be msgpack or json, got {codec!r}")
+    return Connection(url, collection, codec)
+
+
+def _generation(options: Mapping[str, str], name: str) -> bytes | None:
+    text = _get(options, name)
+    if text is None:
+        return None
+    encoding = (_get(options, "generationIdEncoding") or "utf8").lower()
+    if encoding == "utf8":
+        return text.encode()
+    if encoding == "base64":
+        try:
+            return base64.b64decode(text, validate=True)
+        except binascii.Error as exc:
+            raise InvalidRequest(f"option {name} is not valid base64") from exc
+    raise InvalidRequest(f"option generationIdEncoding must be utf8 or base64, got {encoding!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """What to read: a snapshot (``is_diff`` false) or a diff, and how to cut it into partitions."""
+
+    connection: Connection
+    generation_id: bytes | None
+    from_generation_id: bytes | None
+    from_reader: str | None
+    from_reader_collection: str | None
+    to_generation_id: bytes | None
+    partitions: int
+    page_limit: int
+
+    @property
+    def is_diff(self) -> bool:
+        return self.from_reader is not None or self.from_generation_id is not None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        """Validates the reading options (raises ``InvalidRequest``)."""
+        parsed = cls(
+            connection=_connection(options),
+            generation_id=_generation(options, "generationId"),
+            from_generation_id=_generation(options, "fromGenerationId"),
+            from_reader=_get(options, "fromReader"),
+            from_reader_collection=_get(options, "fromReaderCollection"),
+            to_generation_id=_generation(options, "toGenerationId"),
+            partitions=_int(options, "partitions", DEFAULT_PARTITIONS, 1, 1024),
+            page_limit=_int(options, "pageLimit", DEFAULT_PAGE_LIMIT, 1, 10_000),
+        )
+        if parsed.from_reader is not None and parsed.from_generation_id is not None:
+            raise InvalidRequest("give fromGenerationId or fromReader, not both")
+        if parsed.is_diff and parsed.generation_id is not None:
+            raise InvalidRequest("generationId is for snapshots; a diff takes toGenerationId")
+        if not parsed.is_diff and parsed.to_generation_id is not None:
+            raise InvalidRequest("toGenerationId needs fromGenerationId or fromReader")
+        return parsed
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Where to write (an open generation of a manual collection) and whether the driver commits."""
+
+    connection: Connection
+    generation_id: bytes
+    commit: bool
+    abort_on_failure: bool
+    update_readers: tuple[dict[str, Any], ...]
+    batch_rows: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        """Validates the writing options (raises ``InvalidRequest``).
+
+        ``updateReaders`` is a JSON list of ``{"readerName", "generationId", "expectedGenerationId"?}``
+        whose generation ids are strings in ``generationIdEncoding`` (or null).
+        """
+        generation_id = _generation(options, "generationId")
+        if generation_id is None:
+            raise InvalidRequest("writing needs the option generationId (an open generation)")
+        updates: list[dict[str, Any]] = []
+        text = _get(options, "updateReaders")
+        if text:
+            try:
+                entries = json.loads(text)
+            except ValueError as exc:
+                raise InvalidRequest("option updateReaders must be a JSON list") from exc
+            for entry in entries:
+                update: dict[str, Any] = {"readerName": str(entry["readerName"])}
+                for field in ("generationId", "expectedGenerationId"):
+                    if field in entry:
+                        raw = entry[field]
+                        update[field] = (
+                            None if raw is None else _generation({field: raw, **_enc(options)}, field)
+                        )
+                update.setdefault("generationId", None)
+                updates.append(update)
+        return cls(
+            connection=_connection(options),
+            generation_id=generation_id,
+            commit=_bool(options, "commit", True),
+            abort_on_failure=_bool(options, "abortOnFailure", True),
+            update_readers=tuple(updates),
+            batch_rows=_int(options, "batchRows", DEFAULT_BATCH_ROWS, 1, 100_000),
+        )
+
+
+def _enc(options: Mapping[str, str]) -> dict[str, str]:
+    encoding = _get(options, "generationIdEncoding")
+    return {} if encoding is None else {"generationIdEncoding": encoding}

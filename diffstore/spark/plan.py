@@ -1,0 +1,102 @@
+"""The pure part of one A+B→C iteration (SPEC §6): which generation to open and which ranges to read.
+
+No Spark and no I/O here: the runner feeds in what it read from the server and gets back a
+:class:`RoundPlan` (or ``None`` when every reader has caught up), so the arithmetic is tested alone.
+
+Invariants:
+    * The new generation ``g`` is strictly above C's current and open generations, so
+      ``generation/start g`` with ``abortOutdated`` always discards a leftover (crashed) generation.
+    * ``g`` ends with a nonce unique to the attempt. Two runners that read the same state therefore never
+      share a generation (sharing would mix their writes); the later start wins and the other one fails.
+    * Every reader update carries the reader's value as read, as its compare-and-set expectation, so a
+      commit computed from stale readers is refused as a whole (``badVersion``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+COUNTER_BYTES = 8
+NONCE_BYTES = 8
+
+
+def reader_name(alias: str) -> str:
+    """The name of the reader, stored in the target, that tracks how far source ``alias`` was applied."""
+    return f"from_{alias}"
+
+
+def next_generation(current: bytes, next_open: bytes | None, nonce: bytes | None = None) -> bytes:
+    """A generation id above both ``current`` and ``next_open``: an 8-byte big-endian counter + a nonce.
+
+    Args:
+        current: the target's committed generation.
+        next_open: the target's open generation, if any.
+        nonce: ``NONCE_BYTES`` bytes that make the id unique to this attempt (random when omitted).
+
+    Returns:
+        ``counter + 1`` of the larger id's first 8 bytes (zero-padded), followed by the nonce. The counter
+        prefix alone already sorts above the base, whatever the base's length.
+    """
+    base = max(current, next_open) if next_open is not None else current
+    counter = int.from_bytes(base[:COUNTER_BYTES].ljust(COUNTER_BYTES, b"\0"), "big") + 1
+    if counter >= 1 << (8 * COUNTER_BYTES):
+        raise OverflowError("the target's generation counter is exhausted")
+    suffix = nonce if nonce is not None else os.urandom(NONCE_BYTES)
+    return counter.to_bytes(COUNTER_BYTES, "big") + suffix
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRange:
+    """What one round reads of one source: changes in ``(from_generation_id, to_generation_id]``."""
+
+    alias: str
+    collection: str
+    from_generation_id: bytes | None
+    to_generation_id: bytes
+
+    @property
+    def empty(self) -> bool:
+        return (self.from_generation_id or b"") == self.to_generation_id
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """One iteration: the generation to write and the pinned range of every source."""
+
+    generation_id: bytes
+    base_generation_id: bytes
+    sources: tuple[SourceRange, ...]
+
+    def reader_updates(self) -> list[dict[str, Any]]:
+        """The commit's ``updateReaders``: every reader moves to its range's end, if still at its start."""
+        return [
+            {
+                "readerName": reader_name(s.alias),
+                "generationId": s.to_generation_id,
+                "expectedGenerationId": s.from_generation_id,
+            }
+            for s in self.sources
+        ]
+
+
+def plan_sources(
+    sources: Mapping[str, str], readers: Mapping[str, bytes | None], diff_ends: Mapping[str, bytes]
+) -> tuple[SourceRange, ...] | None:
+    """The ranges of a round, or ``None`` when every reader already sits at its source's end.
+
+    Args:
+        sources: alias → source collection name.
+        readers: alias → the generation stored in the target's reader ``from_<alias>`` (None: never read).
+        diff_ends: alias → how far this round reads the source (the ``toGenerationId`` the server
+            answered for a diff from the reader to the current generation; it may stop short of current).
+    """
+    ranges = tuple(
+        SourceRange(alias, collection, readers[alias], diff_ends[alias])
+        for alias, collection in sources.items()
+    )
+    if all(r.empty for r in ranges):
+        return None
+    return ranges

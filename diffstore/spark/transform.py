@@ -1,0 +1,386 @@
+"""The exactly-once A+B→C transform runner (SPEC §6) on Spark.
+
+One round, all on the driver except the compute step:
+
+1. read the target's readers ``from_<alias>`` (created, null, when missing) and, per source, pin the
+   range (reader, end] where ``end`` is the ``toGenerationId`` of a diff probe to the current generation;
+   when every range is empty the target has caught up;
+2. pick ``g`` above C's current and open generations (:func:`~diffstore.spark.plan.next_generation`) and
+   ``generation/start g`` with ``abortOutdated`` (a crashed run's leftovers are deleted);
+3. build one diff DataFrame per source (the ``diffstore`` format with the pinned ids), call
+   ``fn(spark, diffs, lookup)`` and write its result into ``g`` — executors putMany in parallel;
+4. after every task succeeded, commit ``g`` with ``updateReaders`` carrying compare-and-set expectations.
+
+The commit is one request that the server applies in one storage transaction, so C's records and its
+readers move together: a round is applied exactly once or not at all. Any failure aborts ``g`` and retries.
+A runner that finds another runner's generation open (it lost a race) waits on a long poll for that
+runner to commit — up to ``lease_seconds`` — instead of aborting it, so two racing runners do not starve
+each other; if the other one commits first, this one's commit fails on the compare-and-set.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from diffstore.errors import Conflict, DiffstoreError, NoSuchCollection, ReaderExists
+from diffstore.spark._wire import WireClient
+from diffstore.spark.options import encode_generation
+from diffstore.spark.plan import RoundPlan, next_generation, plan_sources, reader_name
+from diffstore.spark.source import describe_failure
+
+TARGET = "@target"
+"""Pass as ``lookup``'s first argument to read the target's values as they were before this round."""
+
+Lookup = Callable[[str, DataFrame], DataFrame]
+TransformFn = Callable[[SparkSession, dict[str, DataFrame], Lookup], DataFrame]
+EventHook = Callable[[str, dict[str, Any]], None]
+
+_LOOKUP_CHUNK = 2_000
+_MAX_CONFLICTS = 100
+_LOOKUP_SCHEMA = "key binary, value binary"
+
+
+class TransformError(DiffstoreError):
+    """A round failed ``max_attempts`` times; the target is unchanged by it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStats:
+    """What one committed round did."""
+
+    generation_id: bytes
+    ranges: dict[str, tuple[bytes | None, bytes]]
+    rows_read: dict[str, int | None]
+    rows_written: int | None
+    attempts: int
+    conflicts: int
+    seconds: float
+    failures: list[str] = field(default_factory=list)
+
+
+def lookup_partition(
+    url: str, codec: str, collection: str, generation_id: bytes
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of ``lookup``: sorted keys in, ``(key, value)`` at the generation out.
+
+    Keys of a partition are fetched in sorted chunks with one range query each; a chunk whose range
+    holds too many other records (sparse keys) is halved until its query fits in one page, down to single
+    keys. The cost therefore stays near min(size of the key range, number of keys) requests-worth of work.
+    """
+
+    def fetch(client: WireClient, chunk: list[bytes]) -> dict[bytes, bytes | None]:
+        limit = min(10_000, 4 * len(chunk) + 16)
+        page = client.query_page(collection, generation_id, chunk[0], chunk[-1] + b"\0", limit)
+        if page.cursor is None or len(chunk) == 1:
+            return dict(page.items)
+        middle = len(chunk) // 2
+        return fetch(client, chunk[:middle]) | fetch(client, chunk[middle:])
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keys = sorted(
+            {key for batch in batches for key in batch.column("key").to_pylist() if key is not None}
+        )
+        with WireClient(url, codec) as client:
+            for start in range(0, len(keys), _LOOKUP_CHUNK):
+                chunk = keys[start : start + _LOOKUP_CHUNK]
+                found = fetch(client, chunk)
+                values = [found.get(key) for key in chunk]
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(chunk, pa.binary()), pa.array(values, pa.binary())], names=["key", "value"]
+                )
+
+    return run
+
+
+class Transform:
+    """Keeps target ``C`` equal to ``fn`` applied to its sources, one exactly-once round at a time.
+
+    Args:
+        spark: the session that runs the compute step.
+        url: the diffstore server, reachable from the driver and every executor.
+        target: the manual collection to maintain.
+        sources: alias → source collection; the target's reader ``from_<alias>`` tracks each one.
+        fn: ``fn(spark, diffs, lookup)``; ``diffs[alias]`` has columns ``key``, ``fromValue``, ``toValue``;
+            ``lookup(alias, keys_df)`` returns ``key``, ``value`` of the source at this round's end (or of
+            the target before this round, with :data:`TARGET`). Returns C's changes: ``key``, ``value``
+            (binary; a null value deletes the key).
+        partitions: Spark partitions per diff read (key ranges from ``/splits``).
+        codec: wire format between Spark and the server (``msgpack`` or ``json``).
+        max_attempts: failures of one round (its own errors, not lost races) before giving up.
+        lease_seconds: how long to wait for another runner's open generation before aborting it.
+        poll_timeout_ms: long-poll timeout while watching.
+        on_event: called with ``(event, details)`` at every step (progress display, tests).
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        url: str,
+        target: str,
+        sources: Mapping[str, str],
+        fn: TransformFn,
+        *,
+        partitions: int = 4,
+        codec: str = "msgpack",
+        max_attempts: int = 3,
+        lease_seconds: float = 60.0,
+        poll_timeout_ms: int = 10_000,
+        on_event: EventHook | None = None,
+    ) -> None:
+        if not sources:
+            raise ValueError("a transform needs at least one source")
+        if TARGET in sources:
+            raise ValueError(f"{TARGET!r} is reserved for the target")
+        self.spark, self.url, self.target, self.fn = spark, url, target, fn
+        self.sources = dict(sources)
+        self.partitions, self.codec = partitions, codec
+        self.max_attempts, self.lease_seconds, self.poll_timeout_ms = (
+            max_attempts,
+            lease_seconds,
+            poll_timeout_ms,
+        )
+        self._on_event = on_event
+        self._client = WireClient(url, codec)
+
+    def close(self) -> None:
+        """Closes the driver's HTTP client."""
+        self._client.close()
+
+    def _event(self, name: str, **details: Any) -> None:
+        if self._on_event is not None:
+            self._on_event(name, details)
+
+    # -- the pure-ish steps ---------------------------------------------------------------------------
+
+    def _readers(self) -> dict[str, bytes | None]:
+        """The target's readers, creating missing ones (null) so that GC of the sources is held back."""
+        state = self._client.state(self.target)
+        if not state.manual:
+            raise NoSuchCollection(f"the target {self.target!r} must be a manual collection")
+        stored = {r.name: r for r in self._client.readers(self.target)}
+        readers: dict[str, bytes | None] = {}
+        for alias, collection in self.sources.items():
+            name = reader_name(alias)
+            if name not in stored:
+                try:
+                    self._client.create_reader(self.target, name, collection, None)
+                except ReaderExists:
+                    pass  # a racing runner created it first
+                readers[alias] = None
+            else:
+                readers[alias] = stored[name].generation_id
+        return readers
+
+    def _plan(self) -> RoundPlan | None:
+        readers = self._readers()
+        ends = {
+            alias: self._client.diff_page(collection, readers[alias], None, limit=1).to_generation_id
+            for alias, collection in self.sources.items()
+        }
+        ranges = plan_sources(self.sources, readers, ends)
+        if ranges is None:
+            return None
+        self._event("planned", ranges={r.alias: (r.from_generation_id, r.to_generation_id) for r in ranges})
+        state = self._client.state(self.target)
+        generation = next_generation(state.generation_id, state.next_generation_id)
+        return RoundPlan(generation, state.generation_id, ranges)
+
+    def _diff_frame(self, plan: RoundPlan, alias: str) -> DataFrame:
+        source = next(s for s in plan.sources if s.alias == alias)
+        return (
+            self.spark.read.format("diffstore")
+            .option("url", self.url)
+            .option("collection", source.collection)
+            .option("codec", self.codec)
+            .option("generationIdEncoding", "base64")
+            .option("fromGenerationId", encode_generation(source.from_generation_id or b""))
+            .option("toGenerationId", encode_generation(source.to_generation_id))
+            .option("partitions", str(self.partitions))
+            .load()
+        )
+
+    def _lookup(self, plan: RoundPlan) -> Lookup:
+        pinned = {s.alias: (s.collection, s.to_generation_id) for s in plan.sources}
+        pinned[TARGET] = (self.target, plan.base_generation_id)
+
+        def lookup(alias: str, keys: DataFrame) -> DataFrame:
+            if alias not in pinned:
+                raise KeyError(f"unknown source {alias!r}; known: {sorted(pinned)}")
+            collection, generation = pinned[alias]
+            # No range repartitioning (its sampling job would evaluate the whole upstream plan once
+            # more): each task sorts its own keys, and sparse chunks are split by lookup_partition.
+            return keys.select("key").mapInArrow(
+                lookup_partition(self.url, self.codec, collection, generation), _LOOKUP_SCHEMA
+            )
+
+        return lookup
+
+    def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
+        tag = uuid.uuid4().hex[:12]
+        observations = {alias: Observation(f"diffstore_read_{alias}_{tag}") for alias in self.sources}
+        diffs = {
+            alias: self._diff_frame(plan, alias).observe(obs, F.count(F.lit(1)).alias("rows"))
+            for alias, obs in observations.items()
+        }
+        written = Observation(f"diffstore_written_{tag}")
+        result = self.fn(self.spark, diffs, self._lookup(plan)).select("key", "value")
+        result = result.observe(written, F.count(F.lit(1)).alias("rows"))
+        (
+            result.write.format("diffstore")
+            .mode("append")
+            .option("url", self.url)
+            .option("collection", self.target)
+            .option("codec", self.codec)
+            .option("generationIdEncoding", "base64")
+            .option("generationId", encode_generation(plan.generation_id))
+            .option("commit", "false")  # the runner commits, so that a lost compare-and-set is seen typed
+            .option("abortOnFailure", "false")
+            .save()
+        )
+        return {alias: _observed(obs) for alias, obs in observations.items()}, _observed(written)
+
+    # -- rounds ---------------------------------------------------------------------------------------
+
+    def _wait_for_other(self, mine: bytes | None) -> None:
+        """Waits (long poll, up to the lease) while another runner's generation is open on the target."""
+        deadline = time.monotonic() + self.lease_seconds
+        while True:
+            state = self._client.state(self.target)
+            if state.next_generation_id is None or state.next_generation_id == mine:
+                return
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                return
+            self._event("waiting", other=state.next_generation_id)
+            self._client.wait_generation(self.target, state.generation_id, min(left_ms, self.poll_timeout_ms))
+
+    def run_round(self) -> RoundStats | None:
+        """Runs one round to its commit, retrying failures; ``None`` when the target has caught up.
+
+        Raises:
+            TransformError: the round failed ``max_attempts`` times (the target is left as it was).
+        """
+        started = time.monotonic()
+        failures: list[str] = []
+        attempts = conflicts = 0
+        while True:
+            attempts += 1
+            plan = self._plan()
+            if plan is None:
+                return None
+            g = plan.generation_id
+            try:
+                self._client.start_generation(self.target, g, abort_outdated=True)
+                self._event("started", generation=g, attempt=attempts)
+                rows_read, rows_written = self._run_job(plan)
+                self._event("written", generation=g, rows_read=rows_read, rows_written=rows_written)
+                self._client.commit_generation(self.target, g, plan.reader_updates())
+            except Exception as exc:  # noqa: BLE001 - every failure aborts the round; the cause decides the retry
+                lost = self._abort_if_mine(g) or isinstance(exc, Conflict)
+                failures.append(describe_failure(exc))
+                self._event("failed", generation=g, error=failures[-1], conflict=lost)
+                if lost:
+                    conflicts += 1
+                    if conflicts > _MAX_CONFLICTS:
+                        raise TransformError(f"lost {conflicts} races in a row: {failures[-1]}") from exc
+                    self._wait_for_other(None)
+                    continue
+                if len(failures) - conflicts >= self.max_attempts:
+                    raise TransformError(f"round failed {self.max_attempts} times: {failures[-1]}") from exc
+                continue
+            stats = RoundStats(
+                generation_id=g,
+                ranges={s.alias: (s.from_generation_id, s.to_generation_id) for s in plan.sources},
+                rows_read=rows_read,
+                rows_written=rows_written,
+                attempts=attempts,
+                conflicts=conflicts,
+                seconds=time.monotonic() - started,
+                failures=failures,
+            )
+            self._event("committed", stats=stats)
+            return stats
+
+    def _abort_if_mine(self, generation: bytes) -> bool:
+        """Aborts ``generation`` if it is still the target's open one; True when someone else took over."""
+        try:
+            state = self._client.state(self.target)
+            if state.next_generation_id != generation:
+                return True
+            self._client.abort_generation(self.target, generation)
+        except DiffstoreError:
+            return True  # it changed under us: another runner is at work
+        return False
+
+    def run(
+        self,
+        watch: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+        max_rounds: int | None = None,
+    ) -> list[RoundStats]:
+        """Runs rounds until every reader has caught up; with ``watch`` then waits for sources to move.
+
+        Args:
+            watch: keep going after catching up, woken by long polls on the sources.
+            should_stop: checked between rounds and polls; ``True`` ends the run.
+            max_rounds: stop after this many committed rounds.
+
+        Returns:
+            The stats of every committed round.
+        """
+        rounds: list[RoundStats] = []
+        while not (should_stop and should_stop()):
+            stats = self.run_round()
+            if stats is not None:
+                rounds.append(stats)
+                if max_rounds is not None and len(rounds) >= max_rounds:
+                    break
+                continue
+            self._event("caught_up", rounds=len(rounds))
+            if not watch:
+                break
+            self._wait_for_sources()
+        return rounds
+
+    def _wait_for_sources(self) -> None:
+        """One long poll per source in turn, each short, so that any source moving ends the wait soon."""
+        readers = {alias: gen for alias, gen in self._readers().items()}
+        per_source = max(200, self.poll_timeout_ms // len(self.sources))
+        for alias, collection in self.sources.items():
+            current = self._client.state(collection).generation_id
+            if current != (readers[alias] or b""):
+                return
+            if self._client.wait_generation(collection, current, per_source) != current:
+                return
+
+
+def _observed(observation: Observation) -> int | None:
+    """The count an Observation collected, without blocking when the frame was never executed."""
+    future = observation._jo.future() if observation._jo is not None else None  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 2.0
+    while future is not None and not future.isCompleted() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if future is None or not future.isCompleted():
+        return None
+    return int(observation.get.get("rows", 0))
+
+
+def encode_id(value: bytes | None) -> str:
+    """A generation id as short printable text (for logs and the CLI)."""
+    if value is None:
+        return "null"
+    if all(0x20 <= b < 0x7F for b in value):
+        return value.decode("ascii") or '""'
+    return base64.b16encode(value).decode("ascii").lower()
+
+
+__all__ = ["TARGET", "RoundStats", "Transform", "TransformError", "lookup_partition"]

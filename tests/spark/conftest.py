@@ -1,0 +1,74 @@
+"""Fixtures of the Spark suite: ONE local SparkSession and ONE real diffstore server for the whole run.
+
+The server is a real uvicorn serving :func:`diffstore.server.create_app` over a real Store (LMDB) in a
+temporary directory, on a free 127.0.0.1 port, in a thread of the test process; Spark's Python workers
+reach it over HTTP exactly as executors of a cluster would. Tests keep apart by using fresh collection
+names (:func:`names`).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import uvicorn  # noqa: E402
+
+from diffstore import Store  # noqa: E402
+from diffstore.server import ServerConfig, create_app  # noqa: E402
+from diffstore.spark.session import local_session  # noqa: E402
+
+STARTUP_DEADLINE_S = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    path: Path = tmp_path_factory.mktemp("spark-store")
+    with Store.open(path) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="session")
+def server_url(store: Store) -> Iterator[str]:
+    port = _free_port()
+    config = uvicorn.Config(
+        create_app(store, ServerConfig(port=port)), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="diffstore-test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + STARTUP_DEADLINE_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=STARTUP_DEADLINE_S)
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    session = local_session("diffstore-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def names() -> Iterator[dict[str, str]]:
+    """Fresh collection names A, B, C for one test."""
+    tag = uuid.uuid4().hex[:8]
+    yield {name: f"{name}_{tag}" for name in ("A", "B", "C")}
