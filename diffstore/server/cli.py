@@ -8,8 +8,10 @@ requests, runs the app's shutdown, and only then is the store closed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -33,10 +35,19 @@ class GracefulServer(uvicorn.Server):
         options.update(uvicorn_options)
         super().__init__(uvicorn.Config(app, **options))
         self.fastapi_app = app
+        self.received_signals: list[int] = []
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.fastapi_app.state.hub.close()
         await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """As uvicorn's, minus re-raising the signal afterwards: the caller still has a store to close."""
+        with super().capture_signals():
+            yield
+            self.received_signals = list(self._captured_signals)
+            self._captured_signals.clear()
 
 
 def serve(config: ServerConfig) -> int:
