@@ -10,10 +10,12 @@ import logging
 import signal
 import threading
 from concurrent.futures import Future
+from typing import Any
 
 import grpc
+from google.protobuf import message_factory
 
-from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
+from diffstore.streams._proto import hstream_pb2 as pb
 
 from .config import ServerConfig
 from .servicer import HStreamServicer
@@ -27,6 +29,31 @@ _OPTIONS = [
     ("grpc.max_send_message_length", _MESSAGE_LIMIT),
     ("grpc.so_reuseport", 0),
 ]
+
+
+def _serialize(message: Any) -> bytes:
+    """Messages are serialized; hand-encoded responses (``codec``) pass through as they are."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def register(servicer: HStreamServicer, server: grpc.aio.Server) -> None:
+    """Adds every RPC of ``protos/hstream.proto`` to ``server``, like the generated
+    ``add_HStreamApiServicer_to_server`` but with a serializer that lets responses be bytes.
+    """
+    service = pb.DESCRIPTOR.services_by_name["HStreamApi"]
+    handlers = {}
+    for method in service.methods:
+        request_class = message_factory.GetMessageClass(method.input_type)
+        kind = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = kind(
+            getattr(servicer, method.name),
+            request_deserializer=request_class.FromString,
+            response_serializer=_serialize,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
 
 
 class StreamServer:
@@ -57,7 +84,7 @@ class StreamServer:
         self._store = StreamStore(self.config.data_dir, map_size=self.config.map_size, sync=self.config.sync)
         self._servicer = HStreamServicer(self._store, self.config)
         self._server = grpc.aio.server(options=_OPTIONS)
-        pb_grpc.add_HStreamApiServicer_to_server(self._servicer, self._server)
+        register(self._servicer, self._server)
         try:
             self.port = self._server.add_insecure_port(f"{self.config.host}:{self.config.port}")
         except RuntimeError as exc:

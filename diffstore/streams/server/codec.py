@@ -1,5 +1,6 @@
-"""Batch payload handling on the server: stored batches are kept as received; a partial resend needs a
-batch holding only the unacked records, re-encoded with the batch's own compression.
+"""Batch payloads and hot responses on the server: stored batches are kept as received; a partial resend
+needs a batch holding only the unacked records, re-encoded with the batch's own compression; Append and
+StreamingFetch responses are written as wire bytes.
 """
 
 from __future__ import annotations
@@ -54,3 +55,52 @@ def subset(record: pb.BatchedRecord, indices: Sequence[int]) -> pb.BatchedRecord
         batchSize=len(indices),
         payload=compress(record.compressionType, picked.SerializeToString()),
     )
+
+
+# -- hand-encoded responses -------------------------------------------------------------------------------
+# A response repeats one RecordId per record; building thousands of RecordId objects costs more than the
+# rest of a delivery, so the two hot responses are written as protobuf wire bytes directly (the gRPC
+# serializer passes bytes through; see ``app.register``). Field numbers are those of protos/hstream.proto.
+
+
+def varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL = [varint(i) for i in range(1 << 14)]
+
+
+def _len_field(tag: bytes, body: bytes) -> bytes:
+    return tag + (_SMALL[len(body)] if len(body) < len(_SMALL) else varint(len(body))) + body
+
+
+def record_ids(tag: bytes, shard_id: int, batch_id: int, indices: Sequence[int]) -> bytes:
+    """Repeated ``RecordId`` entries under ``tag`` (one length-delimited field per index)."""
+    prefix = b"\x08" + varint(shard_id) + b"\x10" + varint(batch_id)
+    small = _SMALL
+    parts = []
+    for index in indices:
+        body = prefix + b"\x18" + (small[index] if index < len(small) else varint(index)) if index else prefix
+        parts.append(tag + small[len(body)] + body)
+    return b"".join(parts)
+
+
+def fetch_response(shard_id: int, batch_id: int, indices: Sequence[int], record: bytes) -> bytes:
+    """A serialized ``StreamingFetchResponse`` carrying ``record`` (a serialized BatchedRecord)."""
+    # ReceivedRecord: recordIds = 1, record = 2; StreamingFetchResponse: receivedRecords = 1.
+    inner = record_ids(b"\x0a", shard_id, batch_id, indices) + _len_field(b"\x12", record)
+    return _len_field(b"\x0a", inner)
+
+
+def append_response(stream_name: str, shard_id: int, batch_id: int, size: int) -> bytes:
+    """A serialized ``AppendResponse`` (streamName = 1, shardId = 2, recordIds = 3)."""
+    head = _len_field(b"\x0a", stream_name.encode("utf-8")) + (
+        b"\x10" + varint(shard_id) if shard_id else b""
+    )
+    return head + record_ids(b"\x1a", shard_id, batch_id, range(size))

@@ -22,7 +22,8 @@ from .subscription import ConsumerExists, Delivery, Position, StoredBatch, Subsc
 
 logger = logging.getLogger(__name__)
 
-Outbound = asyncio.Queue[pb.StreamingFetchResponse | None]
+# Serialized StreamingFetchResponses (see ``codec.fetch_response``); None ends the call.
+Outbound = asyncio.Queue[bytes | None]
 
 
 class Store(Protocol):
@@ -38,16 +39,12 @@ class ConsumerInfo:
     user_agent: str
 
 
-def response_for(delivery: Delivery) -> pb.StreamingFetchResponse:
-    """One StreamingFetchResponse for a delivery: the stored batch, or a batch of just the resent records."""
-    record = pb.BatchedRecord.FromString(delivery.batch.payload)
+def response_for(delivery: Delivery) -> bytes:
+    """A serialized StreamingFetchResponse: the stored batch, or a batch of just the resent records."""
+    record = delivery.batch.payload
     if not delivery.whole_batch:
-        record = codec.subset(record, delivery.indices)
-    ids = [
-        pb.RecordId(shardId=delivery.shard_id, batchId=delivery.batch.batch_id, batchIndex=i)
-        for i in delivery.indices
-    ]
-    return pb.StreamingFetchResponse(receivedRecords=pb.ReceivedRecord(recordIds=ids, record=record))
+        record = codec.subset(pb.BatchedRecord.FromString(record), delivery.indices).SerializeToString()
+    return codec.fetch_response(delivery.shard_id, delivery.batch.batch_id, delivery.indices, record)
 
 
 class SubscriptionRuntime:

@@ -185,7 +185,8 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
         return pb.ListShardsResponse(shards=shards)
 
     @_call
-    async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
+    async def Append(self, request: pb.AppendRequest, context: Any) -> bytes:
+        """Answers a serialized AppendResponse (``codec.append_response``)."""
         batch = request.records
         if batch.batchSize < 1 or not batch.payload:
             raise InvalidArgument("empty batch")
@@ -198,11 +199,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
         for runtime in self._runtimes.values():
             if runtime.stream_name == request.streamName:
                 runtime.notify()
-        ids = [
-            pb.RecordId(shardId=request.shardId, batchId=batch_id, batchIndex=i)
-            for i in range(batch.batchSize)
-        ]
-        return pb.AppendResponse(streamName=request.streamName, shardId=request.shardId, recordIds=ids)
+        return codec.append_response(request.streamName, request.shardId, batch_id, batch.batchSize)
 
     @_call
     async def GetTailRecordId(
@@ -298,7 +295,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
 
     async def StreamingFetch(
         self, request_iterator: AsyncIterator[pb.StreamingFetchRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.StreamingFetchResponse]:
+    ) -> AsyncIterator[bytes]:
         try:
             first = await anext(aiter(request_iterator))
         except StopAsyncIteration:
