@@ -83,10 +83,11 @@ def _len_field(tag: bytes, body: bytes) -> bytes:
 def record_ids(tag: bytes, shard_id: int, batch_id: int, indices: Sequence[int]) -> bytes:
     """Repeated ``RecordId`` entries under ``tag`` (one length-delimited field per index)."""
     prefix = b"\x08" + varint(shard_id) + b"\x10" + varint(batch_id)
-    small = _SMALL
+    small, limit = _SMALL, len(_SMALL)
+    index_tag = prefix + b"\x18"
     parts = []
     for index in indices:
-        body = prefix + b"\x18" + (small[index] if index < len(small) else varint(index)) if index else prefix
+        body = index_tag + (small[index] if index < limit else varint(index)) if index else prefix
         parts.append(tag + small[len(body)] + body)
     return b"".join(parts)
 
