@@ -1,0 +1,27 @@
+# diffstore HTTP server: `docker build -t diffstore . && docker run -p 3030:3030 -v diffstore-data:/data diffstore`
+# Set DIFFSTORE_TOKEN to require `Authorization: Bearer <token>` on every route but /healthz.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY diffstore ./diffstore
+# The base package only: no spark extra, no dev tools.
+RUN pip install . \
+    && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home diffstore \
+    && mkdir -p /data \
+    && chown diffstore:diffstore /data
+
+USER diffstore
+VOLUME ["/data"]
+EXPOSE 3030
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:3030/healthz', timeout=2).status != 200)"]
+
+ENTRYPOINT ["diffstore"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "3030", "--data", "/data"]
