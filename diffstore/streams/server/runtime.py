@@ -106,7 +106,8 @@ class SubscriptionRuntime:
         self._wake.set()
 
     async def close(self) -> None:
-        """Ends every consumer's call and stops the loop (the subscription or its stream is gone)."""
+        """Ends every consumer's call, stops the loop and persists the last commit positions (a deleted
+        subscription's are dropped by the store)."""
         self.closed = True
         for queue in self._queues.values():
             queue.put_nowait(None)
@@ -115,6 +116,9 @@ class SubscriptionRuntime:
             await self._task
         except asyncio.CancelledError:
             pass
+        changed = self.state.take_changed()  # acks that arrived after the last round
+        if changed:
+            self._store.save_positions(self.subscription_id, changed)
 
     def _round(self, now: float) -> bool:
         deliveries = self.state.poll(now, self._store, self._config.max_batches_per_poll)
