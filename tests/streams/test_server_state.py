@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diffstore.streams.server.subscription import (
     START,
@@ -187,3 +191,66 @@ def test_invalid_construction() -> None:
         SubscriptionState({1: START}, ack_timeout=0, max_unacked=1)
     with pytest.raises(ValueError):
         StoredBatch(0, 1, b"")
+
+
+EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.just("join"), st.sampled_from("abc")),
+        st.tuples(st.just("leave"), st.sampled_from("abc")),
+        st.tuples(st.just("poll"), st.floats(0, 3)),
+        st.tuples(st.just("ack"), st.integers(0, 10**6)),
+        st.tuples(st.just("rebalance"), st.none()),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(EVENTS, st.integers(1, 8))
+def test_invariants_hold_under_any_event_sequence(events: list[tuple[str, Any]], max_unacked: int) -> None:
+    batches = {1: {2: 3, 4: 1, 9: 2}, 2: {3: 2, 5: 2}, 3: {}}
+    source = Shards(batches)
+    state = SubscriptionState({s: START for s in batches}, ack_timeout=1.0, max_unacked=max_unacked)
+    now = 0.0
+    sent_new: dict[int, list[int]] = {s: [] for s in batches}
+    outstanding: list[tuple[int, int, int]] = []
+    acked: set[tuple[int, int, int]] = set()
+    previous = state.committed()
+    for kind, arg in events:
+        if kind == "join" and arg not in state.consumers:
+            state.join(arg)
+        elif kind == "leave":
+            state.leave(arg)
+        elif kind == "rebalance":
+            state.rebalance()
+        elif kind == "poll":
+            now += arg
+            before = state.unacked
+            out = state.poll(now, source)
+            new = [d for d in out if not d.resend]
+            if new:
+                assert before < max_unacked  # no new batch once the bound is reached
+            for d in out:
+                assert d.consumer in state.consumers and state.owner(d.shard_id) == d.consumer
+                assert not set(ids(d)) & acked  # acked records are never sent again
+                outstanding.extend(ids(d))
+            for d in new:
+                sent_new[d.shard_id].append(d.batch.batch_id)
+        elif kind == "ack" and outstanding:
+            record = outstanding[arg % len(outstanding)]
+            state.ack([record])
+            acked.add(record)
+        owners = [state.owner(s) for s in batches]
+        assert all(o is None or o in state.consumers for o in owners)
+        assert state.unacked == len({r for r in outstanding if r not in acked})
+        committed = state.committed()
+        assert all(committed[s] >= previous[s] for s in batches)  # commits only move forward
+        previous = committed
+    for sent in sent_new.values():
+        assert sent == sorted(sent) and len(sent) == len(set(sent))  # new batches in order, once
+    for shard, (batch_id, index) in state.committed().items():
+        # everything before the committed position was acked
+        for b, size in batches[shard].items():
+            for i in range(size):
+                if (b, i) < (batch_id, index):
+                    assert (shard, b, i) in acked
