@@ -356,3 +356,24 @@ def test_diff_from_reader(store: Store) -> None:
         c.diff_page(from_reader="missing")
     with pytest.raises(NoSuchReader):
         c.diff_page(from_reader=FromReader("at4", "o"))
+
+
+def test_reader_ahead_of_a_fresh_collection_does_not_break_gc(store: Store) -> None:
+    c = store.create_collection("c", manual=True)  # still at its initial generation ""
+    c.create_reader("r", generation_id=b"x")
+    run_background(store)
+    commit(c, b"1", [(b"k", b"1")])
+    commit(c, b"2", [(b"k", b"2")])
+    run_background(store)
+    with pytest.raises(GenerationCollected):
+        c.get(b"k", generation_id=b"1")
+    assert c.get(b"k").value == b"2"  # type: ignore[union-attr]
+
+
+def test_background_worker_survives_gc_of_fresh_collection(open_store) -> None:
+    store = open_store(background=True, gc_interval_ms=5)
+    fresh = store.create_collection("fresh", manual=True)
+    fresh.create_reader("r", generation_id=b"x")
+    c = _history(store)
+    c.create_reader("r", generation_id=b"5")
+    wait_until(lambda: _versions_per_key(store)[layout.key_form(b"a")] == 1, what="GC after the fresh one")
