@@ -1,0 +1,79 @@
+"""The pure parts: generation arithmetic, round planning and option parsing (no Spark, no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diffstore.errors import InvalidRequest
+from diffstore.spark.options import ReadOptions, WriteOptions
+from diffstore.spark.plan import RoundPlan, next_generation, plan_sources, reader_name
+
+
+def test_next_generation_sorts_above_current_and_open() -> None:
+    nonce = b"N" * 8
+    assert next_generation(b"", None, nonce) == b"\x00" * 7 + b"\x01" + nonce
+    assert next_generation(b"\x00" * 7 + b"\x05", None, nonce)[:8] == b"\x00" * 7 + b"\x06"
+    current, opened = b"\x00" * 7 + b"\x05", b"\x00" * 7 + b"\x09xyz"
+    g = next_generation(current, opened, nonce)
+    assert g > opened > current and g[:8] == b"\x00" * 7 + b"\x0a"
+    assert next_generation(b"zz", None, nonce) > b"zz"  # foreign ids: the counter prefix still sorts above
+    assert next_generation(b"\x00" * 7 + b"\xff", None, nonce)[:8] == b"\x00" * 6 + b"\x01\x00"
+    assert next_generation(b"", None) != next_generation(b"", None)  # random nonces: never shared
+
+
+def test_plan_sources_and_reader_updates() -> None:
+    sources = {"a": "A", "b": "B"}
+    assert plan_sources(sources, {"a": None, "b": None}, {"a": b"", "b": b""}) is None
+    assert plan_sources(sources, {"a": b"1", "b": b"2"}, {"a": b"1", "b": b"2"}) is None
+    ranges = plan_sources(sources, {"a": None, "b": b"2"}, {"a": b"1", "b": b"2"})
+    assert ranges is not None
+    plan = RoundPlan(b"g", b"base", ranges)
+    assert plan.reader_updates() == [
+        {"readerName": "from_a", "generationId": b"1", "expectedGenerationId": None},
+        {"readerName": "from_b", "generationId": b"2", "expectedGenerationId": b"2"},
+    ]
+    assert reader_name("x") == "from_x"
+
+
+def test_read_options() -> None:
+    snapshot = ReadOptions.parse({"url": "http://x", "collection": "A", "generationid": "g1"})
+    assert not snapshot.is_diff and snapshot.generation_id == b"g1" and snapshot.partitions == 4
+    diff = ReadOptions.parse(
+        {
+            "url": "u",
+            "collection": "A",
+            "fromGenerationId": "",
+            "toGenerationId": "AAE=",
+            "generationIdEncoding": "base64",
+        }
+    )
+    assert diff.is_diff and diff.from_generation_id == b"" and diff.to_generation_id == b"\x00\x01"
+    assert ReadOptions.parse({"url": "u", "collection": "A", "fromReader": "r"}).is_diff
+    for bad in (
+        {"collection": "A"},
+        {"url": "u", "collection": "A", "fromReader": "r", "fromGenerationId": "1"},
+        {"url": "u", "collection": "A", "toGenerationId": "1"},
+        {"url": "u", "collection": "A", "partitions": "0"},
+        {"url": "u", "collection": "A", "generationId": "!", "generationIdEncoding": "base64"},
+    ):
+        with pytest.raises(InvalidRequest):
+            ReadOptions.parse(bad)
+
+
+def test_write_options() -> None:
+    parsed = WriteOptions.parse(
+        {
+            "url": "u",
+            "collection": "C",
+            "generationId": "Zw==",
+            "generationIdEncoding": "base64",
+            "commit": "false",
+            "updateReaders": '[{"readerName": "r", "generationId": "AA==", "expectedGenerationId": null}]',
+        }
+    )
+    assert parsed.generation_id == b"g" and not parsed.commit
+    assert parsed.update_readers == (
+        {"readerName": "r", "generationId": b"\x00", "expectedGenerationId": None},
+    )
+    with pytest.raises(InvalidRequest):
+        WriteOptions.parse({"url": "u", "collection": "C"})
