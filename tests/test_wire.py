@@ -252,3 +252,32 @@ def test_response_shapes_match_spec() -> None:
         "cursorId": "c",
     }
     assert CollectionState(False, b"a", None, ("nextGenerationId",)).to_wire(JSON) == {"isManual": False}
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+def test_put_many_fast_and_slow_paths_agree(codec: Codec) -> None:
+    items = [(b"plain", b"v", False), (b"\xff\x00", None, False), (b"k", b"", True), (b"", b"\x80", False)]
+    body = through(codec, PutManyRequest(items).to_wire(codec))
+    assert PutManyRequest.from_wire(body, codec).items == items
+
+
+@pytest.mark.parametrize(
+    ("item", "error"),
+    [
+        ({"key": {"value": "\ud800"}, "value": None}, InvalidEncoding),
+        ({"key": {"value": "k"}, "other": None}, InvalidRequest),
+        ({"key": {"value": "k"}, "value": {"value": 1}}, InvalidRequest),
+        ({"key": {"value": "k", "encoding": "hex"}, "value": None}, InvalidEncoding),
+        ({"key": "k", "value": None}, InvalidRequest),
+        ([], InvalidRequest),
+    ],
+)
+def test_put_many_rejects_bad_items(item: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        PutManyRequest.from_wire({"items": [{"key": {"value": "ok"}, "value": None}, item]}, JSON)
+
+
+def test_put_many_msgpack_rejects_bad_items() -> None:
+    for item in ({"key": b"k", "other": b""}, {"key": 1, "value": b""}, {"key": b"k", "value": 2}):
+        with pytest.raises(InvalidRequest):
+            PutManyRequest.from_wire({"items": [item]}, MSGPACK)
