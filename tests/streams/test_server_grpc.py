@@ -147,10 +147,14 @@ def test_status_codes(hstream_stub: Stub, fetch_session: Any) -> None:
     assert not stub.CheckSubscriptionExist(pb.CheckSubscriptionExistRequest(subscriptionId="sub")).exists
 
 
-def test_force_deleting_a_stream_removes_its_subscriptions(hstream_stub: Stub) -> None:
-    make_stream(hstream_stub)
+def test_force_deleting_a_stream_removes_its_subscriptions(hstream_stub: Stub, fetch_session: Any) -> None:
+    (shard,) = make_stream(hstream_stub)
     subscribe(hstream_stub, "sub")
+    session = fetch_session("sub", "c")
+    append(hstream_stub, shard, [b"x"])
+    session.collect(1)
     hstream_stub.DeleteStream(pb.DeleteStreamRequest(streamName="s", force=True))
+    assert session.error().code() == grpc.StatusCode.NOT_FOUND
     assert not hstream_stub.CheckSubscriptionExist(
         pb.CheckSubscriptionExistRequest(subscriptionId="sub")
     ).exists
