@@ -8,7 +8,6 @@ waiter at once instead of at the timeout.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
@@ -61,9 +60,7 @@ async def stream_generation(
                 pending: set[asyncio.Future[Any]] = {future, watcher}
                 await asyncio.wait(pending, timeout=timeout_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                watcher.cancel()  # not awaited: it ends on its own at the next loop iteration
             woken = future.result() if future.done() and not future.cancelled() else None
             current = woken if woken is not None else given
     finally:
