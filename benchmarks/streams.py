@@ -1,0 +1,150 @@
+"""Stream benchmarks, each against a baseline measured in the same run (figures and ratios printed).
+
+1. Producer: records/s of :class:`BufferedProducer` appending N 100-byte records, vs Append RPCs of
+   pre-encoded batches of the same size (the wire and server cost alone).
+2. Ingestion end to end (embedded server → collection in an embedded store): records/s of the
+   :class:`Ingestor`, vs a bare StreamingFetch consumer that only decodes and acks. Goal: ≥ 0.5×.
+
+The embedded HStream server runs in its own process (``diffstore streams serve``) so that it does not
+share the interpreter lock with the code measured.
+
+    python benchmarks/streams.py [--records 1000000] [--ingest-records 300000] [--batch 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from diffstore.streams.client import StreamClient, StreamError
+from diffstore.streams.consumer import Consumer
+from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
+from diffstore.streams.producer import BufferedProducer, ProducerConfig
+from diffstore.streams.records import Compression, RecordFlag, build_batch, encode_header, encode_records
+from diffstore.streams.sinks import EngineSink
+
+PAYLOAD = b"x" * 100
+
+
+@contextlib.contextmanager
+def stream_server(data_dir: Path) -> Iterator[str]:
+    """``diffstore streams serve`` in a subprocess on a free port; yields its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        sys.executable, "-m", "diffstore.cli", "streams", "serve", "--data", str(data_dir),
+        "--port", str(port), "--resend-tick", "0.05", "--assignment-interval", "0.05",
+    ]  # fmt: skip
+    process = subprocess.Popen(command)
+    url = f"hstream://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with StreamClient(url) as client:
+                    client.describe_cluster()
+                break
+            except StreamError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def bench_producer(client: StreamClient, records: int, batch: int) -> tuple[float, float]:
+    """Returns (producer records/s, raw Append records/s)."""
+    client.create_stream("producer-bench", shard_count=1)
+    config = ProducerConfig(batch_max_records=batch, batch_max_bytes=1 << 30, compression=Compression.NONE)
+    start = time.perf_counter()
+    with BufferedProducer(client, "producer-bench", config) as producer:
+        for _ in range(records):
+            producer.append(PAYLOAD)
+    producer_rate = records / (time.perf_counter() - start)
+
+    client.create_stream("raw-bench", shard_count=1)
+    shard_id = client.list_shards("raw-bench")[0].shard_id
+    encoded = build_batch(encode_records(encode_header(RecordFlag.RAW, ""), [PAYLOAD] * batch), batch,
+                          Compression.NONE, time.time_ns())  # fmt: skip
+    start = time.perf_counter()
+    for _ in range(records // batch):
+        client.append("raw-bench", shard_id, encoded)
+    raw_rate = (records // batch) * batch / (time.perf_counter() - start)
+    return producer_rate, raw_rate
+
+
+def fill_stream(client: StreamClient, stream: str, records: int, keys: int) -> None:
+    client.create_stream(stream, shard_count=2)
+    client.create_subscription("bare", stream, max_unacked_records=50_000)
+    client.create_subscription("ingest", stream, max_unacked_records=50_000)
+    with BufferedProducer(client, stream, ProducerConfig(batch_max_records=1000)) as producer:
+        for i in range(records):
+            producer.append(PAYLOAD, key=f"key-{i % keys}")
+
+
+def bench_bare_consumer(client: StreamClient, records: int) -> float:
+    received = 0
+    start = time.perf_counter()
+    with Consumer(client, "bare") as consumer:
+        while received < records:
+            batch = consumer.poll(10)
+            if batch is None:
+                raise RuntimeError(f"bare consumer stalled at {received} records")
+            received += len(batch.records)
+            consumer.ack(batch.record_ids)
+    return records / (time.perf_counter() - start)
+
+
+def bench_ingest(client: StreamClient, records: int, data_dir: Path) -> float:
+    sink = EngineSink.open(data_dir, "C", create=True)
+    ingestor = Ingestor(client, sink, IngestConfig("ingest"))  # the defaults: windows of 10,000 / 500 ms
+
+    def on_commit(stats: CommitStats) -> None:
+        if stats.applied_total >= records:
+            ingestor.stop()
+
+    start = time.perf_counter()
+    try:
+        ingestor.run(on_commit)
+    finally:
+        sink.close()
+    return ingestor.applied_total / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=1_000_000, help="records, producer benchmark")
+    parser.add_argument("--ingest-records", type=int, default=300_000, help="records, ingestion benchmark")
+    parser.add_argument("--batch", type=int, default=1000, help="records per batch")
+    parser.add_argument("--keys", type=int, default=100, help="partition keys of the ingestion stream")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, stream_server(Path(tmp) / "hstream") as url:
+        with StreamClient(url) as client:
+            producer_rate, raw_rate = bench_producer(client, args.records, args.batch)
+            n, batch = args.records, args.batch
+            print(f"producer       {producer_rate:12,.0f} records/s  ({n:,} x 100 B, batch {batch})")
+            print(f"raw Append     {raw_rate:12,.0f} records/s  (pre-encoded batches of {args.batch})")
+            print(f"ratio producer / raw Append: {producer_rate / raw_rate:.2f}x")
+            fill_stream(client, "ingest-bench", args.ingest_records, args.keys)
+            bare_rate = bench_bare_consumer(client, args.ingest_records)
+            ingest_rate = bench_ingest(client, args.ingest_records, Path(tmp) / "store")
+            m = args.ingest_records
+            print(f"bare consumer  {bare_rate:12,.0f} records/s  (decode + ack, {m:,} records)")
+            print(f"ingestion      {ingest_rate:12,.0f} records/s  (server -> collection, default windows)")
+            print(f"ratio ingestion / bare consumer: {ingest_rate / bare_rate:.2f}x (goal >= 0.5x)")
+
+
+if __name__ == "__main__":
+    main()
