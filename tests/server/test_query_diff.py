@@ -161,3 +161,23 @@ def test_splits(filled: Live) -> None:
     filled.fail("GET", "/collections/m/splits", status=400, code="invalidRequest")
     bad = {"count": 2, "generationId": "!", "generationIdEncoding": "base64"}
     filled.fail("GET", "/collections/m/splits", params=bad, status=400, code="invalidEncoding")
+
+
+def test_cursor_expired(filled: Live) -> None:
+    from tests.server.conftest import wait_until
+
+    query = filled.ok("POST", "/collections/m/query/", {"generationId": es("1"), "limit": 3})
+    diff = filled.ok(
+        "POST", "/collections/m/diff/", {"fromGenerationId": es("1"), "toGenerationId": es("2"), "limit": 2}
+    )
+    filled.ok("POST", "/collections/m/readers/", {"readerName": "gc", "generationId": es("2")})
+
+    def expired() -> bool:
+        filled.store.run_background_once()
+        return filled.call("GET", f"/collections/m/query/{query['cursorId']}").status_code == 410
+
+    wait_until(expired, what="the query cursor to expire")
+    filled.fail("GET", f"/collections/m/query/{query['cursorId']}", status=410, code="cursorExpired")
+    filled.fail("GET", f"/collections/m/diff/{diff['cursorId']}", status=410, code="cursorExpired")
+    filled.ok("POST", "/collections/", {"collectionName": "n", "isManual": True})
+    filled.fail("GET", f"/collections/n/query/{query['cursorId']}", status=404, code="noSuchCursor")
