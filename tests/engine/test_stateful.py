@@ -1,0 +1,545 @@
+"""A hypothesis state machine: random operation sequences against a small reference model of SPEC §1.
+
+The model (``Model``/``MColl``) is written from the SPEC, not from the engine: generations are plain ids,
+records a dict per generation, the visibility rule a few lines. After every step, get/query/keys_around
+and diffs are compared at every live generation (and with every phantom), and so are the lifecycle
+state and the readers. Known engine deviations are documented where the model follows the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from diffstore import UNSET, Reader, ReaderUpdate, Store, StoreConfig
+from diffstore.errors import (
+    BadVersion,
+    DiffstoreError,
+    GenerationCollected,
+    GenerationMismatch,
+    NoSuchReader,
+    NotManual,
+    OutdatedGeneration,
+    ReaderExists,
+)
+
+P = b"p" * 200
+KEYS = [b"", b"a", b"a\x00", b"ab", b"b", P[:199] + b"q", P, P + b"\x00", P + b"a", P + b"ab", P + b"b"]
+VALUES = [b"", b"1", b"2", None]
+GENS = sorted([b"", b"a", b"a\x00", b"aa", b"ab", b"b", b"ba", b"c", b"c0", b"d", b"e", b"e\xff", b"f", b"g"])
+MANUAL = ("m1", "m2")
+NON_MANUAL = "n"
+NAMES = (*MANUAL, NON_MANUAL)
+READER_NAMES = ("r1", "r2")
+TARGETS = (*NAMES, "hstream://x")
+THRESHOLD = 4
+
+
+def u64(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+READER_GENS = [*GENS, u64(0), u64(1), u64(2), u64(3)]
+
+Value = bytes | None
+
+
+@dataclass
+class MColl:
+    manual: bool
+    current: bytes
+    next: bytes | None
+    records: dict[bytes, dict[bytes, Value]] = field(default_factory=dict)  # generation -> key -> value
+    phantoms: dict[bytes, dict[bytes, dict[bytes, Value]]] = field(default_factory=dict)
+    readers: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)
+    producer_writes: list[tuple[int, bytes]] = field(default_factory=list)  # (seqNo, generation)
+    horizon: bytes | None = None
+    next_count: int = 0
+
+    def base(self, gen: bytes) -> dict[bytes, tuple[Value, bytes]]:
+        """SPEC §1: per key, the record of the greatest generation <= G (the open one only at exactly G)."""
+        seen: dict[bytes, tuple[Value, bytes]] = {}
+        for g in sorted(self.records):
+            if g <= gen and (g <= self.current or g == gen == self.next):
+                for key, value in self.records[g].items():
+                    seen[key] = (value, g)
+        return seen
+
+    def visible(self, gen: bytes, phantom: bytes | None = None) -> dict[bytes, tuple[Value, bytes]]:
+        """Tombstones included (None); a phantom's record wins over a base one of the same generation."""
+        seen = self.base(gen)
+        for key, versions in self.phantoms.get(phantom, {}).items() if phantom is not None else ():
+            below = [g for g in versions if g <= gen]
+            if below:
+                pg = max(below)
+                if key not in seen or pg >= seen[key][1]:
+                    seen[key] = (versions[pg], pg)
+        return seen
+
+    def present(self, gen: bytes, phantom: bytes | None = None) -> dict[bytes, tuple[bytes, bytes]]:
+        return {k: v for k, v in sorted(self.visible(gen, phantom).items()) if v[0] is not None}  # type: ignore
+
+    def value_at(self, key: bytes, gen: bytes) -> Value:
+        return self.base(gen).get(key, (None, b""))[0]
+
+    def diff(self, frm: bytes, to: bytes) -> list[tuple[bytes, Value, Value, tuple[Value, ...]]]:
+        """SPEC §3: keys written in (from, to], values at both ends, unchanged ones left out."""
+        out = []
+        written = sorted(
+            {k for g, recs in self.records.items() if frm < g <= to and g <= self.current for k in recs}
+        )
+        for key in written:
+            versions = [
+                self.records[g][key]
+                for g in sorted(self.records)
+                if frm < g <= to and g <= self.current and key in self.records[g]
+            ]
+            a, b = self.value_at(key, frm), self.value_at(key, to)
+            if a != b:
+                out.append((key, a, b, tuple(versions[:-1])))
+        return out
+
+    def last_seq_no(self) -> int:
+        """The last seqNo of the producer's writes that are still there (an abort takes them away)."""
+        return max((seq for seq, _ in self.producer_writes), default=0)
+
+    def drop_open(self) -> None:
+        assert self.next is not None
+        self.records.pop(self.next, None)
+        self.producer_writes = [(s, g) for s, g in self.producer_writes if g != self.next]
+        self.next = None
+
+    def committed_ids(self) -> list[bytes]:
+        return sorted({self.current, *(g for g in self.records if g <= self.current)})
+
+
+def _gens_of(coll: MColl) -> list[bytes]:
+    if coll.manual:
+        ids = set(GENS) | set(coll.records) | {coll.current}
+    else:
+        ids = {u64(i) for i in range(int.from_bytes(coll.current, "big") + 2)} | {b""}
+    if coll.next is not None:
+        ids.add(coll.next)
+    return sorted(ids)
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self.dir = tempfile.mkdtemp(prefix="diffstore-stateful-", dir=base)
+        self.config = StoreConfig(background=False, commit_delay_ms=10**9, max_generation_records=THRESHOLD)
+        self.store = Store.open(self.dir, config=self.config)
+        self.model: dict[str, MColl] = {}
+        for name in NAMES:
+            self._create(name)
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _create(self, name: str) -> None:
+        manual = name != NON_MANUAL
+        self.store.create_collection(name, manual=manual)
+        self.model[name] = MColl(manual, b"" if manual else u64(0), None if manual else u64(1))
+
+    def c(self, name: str):
+        return self.store.collection(name)
+
+    @contextlib.contextmanager
+    def expect(self, error: type[DiffstoreError] | None):
+        """Runs an engine call that must raise ``error`` (None: must succeed)."""
+        if error is None:
+            yield
+            return
+        try:
+            yield
+        except error:
+            return
+        raise AssertionError(f"expected {error.__name__}")
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    @rule(name=st.sampled_from(MANUAL), gen=st.sampled_from(GENS), abort=st.booleans(), succ=st.booleans())
+    def start(self, name: str, gen: bytes, abort: bool, succ: bool) -> None:
+        m = self.model[name]
+        if succ:  # steer towards progress: the first id above everything
+            above = [g for g in GENS if g > max(m.current, m.next or b"")]
+            if not above:
+                return
+            gen = above[0]
+        error: type[DiffstoreError] | None = None
+        if gen <= m.current:
+            error = OutdatedGeneration
+        elif m.next == gen:
+            pass
+        elif m.next is not None:
+            if abort and gen > m.next:
+                m.drop_open()
+                m.next = gen
+            else:
+                error = OutdatedGeneration
+        else:
+            m.next = gen
+        with self.expect(error):
+            self.c(name).start_generation(gen, abort_outdated=abort)
+
+    def _updates_error(self, owner: MColl, updates: list[ReaderUpdate]) -> type[DiffstoreError] | None:
+        staged: dict[str, tuple[str, bytes | None]] = {}
+        for u in updates:
+            current = staged.get(u.name) or owner.readers.get(u.name)
+            if current is None:
+                return NoSuchReader
+            if u.expected is not UNSET and current[1] != u.expected:
+                return BadVersion
+            target = self.model.get(current[0])
+            if (
+                target is not None
+                and u.generation_id not in (None, b"")
+                and target.horizon is not None
+                and u.generation_id < target.horizon  # type: ignore[operator]
+            ):
+                return GenerationCollected
+            staged[u.name] = (current[0], u.generation_id)
+        owner.readers.update(staged)
+        return None
+
+    reader_update = st.builds(
+        ReaderUpdate,
+        st.sampled_from(READER_NAMES),
+        st.one_of(st.none(), st.sampled_from(READER_GENS)),
+        st.one_of(st.just(UNSET), st.none(), st.sampled_from(READER_GENS)),
+    )
+
+    @rule(
+        name=st.sampled_from(MANUAL),
+        gen=st.one_of(st.none(), st.sampled_from(GENS)),
+        updates=st.lists(reader_update, max_size=2),
+    )
+    def commit(self, name: str, gen: bytes | None, updates: list[ReaderUpdate]) -> None:
+        m = self.model[name]
+        gen = m.next if gen is None else gen
+        if gen is None:
+            gen = b"zz"
+        error: type[DiffstoreError] | None = None
+        if m.next is None or gen != m.next:
+            error = GenerationMismatch
+        else:
+            saved = dict(m.readers)
+            error = self._updates_error(m, updates)
+            if error is None:
+                m.current, m.next = m.next, None
+            else:
+                m.readers = saved
+        with self.expect(error):
+            self.c(name).commit_generation(gen, update_readers=updates)
+
+    @rule(name=st.sampled_from(MANUAL), gen=st.one_of(st.none(), st.sampled_from(GENS)))
+    def abort(self, name: str, gen: bytes | None) -> None:
+        m = self.model[name]
+        gen = m.next if gen is None else gen
+        if gen is None:
+            gen = b"zz"
+        error: type[DiffstoreError] | None = None
+        if m.next is None or gen != m.next:
+            error = GenerationMismatch
+        else:
+            m.drop_open()
+        with self.expect(error):
+            self.c(name).abort_generation(gen)
+
+    @rule(call=st.sampled_from(["start", "commit", "abort"]), gen=st.sampled_from([u64(1), u64(2), b"x"]))
+    def lifecycle_on_non_manual(self, call: str, gen: bytes) -> None:
+        with self.expect(NotManual):
+            getattr(self.c(NON_MANUAL), f"{call}_generation")(gen)
+
+    @rule()
+    def auto_commit(self) -> None:
+        m = self.model[NON_MANUAL]
+        if m.next_count > 0:
+            self._auto_commit(m)
+        while self.store.run_background_once(time.monotonic() + 10**7):
+            pass
+        self._gc_model()
+
+    def _auto_commit(self, m: MColl) -> None:
+        assert m.next is not None
+        m.current, m.next = m.next, u64(int.from_bytes(m.next, "big") + 1)
+        m.next_count = 0
+
+    # --- writes ------------------------------------------------------------------------------------------
+
+    item = st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES), st.booleans())
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        items=st.lists(item, min_size=1, max_size=5),
+        gen_choice=st.sampled_from(["next", "none", "other"]),
+        other=st.sampled_from(GENS),
+        skip=st.booleans(),
+        seq=st.one_of(st.none(), st.integers(1, 6)),
+        single=st.booleans(),
+    )
+    def put(self, name, items, gen_choice, other, skip, seq, single) -> None:
+        m = self.model[name]
+        if single:
+            items = items[:1]
+        gen = {"next": m.next, "none": None, "other": other}[gen_choice]
+        producer = {"producer_id": "p", "seq_no": seq} if seq is not None else {}
+        latest: dict[bytes, tuple[Value, bool]] = {}
+        for key, value, inp in items:
+            latest[key] = (value, inp)
+        if m.next is None or (gen is not None and gen != m.next) or (m.manual and gen is None):
+            with self.expect(GenerationMismatch):
+                self._put_call(name, items, gen, skip, single, producer)
+            return
+        target = m.next
+        if seq is not None:
+            if seq <= m.last_seq_no():
+                result = self._put_call(name, items, gen, skip, single, producer)
+                assert result.skipped and not result.was_put
+                return
+            m.producer_writes.append((seq, target))
+        visible = m.visible(target)
+        kept: dict[bytes, Value] = {}
+        found = target
+        for key, (value, inp) in latest.items():
+            cur = visible.get(key, (None, b""))
+            if inp and cur[0] is not None:
+                found = cur[1]
+                continue
+            if skip and cur[0] == value:
+                continue
+            kept[key] = value
+        m.records.setdefault(target, {}).update(kept)
+        result = self._put_call(name, items, gen, skip, single, producer)
+        assert result.skipped is False
+        assert result.was_put == bool(kept)
+        if single or len(latest) == 1:
+            assert result.generation_id == (target if kept else found)
+        if not m.manual:
+            m.next_count += len(kept)
+            if m.next_count >= THRESHOLD:
+                self._auto_commit(m)
+
+    def _put_call(self, name, items, gen, skip, single, producer):
+        c = self.c(name)
+        if single:
+            key, value, inp = items[0]
+            return c.put(key, value, generation_id=gen, if_not_present=inp, skip_unchanged=skip, **producer)
+        return c.put_many(items, generation_id=gen, skip_unchanged=skip, **producer)
+
+    @rule(name=st.sampled_from(NAMES))
+    def start_phantom(self, name: str) -> None:
+        m = self.model[name]
+        if len(m.phantoms) < 2:
+            m.phantoms[self.c(name).start_phantom()] = {}
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        which=st.integers(0, 1),
+        items=st.lists(item, min_size=1, max_size=3),
+        gen=st.sampled_from([*GENS, u64(1), u64(2)]),
+        skip=st.booleans(),
+    )
+    def phantom_put(self, name, which, items, gen, skip) -> None:
+        m = self.model[name]
+        if not m.phantoms:
+            return
+        phantom = sorted(m.phantoms)[which % len(m.phantoms)]
+        latest: dict[bytes, tuple[Value, bool]] = {}
+        for key, value, inp in items:
+            latest[key] = (value, inp)
+        visible = m.visible(gen, phantom)
+        wrote = False
+        for key, (value, inp) in latest.items():
+            cur = visible.get(key, (None, b""))[0]
+            if (inp and cur is not None) or (skip and cur == value):
+                continue
+            m.phantoms[phantom].setdefault(key, {})[gen] = value
+            wrote = True
+        result = self.c(name).put_many(items, generation_id=gen, phantom_id=phantom, skip_unchanged=skip)
+        assert result.was_put == wrote
+        assert self.model[name].next == m.next
+
+    # --- readers and GC ---------------------------------------------------------------------------------
+
+    @rule(
+        owner=st.sampled_from(NAMES),
+        reader=st.sampled_from(READER_NAMES),
+        tgt=st.sampled_from(TARGETS),
+        gen=st.one_of(st.none(), st.sampled_from(READER_GENS)),
+    )
+    def create_reader(self, owner, reader, tgt, gen) -> None:
+        m = self.model[owner]
+        error: type[DiffstoreError] | None = None
+        if reader in m.readers:
+            if m.readers[reader] != (tgt, gen):
+                error = ReaderExists
+        else:
+            t = self.model.get(tgt)
+            if t is not None and gen not in (None, b"") and t.horizon is not None and gen < t.horizon:
+                error = GenerationCollected
+            else:
+                m.readers[reader] = (tgt, gen)
+        with self.expect(error):
+            self.c(owner).create_reader(reader, collection=tgt, generation_id=gen)
+
+    @rule(owner=st.sampled_from(NAMES), update=reader_update)
+    def update_reader(self, owner, update: ReaderUpdate) -> None:
+        m = self.model[owner]
+        saved = dict(m.readers)
+        error = self._updates_error(m, [update])
+        if error is not None:
+            m.readers = saved
+        with self.expect(error):
+            self.c(owner).update_reader(update.name, update.generation_id, expected=update.expected)
+
+    @rule(owner=st.sampled_from(NAMES), reader=st.sampled_from(READER_NAMES))
+    def delete_reader(self, owner, reader) -> None:
+        self.model[owner].readers.pop(reader, None)
+        self.c(owner).delete_reader(reader)
+
+    def _gc_model(self) -> None:
+        """SPEC §1: GC of X is bounded by the minimum over every reader targeting X (null = "")."""
+        for name, m in self.model.items():
+            gens = [g for o in self.model.values() for (t, g) in o.readers.values() if t == name]
+            if not gens:
+                continue
+            minimum = min(g or b"" for g in gens)
+            if minimum == b"":
+                continue
+            m.horizon = min(max(minimum, m.horizon or b""), m.current)
+
+    @rule()
+    def gc(self) -> None:
+        while self.store.run_background_once(time.monotonic()):
+            pass
+        self._gc_model()
+
+    @rule(name=st.sampled_from(NAMES))
+    def delete_and_recreate(self, name: str) -> None:
+        self.store.delete_collection(name)
+        for other in self.model.values():
+            other.readers = {r: v for r, v in other.readers.items() if v[0] != name}
+        self._create(name)
+
+    @rule()
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = Store.open(self.dir, config=self.config)
+        # a reopened store commits the writes that were pending in a non-manual collection at once
+        m = self.model[NON_MANUAL]
+        if m.next_count > 0:
+            self._auto_commit(m)
+        self.gc()
+
+    # --- comparisons ------------------------------------------------------------------------------------
+
+    @invariant()
+    def lifecycle_and_readers_match(self) -> None:
+        for name, m in self.model.items():
+            c = self.c(name)
+            assert (c.generation_id, c.next_generation_id) == (m.current, m.next), name
+            expected = [
+                Reader(r, t, g) for r, (t, g) in sorted(m.readers.items(), key=lambda x: x[0].encode())
+            ]
+            assert c.readers() == expected, name
+            assert c.producer_last_seq_no("p") == m.last_seq_no()
+
+    @invariant()
+    def reads_match_at_every_live_generation(self) -> None:
+        for name, m in self.model.items():
+            c = self.c(name)
+            for gen in _gens_of(m):
+                if m.horizon is not None and gen < m.horizon:
+                    try:
+                        c.get(b"a", generation_id=gen)
+                    except GenerationCollected:
+                        continue
+                    raise AssertionError(f"read of {name} at {gen!r} below {m.horizon!r} was allowed")
+                for phantom in [None, *m.phantoms]:
+                    want = m.present(gen, phantom)
+                    got = {
+                        r.key: (r.value, r.generation_id)
+                        for r in c.query(generation_id=gen, phantom_id=phantom)
+                    }
+                    assert list(got.items()) == list(want.items()), (name, gen, phantom)
+                    if phantom is None and gen not in (m.current, m.next):
+                        continue
+                    for key in KEYS:
+                        record = c.get(key, generation_id=gen, phantom_id=phantom)
+                        assert (None if record is None else (record.value, record.generation_id)) == want.get(
+                            key
+                        )
+                    keys = list(want)
+                    for probe in (KEYS[1], KEYS[6], KEYS[8]):
+                        around = c.keys_around(
+                            probe, 2, require_key_existence=False, generation_id=gen, phantom_id=phantom
+                        )
+                        left = [k for k in keys if k < probe][::-1]
+                        right = [k for k in keys if k > probe]
+                        assert (around.left, around.right, around.found_key) == (
+                            left[:2],
+                            right[:2],
+                            probe in want,
+                        )
+                        assert (around.has_more_on_the_left, around.has_more_on_the_right) == (
+                            len(left) > 2,
+                            len(right) > 2,
+                        )
+
+    @invariant()
+    def diffs_match(self) -> None:
+        for name, m in self.model.items():
+            c = self.c(name)
+            horizon = m.horizon or b""
+            tos = [g for g in m.committed_ids() if g >= horizon]
+            froms = [b"", *(g for g in _gens_of(m) if g >= horizon and g <= m.current)]
+            pairs = {(f, m.current) for f in froms} | {(b"", t) for t in tos}
+            for frm, to in sorted(pairs):
+                want = m.diff(frm, to)
+                got = [
+                    (i.key, i.from_value, i.to_value, i.intermediate)
+                    for i in c.diff(frm, to, include_intermediate=True)
+                ]
+                if frm < horizon:  # GC removed the versions in between: only the ends are kept
+                    got = [g[:3] for g in got]
+                    want = [w[:3] for w in want]
+                assert got == want, (name, frm, to)
+            if horizon:
+                below = [g for g in _gens_of(m) if b"" < g < horizon]
+                if below:
+                    try:
+                        list(c.diff(below[0]))
+                    except GenerationCollected:
+                        pass
+                    else:
+                        raise AssertionError("a diff from below the horizon was allowed")
+            # paging: pages of 2 concatenate to the whole diff
+            page = c.diff_page(b"", limit=2)
+            items = list(page.items)
+            while page.cursor:
+                again = c.diff_page(cursor=page.cursor)
+                assert again == c.diff_page(cursor=page.cursor)
+                page = again
+                items += page.items
+            assert [(i.key, i.to_value) for i in items] == [(k, b) for k, _, b, _ in m.diff(b"", m.current)]
+
+
+StoreMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("STATEFUL_EXAMPLES", "60")),
+    stateful_step_count=30,
+    deadline=None,
+    phases=[Phase.generate] if os.environ.get("STATEFUL_NO_SHRINK") else list(Phase),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_store_machine = StoreMachine.TestCase
