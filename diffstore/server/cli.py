@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,8 @@ from fastapi import FastAPI
 
 from diffstore.server.app import create_app
 from diffstore.server.config import ServerConfig
+
+SWITCH_INTERVAL_S = 0.0005
 
 
 class GracefulServer(uvicorn.Server):
@@ -31,6 +34,7 @@ class GracefulServer(uvicorn.Server):
             "timeout_graceful_shutdown": config.shutdown_timeout_s,
             "lifespan": "on",
             "log_level": "info",
+            "access_log": config.access_log,
         }
         options.update(uvicorn_options)
         super().__init__(uvicorn.Config(app, **options))
@@ -52,6 +56,9 @@ class GracefulServer(uvicorn.Server):
 
 def serve(config: ServerConfig) -> int:
     """Opens the store, serves until a signal, closes the store. Returns the exit code."""
+    # Engine calls run in worker threads; with the default 5 ms switch interval a worker that finishes
+    # while the event loop is busy waits up to 5 ms for the GIL, which caps a loaded server's point reads.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     from diffstore.engine.store import Store  # the engine is imported only when a server really starts
     from diffstore.engine.types import StoreConfig
 
@@ -69,6 +76,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         port=args.port,
         token=token,
         commit_delay_ms=args.commit_delay_ms,
+        access_log=args.access_log,
     )
     return serve(config)
 
@@ -85,4 +93,5 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument(
         "--commit-delay-ms", type=int, default=50, help="auto-commit delay of non-manual collections"
     )
+    parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.set_defaults(func=_serve_command)

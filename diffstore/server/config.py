@@ -29,6 +29,7 @@ class ServerConfig:
         create_collection_max_bytes, put_max_bytes, put_many_max_bytes, body_max_bytes: body limits (413).
         long_poll_default_ms, long_poll_max_ms: ``timeoutMs`` of ``generationId/stream``.
         shutdown_timeout_s: how long a graceful shutdown waits for open requests.
+        access_log: log every request (off by default: it costs throughput).
     """
 
     data_dir: str = "./data"
@@ -43,6 +44,7 @@ class ServerConfig:
     long_poll_default_ms: int = 60_000
     long_poll_max_ms: int = 300_000
     shutdown_timeout_s: float = 10.0
+    access_log: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
