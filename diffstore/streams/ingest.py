@@ -21,7 +21,9 @@ import importlib
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from operator import attrgetter
 
 from diffstore.streams.client import StreamClient
 from diffstore.streams.consumer import Consumer, ConsumerConfig
@@ -38,6 +40,9 @@ from diffstore.streams.window import (
 MapperResult = tuple[bytes | str, bytes | None] | Iterable[tuple[bytes | str, bytes | None]] | None
 Mapper = Callable[[StreamRecord], MapperResult]
 EMBEDDED_SERVER_MARK = "diffstore"
+_FLAG = attrgetter("flag")
+_PARTITION_KEY = attrgetter("partition_key")
+_PAYLOAD = attrgetter("payload")
 
 
 def default_mapper(record: StreamRecord) -> tuple[bytes, bytes]:
@@ -63,6 +68,12 @@ def load_mapper(spec: str) -> Mapper:
 def map_records(mapper: Mapper, records: Iterable[StreamRecord]) -> list[PutItem]:
     """Applies ``mapper`` to each record: ``None`` drops it, a ``(key, value)`` pair or a list of pairs
     are written (``value`` ``None`` is a tombstone; ``str`` keys are UTF-8 encoded)."""
+    if mapper is default_mapper:
+        records = records if isinstance(records, list) else list(records)
+        if RecordFlag.JSON not in map(_FLAG, records):  # all RAW: no Python code per record
+            keys = map(str.encode, map(_PARTITION_KEY, records))
+            return list(zip(keys, map(_PAYLOAD, records), strict=True))
+        return [default_mapper(r) for r in records]
     items: list[PutItem] = []
     for record in records:
         result = mapper(record)
@@ -162,23 +173,38 @@ class Ingestor:
         return float(subscription.ackTimeoutSeconds) + 1.0
 
     def run(self, on_commit: Callable[[CommitStats], None] | None = None) -> None:
-        """Consumes and applies windows until :meth:`stop`; the open window is committed before returning."""
+        """Consumes and applies windows until :meth:`stop`; the open window is committed before returning.
+
+        One window at a time is written by a worker thread while the next one is gathered; the next is
+        handed over only after the previous commit, so generations and acks stay strictly in order.
+        """
         accumulator = self.prepare()
         hold_until = time.monotonic() + self._recovery_hold_s()
         consumer = Consumer(self.client, self.config.subscription_id, self.config.consumer)
+        writer = ThreadPoolExecutor(1, thread_name_prefix="ingest-writer")
+        pending: tuple[Future[tuple[bytes, int]], IngestWindow] | None = None
         try:
             while True:
+                if pending is not None and pending[0].done():
+                    self._finish(pending, accumulator, consumer, on_commit)
+                    pending = None
                 now = time.monotonic()
                 stopping = self.stop_event.is_set()
-                if len(accumulator) and now >= hold_until and (stopping or accumulator.ready(now)):
-                    self._apply(accumulator, consumer, on_commit)
-                    continue
+                if pending is None and len(accumulator) and now >= hold_until:
+                    if stopping or accumulator.ready(now):
+                        window = accumulator.take()
+                        pending = (writer.submit(self._write_generation, window), window)
+                        continue
                 if stopping:
+                    if pending is not None:
+                        pending[0].exception()  # wait for the write; _finish raises its error
+                        continue
                     return  # a window still inside the recovery hold stays unacked: it comes again
                 deadline = accumulator.deadline()
                 if deadline is not None:
                     deadline = max(deadline, hold_until)
-                timeout = 0.05 if deadline is None else min(0.05, max(0.0, deadline - now))
+                longest = 0.005 if pending is not None else 0.05
+                timeout = longest if deadline is None else min(longest, max(0.0, deadline - now))
                 batch = consumer.poll(timeout)
                 if batch is None:
                     continue
@@ -187,18 +213,20 @@ class Ingestor:
                     self.skipped_total += len(ack_now)
                     consumer.ack(ack_now)
         finally:
+            writer.shutdown(wait=True)
             consumer.close()
 
-    def _apply(
+    def _finish(
         self,
+        pending: tuple[Future[tuple[bytes, int]], IngestWindow],
         accumulator: WindowAccumulator,
         consumer: Consumer,
         on_commit: Callable[[CommitStats], None] | None,
     ) -> None:
-        window = accumulator.take()
-        generation = self._write_generation(window)
+        future, window = pending
+        generation, items = future.result()  # a failed write ends run() with its error
         accumulator.committed(window)
-        consumer.ack(window.record_ids)
+        consumer.ack(window.record_ids)  # only now: the generation and the positions are committed
         self.applied_total += len(window.records)
         if on_commit is not None:
             lag = max(0.0, time.time() - window.newest_publish_ns / 1e9) if window.newest_publish_ns else 0.0
@@ -206,7 +234,7 @@ class Ingestor:
                 CommitStats(
                     generation,
                     len(window.records),
-                    self._last_items,
+                    items,
                     self.applied_total,
                     self.skipped_total,
                     lag,
@@ -214,11 +242,9 @@ class Ingestor:
                 )
             )
 
-    _last_items = 0
-
-    def _write_generation(self, window: IngestWindow) -> bytes:
+    def _write_generation(self, window: IngestWindow) -> tuple[bytes, int]:
+        """Start, put_many, commit with the position readers (abort on failure) → (generation, items)."""
         items = map_records(self.mapper, window.records)
-        self._last_items = len(items)
         current, _ = self.sink.generation_state()
         generation = next_generation_id(current)
         self.sink.start_generation(generation)
@@ -234,4 +260,4 @@ class Ingestor:
             except Exception:  # noqa: S110 - the original error matters; the next start aborts anyway
                 pass
             raise
-        return generation
+        return generation, len(items)

@@ -21,8 +21,9 @@ import json
 import struct
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple, cast
 
 import zstandard
 from google.protobuf import struct_pb2
@@ -30,6 +31,8 @@ from google.protobuf import struct_pb2
 from diffstore.streams._proto import hstream_pb2 as pb
 
 RECORD_POSITION_SIZE = 12
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+_new_tuple = tuple.__new__
 HASH_SPACE_MAX = (1 << 128) - 1
 _POSITION = struct.Struct(">QI")
 _ZSTD = threading.local()  # zstandard (de)compressors are not thread-safe: one per thread
@@ -58,9 +61,8 @@ class RecordFlag(enum.IntEnum):
     RAW = 1
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class RecordPosition:
-    """A record's place within its shard; ordered like the stream."""
+class RecordPosition(NamedTuple):
+    """A record's place within its shard; ordered like the stream (a tuple: cheap to hash and compare)."""
 
     batch_id: int
     batch_index: int
@@ -78,9 +80,8 @@ class RecordPosition:
         return cls(batch_id, batch_index)
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class RecordId:
-    """A record's id: shard plus position (``hstream.server.RecordId``)."""
+class RecordId(NamedTuple):
+    """A record's id: shard plus position (``hstream.server.RecordId``); a tuple, ordered field by field."""
 
     shard_id: int
     batch_id: int
@@ -98,16 +99,15 @@ class RecordId:
         return cls(rid.shardId, rid.batchId, rid.batchIndex)
 
 
-@dataclass(frozen=True, slots=True)
-class StreamRecord:
-    """One decoded record as a consumer sees it."""
+class StreamRecord(NamedTuple):
+    """One decoded record as a consumer sees it (a named tuple: consumers create one per record)."""
 
     record_id: RecordId
     partition_key: str
     flag: RecordFlag
     payload: bytes
     publish_time_ns: int = 0
-    attributes: Mapping[str, str] = field(default_factory=dict)
+    attributes: Mapping[str, str] = _NO_ATTRIBUTES
 
     @property
     def is_json(self) -> bool:
@@ -241,8 +241,8 @@ def decode_batch(
     publish_ns = batch.publishTime.seconds * 1_000_000_000 + batch.publishTime.nanos
     if record_ids is None:
         ids = [RecordId(shard_id, 0, i) for i in range(len(hrecords))]
-    else:
-        ids = [RecordId(r.shardId, r.batchId, r.batchIndex) for r in record_ids]
+    else:  # tuple.__new__ directly: a named tuple's own __new__ is Python code, and this runs per record
+        ids = [_new_tuple(RecordId, (r.shardId, r.batchId, r.batchIndex)) for r in record_ids]
     if len(ids) == len(hrecords):
         pairs = list(zip(ids, hrecords, strict=True))  # the payload holds exactly the sent records
     else:
@@ -252,18 +252,14 @@ def decode_batch(
                 raise ValueError(f"record id {rid} is outside a batch of {len(hrecords)}")
             pairs.append((rid, hrecords[rid.batch_index]))
     out: list[StreamRecord] = []
+    append = out.append
+    raw_flag, json_flag = RecordFlag.RAW, RecordFlag.JSON
     for rid, hrecord in pairs:
         header = hrecord.header
-        out.append(
-            StreamRecord(
-                record_id=rid,
-                partition_key=header.key,
-                flag=RecordFlag(header.flag) if header.flag in (0, 1) else RecordFlag.RAW,
-                payload=hrecord.payload,
-                publish_time_ns=publish_ns,
-                attributes=dict(header.attributes) if header.attributes else {},
-            )
-        )
+        attributes = header.attributes
+        flag = json_flag if header.flag == 0 else raw_flag
+        attrs = dict(attributes) if attributes else _NO_ATTRIBUTES
+        append(_new_tuple(StreamRecord, (rid, header.key, flag, hrecord.payload, publish_ns, attrs)))
     return out
 
 
