@@ -8,7 +8,7 @@ waiter at once instead of at the timeout.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -22,12 +22,16 @@ from diffstore.wire import decode_es, generation_to_wire
 router = APIRouter(tags=["collections"])
 
 
-async def _disconnected(request: Request) -> None:
-    """Returns when the client closes the connection (the request has no body left to read)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+def _settle(future: asyncio.Future[bytes | None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _settle_on_disconnect(request: Request, future: asyncio.Future[bytes | None]) -> None:
+    """Settles ``future`` when the client closes the connection (the request has no body left to read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    _settle(future)
 
 
 @route(
@@ -55,13 +59,16 @@ async def stream_generation(
     try:
         current: bytes = await call(request, lambda store: store.collection(c).generation_id)
         if future is not None and current == given:
-            watcher = asyncio.ensure_future(_disconnected(request))
+            # One future settles every outcome: a commit (its generation id), the timeout, a disconnect
+            # or shutdown (None). A timer handle and one small task are all a waiter costs.
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(timeout_ms / 1000, _settle, future)
+            watcher = loop.create_task(_settle_on_disconnect(request, future))
             try:
-                pending: set[asyncio.Future[Any]] = {future, watcher}
-                await asyncio.wait(pending, timeout=timeout_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
+                woken = await future
             finally:
+                timer.cancel()
                 watcher.cancel()  # not awaited: it ends on its own at the next loop iteration
-            woken = future.result() if future.done() and not future.cancelled() else None
             current = woken if woken is not None else given
     finally:
         if future is not None:
