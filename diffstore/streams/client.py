@@ -3,7 +3,8 @@
 ``hstream://host[:port]`` (plaintext) and ``hstreams://host[:port]`` (TLS), default port 6570. Like the
 official clients, :class:`StreamClient` calls DescribeCluster on the URL's node first, then asks a Lookup
 RPC which node owns a shard or subscription and dials the ``host:port`` it returns. Channels are cached
-per address.
+per address. Calls wait for a channel that is (re)connecting (gRPC ``wait_for_ready``) up to their deadline
+instead of failing at once, so a restarting server is ridden out.
 
 ``grpc.RpcError`` is translated here, and only here, into :class:`StreamError` subclasses
 (``raise … from exc``); callers above never see gRPC exceptions.
@@ -180,7 +181,7 @@ class StreamClient:
 
     def _call(self, what: str, fn: Callable[..., _T], request: Any) -> _T:
         with map_rpc_errors(what):
-            return fn(request, timeout=self.config.timeout_s)
+            return fn(request, timeout=self.config.timeout_s, wait_for_ready=True)
 
     @property
     def _seed(self) -> pb_grpc.HStreamApiStub:
@@ -340,4 +341,4 @@ class StreamClient:
         """
         stub = self._stub(self.lookup_subscription(subscription_id))
         with map_rpc_errors("StreamingFetch"):
-            return stub.StreamingFetch(requests)
+            return stub.StreamingFetch(requests, wait_for_ready=True)

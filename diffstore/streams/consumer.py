@@ -79,9 +79,9 @@ class AckBook:
 
     def ack(self, ids: Iterable[RecordId], now: float) -> None:
         """The application is done with ``ids``; they will be sent (once each) with the next group."""
-        for rid in ids:
-            self._unacked.discard(rid)
-            self._pending[rid] = None
+        ids = list(ids)
+        self._unacked.difference_update(ids)
+        self._pending.update(dict.fromkeys(ids))
         if self._pending and self._oldest_pending is None:
             self._oldest_pending = now
 

@@ -10,15 +10,20 @@ Invariants:
   it is acked with the window, after the commit.
 - A window is complete when it holds ``window_records`` records or its first record is ``window_ms`` old.
   Its records are applied in (shard, batch id, batch index) order, so each partition key keeps its order.
-- After a window's commit, the positions it carried become the stored positions.
+- After a window's commit, the positions it carried become the stored positions. Between take and
+  commit, records at or below the taken window's positions are ignored (not acked: the commit may fail);
+  they are acked with that window.
 
 Generation ids of the target collection: see :func:`next_generation_id`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 
 from diffstore.streams.records import RecordId, RecordPosition, StreamRecord
 
@@ -65,10 +70,22 @@ class IngestWindow:
 
 
 @dataclass(slots=True)
+class _ShardRun:
+    """The open window's records of one shard, in position order unless ``unordered``."""
+
+    records: list[StreamRecord] = field(default_factory=list)
+    last: RecordPosition | None = None
+    unordered: bool = False
+
+
+@dataclass(slots=True)
 class _Open:
     opened_at: float
-    records: list[StreamRecord] = field(default_factory=list)
-    ids: set[RecordId] = field(default_factory=set)
+    count: int = 0
+    shards: dict[int, _ShardRun] = field(default_factory=dict)
+
+
+_RECORD_ID = attrgetter("record_id")
 
 
 class WindowAccumulator:
@@ -82,50 +99,104 @@ class WindowAccumulator:
         self.window_records = window_records
         self.window_ms = window_ms
         self.positions: dict[int, RecordPosition] = dict(positions or {})
+        self._taken: dict[int, RecordPosition] = dict(self.positions)
         self._open: _Open | None = None
 
-    def offer(self, records: Iterable[StreamRecord], now: float) -> list[RecordId]:
-        """Adds delivered records; returns those to ack at once (already applied before)."""
-        ack_now: list[RecordId] = []
-        for record in records:
-            rid = record.record_id
-            stored = self.positions.get(rid.shard_id)
-            if stored is not None and rid.position <= stored:
-                ack_now.append(rid)
-                continue
-            if self._open is None:
-                self._open = _Open(now)
-            if rid in self._open.ids:
-                continue
-            self._open.ids.add(rid)
-            self._open.records.append(record)
-        return ack_now
+    def offer(self, records: Sequence[StreamRecord], now: float) -> list[RecordId]:
+        """Adds delivered records; returns those to ack at once (already applied before).
+
+        ``records`` as one delivery holds them (one batch of one shard, ascending) take a fast path when
+        they all lie above everything known of their shard; anything else is handled record by record.
+        """
+        if not records:
+            return []
+        first, last = records[0].record_id, records[-1].record_id
+        if first.shard_id == last.shard_id and first.batch_id == last.batch_id and first <= last:
+            run = self._run_if_all_new(first, now)
+            if run is not None:
+                run.records.extend(records)
+                run.last = RecordPosition(last.batch_id, last.batch_index)
+                self._open.count += len(records)  # type: ignore[union-attr]
+                return []
+        return [rid for rid in map(self._offer_one, records, repeat(now)) if rid is not None]
+
+    def _run_if_all_new(self, first: RecordId, now: float) -> _ShardRun | None:
+        """The shard's run when ``first`` lies above its stored, taken and window positions."""
+        position = RecordPosition(first.batch_id, first.batch_index)
+        shard_id = first.shard_id
+        taken = self._taken.get(shard_id)
+        if taken is not None and position <= taken:
+            return None
+        run = self._run(shard_id, now)
+        if run.last is not None and position <= run.last:
+            return None
+        return run
+
+    def _run(self, shard_id: int, now: float) -> _ShardRun:
+        window = self._open
+        if window is None:
+            window = self._open = _Open(now)
+        run = window.shards.get(shard_id)
+        if run is None:
+            run = window.shards[shard_id] = _ShardRun()
+        return run
+
+    def _offer_one(self, record: StreamRecord, now: float) -> RecordId | None:
+        rid = record.record_id
+        shard_id = rid.shard_id
+        position = RecordPosition(rid.batch_id, rid.batch_index)
+        stored = self.positions.get(shard_id)
+        if stored is not None and position <= stored:
+            return rid  # applied before: ack at once
+        taken = self._taken.get(shard_id)
+        if taken is not None and position <= taken:
+            return None  # in a taken window whose commit is under way: acked with that window
+        run = self._run(shard_id, now)
+        if run.last is not None and position <= run.last:
+            if _contains(run, rid):
+                return None  # a resend of a record already in the window
+            run.unordered = True
+        else:
+            run.last = position
+        run.records.append(record)
+        self._open.count += 1  # type: ignore[union-attr]
+        return None
 
     def __len__(self) -> int:
-        return 0 if self._open is None else len(self._open.records)
+        return 0 if self._open is None else self._open.count
 
     def ready(self, now: float) -> bool:
         """True when the open window is complete (by count or age)."""
-        if self._open is None or not self._open.records:
+        deadline = self.deadline()
+        if deadline is None:
             return False
-        return len(self._open.records) >= self.window_records or now >= self.deadline()  # type: ignore[operator]
+        return len(self) >= self.window_records or now >= deadline
 
     def deadline(self) -> float | None:
         """When the open window completes by age (``None``: no window open)."""
-        if self._open is None or not self._open.records:
+        if self._open is None or not self._open.count:
             return None
         return self._open.opened_at + self.window_ms / 1000
 
     def take(self) -> IngestWindow:
         """Closes the open window and returns it in apply order (call :meth:`committed` after its commit)."""
-        if self._open is None or not self._open.records:
+        window = self._open
+        if window is None or not window.count:
             raise ValueError("no open window")
-        records = sorted(self._open.records, key=lambda r: r.record_id)
         self._open = None
+        records: list[StreamRecord] = []
         positions: dict[int, RecordPosition] = {}
-        for record in records:
-            positions[record.record_id.shard_id] = record.record_id.position  # sorted: the last one wins
-        newest = max(r.publish_time_ns for r in records)
+        for shard_id in sorted(window.shards):
+            run = window.shards[shard_id]
+            if run.unordered:
+                run.records.sort(key=_RECORD_ID)
+            records.extend(run.records)
+            last = run.records[-1].record_id
+            positions[shard_id] = RecordPosition(last.batch_id, last.batch_index)
+            taken = self._taken.get(shard_id)
+            if taken is None or positions[shard_id] > taken:
+                self._taken[shard_id] = positions[shard_id]
+        newest = max(map(attrgetter("publish_time_ns"), records))
         return IngestWindow(records, positions, newest)
 
     def committed(self, window: IngestWindow) -> None:
@@ -134,3 +205,10 @@ class WindowAccumulator:
             stored = self.positions.get(shard_id)
             if stored is None or position > stored:
                 self.positions[shard_id] = position
+
+
+def _contains(run: _ShardRun, rid: RecordId) -> bool:
+    if run.unordered:
+        return any(r.record_id == rid for r in run.records)
+    i = bisect.bisect_left(run.records, rid, key=_RECORD_ID)
+    return i < len(run.records) and run.records[i].record_id == rid

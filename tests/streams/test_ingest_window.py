@@ -106,3 +106,21 @@ def test_user_mapper_may_drop_rename_and_tombstone() -> None:
     assert items == [(b"b", None), (b"c", b"v"), (b"copy/c", b"v")]
     with pytest.raises(ValueError):
         load_mapper("no_colon")
+
+
+def test_records_of_a_taken_window_are_ignored_until_its_commit() -> None:
+    acc = WindowAccumulator(10, 100)
+    acc.offer([rec(1, 3, 0), rec(1, 3, 1)], now=0.0)
+    window = acc.take()  # being committed by the writer
+    assert acc.offer([rec(1, 3, 1), rec(1, 4, 0)], now=0.1) == []  # the resend is neither kept nor acked
+    assert [r.record_id for r in acc.take().records] == [RecordId(1, 4, 0)]
+    acc.committed(window)
+    assert acc.offer([rec(1, 3, 1)], now=0.2) == [RecordId(1, 3, 1)]
+
+
+def test_out_of_order_records_in_a_shard_are_sorted() -> None:
+    acc = WindowAccumulator(10, 100)
+    acc.offer([rec(1, 5, 0), rec(1, 2, 0), rec(1, 2, 1)], now=0.0)
+    window = acc.take()
+    assert window.record_ids == [RecordId(1, 2, 0), RecordId(1, 2, 1), RecordId(1, 5, 0)]
+    assert window.positions == {1: RecordPosition(5, 0)}
