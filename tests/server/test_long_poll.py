@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import resource
 import socket
 import threading
 from pathlib import Path
@@ -129,6 +130,9 @@ def test_disconnect_frees_the_waiter(manual: Live) -> None:
 
 def test_a_thousand_waiters_are_woken_by_one_commit(manual: Live) -> None:
     count = 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 2 * count + 200:  # both ends of every connection live here
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 4096, hard))
 
     async def scenario() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
