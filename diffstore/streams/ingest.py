@@ -7,12 +7,13 @@ big-endian); only then ack the window's records. A crash anywhere before the com
 after the commit but before the acks is harmless: the records come again and are at or below the
 committed positions, so they are acked and skipped.
 
-Recovery hold: the positions only say "everything up to here was applied", so after a restart the
-records a dead ingestor had received but not committed must arrive before anything newer of the same
-shard is committed. diffstore's embedded server resends a departed consumer's unacked records at once,
-ahead of new ones. Servers that resend only when the ack timeout expires (HStreamDB) need the first
-window after a start held open for that timeout: ``recovery_hold_ms`` (``None`` = automatic: 0 for the
-embedded server, the subscription's ack timeout plus a second otherwise).
+Recovery hold: the positions only say "everything up to here was applied", so after a restart (or a
+reconnect, which may lose records in flight) the records sent to the previous consumer and not committed
+must arrive before anything newer of the same shard is committed. diffstore's embedded server resends a
+departed consumer's unacked records at once, ahead of new ones. Servers that resend only when the ack
+timeout expires (HStreamDB) need the window after a start or a reconnect held open for that timeout:
+``recovery_hold_ms`` (``None`` = automatic: 0 for the embedded server, the subscription's ack timeout
+plus a second otherwise).
 """
 
 from __future__ import annotations
@@ -179,7 +180,9 @@ class Ingestor:
         handed over only after the previous commit, so generations and acks stay strictly in order.
         """
         accumulator = self.prepare()
-        hold_until = time.monotonic() + self._recovery_hold_s()
+        hold_s = self._recovery_hold_s()
+        hold_until = time.monotonic() + hold_s
+        reconnects = 0
         consumer = Consumer(self.client, self.config.subscription_id, self.config.consumer)
         writer = ThreadPoolExecutor(1, thread_name_prefix="ingest-writer")
         pending: tuple[Future[tuple[bytes, int]], IngestWindow] | None = None
@@ -190,6 +193,9 @@ class Ingestor:
                     pending = None
                 now = time.monotonic()
                 stopping = self.stop_event.is_set()
+                if consumer.reconnects != reconnects:  # records lost with the old call may come late
+                    reconnects = consumer.reconnects
+                    hold_until = max(hold_until, now + hold_s)
                 if pending is None and len(accumulator) and now >= hold_until:
                     if stopping or accumulator.ready(now):
                         window = accumulator.take()
