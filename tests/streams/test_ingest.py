@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 import uvicorn
 from ingest_helpers import ingest_until, last_positions, produce
 
+from diffstore.client import Client
 from diffstore.engine import Store, StoreConfig
 from diffstore.server import ServerConfig, create_app
 from diffstore.streams.client import StreamClient
@@ -147,34 +149,46 @@ def test_ingest_through_the_http_client(client: StreamClient, tmp_path: Path) ->
             sink.close()
 
 
+@pytest.mark.parametrize("target", ["data", "url"])
 def test_cli_ingests_and_stops_cleanly_on_sigterm(
-    client: StreamClient, stream_server: Any, tmp_path: Path, wait_until: Callable[..., None]
+    client: StreamClient, stream_server: Any, tmp_path: Path, target: str
 ) -> None:
     client.create_stream("s", shard_count=1)
     client.create_subscription("sub", "s")
     ids = produce(client, "s", [("k", b"%d" % i) for i in range(100)])
-    command = [
-        sys.executable, "-m", "diffstore.cli", "ingest", "--hstream", stream_server.url,
-        "--subscription", "sub", "--collection", "C", "--data", str(tmp_path / "db"), "--create-collection",
-        "--window-records", "30", "--window-ms", "20", "--log-commits",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    try:
-        assert process.stdout is not None
-        applied = 0
-        deadline = time.monotonic() + WAIT_S
-        while applied < len(ids):
-            assert time.monotonic() < deadline
-            line = process.stdout.readline()
-            assert line, process.stderr.read() if process.stderr else "no output"
-            applied = int(json.loads(line)["applied"])
-        process.terminate()
-        assert process.wait(WAIT_S) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    with Store.open(tmp_path / "db") as store:
-        collection = store.collection("C")
-        assert collection.get(b"k").value == b"99"
-        assert collection.next_generation_id is None
+    with contextlib.ExitStack() as stack:
+        if target == "data":
+            destination = ["--data", str(tmp_path / "db")]
+        else:
+            destination = ["--url", stack.enter_context(http_server(tmp_path / "db"))]
+        command = [
+            sys.executable, "-m", "diffstore.cli", "ingest", "--hstream", stream_server.url,
+            "--subscription", "sub", "--collection", "C", *destination, "--create-collection",
+            "--window-records", "30", "--window-ms", "20", "--log-commits",
+        ]  # fmt: skip
+        pipe = subprocess.PIPE
+        process = subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True, cwd=REPO)
+        try:
+            assert process.stdout is not None
+            applied = 0
+            deadline = time.monotonic() + WAIT_S
+            while applied < len(ids):
+                assert time.monotonic() < deadline
+                line = process.stdout.readline()
+                assert line, process.stderr.read() if process.stderr else "no output"
+                applied = int(json.loads(line)["applied"])
+            process.terminate()
+            assert process.wait(WAIT_S) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        if target == "url":
+            with Client(destination[1]) as http:
+                record = http.collection("C").get(b"k")
+            assert record is not None and record.value == b"99"
+    if target == "data":
+        with Store.open(tmp_path / "db") as store:
+            collection = store.collection("C")
+            assert collection.get(b"k").value == b"99"
+            assert collection.next_generation_id is None
