@@ -138,6 +138,12 @@ class Ingestor:
         self.skipped_total = 0
         self.stream_name = ""
         self._readers: dict[int, str] = {}
+        self._accumulator: WindowAccumulator | None = None
+
+    @property
+    def open_window_records(self) -> int:
+        """Records gathered in the open window, not yet being written (for progress displays and tests)."""
+        return 0 if self._accumulator is None else len(self._accumulator)
 
     def stop(self) -> None:
         """Asks :meth:`run` to commit its open window and return."""
@@ -179,7 +185,7 @@ class Ingestor:
         One window at a time is written by a worker thread while the next one is gathered; the next is
         handed over only after the previous commit, so generations and acks stay strictly in order.
         """
-        accumulator = self.prepare()
+        accumulator = self._accumulator = self.prepare()
         hold_s = self._recovery_hold_s()
         hold_until = time.monotonic() + hold_s
         reconnects = 0

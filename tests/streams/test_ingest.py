@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from diffstore.client import Client
 from diffstore.engine import Store, StoreConfig
 from diffstore.server import ServerConfig, create_app
 from diffstore.streams.client import StreamClient
-from diffstore.streams.ingest import IngestConfig
+from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
 from diffstore.streams.records import StreamRecord
 from diffstore.streams.sinks import EngineSink, HttpSink
 
@@ -35,6 +35,35 @@ REPO = Path(__file__).resolve().parents[2]
 def client(stream_server: Any) -> Iterator[StreamClient]:
     with StreamClient(stream_server.url) as stream_client:
         yield stream_client
+
+
+def test_stop_commits_the_open_window(
+    client: StreamClient, tmp_path: Path, wait_until: Callable[..., None]
+) -> None:
+    client.create_stream("s", shard_count=2)
+    client.create_subscription("sub", "s")
+    ids = produce(client, "s", [(f"k{i}", b"v%d" % i) for i in range(10)])
+    sink = EngineSink.open(tmp_path / "db", "C", create=True)
+    try:
+        config = IngestConfig("sub", window_records=1_000_000, window_ms=10_000_000)  # never closes alone
+        ingestor = Ingestor(client, sink, config)
+        commits: list[CommitStats] = []
+        thread = threading.Thread(target=ingestor.run, args=(commits.append,), daemon=True)
+        thread.start()
+        wait_until(lambda: ingestor.open_window_records == 10)
+        assert commits == []
+        ingestor.stop()
+        thread.join(WAIT_S)
+        assert not thread.is_alive()
+        assert [c.records for c in commits] == [10]
+        collection = sink._collection
+        assert {r.key: r.value for r in collection.query()} == {b"k%d" % i: b"v%d" % i for i in range(10)}
+        stored = {r.name: r.generation_id for r in collection.readers()}
+        assert {stored[f"hstream/sub/{s}"] for s in last_positions(ids)} == {
+            p.to_bytes() for p in last_positions(ids).values()
+        }
+    finally:
+        sink.close()
 
 
 def upper_mapper(record: StreamRecord) -> list[tuple[bytes, bytes | None]]:
