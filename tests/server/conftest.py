@@ -96,7 +96,7 @@ def live_server(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = GracefulServer(app, config, log_level="warning", timeout_graceful_shutdown=5)
+    server = GracefulServer(app, config, log_level="warning", log_config=None, timeout_graceful_shutdown=5)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
