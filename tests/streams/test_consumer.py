@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -156,3 +159,40 @@ def test_consumer_reconnects_after_a_server_restart(stream_server_config: Server
                 second.stop()
         finally:
             first.stop()
+
+
+_OFFICIAL_APPENDER = """
+import asyncio, json, sys
+from hstreamdb import insecure_client
+
+async def main(host, port):
+    out = []
+    async with await insecure_client(host=host, port=int(port)) as client:
+        for payloads, key, compression in (
+            ([b"raw-0", b"raw-1"], None, None),
+            (["str-0"], "k1", "gzip"),
+            ([{"n": 3.0, "s": "x", "l": [1.0, True]}], "k2", "gzip"),
+        ):
+            ids = await client.append("s", payloads, key=key, compresstype=compression)
+            out.extend([r.shard_id, r.batch_id, r.batch_index] for r in ids)
+    print(json.dumps(out))
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_consumer_reads_what_the_official_client_appends(client: StreamClient, stream_server: Any) -> None:
+    """Interop: records appended by the official ``hstreamdb`` client (gzip, str, dict) decode here."""
+    client.create_stream("s", shard_count=2)
+    client.create_subscription("sub", "s")
+    host, port = stream_server.address.rsplit(":", 1)
+    done = subprocess.run(
+        [sys.executable, "-c", _OFFICIAL_APPENDER, host, port], capture_output=True, text=True, timeout=WAIT_S
+    )
+    assert done.returncode == 0, done.stderr
+    ids = [RecordId(*rid) for rid in json.loads(done.stdout)]
+    with Consumer(client, "sub") as consumer:
+        by_id = {r.record_id: r for r in _poll_records(consumer, len(ids), ack=True)}
+    assert [by_id[i].payload for i in ids[:3]] == [b"raw-0", b"raw-1", b"str-0"]
+    assert [by_id[i].partition_key for i in ids] == ["", "", "k1", "k2"]
+    assert by_id[ids[3]].is_json and by_id[ids[3]].json() == {"n": 3, "s": "x", "l": [1, True]}
