@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -173,3 +176,46 @@ def test_append_errors_reach_every_future_and_flush(client: StreamClient) -> Non
 def test_missing_stream_is_not_found(client: StreamClient) -> None:
     with pytest.raises(StreamNotFound):
         BufferedProducer(client, "nope")
+
+
+_OFFICIAL_CONSUMER = """
+import asyncio, json, sys
+from hstreamdb import insecure_client
+
+async def main(host, port, want):
+    got = []
+    async with await insecure_client(host=host, port=int(port)) as client:
+        async def process(ack, stop, records):
+            records = list(records)
+            got.extend(records)
+            await ack([r.id for r in records])
+            if len(got) >= int(want):
+                await stop()
+        consumer = client.new_consumer("official", "sub", process)
+        await asyncio.wait_for(consumer.start(), timeout=30)
+    print(json.dumps([
+        [r.id.shard_id, r.id.batch_id, r.id.batch_index, r.header.key or "",
+         r.payload if isinstance(r.payload, dict) else r.payload.decode()]
+        for r in got
+    ]))
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_official_client_reads_what_the_producer_appends(client: StreamClient, stream_server: Any) -> None:
+    """Interop: gzip batches of RAW and JSON records from our producer decode in the official client."""
+    client.create_stream("s", shard_count=2)
+    client.create_subscription("sub", "s")
+    config = ProducerConfig(compression=Compression.GZIP, batch_max_records=3)
+    with BufferedProducer(client, "s", config) as producer:
+        futures = [producer.append(b"raw-%d" % i, key=f"k{i % 2}") for i in range(5)]
+        futures.append(producer.append({"n": 1, "s": "x"}, key="j"))
+    ids = [f.result() for f in futures]
+    host, port = stream_server.address.rsplit(":", 1)
+    command = [sys.executable, "-c", _OFFICIAL_CONSUMER, host, port, str(len(ids))]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=WAIT_S * 2)
+    assert done.returncode == 0, done.stderr
+    seen = {RecordId(s, b, i): (key, payload) for s, b, i, key, payload in json.loads(done.stdout)}
+    assert [seen[rid] for rid in ids[:5]] == [(f"k{i % 2}", f"raw-{i}") for i in range(5)]
+    assert seen[ids[5]] == ("j", {"n": 1.0, "s": "x"})
