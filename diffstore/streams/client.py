@@ -31,7 +31,7 @@ from google.protobuf import empty_pb2
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
-from diffstore.streams.records import RecordId, ShardMap
+from diffstore.streams.records import RecordId, ShardMap, record_ids_from_protos
 
 DEFAULT_PORT = 6570
 _T = TypeVar("_T")
@@ -290,7 +290,7 @@ class StreamClient:
         except StreamError:
             self.forget_shard(shard_id)
             raise
-        return [RecordId(r.shardId, r.batchId, r.batchIndex) for r in response.recordIds]
+        return record_ids_from_protos(response.recordIds)
 
     # -- subscriptions -------------------------------------------------------------------------------------
 

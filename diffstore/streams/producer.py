@@ -186,13 +186,13 @@ class _BatchOutcome:
 
 
 class AppendFuture:
-    """The outcome of one appended record: its RecordId, or the error of its batch."""
+    """The outcome of one appended record: its RecordId, or the error of its batch.
 
-    __slots__ = ("_outcome", "_index")
+    No ``__init__`` (class-level defaults): one is created per appended record, on the hot path.
+    """
 
-    def __init__(self) -> None:
-        self._outcome: _BatchOutcome | None = None
-        self._index = 0
+    _outcome: _BatchOutcome | None = None
+    _index: int = 0
 
     def done(self) -> bool:
         return self._outcome is not None and self._outcome.event.is_set()

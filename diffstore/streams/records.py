@@ -217,6 +217,12 @@ def encode_batch(
     return build_batch(payload, len(records), compression, publish_time_ns)
 
 
+def record_ids_from_protos(record_ids: Iterable[pb.RecordId]) -> list[RecordId]:
+    """``RecordId`` messages as :class:`RecordId` tuples (per record, so ``tuple.__new__`` directly: a named
+    tuple's own ``__new__`` is Python code)."""
+    return [_new_tuple(RecordId, (r.shardId, r.batchId, r.batchIndex)) for r in record_ids]
+
+
 def decode_batch(
     batch: pb.BatchedRecord, record_ids: Sequence[pb.RecordId] | None = None, shard_id: int = 0
 ) -> list[StreamRecord]:
@@ -241,8 +247,8 @@ def decode_batch(
     publish_ns = batch.publishTime.seconds * 1_000_000_000 + batch.publishTime.nanos
     if record_ids is None:
         ids = [RecordId(shard_id, 0, i) for i in range(len(hrecords))]
-    else:  # tuple.__new__ directly: a named tuple's own __new__ is Python code, and this runs per record
-        ids = [_new_tuple(RecordId, (r.shardId, r.batchId, r.batchIndex)) for r in record_ids]
+    else:
+        ids = record_ids_from_protos(record_ids)
     if len(ids) == len(hrecords):
         pairs = list(zip(ids, hrecords, strict=True))  # the payload holds exactly the sent records
     else:
