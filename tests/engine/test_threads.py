@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 
 from diffstore import Store
+from diffstore.errors import GenerationCollected
 from tests.helpers import wait_until
 
 KEYS = [b"k%02d" % i for i in range(40)]
@@ -136,3 +137,45 @@ def test_readers_never_see_partial_put_many_with_auto_commit(open_store) -> None
 
     _run(writer, reader)
     assert {r.value for r in c.query()} == {b"%d" % writes}
+
+
+def test_reads_at_current_stay_complete_while_background_gc_runs(open_store) -> None:
+    store = open_store(background=True, gc_interval_ms=1, gc_batch=3)
+    c = store.create_collection("g", manual=True, initial_generation_id=u64(0))
+    c.create_reader("self", generation_id=u64(0))
+    commits = 60
+    started = threading.Event()
+
+    def writer() -> None:
+        wait_until(started.is_set, what="a reader to start")
+        for n in range(1, commits + 1):
+            g = u64(n)
+            c.start_generation(g)
+            items = [(k, b"%d" % n) for k in KEYS]
+            if n % 2:
+                items[-1] = (b"k39", None)
+            c.put_many(items, generation_id=g)
+            # the reader trails one generation behind: GC keeps collecting below it
+            c.commit_generation(g, update_readers=[("self", u64(n - 1))])
+
+    def reader(done: threading.Event) -> int:
+        started.set()
+        count = 0
+        while not done.is_set() or count == 0:
+            gen = c.generation_id
+            n = int.from_bytes(gen, "big")
+            assert {r.key: r.value for r in c.query(generation_id=gen)} == _expected(n)
+            count += 1
+        return count
+
+    _run(writer, reader)
+    wait_until(lambda: _collected(c, commits - 2), what="GC to pass the reader's old generations")
+    assert {r.key: r.value for r in c.query()} == _expected(commits)
+
+
+def _collected(c, n: int) -> bool:
+    try:
+        c.get(b"k00", generation_id=u64(n))
+    except GenerationCollected:
+        return True
+    return False
