@@ -250,3 +250,21 @@ def test_expired_phantom_purged_by_background_thread(open_store) -> None:
     c.put(b"k", b"v", generation_id=b"1", phantom_id=p)
     wait_until(lambda: not raw_state(store)["phantoms"], what="the background phantom purge")
     assert not raw_state(store)["phantom_ttl"]
+
+
+def test_phantom_query_pages_carry_the_phantom(coll) -> None:
+    p = coll.start_phantom()
+    coll.put_many([(b"a", None), (b"aa", b"x"), (b"zz", b"z")], generation_id=b"5", phantom_id=p)
+    page = coll.query_page(phantom_id=p, limit=1)
+    keys = [r.key for r in page.items]
+    while page.cursor:
+        assert coll.query_page(cursor=page.cursor) == coll.query_page(cursor=page.cursor)
+        page = coll.query_page(cursor=page.cursor)
+        keys += [r.key for r in page.items]
+    assert keys == [b"aa", b"b", b"c", b"d", b"zz"]
+    assert keys == list(as_dict(coll, phantom_id=p))
+
+
+def test_reads_with_an_unknown_phantom_see_the_base(coll) -> None:
+    assert as_dict(coll, phantom_id=b"nope") == as_dict(coll)
+    assert coll.get(b"a", phantom_id=(77).to_bytes(8, "big")).value == b"a3"  # type: ignore[union-attr]
