@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,23 +63,24 @@ def stream_server(data_dir: Path) -> Iterator[str]:
         process.wait(30)
 
 
-def bench_producer(client: StreamClient, records: int, batch: int) -> tuple[float, float]:
+def bench_producer(client: StreamClient, records: int, batch: int, round_no: int) -> tuple[float, float]:
     """Returns (producer records/s, raw Append records/s)."""
-    client.create_stream("producer-bench", shard_count=1)
+    producer_stream, raw_stream = f"producer-bench-{round_no}", f"raw-bench-{round_no}"
+    client.create_stream(producer_stream, shard_count=1)
     config = ProducerConfig(batch_max_records=batch, batch_max_bytes=1 << 30, compression=Compression.NONE)
     start = time.perf_counter()
-    with BufferedProducer(client, "producer-bench", config) as producer:
+    with BufferedProducer(client, producer_stream, config) as producer:
         for _ in range(records):
             producer.append(PAYLOAD)
     producer_rate = records / (time.perf_counter() - start)
 
-    client.create_stream("raw-bench", shard_count=1)
-    shard_id = client.list_shards("raw-bench")[0].shard_id
+    client.create_stream(raw_stream, shard_count=1)
+    shard_id = client.list_shards(raw_stream)[0].shard_id
     encoded = build_batch(encode_records(encode_header(RecordFlag.RAW, ""), [PAYLOAD] * batch), batch,
                           Compression.NONE, time.time_ns())  # fmt: skip
     start = time.perf_counter()
     for _ in range(records // batch):
-        client.append("raw-bench", shard_id, encoded)
+        client.append(raw_stream, shard_id, encoded)
     raw_rate = (records // batch) * batch / (time.perf_counter() - start)
     return producer_rate, raw_rate
 
@@ -134,25 +136,29 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, stream_server(Path(tmp) / "hstream") as url:
         with StreamClient(url) as client:
-            producer_rate, raw_rate = bench_producer(client, args.records, args.batch)
-            n, batch = args.records, args.batch
-            print(f"producer       {producer_rate:12,.0f} records/s  ({n:,} x 100 B, batch {batch})")
-            print(f"raw Append     {raw_rate:12,.0f} records/s  (pre-encoded batches of {args.batch})")
-            print(f"ratio producer / raw Append: {producer_rate / raw_rate:.2f}x")
-            fill_stream(client, "ingest-bench", args.ingest_records, args.keys, args.rounds)
-            bare_rates, ingest_rates = [], []
-            for i in range(args.rounds):  # alternated, best of each: this machine's load is noisy
-                bare_rates.append(bench_bare_consumer(client, args.ingest_records, f"bare-{i}"))
-                store_dir = Path(tmp) / f"store-{i}"
-                ingest_rates.append(bench_ingest(client, args.ingest_records, f"ingest-{i}", store_dir))
-            bare_rate, ingest_rate = max(bare_rates), max(ingest_rates)
-            rounds = ", ".join(f"{b:,.0f}/{g:,.0f}" for b, g in zip(bare_rates, ingest_rates, strict=True))
-            print(f"rounds (bare/ingestion records/s): {rounds}")
-            m = args.ingest_records
-            print(f"bare consumer  {bare_rate:12,.0f} records/s  (decode + ack, {m:,} records)")
-            print(f"ingestion      {ingest_rate:12,.0f} records/s  (server -> collection, default windows)")
-            print(f"ratio ingestion / bare consumer: {ingest_rate / bare_rate:.2f}x (goal >= 0.5x)")
+            n, batch, m = args.records, args.batch, args.ingest_records
+            produced = [bench_producer(client, n, batch, i) for i in range(args.rounds)]
+            _report("producer", "raw Append", produced)
+            print(f"  ({n:,} records of 100 B per round, batches of {batch}, no compression)")
 
+            fill_stream(client, "ingest-bench", m, args.keys, args.rounds)
+            ingested = []
+            for i in range(args.rounds):
+                bare = bench_bare_consumer(client, m, f"bare-{i}")
+                ingest = bench_ingest(client, m, f"ingest-{i}", Path(tmp) / f"store-{i}")
+                ingested.append((ingest, bare))
+            _report("ingestion", "bare consumer", ingested)
+            print(f"  ({m:,} records, {args.keys} keys; ingestion with the default windows; goal >= 0.5x)")
+
+
+def _report(name: str, baseline: str, rounds: list[tuple[float, float]]) -> None:
+    """Rounds alternate measure and baseline (this machine's load is noisy): each round, best, median."""
+    for i, (measured, base) in enumerate(rounds):
+        print(f"{name:>10} {measured:10,.0f} records/s  {baseline} {base:10,.0f} records/s  "
+              f"ratio {measured / base:.2f}x  (round {i + 1})")  # fmt: skip
+    best = max(r[0] for r in rounds) / max(r[1] for r in rounds)
+    median = statistics.median(r[0] / r[1] for r in rounds)
+    print(f"{name} / {baseline}: best/best {best:.2f}x, median of rounds {median:.2f}x")
 
 if __name__ == "__main__":
     main()
