@@ -20,6 +20,7 @@ generation simply overwrites it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,8 @@ _DIFF_ARROW = pa.schema(
         pa.field("toValue", pa.binary()),
     ]
 )
+_DIFFSTORE_CAUSE = re.compile(r"diffstore\.errors\.(\w+): ([^\n]*)")
+_SPARK_CAUSE = re.compile(r"(\[[A-Z_.]+\][^\n]*)")
 # putMany bodies are capped at 32 MiB by the server; flush well before.
 _MAX_BATCH_BYTES = 16 << 20
 
@@ -293,8 +296,16 @@ def describe_failure(exc: BaseException) -> str:
     """A short description of a failed Spark job or HTTP call, for logs and stats."""
     if isinstance(exc, DiffstoreError):
         return f"{type(exc).__name__}: {exc.reason}"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    text = str(exc)
+    # a task's error travels inside the Java exception's text: prefer a diffstore error, then Spark's class
+    found = _DIFFSTORE_CAUSE.findall(text)
+    if found:
+        return f"{found[-1][0]}: {found[-1][1].strip()}"[:300]
+    spark_cause = _SPARK_CAUSE.search(text)
+    if spark_cause:
+        return f"{type(exc).__name__}: {spark_cause.group(1)}"[:300]
+    lines = text.strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 __all__: list[Any] = [

@@ -224,7 +224,16 @@ class Transform:
 
         return lookup
 
+    def _activate_session(self) -> None:
+        """Makes the session the JVM thread's active one: the ``diffstore`` format is registered per
+        session, and a Python thread other than the one that built the session gets a fresh JVM thread
+        with no active session, where the format would not be found."""
+        jvm = self.spark._jvm  # type: ignore[attr-defined]
+        if jvm is not None:
+            jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)  # type: ignore[attr-defined]
+
     def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
+        self._activate_session()
         tag = uuid.uuid4().hex[:12]
         observations = {alias: Observation(f"diffstore_read_{alias}_{tag}") for alias in self.sources}
         diffs = {

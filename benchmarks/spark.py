@@ -1,0 +1,144 @@
+"""A+B→C on Spark: a round over N changed records in A, diffstore vs the same job over parquet.
+
+    python benchmarks/spark.py [--records 1000000]
+
+Setup (untimed): B holds N users' amounts, A N users' countries; one transform round brings C up to
+date. Then every user of A moves to another country (N changed records in one generation) and we time:
+
+* diffstore: one transform round — diff A over HTTP by key range, look up B's amounts of the changed users,
+  C's totals, aggregate, putMany into C's new generation, commit with reader updates;
+* parquet: the same ``country_totals`` job in the same session over the same inputs exported to parquet
+  (A's diff, B's diff, B and C as lookup tables joined in Spark), writing its result to parquet.
+
+Prints both wall times, the ratio (goal ≤ 2.0) and rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
+
+from job import country_totals  # noqa: E402
+
+from diffstore.spark._wire import WireClient  # noqa: E402
+
+COUNTRIES = [b"DE", b"FR", b"JP", b"US", b"BR", b"IN", b"CN", b"GB"]
+BATCH = 10_000
+
+
+def user(i: int) -> bytes:
+    return b"user%09d" % i
+
+
+def load(client: WireClient, name: str, generation: bytes, value_of: object, records: int) -> None:
+    client.start_generation(name, generation)
+    for start in range(0, records, BATCH):
+        items = [(user(i), value_of(i)) for i in range(start, min(records, start + BATCH))]  # type: ignore[operator]
+        client.put_many(name, items, generation)
+    client.commit_generation(name, generation)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    n = args.records
+
+    import uvicorn
+
+    from diffstore import Store
+    from diffstore.server import ServerConfig, create_app
+    from diffstore.spark import TARGET, Transform, local_session
+
+    with tempfile.TemporaryDirectory() as tmp, Store.open(Path(tmp) / "store") as store:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(store, ServerConfig(port=port)), host="127.0.0.1", port=port, log_level="warning"
+            )
+        )
+        threading.Thread(target=server.run, daemon=True).start()
+        while not server.started:
+            time.sleep(0.01)
+        url = f"http://127.0.0.1:{port}"
+        spark = local_session("diffstore-bench")
+        client = WireClient(url)
+        for name in ("A", "B", "C"):
+            client.create_collection(name, manual=True)
+        g1, g2 = (1).to_bytes(8, "big"), (2).to_bytes(8, "big")
+        t = time.perf_counter()
+        load(client, "B", g1, lambda i: b"%d" % (1 + i % 997), n)
+        load(client, "A", g1, lambda i: COUNTRIES[i % len(COUNTRIES)], n)
+        print(f"loaded 2 x {n:,} records in {time.perf_counter() - t:.1f}s")
+        transform = Transform(
+            spark, url, "C", {"a": "A", "b": "B"}, country_totals, partitions=args.partitions
+        )
+        t = time.perf_counter()
+        transform.run()
+        print(f"initial round (A and B from scratch): {time.perf_counter() - t:.1f}s")
+        load(client, "A", g2, lambda i: COUNTRIES[(i + 1 + i % 3) % len(COUNTRIES)], n)
+
+        # the same inputs as parquet, exported before the timed round moves C
+        base = Path(tmp) / "parquet"
+        diff_a = (
+            spark.read.format("diffstore")
+            .option("url", url)
+            .option("collection", "A")
+            .option("generationIdEncoding", "base64")
+            .option("fromGenerationId", "AAAAAAAAAAE=")
+            .option("toGenerationId", "AAAAAAAAAAI=")
+            .option("partitions", str(args.partitions))
+            .load()
+        )
+        diff_a.write.parquet(str(base / "diff_a"))
+        spark.createDataFrame([], "key binary, fromValue binary, toValue binary").write.parquet(
+            str(base / "diff_b")
+        )
+        for name in ("B", "C"):
+            spark.read.format("diffstore").option("url", url).option("collection", name).load().write.parquet(
+                str(base / name)
+            )
+
+        t = time.perf_counter()
+        rounds = transform.run()
+        diffstore_s = time.perf_counter() - t
+        assert len(rounds) == 1 and rounds[0].rows_read["a"] in (n, None), rounds
+
+        tables = {alias: spark.read.parquet(str(base / name)) for alias, name in (("b", "B"), (TARGET, "C"))}
+
+        def lookup(alias: str, keys):  # type: ignore[no-untyped-def]
+            return keys.select("key").join(tables[alias], "key", "left") if alias in tables else None
+
+        t = time.perf_counter()
+        diffs = {"a": spark.read.parquet(str(base / "diff_a")), "b": spark.read.parquet(str(base / "diff_b"))}
+        country_totals(spark, diffs, lookup).write.mode("overwrite").parquet(str(base / "out"))
+        parquet_s = time.perf_counter() - t
+
+        ratio = diffstore_s / parquet_s
+        print(f"changed records in A: {n:,}")
+        print(f"diffstore round: {diffstore_s:.2f}s  ({n / diffstore_s:,.0f} rows/s)")
+        print(f"parquet job:     {parquet_s:.2f}s  ({n / parquet_s:,.0f} rows/s)")
+        print(f"ratio: {ratio:.2f}x (goal <= 2.0x)")
+        transform.close()
+        client.close()
+        spark.stop()
+        server.should_exit = True
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The A+B→C transform end to end: real Spark, real uvicorn server, real LMDB store."""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+import pytest
+from helpers_spark import commit_items, initial_load, load_example_job, random_changes, snapshot
+from pyspark.sql import functions as F
+
+from diffstore import Store
+from diffstore.spark import Transform, TransformError
+
+THREAD_DEADLINE_S = 240.0
+
+
+def _setup(store: Store, names: dict[str, str], rng: random.Random, users: int) -> None:
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    a, b = initial_load(rng, users)
+    commit_items(store, names["A"], a)
+    commit_items(store, names["B"], b)
+
+
+def _transform(spark: Any, url: str, names: dict[str, str], fn: Any = None, **kw: Any) -> Transform:
+    job = load_example_job()
+    sources = {"a": names["A"], "b": names["B"]}
+    return Transform(spark, url, names["C"], sources, fn or job.country_totals, partitions=2, **kw)
+
+
+def _expected(store: Store, names: dict[str, str]) -> dict[bytes, bytes]:
+    return load_example_job().recompute(snapshot(store, names["A"]), snapshot(store, names["B"]))
+
+
+def _readers(store: Store, name: str) -> dict[str, bytes | None]:
+    return {r.name: r.generation_id for r in store.collection(name).readers()}
+
+
+def test_rounds_of_updates_and_deletes_match_a_recomputation(spark, server_url, store, names) -> None:
+    rng = random.Random(5)
+    users = 400
+    _setup(store, names, rng, users)
+    transform = _transform(spark, server_url, names)
+    try:
+        first = transform.run()
+        assert len(first) == 1 and first[0].rows_written
+        assert snapshot(store, names["C"]) == _expected(store, names)
+        for _ in range(2):
+            a, b = random_changes(rng, users, 120)
+            commit_items(store, names["A"], a)
+            commit_items(store, names["B"], b)
+            rounds = transform.run()
+            assert len(rounds) == 1
+            assert snapshot(store, names["C"]) == _expected(store, names)
+        readers = _readers(store, names["C"])
+        assert readers["from_a"] == store.collection(names["A"]).generation_id
+        assert readers["from_b"] == store.collection(names["B"]).generation_id
+        assert transform.run() == []  # caught up: no new round, no new generation
+    finally:
+        transform.close()
+
+
+def test_a_failing_task_leaves_the_target_untouched(spark, server_url, store, names) -> None:
+    rng = random.Random(6)
+    _setup(store, names, rng, 200)
+    job = load_example_job()
+
+    def failing(spark_: Any, diffs: Any, lookup: Any) -> Any:
+        out = job.country_totals(spark_, diffs, lookup)
+        # raise_error runs inside the write tasks, after other tasks may have written records
+        boom = F.when(F.col("key") == F.lit(b"JP"), F.raise_error(F.lit("boom"))).otherwise(F.col("value"))
+        return out.select("key", boom.cast("binary").alias("value"))
+
+    c = store.collection(names["C"])
+    c.create_reader("from_a", names["A"], None)
+    c.create_reader("from_b", names["B"], None)
+    commit_items(store, names["C"], [(b"XX", b"17")])  # C holds a record and a committed generation
+    before = (c.generation_id, _readers(store, names["C"]), snapshot(store, names["C"]))
+    broken = _transform(spark, server_url, names, failing, max_attempts=1)
+    try:
+        with pytest.raises(TransformError):
+            broken.run()
+    finally:
+        broken.close()
+    c = store.collection(names["C"])
+    assert c.next_generation_id is None
+    assert before == (c.generation_id, _readers(store, names["C"]), snapshot(store, names["C"]))
+
+    good = _transform(spark, server_url, names)
+    try:
+        assert len(good.run()) == 1
+    finally:
+        good.close()
+    expected = _expected(store, names)
+    expected[b"XX"] = b"17"
+    assert snapshot(store, names["C"]) == expected
+
+
+def test_racing_transforms_commit_once_per_round(spark, server_url, store, names) -> None:
+    rng = random.Random(7)
+    _setup(store, names, rng, 200)
+    other_committed = threading.Event()
+    commits: dict[str, int] = {"slow": 0, "fast": 0}
+    conflicts: list[str] = []
+
+    def slow_events(event: str, details: dict[str, Any]) -> None:
+        if event == "planned" and not other_committed.is_set():
+            # hold the slow runner between reading the readers and opening its generation until the fast
+            # one has committed: its commit then carries stale compare-and-set expectations
+            assert other_committed.wait(THREAD_DEADLINE_S)
+        if event == "failed":
+            conflicts.append(details["error"])
+        if event == "committed":
+            commits["slow"] += 1
+
+    def fast_events(event: str, details: dict[str, Any]) -> None:
+        if event == "committed":
+            commits["fast"] += 1
+            other_committed.set()
+
+    slow = _transform(spark, server_url, names, on_event=slow_events)
+    fast = _transform(spark, server_url, names, on_event=fast_events)
+    results: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: results.update(slow=slow.run()), daemon=True)
+    try:
+        thread.start()
+        results["fast"] = fast.run()
+        thread.join(THREAD_DEADLINE_S)
+        assert not thread.is_alive()
+    finally:
+        slow.close()
+        fast.close()
+    assert commits == {"slow": 0, "fast": 1}
+    assert results["slow"] == [] and len(results["fast"]) == 1
+    assert conflicts and all(("BadVersion" in c or "Outdated" in c) for c in conflicts)
+    assert snapshot(store, names["C"]) == _expected(store, names)
