@@ -14,7 +14,8 @@ from urllib.parse import quote
 import httpx
 
 from diffstore.engine.store import Store
-from tests.server.conftest import wait_until
+
+from .conftest import wait_until
 
 # Only the server's sub-commands, so that this test does not depend on the other fronts' CLIs.
 DRIVER = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.server.conftest import Live, es
+from .conftest import Live, es
 
 
 def test_create_list_describe_delete(live: Live) -> None:

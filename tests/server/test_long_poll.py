@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from diffstore.server.longpoll import CommitHub
-from tests.server.conftest import Live, es, live_server, unes, wait_until
+
+from .conftest import Live, es, live_server, unes, wait_until
 
 
 def hub(live: Live) -> CommitHub:

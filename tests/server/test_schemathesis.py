@@ -23,7 +23,8 @@ from schemathesis.checks import (
 
 from diffstore.engine.store import Store
 from diffstore.server import create_app
-from tests.server.conftest import Live, live_server
+
+from .conftest import Live, live_server
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 DOCUMENT = create_app(cast(Store, None)).openapi()

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tests.server.conftest import Live, es, unes
+from .conftest import Live, es, unes
 
 
 class Crash(Exception):

@@ -11,7 +11,8 @@ import msgpack
 import pytest
 
 from diffstore.server import ServerConfig
-from tests.server.conftest import Live, es, live_server
+
+from .conftest import Live, es, live_server
 
 MiB = 1024 * 1024
 
