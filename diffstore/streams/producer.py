@@ -34,7 +34,6 @@ from diffstore.streams.records import (
     python_to_struct_bytes,
 )
 
-T = TypeVar("T")
 B = TypeVar("B")
 
 
@@ -64,54 +63,57 @@ class ProducerConfig:
 
 
 @dataclass(slots=True)
-class PendingBatch(Generic[T]):
-    """Records of one partition key and one flag, in append order, with one ticket per record."""
+class PendingBatch:
+    """Records of one partition key and one flag, in append order.
+
+    ``context`` is the I/O layer's (the producer keeps the batch's shared outcome there).
+    """
 
     partition_key: str
     flag: RecordFlag
     opened_at: float
     payloads: list[bytes] = field(default_factory=list)
-    tickets: list[T] = field(default_factory=list)
     size_bytes: int = 0
+    context: Any = None
 
 
-class BatchBuffer(Generic[T]):
+class BatchBuffer:
     """Decides when batches are sealed; pure (time is passed in)."""
 
     def __init__(self, config: ProducerConfig) -> None:
         self._config = config
-        self._open: dict[str, PendingBatch[T]] = {}
+        self._open: dict[str, PendingBatch] = {}
         self._max_records = 1 if config.linger_ms == 0 else config.batch_max_records
         self._max_bytes = config.batch_max_bytes
 
     def add(
-        self, partition_key: str, flag: RecordFlag, payload: bytes, ticket: T, now: float
-    ) -> Sequence[PendingBatch[T]]:
-        """Adds one record; returns the batches sealed by it (oldest first)."""
+        self, partition_key: str, flag: RecordFlag, payload: bytes, now: float
+    ) -> tuple[PendingBatch, Sequence[PendingBatch]]:
+        """Adds one record; returns the batch now holding it (as its last record) and the batches sealed
+        by this call, oldest first (the record's own batch among them when it filled up)."""
         batch = self._open.get(partition_key)
         if batch is None or batch.flag is not flag:
-            return self._add_opening(partition_key, flag, payload, ticket, now)
+            return self._add_opening(partition_key, flag, payload, now)
         batch.payloads.append(payload)
-        batch.tickets.append(ticket)
         batch.size_bytes += len(payload)
         if len(batch.payloads) >= self._max_records or batch.size_bytes >= self._max_bytes:
-            return (self._open.pop(partition_key),)
-        return ()
+            return batch, (self._open.pop(partition_key),)
+        return batch, ()
 
     def _add_opening(
-        self, partition_key: str, flag: RecordFlag, payload: bytes, ticket: T, now: float
-    ) -> list[PendingBatch[T]]:
-        sealed: list[PendingBatch[T]] = []
+        self, partition_key: str, flag: RecordFlag, payload: bytes, now: float
+    ) -> tuple[PendingBatch, list[PendingBatch]]:
+        sealed: list[PendingBatch] = []
         if partition_key in self._open:  # a flag change: the open batch goes first
             sealed.append(self._open.pop(partition_key))
-        batch = PendingBatch(partition_key, flag, now, [payload], [ticket], len(payload))
+        batch = PendingBatch(partition_key, flag, now, [payload], len(payload))
         if len(batch.payloads) >= self._max_records or batch.size_bytes >= self._max_bytes:
             sealed.append(batch)
         else:
             self._open[partition_key] = batch
-        return sealed
+        return batch, sealed
 
-    def due(self, now: float, busy: Container[str] = ()) -> list[PendingBatch[T]]:
+    def due(self, now: float, busy: Container[str] = ()) -> list[PendingBatch]:
         """Seals and returns the batches open for at least ``linger_ms``.
 
         Keys in ``busy`` (a batch of theirs is still being sent) are left to grow: sealing them would only
@@ -128,7 +130,7 @@ class BatchBuffer(Generic[T]):
             return None
         return min(opened) + self._config.linger_ms / 1000
 
-    def drain(self) -> list[PendingBatch[T]]:
+    def drain(self) -> list[PendingBatch]:
         """Seals everything open."""
         batches = list(self._open.values())
         self._open.clear()
@@ -185,36 +187,33 @@ class _BatchOutcome:
         self.error: BaseException | None = None
 
 
-class AppendFuture:
+class AppendFuture(tuple[_BatchOutcome, int]):
     """The outcome of one appended record: its RecordId, or the error of its batch.
 
-    No ``__init__`` (class-level defaults): one is created per appended record, on the hot path.
+    A tuple (its batch's shared outcome, its index in the batch): one is created per appended record, on
+    the hot path, so it is built with ``tuple.__new__`` and has no ``__init__``.
     """
 
-    _outcome: _BatchOutcome | None = None
-    _index: int = 0
+    __slots__ = ()
 
     def done(self) -> bool:
-        return self._outcome is not None and self._outcome.event.is_set()
+        return self[0].event.is_set()
 
     def result(self, timeout: float | None = None) -> RecordId:
         """Waits for the record's id; raises the batch's error, or TimeoutError."""
         error = self.exception(timeout)
         if error is not None:
             raise error
-        assert self._outcome is not None
-        return self._outcome.record_ids[self._index]
+        return self[0].record_ids[self[1]]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._outcome is None:  # not flushed yet: the outcome is attached when the batch is sent
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError("record not flushed yet")
-            time.sleep(0.001)
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not self._outcome.event.wait(remaining):
+        """Waits for the batch; its error or ``None`` (TimeoutError when not finished in time)."""
+        if not self[0].event.wait(timeout):
             raise TimeoutError("append not finished")
-        return self._outcome.error
+        return self[0].error
+
+
+_new_future = tuple.__new__
 
 
 class ProducerError(Exception):
@@ -233,10 +232,8 @@ class BufferedProducer:
         self.config = config or ProducerConfig()
         self._client = client
         self._shard_map = client.shard_map(stream_name)
-        self._buffer: BatchBuffer[AppendFuture] = BatchBuffer(self.config)
-        self._dispatch: OrderedDispatch[PendingBatch[AppendFuture]] = OrderedDispatch(
-            lambda b: b.partition_key
-        )
+        self._buffer = BatchBuffer(self.config)
+        self._dispatch: OrderedDispatch[PendingBatch] = OrderedDispatch(lambda b: b.partition_key)
         self._pool = ThreadPoolExecutor(
             self.config.max_concurrent_flushes, thread_name_prefix="producer-append"
         )
@@ -263,13 +260,16 @@ class BufferedProducer:
             flag, data = RecordFlag.RAW, payload.encode()
         else:
             flag, data = RecordFlag.JSON, python_to_struct_bytes(payload)
-        future = AppendFuture()
         with self._mutex:
             if self._closed:
                 raise RuntimeError("producer is closed")
-            sealed = self._buffer.add(key, flag, data, future, time.monotonic())
-            for batch in sealed:
-                self._submit_locked(batch)
+            batch, sealed = self._buffer.add(key, flag, data, time.monotonic())
+            outcome = batch.context
+            if outcome is None:
+                outcome = batch.context = _BatchOutcome()
+            future: AppendFuture = _new_future(AppendFuture, (outcome, len(batch.payloads) - 1))
+            for full in sealed:
+                self._submit_locked(full)
         return future
 
     def flush(self) -> None:
@@ -303,17 +303,14 @@ class BufferedProducer:
 
     # -- I/O -----------------------------------------------------------------------------------------------
 
-    def _submit_locked(self, batch: PendingBatch[AppendFuture]) -> None:
-        outcome = _BatchOutcome()
-        for index, future in enumerate(batch.tickets):
-            future._index = index
-            future._outcome = outcome
+    def _submit_locked(self, batch: PendingBatch) -> None:
         self._in_flight += 1
         if self._dispatch.submit(batch):
-            self._pool.submit(self._send, batch, outcome)
+            self._pool.submit(self._send, batch)
 
-    def _send(self, batch: PendingBatch[AppendFuture], outcome: _BatchOutcome) -> None:
+    def _send(self, batch: PendingBatch) -> None:
         while True:
+            outcome: _BatchOutcome = batch.context
             try:
                 header = self._headers.get((batch.partition_key, batch.flag))
                 if header is None:
@@ -344,7 +341,6 @@ class BufferedProducer:
             if following is None:
                 return
             batch = following
-            outcome = following.tickets[0]._outcome  # type: ignore[assignment]
 
     def _linger_loop(self) -> None:
         with self._lock:

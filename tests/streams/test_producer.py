@@ -27,35 +27,39 @@ from diffstore.streams.records import Compression, RecordFlag, RecordId, StreamR
 WAIT_S = 20.0
 
 
-def _buffer(**kw: float) -> BatchBuffer[int]:
+def _buffer(**kw: float) -> BatchBuffer:
     return BatchBuffer(ProducerConfig(**kw))  # type: ignore[arg-type]
 
 
 def test_batch_sealed_by_record_count() -> None:
     buf = _buffer(batch_max_records=3, linger_ms=1000)
-    assert not buf.add("k", RecordFlag.RAW, b"a", 1, 0.0)
-    assert not buf.add("k", RecordFlag.RAW, b"b", 2, 0.0)
-    (sealed,) = buf.add("k", RecordFlag.RAW, b"c", 3, 0.0)
-    assert sealed.payloads == [b"a", b"b", b"c"] and sealed.tickets == [1, 2, 3]
+    first, sealed = buf.add("k", RecordFlag.RAW, b"a", 0.0)
+    assert not sealed and first.payloads == [b"a"]
+    same, sealed = buf.add("k", RecordFlag.RAW, b"b", 0.0)
+    assert same is first and not sealed
+    same, (full,) = buf.add("k", RecordFlag.RAW, b"c", 0.0)
+    assert same is full is first and full.payloads == [b"a", b"b", b"c"]
     assert buf.empty
 
 
 def test_batch_sealed_by_bytes() -> None:
     buf = _buffer(batch_max_bytes=10, linger_ms=1000)
-    assert not buf.add("k", RecordFlag.RAW, b"12345", 1, 0.0)
-    (sealed,) = buf.add("k", RecordFlag.RAW, b"67890", 2, 0.0)
+    assert not buf.add("k", RecordFlag.RAW, b"12345", 0.0)[1]
+    (sealed,) = buf.add("k", RecordFlag.RAW, b"67890", 0.0)[1]
     assert sealed.size_bytes == 10
 
 
 def test_batches_are_per_key_and_sealed_by_age() -> None:
     buf = _buffer(linger_ms=100)
-    buf.add("a", RecordFlag.RAW, b"1", 1, 0.0)
-    buf.add("b", RecordFlag.RAW, b"2", 2, 0.05)
-    buf.add("a", RecordFlag.RAW, b"3", 3, 0.06)
+    buf.add("a", RecordFlag.RAW, b"1", 0.0)
+    buf.add("b", RecordFlag.RAW, b"2", 0.05)
+    buf.add("a", RecordFlag.RAW, b"3", 0.06)
     assert buf.next_deadline() == pytest.approx(0.1)
     assert buf.due(0.09) == []
+    assert buf.due(0.2, busy={"a", "b"}) == []  # keys with a batch in flight keep growing
+    assert buf.next_deadline(busy={"a"}) == pytest.approx(0.15)
     (due_a,) = buf.due(0.1)
-    assert due_a.partition_key == "a" and due_a.tickets == [1, 3]
+    assert due_a.partition_key == "a" and due_a.payloads == [b"1", b"3"]
     assert buf.next_deadline() == pytest.approx(0.15)
     assert [b.partition_key for b in buf.drain()] == ["b"]
     assert buf.next_deadline() is None
@@ -63,23 +67,24 @@ def test_batches_are_per_key_and_sealed_by_age() -> None:
 
 def test_flag_change_seals_the_open_batch_first() -> None:
     buf = _buffer(linger_ms=1000)
-    buf.add("k", RecordFlag.RAW, b"raw", 1, 0.0)
-    (sealed,) = buf.add("k", RecordFlag.JSON, b"json", 2, 0.0)
-    assert sealed.flag is RecordFlag.RAW and sealed.tickets == [1]
+    buf.add("k", RecordFlag.RAW, b"raw", 0.0)
+    holder, (sealed,) = buf.add("k", RecordFlag.JSON, b"json", 0.0)
+    assert sealed.flag is RecordFlag.RAW and sealed.payloads == [b"raw"]
     (rest,) = buf.drain()
-    assert rest.flag is RecordFlag.JSON and rest.tickets == [2]
+    assert rest is holder and rest.flag is RecordFlag.JSON and rest.payloads == [b"json"]
 
 
 def test_zero_linger_seals_every_record() -> None:
     buf = _buffer(linger_ms=0)
-    assert len(buf.add("k", RecordFlag.RAW, b"x", 1, 0.0)) == 1
+    holder, sealed = buf.add("k", RecordFlag.RAW, b"x", 0.0)
+    assert list(sealed) == [holder]
 
 
 def test_dispatch_runs_keys_concurrently_and_each_key_in_order() -> None:
-    def batch(key: str, n: int) -> PendingBatch[int]:
-        return PendingBatch(key, RecordFlag.RAW, 0.0, [b""], [n])
+    def batch(key: str, n: int) -> PendingBatch:
+        return PendingBatch(key, RecordFlag.RAW, 0.0, [b"%d" % n])
 
-    dispatch: OrderedDispatch[PendingBatch[int]] = OrderedDispatch(lambda b: b.partition_key)
+    dispatch: OrderedDispatch[PendingBatch] = OrderedDispatch(lambda b: b.partition_key)
     a1, a2, a3, b1 = batch("a", 1), batch("a", 2), batch("a", 3), batch("b", 1)
     assert dispatch.submit(a1) is True
     assert dispatch.submit(a2) is False
