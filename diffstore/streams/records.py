@@ -22,6 +22,7 @@ import struct
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from types import MappingProxyType
 from typing import Any, NamedTuple, cast
 
@@ -180,20 +181,33 @@ def encode_header(flag: RecordFlag, partition_key: str, attributes: Mapping[str,
     return header.SerializeToString()
 
 
+class _RecordPrefixes(dict[int, bytes]):
+    """Payload length → the bytes that precede such a payload in ``BatchHStreamRecords`` (one header)."""
+
+    def __init__(self, header: bytes) -> None:
+        super().__init__()
+        self._header_field = b"\x0a" + _length_prefix(len(header)) + header
+
+    def __missing__(self, payload_len: int) -> bytes:
+        payload_field_len = 1 + len(_length_prefix(payload_len)) + payload_len
+        record_len = len(self._header_field) + payload_field_len
+        record_start = b"\x0a" + _length_prefix(record_len) + self._header_field
+        prefix = record_start + b"\x12" + _length_prefix(payload_len)
+        self[payload_len] = prefix
+        return prefix
+
+
 def encode_records(header: bytes, payloads: Iterable[bytes]) -> bytes:
     """Serializes ``BatchHStreamRecords`` whose records share ``header`` (fast path, no message objects).
 
     The bytes parse as the proto message: each record is field 1 (length-delimited) holding
-    ``HStreamRecord{header = 1; payload = 2}``.
+    ``HStreamRecord{header = 1; payload = 2}``. The prefix of a record depends only on its payload's
+    length, so it is looked up per length and the whole batch is joined without Python code per record.
     """
-    header_field = b"\x0a" + _length_prefix(len(header)) + header
-    parts: list[bytes] = []
-    append = parts.append
-    for payload in payloads:
-        record_len = len(header_field) + 1 + len(_length_prefix(len(payload))) + len(payload)
-        append(b"\x0a" + _length_prefix(record_len) + header_field + b"\x12" + _length_prefix(len(payload)))
-        append(payload)
-    return b"".join(parts)
+    payloads = payloads if isinstance(payloads, list) else list(payloads)
+    prefixes = _RecordPrefixes(header)
+    record_prefixes = map(prefixes.__getitem__, map(len, payloads))
+    return b"".join(chain.from_iterable(zip(record_prefixes, payloads, strict=True)))
 
 
 def build_batch(
