@@ -59,11 +59,25 @@ def collect_step(store: Store) -> bool:
             for raw_name, raw in txn.cursor(db=store.tables.collections)
             if not raw_name.startswith(b"\x00")
         ]
-    for meta in metas:
-        worked = _gc_collection(store, meta.name) or worked
+        # Decided in one snapshot, so idle collections cost no write transaction.
+        due = [meta.name for meta in metas if _gc_due(txn, store.tables, meta)]
+    for name in due:
+        worked = _gc_collection(store, name) or worked
     worked = _purge_expired_phantoms(store) or worked
     worked = _purge_dropped(store) or worked
     return worked
+
+
+def _gc_due(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bool:
+    minimum = minimum_generation(txn, tables, meta.name)
+    if not minimum:
+        return False
+    horizon = min(max(minimum, meta.gc_horizon or b""), meta.generation)
+    if not horizon:
+        return False
+    if horizon > (meta.gc_horizon or b""):
+        return True
+    return _next_run(txn, tables, meta, resolve_seq(txn, tables, meta, horizon)) is not None
 
 
 def _gc_collection(store: Store, name: str) -> bool:
@@ -75,9 +89,10 @@ def _gc_collection(store: Store, name: str) -> bool:
             minimum = minimum_generation(txn, tables, name)
             if minimum is None or minimum == b"":
                 return False
-            horizon = max(minimum, meta.gc_horizon or b"")
-            horizon = min(horizon, meta.generation)
-            if horizon != meta.gc_horizon and horizon > (meta.gc_horizon or b""):
+            horizon = min(max(minimum, meta.gc_horizon or b""), meta.generation)
+            if not horizon:
+                return False
+            if horizon > (meta.gc_horizon or b""):
                 meta = meta.with_(gc_horizon=horizon)
                 save_meta(txn, tables, meta)
             assert meta.gc_horizon is not None

@@ -210,7 +210,8 @@ class Collection:
         to_key: bytes | None = None,
     ) -> Iterator[Record]:
         """Every visible record in key order, page by page (all pages read the same pinned generation)."""
-        page = self.query_page(generation_id, phantom_id, from_key, to_key, limit=_ITER_PAGE)
+        limit = min(_ITER_PAGE, self._store.config.max_page_limit)
+        page = self.query_page(generation_id, phantom_id, from_key, to_key, limit=limit)
         yield from page.items
         while page.cursor is not None:
             page = self.query_page(cursor=page.cursor)

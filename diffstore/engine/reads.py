@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 
 import lmdb
@@ -176,13 +177,15 @@ def keys_around(
 def splits(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, count: int) -> list[bytes]:
     """Up to ``count - 1`` ascending keys cutting the collection into near-equal ranges.
 
-    One pass over the record keys with a sample that thins itself (every 2^k-th key), so memory stays
-    within ~2·count keys whatever the collection's size.
+    One pass over the record keys keeps every ``stride``-th key with its position, doubling the stride
+    whenever the sample reaches ``8 * count`` keys; memory stays within that whatever the collection's
+    size, and each cut is the sampled key nearest its ideal position.
     """
     if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= 1024:
         raise InvalidRequest("count must be within 2..1024")
     prefix = meta.cid_prefix
-    stride, seen, sample = 1, 0, []
+    stride, seen = 1, 0
+    sample: list[tuple[int, bytes]] = []
     last_form: bytes | None = None
     cursor = txn.cursor(db=tables.records)
     if cursor.set_range(prefix):
@@ -194,20 +197,24 @@ def splits(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, count: i
                 continue
             last_form = form
             if seen % stride == 0:
-                sample.append(raw_key)
-                if len(sample) >= 2 * count:
-                    sample = sample[::2]
+                sample.append((seen, raw_key))
+                if len(sample) >= 8 * count:
                     stride *= 2
+                    sample = [entry for entry in sample if entry[0] % stride == 0]
             seen += 1
     if seen < 2:
         return []
-    step = seen / count
-    wanted = {round(step * i) // stride for i in range(1, count)}
-    keys: list[bytes] = []
-    for index in sorted(wanted):
-        if 0 < index < len(sample):
-            raw_key = sample[index]
-            form = raw_key[4:-8]
-            value = txn.get(raw_key, db=tables.records) if layout.is_long_form(form) else b""
-            keys.append(layout.key_of(form, value or b""))
-    return sorted(set(keys))
+    positions = [position for position, _ in sample]
+    cuts: list[bytes] = []
+    for i in range(1, count):
+        ideal = i * seen / count
+        at = bisect.bisect_left(positions, ideal)
+        if at == len(positions) or (at > 0 and ideal - positions[at - 1] < positions[at] - ideal):
+            at -= 1
+        raw_key = sample[at][1]
+        form = raw_key[4:-8]
+        value = txn.get(raw_key, db=tables.records) if layout.is_long_form(form) else b""
+        key = layout.key_of(form, value or b"")
+        if (not cuts or key > cuts[-1]) and at > 0:
+            cuts.append(key)
+    return cuts

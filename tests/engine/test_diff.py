@@ -206,7 +206,6 @@ def test_default_page_limit(open_store) -> None:
         c.query_page(limit=5)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: Collection.query() asks for pages above max_page_limit")
 def test_query_iterator_with_small_max_page_limit(open_store) -> None:
     store = open_store(default_page_limit=3, max_page_limit=4)
     c = store.create_collection("m", manual=True)
@@ -301,10 +300,7 @@ def test_splits_are_ascending_existing_keys(split_coll) -> None:
         assert set(cuts) <= set(SPLIT_KEYS)
 
 
-SPLITS_BUG = pytest.mark.xfail(strict=True, reason="engine bug: splits(n) gives fewer than n-1 cuts")
-
-
-@pytest.mark.parametrize("count", [pytest.param(n, marks=SPLITS_BUG) for n in (2, 4, 16)] + [7])
+@pytest.mark.parametrize("count", [2, 4, 7, 16])
 def test_splits_cut_into_near_equal_ranges(split_coll, count: int) -> None:
     cuts = split_coll.splits(count)
     assert len(cuts) == count - 1
