@@ -7,6 +7,9 @@ import time
 import pytest
 
 from diffstore import Store
+from diffstore.engine import background as background_module
+from diffstore.engine import collection as collection_module
+from diffstore.engine import visibility as visibility_module
 from diffstore.errors import InvalidRequest
 from tests.helpers import wait_until
 
@@ -225,29 +228,54 @@ def test_phantom_survives_reopen(open_store) -> None:
     assert c.start_phantom() != p
 
 
-def test_expired_phantom_is_invisible_and_purged(store: Store, coll) -> None:
+class FakeClock:
+    """Wall-clock time for the engine's phantom TTLs, moved by the test (so no test waits on real time)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    fake = FakeClock()
+    for module in (collection_module, visibility_module, background_module):
+        monkeypatch.setattr(module, "time", fake)
+    return fake
+
+
+def test_expired_phantom_is_invisible_and_purged(store: Store, coll, clock: FakeClock) -> None:
     keep = coll.start_phantom(ttl_seconds=3600)
     coll.put(b"k", b"kept", generation_id=b"5", phantom_id=keep)
-    p = coll.start_phantom(ttl_seconds=0.05)
+    p = coll.start_phantom(ttl_seconds=10)
     coll.put_many([(b"k", b"gone"), (b"a", None)], generation_id=b"5", phantom_id=p)
-    # wait for the expiry by polling its observable effect
-    wait_until(lambda: coll.get(b"a", phantom_id=p) is not None, what="the phantom to expire")
+    clock.now += 9
+    run_background(store)
+    assert coll.get(b"a", phantom_id=p) is None  # still alive
+    assert len(raw_state(store)["phantoms"]) == 3
+    clock.now += 2
+    assert coll.get(b"a", phantom_id=p) is not None  # expired: the base shows through
     assert coll.get(b"k", phantom_id=p) is None
     assert as_dict(coll, phantom_id=p) == as_dict(coll)
     with pytest.raises(InvalidRequest):
         coll.put(b"k", b"again", generation_id=b"5", phantom_id=p)
     run_background(store)
-    phantom_rows = raw_state(store)["phantoms"]
-    assert len(phantom_rows) == 1  # only the live phantom's row is left
-    assert coll.get(b"k", phantom_id=keep).value == b"kept"  # type: ignore[union-attr]
+    assert len(raw_state(store)["phantoms"]) == 1  # only the live phantom's row is left
     assert len(raw_state(store)["phantom_ttl"]) == 1
+    assert coll.get(b"k", phantom_id=keep).value == b"kept"  # type: ignore[union-attr]
 
 
-def test_expired_phantom_purged_by_background_thread(open_store) -> None:
-    store = open_store(background=True, gc_interval_ms=10)
+def test_expired_phantom_purged_by_background_thread(open_store, clock: FakeClock) -> None:
+    store = open_store(background=True, gc_interval_ms=5)
     c = store.create_collection("m", manual=True)
-    p = c.start_phantom(ttl_seconds=0.02)
+    p = c.start_phantom(ttl_seconds=60)
     c.put(b"k", b"v", generation_id=b"1", phantom_id=p)
+    clock.now += 61
     wait_until(lambda: not raw_state(store)["phantoms"], what="the background phantom purge")
     assert not raw_state(store)["phantom_ttl"]
 
