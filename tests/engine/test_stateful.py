@@ -168,8 +168,18 @@ class StoreMachine(RuleBasedStateMachine):
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
-    @rule(name=st.sampled_from(MANUAL), gen=st.sampled_from(GENS), abort=st.booleans(), succ=st.booleans())
+    def _not_manual(self, name: str, call: str, gen: bytes | None) -> bool:
+        """SPEC §1: generation/start, /commit and /abort on a non-manual collection: notManual."""
+        if name != NON_MANUAL:
+            return False
+        with self.expect(NotManual):
+            getattr(self.c(name), f"{call}_generation")(gen or b"x")
+        return True
+
+    @rule(name=st.sampled_from(NAMES), gen=st.sampled_from(GENS), abort=st.booleans(), succ=st.booleans())
     def start(self, name: str, gen: bytes, abort: bool, succ: bool) -> None:
+        if self._not_manual(name, "start", gen):
+            return
         m = self.model[name]
         if succ:  # steer towards progress: the first id above everything
             above = [g for g in GENS if g > max(m.current, m.next or b"")]
@@ -220,11 +230,13 @@ class StoreMachine(RuleBasedStateMachine):
     )
 
     @rule(
-        name=st.sampled_from(MANUAL),
+        name=st.sampled_from(NAMES),
         gen=st.one_of(st.none(), st.sampled_from(GENS)),
         updates=st.lists(reader_update, max_size=2),
     )
     def commit(self, name: str, gen: bytes | None, updates: list[ReaderUpdate]) -> None:
+        if self._not_manual(name, "commit", gen):
+            return
         m = self.model[name]
         gen = m.next if gen is None else gen
         if gen is None:
@@ -242,8 +254,22 @@ class StoreMachine(RuleBasedStateMachine):
         with self.expect(error):
             self.c(name).commit_generation(gen, update_readers=updates)
 
-    @rule(name=st.sampled_from(MANUAL), gen=st.one_of(st.none(), st.sampled_from(GENS)))
+    @rule(
+        name=st.sampled_from(MANUAL),
+        items=st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)), max_size=4),
+    )
+    def whole_generation(self, name: str, items: list[tuple[bytes, Value]]) -> None:
+        """The common path in one step: start the next id, write, commit."""
+        self.start(name, b"", False, True)
+        if self.model[name].next is not None:
+            if items:
+                self.put(name, [(k, v, False) for k, v in items], "next", b"", False, None, False)
+            self.commit(name, None, [])
+
+    @rule(name=st.sampled_from(NAMES), gen=st.one_of(st.none(), st.sampled_from(GENS)))
     def abort(self, name: str, gen: bytes | None) -> None:
+        if self._not_manual(name, "abort", gen):
+            return
         m = self.model[name]
         gen = m.next if gen is None else gen
         if gen is None:
@@ -255,11 +281,6 @@ class StoreMachine(RuleBasedStateMachine):
             m.drop_open()
         with self.expect(error):
             self.c(name).abort_generation(gen)
-
-    @rule(call=st.sampled_from(["start", "commit", "abort"]), gen=st.sampled_from([u64(1), u64(2), b"x"]))
-    def lifecycle_on_non_manual(self, call: str, gen: bytes) -> None:
-        with self.expect(NotManual):
-            getattr(self.c(NON_MANUAL), f"{call}_generation")(gen)
 
     @rule()
     def auto_commit(self) -> None:
@@ -282,7 +303,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(
         name=st.sampled_from(NAMES),
         items=st.lists(item, min_size=1, max_size=5),
-        gen_choice=st.sampled_from(["next", "none", "other"]),
+        gen_choice=st.sampled_from(["next", "next", "next", "none", "other"]),
         other=st.sampled_from(GENS),
         skip=st.booleans(),
         seq=st.one_of(st.none(), st.integers(1, 6)),
@@ -330,6 +351,13 @@ class StoreMachine(RuleBasedStateMachine):
             if m.next_count >= THRESHOLD:
                 self._auto_commit(m)
 
+    @rule(name=st.sampled_from(NAMES), items=st.lists(item, min_size=1, max_size=4), skip=st.booleans())
+    def put_next(self, name, items, skip) -> None:
+        """put_many into the open generation (opening one first in a manual collection)."""
+        if self.model[name].next is None:
+            self.start(name, b"", False, True)
+        self.put(name, items, "next", b"", skip, None, False)
+
     def _put_call(self, name, items, gen, skip, single, producer):
         c = self.c(name)
         if single:
@@ -337,23 +365,33 @@ class StoreMachine(RuleBasedStateMachine):
             return c.put(key, value, generation_id=gen, if_not_present=inp, skip_unchanged=skip, **producer)
         return c.put_many(items, generation_id=gen, skip_unchanged=skip, **producer)
 
-    @rule(name=st.sampled_from(NAMES))
-    def start_phantom(self, name: str) -> None:
-        m = self.model[name]
-        if len(m.phantoms) < 2:
-            m.phantoms[self.c(name).start_phantom()] = {}
-
     @rule(
         name=st.sampled_from(NAMES),
         which=st.integers(0, 1),
         items=st.lists(item, min_size=1, max_size=3),
         gen=st.sampled_from([*GENS, u64(1), u64(2)]),
+        pick=st.sampled_from(["next", "any"]),
         skip=st.booleans(),
     )
-    def phantom_put(self, name, which, items, gen, skip) -> None:
+    def phantom_put(self, name, which, items, gen, pick, skip) -> None:
         m = self.model[name]
-        if not m.phantoms:
-            return
+        if pick == "next" and m.next is not None:
+            gen = m.next
+        self._phantom_put(name, which, items, gen, skip)
+
+    @rule(name=st.sampled_from(NAMES), which=st.integers(0, 1), items=st.lists(item, min_size=1, max_size=3))
+    def phantom_over_base(self, name, which, items) -> None:
+        """Phantom records at the generation of base records of the same keys: the phantom must win."""
+        m = self.model[name]
+        written = sorted(m.records.get(m.current, {}))
+        if written:
+            items = [(written[i % len(written)], v, inp) for i, (_, v, inp) in enumerate(items)]
+        self._phantom_put(name, which, items, m.current, False)
+
+    def _phantom_put(self, name, which, items, gen, skip) -> None:
+        m = self.model[name]
+        if len(m.phantoms) <= which:
+            m.phantoms[self.c(name).start_phantom()] = {}
         phantom = sorted(m.phantoms)[which % len(m.phantoms)]
         latest: dict[bytes, tuple[Value, bool]] = {}
         for key, value, inp in items:
@@ -368,7 +406,6 @@ class StoreMachine(RuleBasedStateMachine):
             wrote = True
         result = self.c(name).put_many(items, generation_id=gen, phantom_id=phantom, skip_unchanged=skip)
         assert result.was_put == wrote
-        assert self.model[name].next == m.next
 
     # --- readers and GC ---------------------------------------------------------------------------------
 
@@ -536,8 +573,8 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 StoreMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("STATEFUL_EXAMPLES", "60")),
-    stateful_step_count=30,
+    max_examples=int(os.environ.get("STATEFUL_EXAMPLES", "100")),
+    stateful_step_count=40,
     deadline=None,
     phases=[Phase.generate] if os.environ.get("STATEFUL_NO_SHRINK") else list(Phase),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
