@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from diffstore.errors import InvalidRequest
+from diffstore.spark.cli import _sources, add_commands, run_transform
 from diffstore.spark.options import ReadOptions, WriteOptions
 from diffstore.spark.plan import RoundPlan, next_generation, plan_sources, reader_name
 
@@ -77,3 +83,24 @@ def test_write_options() -> None:
     )
     with pytest.raises(InvalidRequest):
         WriteOptions.parse({"url": "u", "collection": "C"})
+
+
+def test_the_package_and_its_command_import_without_pyspark() -> None:
+    code = (
+        "import sys; sys.modules['pyspark'] = None\n"  # any 'import pyspark' now fails
+        "import diffstore, diffstore.spark, diffstore.spark.plan, diffstore.spark.options\n"
+        "import argparse, diffstore.spark.cli as cli\n"
+        "cli.add_commands(argparse.ArgumentParser().add_subparsers())\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_transform_command_line() -> None:
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers())
+    argv = ["transform", "--url", "http://h:1", "--job", "job:fn", "--target", "C", "--source", "a=A"]
+    args = parser.parse_args([*argv, "--source", "b=B", "--watch"])
+    assert args.func is run_transform and args.watch and args.target == "C"
+    assert _sources(args.source) == {"a": "A", "b": "B"}
+    with pytest.raises(SystemExit):
+        _sources(["nope"])

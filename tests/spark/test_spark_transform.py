@@ -47,19 +47,43 @@ def test_rounds_of_updates_and_deletes_match_a_recomputation(spark, server_url, 
         first = transform.run()
         assert len(first) == 1 and first[0].rows_written
         assert snapshot(store, names["C"]) == _expected(store, names)
-        for _ in range(2):
-            a, b = random_changes(rng, users, 120)
-            commit_items(store, names["A"], a)
-            commit_items(store, names["B"], b)
-            rounds = transform.run()
-            assert len(rounds) == 1
-            assert snapshot(store, names["C"]) == _expected(store, names)
-        readers = _readers(store, names["C"])
-        assert readers["from_a"] == store.collection(names["A"]).generation_id
-        assert readers["from_b"] == store.collection(names["B"]).generation_id
+        a, b = random_changes(rng, users, 120)
+        commit_items(store, names["A"], a)
+        commit_items(store, names["B"], b)
+        assert len(transform.run()) == 1
+        assert snapshot(store, names["C"]) == _expected(store, names)
         assert transform.run() == []  # caught up: no new round, no new generation
     finally:
         transform.close()
+
+    # watch mode: the runner idles on long polls and wakes up when a source moves
+    caught_up, stop = threading.Event(), threading.Event()
+    rounds: list[Any] = []
+
+    def on_event(event: str, details: dict[str, Any]) -> None:
+        if event == "caught_up":
+            caught_up.set()
+        if event == "committed":
+            rounds.append(details["stats"])
+        if event == "caught_up" and rounds:
+            stop.set()
+
+    watcher = _transform(spark, server_url, names, on_event=on_event, poll_timeout_ms=500)
+    thread = threading.Thread(target=lambda: watcher.run(watch=True, should_stop=stop.is_set), daemon=True)
+    try:
+        thread.start()
+        assert caught_up.wait(THREAD_DEADLINE_S)
+        a, _ = random_changes(rng, users, 120)
+        commit_items(store, names["A"], a)  # one source only, so that exactly one round follows
+        thread.join(THREAD_DEADLINE_S)
+        assert not thread.is_alive() and len(rounds) == 1
+    finally:
+        stop.set()
+        watcher.close()
+    assert snapshot(store, names["C"]) == _expected(store, names)
+    readers = _readers(store, names["C"])
+    assert readers["from_a"] == store.collection(names["A"]).generation_id
+    assert readers["from_b"] == store.collection(names["B"]).generation_id
 
 
 def test_a_failing_task_leaves_the_target_untouched(spark, server_url, store, names) -> None:
