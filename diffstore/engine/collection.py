@@ -232,12 +232,11 @@ class Collection:
             return reads.keys_around(txn, self._store.tables, point, key, limit, require_key_existence)
 
     def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
-        """Up to ``count - 1`` keys cutting the collection into near-equal ranges."""
+        """Up to ``count - 1`` keys cutting the keys visible at ``generation_id`` into near-equal ranges."""
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
-            if generation_id is not None:
-                reads.read_point(txn, self._store.tables, meta, generation_id, None)
-            return reads.splits(txn, self._store.tables, meta, count)
+            point = reads.read_point(txn, self._store.tables, meta, generation_id, None)
+            return reads.splits(txn, self._store.tables, point, count)
 
     # --- diffs ---------------------------------------------------------------------------------
 

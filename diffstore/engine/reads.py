@@ -174,34 +174,26 @@ def keys_around(
     return KeysAround(point.generation_id, left, right, more_left, more_right, found)
 
 
-def splits(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, count: int) -> list[bytes]:
-    """Up to ``count - 1`` ascending keys cutting the collection into near-equal ranges.
+def splits(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, count: int) -> list[bytes]:
+    """Up to ``count - 1`` ascending keys cutting the keys visible at ``point`` into near-equal ranges.
 
-    One pass over the record keys keeps every ``stride``-th key with its position, doubling the stride
+    One pass over the visible keys keeps every ``stride``-th key with its position, doubling the stride
     whenever the sample reaches ``8 * count`` keys; memory stays within that whatever the collection's
     size, and each cut is the sampled key nearest its ideal position.
     """
     if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= 1024:
         raise InvalidRequest("count must be within 2..1024")
-    prefix = meta.cid_prefix
     stride, seen = 1, 0
     sample: list[tuple[int, bytes]] = []
-    last_form: bytes | None = None
-    cursor = txn.cursor(db=tables.records)
-    if cursor.set_range(prefix):
-        for raw_key in cursor.iternext(values=False):
-            if not raw_key.startswith(prefix):
-                break
-            form = raw_key[4:-8]
-            if form == last_form:
-                continue
-            last_form = form
-            if seen % stride == 0:
-                sample.append((seen, raw_key))
-                if len(sample) >= 8 * count:
-                    stride *= 2
-                    sample = [entry for entry in sample if entry[0] % stride == 0]
-            seen += 1
+    for key, raw, _ in in_key_order(visible_stream(txn, tables, point)):
+        if not raw or raw[0] == 2:  # a tombstone: not a visible key
+            continue
+        if seen % stride == 0:
+            sample.append((seen, key))
+            if len(sample) >= 8 * count:
+                stride *= 2
+                sample = [entry for entry in sample if entry[0] % stride == 0]
+        seen += 1
     if seen < 2:
         return []
     positions = [position for position, _ in sample]
@@ -211,10 +203,7 @@ def splits(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, count: i
         at = bisect.bisect_left(positions, ideal)
         if at == len(positions) or (at > 0 and ideal - positions[at - 1] < positions[at] - ideal):
             at -= 1
-        raw_key = sample[at][1]
-        form = raw_key[4:-8]
-        value = txn.get(raw_key, db=tables.records) if layout.is_long_form(form) else b""
-        key = layout.key_of(form, value or b"")
-        if (not cuts or key > cuts[-1]) and at > 0:
+        key = sample[at][1]
+        if at > 0 and (not cuts or key > cuts[-1]):
             cuts.append(key)
     return cuts
