@@ -414,3 +414,16 @@ def test_maximum_key_length(store: Store) -> None:
     c.start_generation(b"2")
     with pytest.raises(InvalidRequest):
         c.put(huge + b"x", b"v", generation_id=b"2")
+
+
+def test_default_page_limits_are_200_and_10000(store: Store) -> None:
+    c = store.create_collection("big", manual=True)
+    commit(c, b"1", [(b"k%05d" % i, b"v") for i in range(10_001)])
+    assert len(c.query_page().items) == 200
+    assert len(c.diff_page(b"").items) == 200
+    full = c.query_page(limit=10_000)
+    assert len(full.items) == 10_000 and full.cursor is not None
+    assert [r.key for r in c.query_page(cursor=full.cursor).items] == [b"k10000"]
+    assert len(c.diff_page(b"", limit=10_000).items) == 10_000
+    with pytest.raises(InvalidRequest):
+        c.diff_page(b"", limit=10_001)

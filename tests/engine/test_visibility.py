@@ -296,3 +296,12 @@ def test_phantom_query_pages_carry_the_phantom(coll) -> None:
 def test_reads_with_an_unknown_phantom_see_the_base(coll) -> None:
     assert as_dict(coll, phantom_id=b"nope") == as_dict(coll)
     assert coll.get(b"a", phantom_id=(77).to_bytes(8, "big")).value == b"a3"  # type: ignore[union-attr]
+
+
+def test_phantom_default_ttl_is_an_hour(coll, clock: FakeClock) -> None:
+    p = coll.start_phantom()
+    coll.put(b"a", b"mine", generation_id=b"5", phantom_id=p)
+    clock.now += 3599
+    assert coll.get(b"a", phantom_id=p).value == b"mine"  # type: ignore[union-attr]
+    clock.now += 2
+    assert coll.get(b"a", phantom_id=p).value == b"a3"  # type: ignore[union-attr]
