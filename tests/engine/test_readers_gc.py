@@ -401,3 +401,19 @@ def test_capped_diff_from_beginning_after_gc_covers_everything(open_store) -> No
         assert page.to_generation_id >= b"5", "a page ended below the GC horizon"
         frm = page.to_generation_id
     assert sorted((k, a, b) for k, (a, b) in ends.items() if a != b) == full
+
+
+@pytest.mark.xfail(
+    strict=True, reason="engine bug: long reader names/targets hit LMDB's key size (StorageError, a 500)"
+)
+@pytest.mark.parametrize(
+    ("owner", "reader", "target"),
+    [("c" * 255, "r" * 255, None), ("c", "x", "t" * 1024), ("c", "y", "hstream://" + "s" * 500)],
+)
+def test_longest_reader_names_and_targets_work(store: Store, owner, reader, target) -> None:
+    c = store.create_collection(owner, manual=True)
+    c.create_reader(reader, collection=target, generation_id=b"1")
+    c.update_reader(reader, b"2", expected=b"1")
+    assert c.readers() == [Reader(reader, target or owner, b"2")]
+    c.delete_reader(reader)
+    assert c.readers() == []
