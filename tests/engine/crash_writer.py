@@ -2,8 +2,10 @@
 
 Usage: python crash_writer.py STORE_DIR
 
-Generation n (id: n as 8 bytes big-endian) has content derived from n only (``generation_items``), written
-in two put_many calls, then committed together with the reader ``progress`` := n. After each commit it
+Generation n (id: n as 8 bytes big-endian) has content derived from n only (``generation_items``),
+written in two put_many calls, then committed together with the readers ``progress`` := n (an
+``hstream://`` target, so GC ignores it) and ``trail`` := n - TRAIL (targets the collection itself, so
+background GC runs behind it while the writer writes and gets killed). After each commit it
 prints ``committed n``. On start it resumes: an open (uncommitted) generation left by a crash is aborted.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import sys
 
 ITEMS = 120
+TRAIL = 3
 LONG = b"L" * 250
 
 
@@ -49,13 +52,14 @@ def expected_states(upto: int) -> list[dict[bytes, bytes]]:
 
 
 def main(path: str) -> None:
-    from diffstore import Store
+    from diffstore import Store, StoreConfig
     from diffstore.errors import CollectionExists
 
-    store = Store.open(path)
+    store = Store.open(path, config=StoreConfig(gc_interval_ms=5, gc_batch=16))
     try:
         coll = store.create_collection("c", manual=True, initial_generation_id=gen_id(0))
         coll.create_reader("progress", collection="hstream://crash", generation_id=gen_id(0))
+        coll.create_reader("trail", generation_id=gen_id(0))
     except CollectionExists:
         coll = store.collection("c")
     if coll.next_generation_id is not None:
@@ -69,7 +73,7 @@ def main(path: str) -> None:
         coll.start_generation(g)
         coll.put_many(first, generation_id=g)
         coll.put_many(second, generation_id=g)
-        coll.commit_generation(g, update_readers=[("progress", g)])
+        coll.commit_generation(g, update_readers=[("progress", g), ("trail", gen_id(max(0, n - TRAIL)))])
         print(f"committed {n}", flush=True)
 
 

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 from diffstore import Reader, Store, StoreConfig
+from diffstore.errors import GenerationCollected
 
-from .crash_writer import expected_states, gen_id, generation_items
+from .crash_writer import TRAIL, expected_states, gen_id, generation_items
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,12 +82,23 @@ def _check(path: Path, printed: int) -> int:
         current = int.from_bytes(c.generation_id, "big")
         # every commit the writer reported is there; at most one more finished before the kill
         assert printed <= current <= printed + 1, (printed, current)
-        # the reader update was part of the same transaction as the commit
-        assert c.readers() == [Reader("progress", "hstream://crash", gen_id(current))]
+        # the reader updates were part of the same transaction as the commit
+        trail = max(0, current - TRAIL)
+        assert c.readers() == [
+            Reader("progress", "hstream://crash", gen_id(current)),
+            Reader("trail", "c", gen_id(trail)),
+        ]
         states = expected_states(current + 1)
-        for m in sorted({0, 1, current, *range(max(0, current - 3), current + 1)}):
-            got = {r.key: r.value for r in c.query(generation_id=gen_id(m))}
+        for m in range(current + 1):
+            try:
+                got = {r.key: r.value for r in c.query(generation_id=gen_id(m))}
+            except GenerationCollected:
+                assert m < trail, f"generation {m} at or above the readers' minimum was collected"
+                continue
             assert got == states[m], f"generation {m} is not complete"
+        # GC (killed in the middle of its steps too) never touches what is visible from the readers' minimum
+        for m in range(trail, current + 1):
+            assert {r.key: r.value for r in c.query(generation_id=gen_id(m))} == states[m]
         if current >= 1:
             changed = {i.key for i in c.diff(gen_id(current - 1), gen_id(current))}
             first, second = generation_items(current)
