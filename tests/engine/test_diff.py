@@ -3,9 +3,11 @@ and long keys (beyond LMDB's key size) in true bytewise order everywhere."""
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import HealthCheck, given, settings
 
-from diffstore import DiffItem, Store
+from diffstore import DiffItem, Store, StoreConfig
 from diffstore.errors import InvalidRequest, NoSuchCursor
 
 from .util import as_dict, commit, raw_state
@@ -427,3 +429,50 @@ def test_default_page_limits_are_200_and_10000(store: Store) -> None:
     assert len(c.diff_page(b"", limit=10_000).items) == 10_000
     with pytest.raises(InvalidRequest):
         c.diff_page(b"", limit=10_001)
+
+
+# --- bytewise order of arbitrary keys (property) -----------------------------------------------------
+
+_prefix = st.sampled_from(
+    [b"", b"\x00", b"\xff", b"L" * 199, b"L" * 200, b"\x00" * 200, b"L" * 150 + b"\x00"]
+)
+_key = st.builds(lambda p, s: p + s, _prefix, st.binary(max_size=60))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    first=st.lists(_key, max_size=25, unique=True),
+    second=st.lists(st.tuples(_key, st.sampled_from([b"v", None])), max_size=25),
+    limit=st.integers(1, 7),
+    probe=_key,
+)
+def test_any_keys_sort_bytewise_everywhere(tmp_path_factory, first, second, limit, probe) -> None:
+    with Store.open(tmp_path_factory.mktemp("order"), config=StoreConfig(background=False)) as store:
+        c = store.create_collection("o", manual=True)
+        commit(c, b"1", [(k, b"1") for k in first])
+        commit(c, b"2", second)
+        model = {k: b"1" for k in first}
+        for k, v in second:
+            if v is None:
+                model.pop(k, None)
+            else:
+                model[k] = v
+        keys = sorted(model)
+        assert [r.key for r in c.query()] == keys
+        page, paged = c.query_page(limit=limit), []
+        paged += [r.key for r in page.items]
+        while page.cursor:
+            page = c.query_page(cursor=page.cursor)
+            paged += [r.key for r in page.items]
+        assert paged == keys
+        assert [r.key for r in c.query(from_key=probe)] == [k for k in keys if k >= probe]
+        assert [r.key for r in c.query(to_key=probe)] == [k for k in keys if k < probe]
+        at_1 = {k: b"1" for k in first}
+        changed = sorted(k for k in {k for k, _ in second} if model.get(k) != at_1.get(k))
+        assert [i.key for i in c.diff(b"1")] == changed
+        assert [i.key for i in c.diff(b"")] == keys
+        assert [i.key for i in c.diff(b"", from_key=probe)] == [k for k in keys if k >= probe]
+        around = c.keys_around(probe, limit, require_key_existence=False)
+        assert around.left == [k for k in keys if k < probe][::-1][:limit]
+        assert around.right == [k for k in keys if k > probe][:limit]
+        assert around.found_key == (probe in model)
