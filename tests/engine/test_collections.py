@@ -13,6 +13,7 @@ from diffstore.errors import (
     GenerationMismatch,
     InvalidRequest,
     NoSuchCollection,
+    StorageError,
 )
 from tests.helpers import wait_until
 
@@ -230,3 +231,13 @@ def test_failing_commit_listener_does_not_silence_the_others(store: Store) -> No
         m.commit_generation(b"1")
     assert m.generation_id == b"1"
     assert heard == [b"1"]
+
+
+@pytest.mark.xfail(
+    strict=True, reason="engine bug: Store.open on a path that is a file raises FileExistsError"
+)
+def test_store_open_on_a_file_is_a_storage_error(tmp_path) -> None:
+    path = tmp_path / "a-file"
+    path.write_bytes(b"not a store")
+    with pytest.raises(StorageError):
+        Store.open(path)
