@@ -224,3 +224,26 @@ def test_racing_transform_workers_commit_at_most_once_per_reader_position(store:
         else:
             assert reader == position
             c.update_reader("from_a", u64(r))
+
+
+def test_concurrent_writers_all_land(open_store) -> None:
+    store = open_store(background=True, commit_delay_ms=2, max_generation_records=7, gc_interval_ms=5)
+    n = store.create_collection("n", manual=False)
+    errors: list[BaseException] = []
+
+    def writer(who: int) -> None:
+        try:
+            for i in range(40):
+                n.put_many([(b"w%d-%02d" % (who, i), b"%d" % i), (b"last-%d" % who, b"%d" % i)])
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(who,)) for who in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    expected = {b"w%d-%02d" % (w, i): b"%d" % i for w in range(4) for i in range(40)}
+    expected |= {b"last-%d" % w: b"39" for w in range(4)}
+    wait_until(lambda: {r.key: r.value for r in n.query()} == expected, what="every write to be committed")
