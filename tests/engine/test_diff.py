@@ -472,6 +472,12 @@ def test_any_keys_sort_bytewise_everywhere(tmp_path_factory, first, second, limi
         assert [i.key for i in c.diff(b"1")] == changed
         assert [i.key for i in c.diff(b"")] == keys
         assert [i.key for i in c.diff(b"", from_key=probe)] == [k for k in keys if k >= probe]
+        dpage = c.diff_page(b"", to_key=probe, limit=limit)
+        dkeys = [i.key for i in dpage.items]
+        while dpage.cursor:
+            dpage = c.diff_page(cursor=dpage.cursor)
+            dkeys += [i.key for i in dpage.items]
+        assert dkeys == [k for k in keys if k < probe]
         around = c.keys_around(probe, limit, require_key_existence=False)
         assert around.left == [k for k in keys if k < probe][::-1][:limit]
         assert around.right == [k for k in keys if k > probe][:limit]
