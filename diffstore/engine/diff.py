@@ -88,12 +88,17 @@ def resolve_range(
     check_not_collected(meta, to_gen)
     from_seq = resolve_seq(txn, tables, meta, from_generation_id)
     to_seq = resolve_seq(txn, tables, meta, to_gen)
-    if max_generations is not None and to_seq - from_seq > max_generations:
+    # A diff from the very beginning after GC must not end below the horizon (what lies below is gone),
+    # so its first piece reaches at least the horizon and the cut is counted from there.
+    count_from = from_seq
+    if meta.gc_horizon is not None and from_generation_id < meta.gc_horizon:
+        count_from = max(from_seq, resolve_seq(txn, tables, meta, meta.gc_horizon))
+    if max_generations is not None and to_seq - count_from > max_generations:
         # seqs are not dense: count the generations really in the range before cutting it.
         cursor = txn.cursor(db=tables.gens)
         prefix = meta.cid_prefix
         counted = 0
-        if cursor.set_range(layout.gen_key(prefix, from_seq + 1)):
+        if cursor.set_range(layout.gen_key(prefix, count_from + 1)):
             for key in cursor.iternext(values=False):
                 seq = layout.read_u64(key[4:])
                 if not key.startswith(prefix) or seq > to_seq:

@@ -18,6 +18,9 @@ Long keys that share their first 200 bytes form a *group* that is contiguous in 
 by hash inside; readers restore the true order of a group in memory (rare by construction). The full
 long key is kept in the record value.
 
+Reader names and targets may be longer than LMDB keys allow, so the reverse index ``targets`` keys them
+by 16-byte blake2b digests (H16) and keeps the reader's name in the value.
+
 Named tables (sub-databases)::
 
     collections  name(utf-8)                         -> msgpack meta (see CollectionMeta)
@@ -28,7 +31,7 @@ Named tables (sub-databases)::
     phantoms     cid | phantom(u64) | K              -> msgpack [[generation id, record value], ...]
     phantom_ttl  cid | phantom(u64)                  -> expiry, unix ms (u64)
     readers      cid | reader name(utf-8)            -> msgpack [target name, generation id | None]
-    targets      target(utf-8) 00 | cid | name       -> msgpack generation id | None  (reverse index)
+    targets      H16(target) | cid | H16(name)        -> msgpack [reader name, generation id | None]
     producers    cid | producer id(utf-8)            -> committed seqNo, pending seqNo, its seq (3 x u64)
     dropped      cid                                 -> b""        deleted collections awaiting purge
 
@@ -200,18 +203,21 @@ def reader_key(cid_prefix: bytes, name: str) -> bytes:
     return cid_prefix + name.encode()
 
 
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 def target_prefix(target: str) -> bytes:
-    return target.encode() + b"\x00"
+    return _digest(target)
 
 
 def target_key(target: str, cid_prefix: bytes, name: str) -> bytes:
-    return target.encode() + b"\x00" + cid_prefix + name.encode()
+    return _digest(target) + cid_prefix + _digest(name)
 
 
-def split_target_key(raw: bytes) -> tuple[str, int, str]:
-    """(target, owner cid, reader name) of a targets-table key."""
-    end = raw.index(b"\x00")
-    return raw[:end].decode(), int(_U32.unpack(raw[end + 1 : end + 5])[0]), raw[end + 5 :].decode()
+def owner_of_target_key(raw: bytes) -> int:
+    """The owner collection id of a targets-table key."""
+    return int(_U32.unpack(raw[16:20])[0])
 
 
 def producer_key(cid_prefix: bytes, producer_id: str) -> bytes:

@@ -14,7 +14,7 @@ import msgpack
 
 from diffstore.engine import layout
 from diffstore.engine.meta import CollectionMeta
-from diffstore.engine.tables import Tables, check_not_collected, validate_generation_id
+from diffstore.engine.tables import MAX_NAME_BYTES, Tables, check_not_collected, validate_generation_id
 from diffstore.engine.types import UNSET, Reader, ReaderUpdate
 from diffstore.errors import BadVersion, InvalidRequest, NoSuchReader, ReaderExists
 
@@ -47,7 +47,7 @@ def _store_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, 
     )
     txn.put(
         layout.target_key(reader.collection, owner.cid_prefix, reader.name),
-        msgpack.packb(reader.generation_id, use_bin_type=True),
+        msgpack.packb([reader.name, reader.generation_id], use_bin_type=True),
         db=tables.targets,
     )
 
@@ -58,7 +58,8 @@ def _check_target_horizon(
     """A reader may not move below what the target's GC may already have removed."""
     if generation_id is None or generation_id == b"":
         return
-    raw = txn.get(target.encode(), db=tables.collections)
+    encoded = target.encode()
+    raw = txn.get(encoded, db=tables.collections) if len(encoded) <= MAX_NAME_BYTES else None
     if raw is not None:
         check_not_collected(CollectionMeta.unpack(target, raw), generation_id)
 
@@ -137,7 +138,7 @@ def minimum_generation(txn: lmdb.Transaction, tables: Tables, target: str) -> by
         for key, raw in cursor:
             if not key.startswith(prefix):
                 break
-            generation_id = msgpack.unpackb(raw, raw=False) or b""
+            generation_id = msgpack.unpackb(raw, raw=False)[1] or b""
             if minimum is None or generation_id < minimum:
                 minimum = generation_id
     return minimum

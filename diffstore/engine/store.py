@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -37,6 +38,7 @@ from diffstore.engine.types import CollectionInfo, StoreConfig
 from diffstore.errors import CollectionExists, DiffstoreError, InvalidRequest, StorageError
 
 CommitListener = Callable[[str, bytes], None]
+_log = logging.getLogger("diffstore.engine")
 _NEXT_CID = b"\x00next_cid"  # not a legal collection name, so it cannot collide with one
 
 
@@ -56,8 +58,8 @@ class Store:
     def __init__(self, path: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
         self.path = Path(path)
         self.config = config or StoreConfig()
-        self.path.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.mkdir(parents=True, exist_ok=True)
             self.env = lmdb.open(
                 str(self.path),
                 map_size=self.config.map_size,
@@ -68,7 +70,7 @@ class Store:
                 metasync=True,
             )
             self.tables = Tables.open(self.env)
-        except lmdb.Error as exc:
+        except (lmdb.Error, OSError) as exc:
             raise StorageError(f"cannot open the store at {self.path}: {exc}") from exc
         self._write_lock = threading.RLock()
         self._listeners: list[CommitListener] = []
@@ -145,7 +147,12 @@ class Store:
         with self._listeners_lock:
             listeners = list(self._listeners)
         for listener in listeners:
-            listener(name, generation_id)
+            try:
+                listener(name, generation_id)
+            except Exception:
+                # A listener's failure must neither hide the commit from the others nor stop the
+                # thread that committed (the background worker commits non-manual collections).
+                _log.exception("commit listener %r failed for %s", listener, name)
 
     def add_commit_listener(self, listener: CommitListener) -> Callable[[], None]:
         """Calls ``listener(collection_name, generation_id)`` after every commit; returns a remover."""
@@ -239,8 +246,9 @@ class Store:
                         break
                     targeting.append(key)
             for key in targeting:
-                _, owner_cid, reader_name = layout.split_target_key(key)
-                txn.delete(layout.reader_key(layout.cid_bytes(owner_cid), reader_name), db=tables.readers)
+                reader_name = msgpack.unpackb(txn.get(key, db=tables.targets), raw=False)[0]
+                owner = layout.cid_bytes(layout.owner_of_target_key(key))
+                txn.delete(layout.reader_key(owner, reader_name), db=tables.readers)
                 txn.delete(key, db=tables.targets)
             txn.delete(name.encode(), db=tables.collections)
             txn.put(prefix, b"", db=tables.dropped)

@@ -193,9 +193,6 @@ def test_commit_listener_sees_committed_state(store: Store) -> None:
     assert seen == [b"v1"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="engine bug: a commit listener that raises kills the background worker thread"
-)
 def test_failing_commit_listener_does_not_stop_background_work(open_store) -> None:
     store = open_store(background=True, commit_delay_ms=1, gc_interval_ms=5)
     n = store.create_collection("n", manual=False)
@@ -214,9 +211,6 @@ def test_failing_commit_listener_does_not_stop_background_work(open_store) -> No
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="engine bug: a raising commit listener hides the commit from later listeners"
-)
 def test_failing_commit_listener_does_not_silence_the_others(store: Store) -> None:
     heard: list[bytes] = []
 
@@ -233,9 +227,6 @@ def test_failing_commit_listener_does_not_silence_the_others(store: Store) -> No
     assert heard == [b"1"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="engine bug: Store.open on a path that is a file raises FileExistsError"
-)
 def test_store_open_on_a_file_is_a_storage_error(tmp_path) -> None:
     path = tmp_path / "a-file"
     path.write_bytes(b"not a store")

@@ -379,9 +379,6 @@ def test_background_worker_survives_gc_of_fresh_collection(open_store) -> None:
     wait_until(lambda: _versions_per_key(store)[layout.key_form(b"a")] == 1, what="GC after the fresh one")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="engine bug: a capped diff from '' after GC ends below the horizon (values lost)"
-)
 def test_capped_diff_from_beginning_after_gc_covers_everything(open_store) -> None:
     store = open_store(max_diff_generations=2)
     c = store.create_collection("c", manual=True)
@@ -403,9 +400,6 @@ def test_capped_diff_from_beginning_after_gc_covers_everything(open_store) -> No
     assert sorted((k, a, b) for k, (a, b) in ends.items() if a != b) == full
 
 
-@pytest.mark.xfail(
-    strict=True, reason="engine bug: long reader names/targets hit LMDB's key size (StorageError, a 500)"
-)
 @pytest.mark.parametrize(
     ("owner", "reader", "target"),
     [("c" * 255, "r" * 255, None), ("c", "x", "t" * 1024), ("c", "y", "hstream://" + "s" * 500)],
