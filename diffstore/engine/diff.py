@@ -22,7 +22,7 @@ from diffstore.engine import layout
 from diffstore.engine.cursors import DiffCursor, decode_cursor, encode_cursor
 from diffstore.engine.layout import decode_value
 from diffstore.engine.meta import CollectionMeta
-from diffstore.engine.readers import load_reader
+from diffstore.engine.readers import load_reader, readable_floor
 from diffstore.engine.tables import (
     Tables,
     check_not_collected,
@@ -84,15 +84,16 @@ def resolve_range(
         raise InvalidRequest(f"toGenerationId {to_gen!r} is above the current generation {meta.generation!r}")
     if from_generation_id > to_gen:
         raise InvalidRequest(f"fromGenerationId {from_generation_id!r} is above toGenerationId {to_gen!r}")
-    check_not_collected(meta, from_generation_id, allow_beginning=True)
-    check_not_collected(meta, to_gen)
+    floor = readable_floor(txn, tables, meta)
+    check_not_collected(meta, from_generation_id, floor, allow_beginning=True)
+    check_not_collected(meta, to_gen, floor)
     from_seq = resolve_seq(txn, tables, meta, from_generation_id)
     to_seq = resolve_seq(txn, tables, meta, to_gen)
     # A diff from the very beginning after GC must not end below the horizon (what lies below is gone),
     # so its first piece reaches at least the horizon and the cut is counted from there.
     count_from = from_seq
-    if meta.gc_horizon is not None and from_generation_id < meta.gc_horizon:
-        count_from = max(from_seq, resolve_seq(txn, tables, meta, meta.gc_horizon))
+    if floor is not None and from_generation_id < floor:
+        count_from = max(from_seq, resolve_seq(txn, tables, meta, floor))
     if max_generations is not None and to_seq - count_from > max_generations:
         # seqs are not dense: count the generations really in the range before cutting it.
         cursor = txn.cursor(db=tables.gens)
@@ -325,11 +326,8 @@ def diff_page(
         assert isinstance(state, DiffCursor)
         if state.cid != meta.cid:
             raise NoSuchCursor("the cursor belongs to another collection")
-        if (
-            meta.gc_horizon is not None
-            and state.from_generation_id not in (b"",)
-            and (state.from_generation_id < meta.gc_horizon)
-        ):
+        floor = readable_floor(txn, tables, meta)
+        if floor is not None and (b"" < state.from_generation_id < floor or state.to_generation_id < floor):
             raise CursorExpired("the cursor's range was garbage-collected")
         span = DiffRange(state.from_generation_id, state.from_seq, state.to_generation_id, state.to_seq)
         include_intermediate, from_key, to_key = state.include_intermediate, state.from_key, state.to_key

@@ -61,7 +61,8 @@ def _check_target_horizon(
     encoded = target.encode()
     raw = txn.get(encoded, db=tables.collections) if len(encoded) <= MAX_NAME_BYTES else None
     if raw is not None:
-        check_not_collected(CollectionMeta.unpack(target, raw), generation_id)
+        meta = CollectionMeta.unpack(target, raw)
+        check_not_collected(meta, generation_id, readable_floor(txn, tables, meta))
 
 
 def list_readers(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta) -> list[Reader]:
@@ -127,6 +128,23 @@ def delete_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, 
         return
     txn.delete(layout.reader_key(owner.cid_prefix, name), db=tables.readers)
     txn.delete(layout.target_key(existing.collection, owner.cid_prefix, name), db=tables.targets)
+
+
+def readable_floor(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bytes | None:
+    """The lowest generation of ``meta`` that reads, diffs and reader updates may still name (None: any).
+
+    It is the readers' minimum (capped at the current generation, so the current one stays readable), or
+    the GC horizon where that is higher: the minimum may drop again (a new null reader), but what GC
+    removed stays removed. Answering from the minimum, not from how far GC has got, makes the answer
+    independent of background timing (SPEC §1: "below the minimum answers 410").
+    """
+    floor = meta.gc_horizon
+    minimum = minimum_generation(txn, tables, meta.name)
+    if minimum:
+        live = min(minimum, meta.generation)
+        if floor is None or live > floor:
+            floor = live
+    return floor
 
 
 def minimum_generation(txn: lmdb.Transaction, tables: Tables, target: str) -> bytes | None:

@@ -10,6 +10,7 @@ import lmdb
 from diffstore.engine import layout
 from diffstore.engine.cursors import QueryCursor, decode_cursor, encode_cursor
 from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.readers import readable_floor
 from diffstore.engine.tables import (
     Tables,
     check_not_collected,
@@ -41,7 +42,7 @@ def read_point(
     if generation_id is None:
         generation_id = meta.generation
     validate_generation_id(generation_id)
-    check_not_collected(meta, generation_id)
+    check_not_collected(meta, generation_id, readable_floor(txn, tables, meta))
     seq = resolve_seq(txn, tables, meta, generation_id)
     return ReadPoint(meta, bytes(generation_id), seq, live_phantom(txn, tables, meta, phantom_id))
 
@@ -102,7 +103,8 @@ def query_page(
         assert isinstance(state, QueryCursor)
         if state.cid != meta.cid:
             raise NoSuchCursor("the cursor belongs to another collection")
-        if meta.gc_horizon is not None and state.generation_id < meta.gc_horizon:
+        floor = readable_floor(txn, tables, meta)
+        if floor is not None and state.generation_id < floor:
             raise CursorExpired("the cursor's generation was garbage-collected")
         point = ReadPoint(
             meta, state.generation_id, state.seq, live_phantom(txn, tables, meta, state.phantom_id)

@@ -114,12 +114,17 @@ def generation_of_seq(txn: lmdb.Transaction, tables: Tables, meta: CollectionMet
     return bytes(raw)
 
 
-def check_not_collected(meta: CollectionMeta, generation_id: bytes, *, allow_beginning: bool = False) -> None:
-    """Refuses work at a generation the garbage collector may already have removed."""
-    if meta.gc_horizon is None or generation_id >= meta.gc_horizon:
+def check_not_collected(
+    meta: CollectionMeta, generation_id: bytes, floor: bytes | None, *, allow_beginning: bool = False
+) -> None:
+    """Refuses work below ``floor`` (see ``readers.readable_floor``): GC may already have removed it.
+
+    ``allow_beginning`` lets a diff start at ``""``, which holds no records and so loses nothing to GC.
+    """
+    if floor is None or generation_id >= floor:
         return
     if allow_beginning and generation_id == b"":
         return
     raise GenerationCollected(
-        f"generation {generation_id!r} of {meta.name!r} is below the readers' minimum {meta.gc_horizon!r}"
+        f"generation {generation_id!r} of {meta.name!r} is below the readers' minimum {floor!r}"
     )
