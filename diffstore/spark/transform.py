@@ -119,6 +119,8 @@ class Transform:
         lease_seconds: how long to wait for another runner's open generation before aborting it.
         poll_timeout_ms: long-poll timeout while watching.
         on_event: called with ``(event, details)`` at every step (progress display, tests).
+        materialize_diffs: read each diff once into executor storage (``localCheckpoint``) before
+            ``fn`` sees it, instead of once per use.
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class Transform:
         lease_seconds: float = 60.0,
         poll_timeout_ms: int = 10_000,
         on_event: EventHook | None = None,
+        materialize_diffs: bool = True,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -149,6 +152,7 @@ class Transform:
             poll_timeout_ms,
         )
         self._on_event = on_event
+        self.materialize_diffs = materialize_diffs
         self._client = WireClient(url, codec)
 
     def close(self) -> None:
@@ -240,6 +244,10 @@ class Transform:
             alias: self._diff_frame(plan, alias).observe(obs, F.count(F.lit(1)).alias("rows"))
             for alias, obs in observations.items()
         }
+        if self.materialize_diffs:
+            # Read each diff over HTTP exactly once: jobs use a diff several times (joins, lookups'
+            # inputs), and every use would otherwise page through the server again.
+            diffs = {alias: frame.localCheckpoint(eager=True) for alias, frame in diffs.items()}
         written = Observation(f"diffstore_written_{tag}")
         result = self.fn(self.spark, diffs, self._lookup(plan)).select("key", "value")
         result = result.observe(written, F.count(F.lit(1)).alias("rows"))
