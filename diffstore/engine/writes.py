@@ -139,6 +139,15 @@ def _normalize(
         if if_not_present:
             flagged = set(latest)
     except (ValueError, TypeError):
+        if all(type(item) is tuple and len(item) == 3 for item in items):
+            # (key, value, if_not_present) triples, as the HTTP front parses them: still C-speed loops
+            try:
+                latest = {key: value for key, value, _ in items}  # type: ignore[misc]
+                last_flags = {key: flag for key, _, flag in items}  # type: ignore[misc]
+            except TypeError as exc:
+                raise InvalidRequest("a key must be bytes") from exc
+            flagged = {key for key, flag in last_flags.items() if flag}
+            return _validated(latest), flagged
         latest = {}
         for item in items:
             if not isinstance(item, tuple | list) or len(item) not in (2, 3):
@@ -149,13 +158,17 @@ def _normalize(
                 flagged.add(key)
             else:
                 flagged.discard(key)
+    return _validated(latest), flagged
+
+
+def _validated(latest: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
     if not all(type(key) is bytes for key in latest):
         raise InvalidRequest("a key must be bytes")
     if latest and max(map(len, latest)) > layout.MAX_KEY_LENGTH:
         raise InvalidRequest("a key must be at most 2^24-1 bytes")
     if not all(value is None or type(value) is bytes for value in latest.values()):
         raise InvalidRequest("a value must be bytes or None (tombstone)")
-    return latest, flagged
+    return latest
 
 
 def _phantom_write(
