@@ -141,12 +141,42 @@ def _parse_item(obj: Any, codec: Codec, where: str) -> PutItem:
     return f.es("key"), f.es_opt("value"), f.flag("ifNotPresent", False)
 
 
+def _json_items_fast(raw: list[Any]) -> list[PutItem] | None:
+    """The shape almost every JSON putMany has, at a few attribute lookups per item; None: not that shape.
+
+    ``{"key": {"value": s}, "value": {"value": s} | null}`` with nothing else (no ``encoding``, so utf8).
+    Anything unexpected (a missing field, a list, a number, a lone surrogate) ends the fast path and the
+    validating parser reports it.
+    """
+    items: list[PutItem] = []
+    append = items.append
+    try:
+        for item in raw:
+            key = item["key"]
+            value = item["value"]
+            if len(item) != 2 or len(key) != 1:
+                return None
+            if value is None:
+                append((key["value"].encode(), None, False))
+            elif len(value) != 1:
+                return None
+            else:
+                append((key["value"].encode(), value["value"].encode(), False))
+    except (KeyError, TypeError, AttributeError, UnicodeEncodeError):
+        return None
+    return items
+
+
 def parse_items(raw: list[Any], codec: Codec) -> list[PutItem]:
     """Parses putMany items; the common shapes take a fast path (a 10k-item body is the hot loop).
 
     Fast: msgpack ``{"key": bin, "value": bin|nil}`` and JSON ``{"key": {"value": s}, "value": {"value": s}}``
     or ``"value": null`` (utf8 without an ``encoding`` field). Everything else takes the validating parser.
     """
+    if not codec.binary:
+        fast = _json_items_fast(raw)
+        if fast is not None:
+            return fast
     items: list[PutItem] = []
     append = items.append
     binary = codec.binary
