@@ -37,6 +37,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, NoSuchReader
+from diffstore.spark._prefetch import ahead
 from diffstore.spark._wire import WireClient
 from diffstore.spark.options import ReadOptions, WriteOptions
 
@@ -190,16 +191,16 @@ class DiffstoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         part = partition if isinstance(partition, KeyRange) else KeyRange(None, None)
         connection = self.options.connection
+        limit = self.options.page_limit
         with WireClient(connection.url, connection.codec) as client:
             if self.pinned.is_diff:
-                yield from read_diff(
-                    client, connection.collection, self.pinned, part, self.options.page_limit
-                )
+                pages = read_diff(client, connection.collection, self.pinned, part, limit)
             else:
-                generation = self.pinned.to_generation_id
-                yield from read_snapshot(
-                    client, connection.collection, generation, part, self.options.page_limit
+                pages = read_snapshot(
+                    client, connection.collection, self.pinned.to_generation_id, part, limit
                 )
+            # the next page is fetched while Spark consumes this one
+            yield from ahead(pages)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from diffstore.errors import Conflict, DiffstoreError, NoSuchCollection, ReaderExists
+from diffstore.spark._prefetch import ahead
 from diffstore.spark._wire import WireClient
 from diffstore.spark.options import encode_generation
 from diffstore.spark.plan import RoundPlan, next_generation, plan_sources, reader_name
@@ -89,7 +90,8 @@ def lookup_partition(
         keys = sorted(
             {key for batch in batches for key in batch.column("key").to_pylist() if key is not None}
         )
-        with WireClient(url, codec) as client:
+
+        def batches_of(client: WireClient) -> Iterator[pa.RecordBatch]:
             for start in range(0, len(keys), _LOOKUP_CHUNK):
                 chunk = keys[start : start + _LOOKUP_CHUNK]
                 found = fetch(client, chunk)
@@ -97,6 +99,10 @@ def lookup_partition(
                 yield pa.RecordBatch.from_arrays(
                     [pa.array(chunk, pa.binary()), pa.array(values, pa.binary())], names=["key", "value"]
                 )
+
+        with WireClient(url, codec) as client:
+            # the next chunk is fetched while Spark consumes this one
+            yield from ahead(batches_of(client))
 
     return run
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from diffstore.errors import InvalidRequest
+from diffstore.spark._prefetch import ahead
 from diffstore.spark.cli import _sources, add_commands, run_transform
 from diffstore.spark.options import ReadOptions, WriteOptions
 from diffstore.spark.plan import RoundPlan, next_generation, plan_sources, reader_name
@@ -104,3 +106,20 @@ def test_transform_command_line() -> None:
     assert _sources(args.source) == {"a": "A", "b": "B"}
     with pytest.raises(SystemExit):
         _sources(["nope"])
+
+
+def test_ahead_keeps_order_and_hands_over_errors() -> None:
+    assert list(ahead(iter(range(50)), depth=2)) == list(range(50))
+
+    def failing() -> Iterator[int]:
+        yield 1
+        raise InvalidRequest("late")
+
+    got: list[int] = []
+    with pytest.raises(InvalidRequest, match="late"):
+        for item in ahead(failing()):
+            got.append(item)
+    assert got == [1]
+    early = ahead(iter(range(1_000)), depth=1)
+    assert next(early) == 0
+    early.close()  # the producer stops instead of blocking forever
