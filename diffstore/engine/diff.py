@@ -182,39 +182,6 @@ def _changed_forms(
             heapq.heapreplace(heap, (following, index))
 
 
-def _item(
-    cursor: lmdb.Cursor,
-    head: bytes,
-    to_bound: bytes,
-    from_seq: bytes,
-    include_intermediate: bool,
-) -> tuple[bytes, bytes, tuple[bytes | None, ...]] | None:
-    """(to value, from value, intermediate) stored values of one key whose records start with ``head``.
-
-    ``to_bound`` is the seq just above ``to``; seqs are fixed-width big-endian, so bytes compare as
-    numbers. Returns None when the key has no record at or below ``to``.
-    """
-    if cursor.set_range(head + to_bound):
-        found = cursor.prev()
-    else:
-        found = cursor.last()
-    if not found:
-        return None
-    key, to_raw = cursor.item()
-    if key[:-8] != head:
-        return None
-    between: list[bytes | None] = []
-    while cursor.prev():
-        key, raw = cursor.item()
-        if key[:-8] != head:
-            break
-        if key[-8:] <= from_seq:
-            return to_raw, raw, tuple(reversed(between))
-        if include_intermediate:
-            between.append(decode_value(raw))
-    return to_raw, b"", tuple(reversed(between))
-
-
 def iter_items(
     txn: lmdb.Transaction,
     tables: Tables,
@@ -241,9 +208,13 @@ def iter_items(
     group: list[DiffItem] = []
     group_id: bytes | None = None
     bounded = after_key is not None or from_key is not None or to_key is not None
-    # The loop below is the diff's hot path: _item is inlined for the common case of one version in the
-    # range, and stored values are compared before they are decoded.
-    set_range, prev, item, last = records.set_range, records.prev, records.item, records.last
+    # The diff's hot path. The records cursor only moves forward: changed keys come in key order, so a
+    # dense diff walks ``records`` like a scan (next, no seek) and a sparse one seeks per key. A key's
+    # versions are read oldest first: the last at or below ``from``, those in between, the last at or
+    # below ``to``. Stored values are compared before they are decoded.
+    set_range, step, item = records.set_range, records.next, records.item
+    current: bytes | None = None  # the record key under the cursor (None: not positioned or exhausted)
+    current_value = b""
     for form in _changed_forms(txn, tables, prefix, seqs, lower, upper_form(to_key)):
         long_form = long_mark in form
         if group and (not long_form or layout.long_group(form) != group_id):
@@ -251,25 +222,23 @@ def iter_items(
             yield from _within(group, from_key, to_key, after_key)
             group, group_id = [], None
         head = prefix + form
-        if include_intermediate:
-            found = _item(records, head, to_bound, from_seq, True)
-            if found is None:
-                continue
-            to_raw, from_raw, between = found
-        else:
-            if not (prev() if set_range(head + to_bound) else last()):
-                continue
-            record_key, to_raw = item()
-            if record_key[:-8] != head:
-                continue
-            from_raw, between = b"", ()
-            while prev():
-                record_key, raw = item()
-                if record_key[:-8] != head:
-                    break
-                if record_key[-8:] <= from_seq:
-                    from_raw = raw
-                    break
+        if current is None or (current[:-8] != head and current < head):
+            current, current_value = item() if set_range(head) else (None, b"")
+        to_raw: bytes | None = None
+        from_raw = b""
+        between: list[bytes | None] | None = None
+        while current is not None and current[:-8] == head:
+            seq = current[-8:]
+            if seq <= from_seq:
+                from_raw = current_value
+            elif seq < to_bound:
+                if to_raw is not None and include_intermediate:
+                    between = between or []
+                    between.append(decode_value(to_raw))
+                to_raw = current_value
+            current, current_value = item() if step() else (None, b"")
+        if to_raw is None:
+            continue
         if to_raw == from_raw:
             continue
         to_value = to_raw[1:] if to_raw and to_raw[0] == 1 else decode_value(to_raw)
@@ -278,7 +247,9 @@ def iter_items(
             continue
         if long_form:
             group_id = layout.long_group(form)
-            group.append(DiffItem(layout.long_key_of_value(to_raw), from_value, to_value, between))
+            group.append(
+                DiffItem(layout.long_key_of_value(to_raw), from_value, to_value, tuple(between or ()))
+            )
             continue
         key = form[:-2].replace(b"\x00\xff", b"\x00")
         if bounded:
@@ -286,7 +257,7 @@ def iter_items(
                 continue
             if to_key is not None and key >= to_key:
                 return
-        yield DiffItem(key, from_value, to_value, between)
+        yield DiffItem(key, from_value, to_value, tuple(between) if between else ())
     if group:
         group.sort(key=lambda item: item.key)
         yield from _within(group, from_key, to_key, after_key)
