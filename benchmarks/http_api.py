@@ -44,7 +44,7 @@ from diffstore import Store, StoreConfig
 BATCH = 10_000
 IN_FLIGHT = 2
 SERVE = (
-    "import sys; from diffstore.server import ServerConfig; from diffstore.server.cli import serve; "
+    "import sys; from diffstore.server import ServerConfig; from diffstore.server.serving import serve; "
     "serve(ServerConfig(data_dir=sys.argv[1], port=int(sys.argv[2])))"
 )
 BARE = (

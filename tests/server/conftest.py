@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
 from diffstore.server import ServerConfig, create_app
-from diffstore.server.cli import GracefulServer
+from diffstore.server.serving import GracefulServer
 
 STARTUP_DEADLINE_S = 10.0
 
