@@ -263,12 +263,18 @@ def put_result_from_wire(obj: Any, codec: Codec) -> PutResult:
     return PutResult(f.es("generationId"), f.flag("wasPut", True), f.flag("skipped", False))
 
 
+def _encode_es_opt(data: bytes | None) -> dict[str, str] | None:
+    return None if data is None else encode_es(data)
+
+
 def query_page_to_wire(page: QueryPage, codec: Codec) -> Body:
     es = codec.es
-    body: Body = {
-        "generationId": es(page.generation_id),
-        "items": [{"key": es(r.key), "value": es(r.value)} for r in page.items],
-    }
+    items: list[dict[str, Any]]
+    if codec.binary:  # keys and values are bytes already: msgpack writes them as bin
+        items = [{"key": r[0], "value": r[1]} for r in page.items]
+    else:
+        items = [{"key": encode_es(r[0]), "value": encode_es(r[1])} for r in page.items]
+    body: Body = {"generationId": es(page.generation_id), "items": items}
     set_if_given(body, "cursorId", page.cursor)
     return body
 
@@ -284,19 +290,28 @@ def query_page_from_wire(obj: Any, codec: Codec) -> QueryPage:
 
 
 def diff_page_to_wire(page: DiffPage, codec: Codec) -> Body:
-    es, es_opt = codec.es, codec.es_opt
+    es = codec.es
+    items: list[dict[str, Any]]
+    if codec.binary:  # keys and values are bytes (or None) already: msgpack writes bin / nil
+        items = [
+            {"key": d[0], "fromValue": d[1], "intermediateValues": list(d[3]), "toValue": d[2]}
+            for d in page.items
+        ]
+    else:
+        es_opt = _encode_es_opt
+        items = [
+            {
+                "key": encode_es(d[0]),
+                "fromValue": es_opt(d[1]),
+                "intermediateValues": [es_opt(v) for v in d[3]],
+                "toValue": es_opt(d[2]),
+            }
+            for d in page.items
+        ]
     body: Body = {
         "fromGenerationId": es(page.from_generation_id),
         "toGenerationId": es(page.to_generation_id),
-        "items": [
-            {
-                "key": es(d.key),
-                "fromValue": es_opt(d.from_value),
-                "intermediateValues": [es_opt(v) for v in d.intermediate],
-                "toValue": es_opt(d.to_value),
-            }
-            for d in page.items
-        ],
+        "items": items,
     }
     set_if_given(body, "cursorId", page.cursor)
     return body
