@@ -161,12 +161,17 @@ def _normalize(
     return _validated(latest), flagged
 
 
+_KEY_TYPES = frozenset({bytes})
+_VALUE_TYPES = frozenset({bytes, type(None)})
+
+
 def _validated(latest: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
-    if not all(type(key) is bytes for key in latest):
+    # set(map(type, ...)) runs in C: validation must not cost the bulk path a Python loop per item
+    if not set(map(type, latest)) <= _KEY_TYPES:
         raise InvalidRequest("a key must be bytes")
     if latest and max(map(len, latest)) > layout.MAX_KEY_LENGTH:
         raise InvalidRequest("a key must be at most 2^24-1 bytes")
-    if not all(value is None or type(value) is bytes for value in latest.values()):
+    if not set(map(type, latest.values())) <= _VALUE_TYPES:
         raise InvalidRequest("a value must be bytes or None (tombstone)")
     return latest
 
@@ -269,16 +274,22 @@ def put_many(
         latest = kept
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
-    records: list[tuple[bytes, bytes]] = []
-    changes: list[tuple[bytes, bytes]] = []
-    for key, value in latest.items():
-        if len(key) <= layout.LONG_KEY_PREFIX:
-            form = key.replace(b"\x00", b"\x00\xff") + b"\x00\x00"
-            records.append((prefix + form + suffix, b"" if value is None else b"\x01" + value))
-        else:
+    records: list[tuple[bytes, bytes]]
+    changes: list[tuple[bytes, bytes]]
+    if max(map(len, latest)) <= layout.LONG_KEY_PREFIX:
+        # the bulk path: comprehensions, no per-item function calls (key_form/encode_value inlined)
+        forms = [key.replace(b"\x00", b"\x00\xff") + b"\x00\x00" for key in latest]
+        records = [
+            (prefix + form + suffix, b"" if value is None else b"\x01" + value)
+            for form, value in zip(forms, latest.values(), strict=True)
+        ]
+        changes = [(run + form, b"") for form in forms]
+    else:
+        records, changes = [], []
+        for key, value in latest.items():
             form = layout.key_form(key)
             records.append((prefix + form + suffix, layout.encode_value(key, value)))
-        changes.append((run + form, b""))
+            changes.append((run + form, b""))
     txn.cursor(db=tables.records).putmulti(records)
     txn.cursor(db=tables.changes).putmulti(changes)
     first_write = meta.next_count == 0
