@@ -13,6 +13,8 @@ whole range at once instead, so every key appears once.
 from __future__ import annotations
 
 import heapq
+import itertools
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -135,16 +137,19 @@ def _changed_forms(
         run = layout.change_prefix(prefix, seqs[0])
         cursor = txn.cursor(db=tables.changes)
         if not cursor.set_range(run + lower):
-            return
-        cut = len(run)
-        for key in cursor.iternext(values=False):
-            if not key.startswith(run):
-                return
-            form = key[cut:]
-            if upper is not None and form >= upper:
-                return
-            yield form
-        return
+            return iter(())
+        stop = run + upper if upper is not None else layout.next_prefix(run)
+        keys = cursor.iternext(values=False)
+        if stop is not None:
+            # C-level iterators only: a single generation's keys are the hottest loop of a diff
+            keys = itertools.takewhile(stop.__gt__, keys)
+        return map(operator.itemgetter(slice(len(run), None)), keys)
+    return _merged_forms(txn, tables, prefix, seqs, lower, upper)
+
+
+def _merged_forms(
+    txn: lmdb.Transaction, tables: Tables, prefix: bytes, seqs: list[int], lower: bytes, upper: bytes | None
+) -> Iterator[bytes]:
     # One shared cursor re-seeks each run; the heap holds one form per run, nothing more.
     cursor = txn.cursor(db=tables.changes)
     heap: list[tuple[bytes, int]] = []
