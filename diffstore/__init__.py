@@ -26,7 +26,6 @@ from diffstore.errors import DiffstoreError
 __version__ = "0.1.0"
 
 __all__ = [
-    "UNSET",
     "Collection",
     "CollectionInfo",
     "DiffItem",
@@ -42,4 +41,5 @@ __all__ = [
     "Record",
     "Store",
     "StoreConfig",
+    "UNSET",
 ]

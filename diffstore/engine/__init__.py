@@ -22,7 +22,6 @@ from diffstore.engine.types import (
 )
 
 __all__ = [
-    "UNSET",
     "Collection",
     "CollectionInfo",
     "DiffItem",
@@ -37,4 +36,5 @@ __all__ = [
     "Record",
     "Store",
     "StoreConfig",
+    "UNSET",
 ]
