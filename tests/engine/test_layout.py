@@ -1,0 +1,53 @@
+"""Round trips and order of the storage layout (``diffstore.engine.layout``)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from diffstore.engine import layout
+
+keys = st.one_of(
+    st.binary(max_size=8),
+    st.binary(min_size=195, max_size=230).map(lambda b: b"P" * 190 + b),
+    st.binary(max_size=300),
+)
+values = st.one_of(st.none(), st.binary(max_size=20))
+
+
+@given(keys, keys)
+def test_key_forms_keep_bytewise_order_outside_long_groups(a: bytes, b: bytes) -> None:
+    fa, fb = layout.key_form(a), layout.key_form(b)
+    same_group = (
+        layout.is_long_form(fa) and layout.is_long_form(fb) and layout.long_group(fa) == layout.long_group(fb)
+    )
+    if a == b:
+        assert fa == fb
+    elif not same_group:
+        assert (a < b) == (fa < fb)
+    assert layout.is_long_form(fa) == (len(a) > layout.LONG_KEY_PREFIX)
+
+
+@given(keys, values)
+def test_values_and_keys_round_trip(key: bytes, value: bytes | None) -> None:
+    raw = layout.encode_value(key, value)
+    assert layout.decode_value(raw) == value
+    assert layout.key_of(layout.key_form(key), raw) == key
+
+
+@given(keys, st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1))
+def test_record_and_change_keys_round_trip(key: bytes, seq: int, cid: int) -> None:
+    form, prefix = layout.key_form(key), layout.cid_bytes(cid)
+    assert layout.split_record_key(layout.record_key(prefix, form, seq)) == (form, seq)
+    assert layout.split_change_key(layout.change_key(prefix, seq, form)) == (seq, form)
+    assert len(layout.record_key(prefix, form, seq)) <= 511  # LMDB's default maximum key size
+
+
+@given(st.binary(min_size=1, max_size=12))
+def test_next_prefix_bounds_every_extension(prefix: bytes) -> None:
+    bound = layout.next_prefix(prefix)
+    if bound is None:
+        assert set(prefix) == {0xFF}
+    else:
+        assert prefix < bound and not bound.startswith(prefix)
+        assert prefix + b"\xff" * 8 < bound
