@@ -254,7 +254,7 @@ class Collection:
         """One page of the diff (from, to]; the answer's ``to_generation_id`` may be lower than asked."""
         config = self._store.config
         if cursor is None:
-            limit = reads._check_limit(limit, config.default_page_limit, config.max_page_limit)
+            limit = reads.check_limit(limit, config.default_page_limit, config.max_page_limit)
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return diff.diff_page(

@@ -75,7 +75,7 @@ def get(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, key: bytes) -> 
     return GetResult(generation_id, Record(key, value, generation_id))
 
 
-def _check_limit(limit: int | None, default: int, maximum: int) -> int:
+def check_limit(limit: int | None, default: int, maximum: int) -> int:
     if limit is None:
         return default
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
@@ -112,7 +112,7 @@ def query_page(
         from_key, to_key, after, limit = state.from_key, state.to_key, state.after_key, state.limit
         phantom_id = state.phantom_id
     else:
-        limit = _check_limit(limit, default_limit, max_limit)
+        limit = check_limit(limit, default_limit, max_limit)
         point = read_point(txn, tables, meta, generation_id, phantom_id)
         after = None
     lower = lower_form(after if after is not None else from_key)
@@ -151,7 +151,7 @@ def keys_around(
     require_key_existence: bool,
 ) -> KeysAround:
     """Up to ``limit`` visible keys on each side of ``key`` (``left`` descending)."""
-    limit = _check_limit(limit, limit, 1000)
+    limit = check_limit(limit, limit, 1000)
     found = get(txn, tables, point, key).record is not None
     if require_key_existence and not found:
         return KeysAround(point.generation_id, [], [], False, False, False)

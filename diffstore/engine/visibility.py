@@ -11,7 +11,7 @@ Streams are in *key form* order; :func:`in_key_order` restores the true order in
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import lmdb
@@ -207,7 +207,6 @@ def visible_stream(
 def in_key_order(
     stream: Iterator[tuple[bytes, bytes, int | bytes]],
     reverse: bool = False,
-    key_of: Callable[[bytes, bytes], bytes] = layout.key_of,
 ) -> Iterator[tuple[bytes, bytes, int | bytes]]:
     """Turns (form, stored value, gen) into (user key, stored value, gen) in true bytewise key order.
 
@@ -223,7 +222,7 @@ def in_key_order(
                     group.sort(key=lambda row: row[0], reverse=reverse)
                     yield from group
                 group, group_id = [], gid
-            group.append((key_of(form, raw), raw, gen))
+            group.append((layout.key_of(form, raw), raw, gen))
             continue
         if group:
             group.sort(key=lambda row: row[0], reverse=reverse)
