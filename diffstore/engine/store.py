@@ -2,7 +2,8 @@
 
 Invariants:
 - Every change is one LMDB write transaction, taken under ``Store._write_lock`` (one writer at a time
-  in this process; readers never block). A commit is durable when its transaction returns (sync=True).
+  in this process; readers never block). A commit is durable when its transaction returns
+  (``StoreConfig.sync``, the default); without it the worker flushes every ``sync_interval_ms``.
 - Commit listeners run after the transaction that committed, outside the lock, in the committing
   thread (the background worker for automatic commits).
 - The background worker only does work that is safe to repeat or resume after a crash: automatic
@@ -66,8 +67,8 @@ class Store:
                 max_dbs=len(layout.TABLES) + 2,
                 max_readers=2048,
                 readahead=False,
-                sync=True,
-                metasync=True,
+                sync=self.config.sync,
+                metasync=self.config.sync,
             )
             self.tables = Tables.open(self.env)
         except (lmdb.Error, OSError) as exc:
@@ -76,6 +77,7 @@ class Store:
         self._listeners: list[CommitListener] = []
         self._listeners_lock = threading.Lock()
         self._closed = False
+        self.flushes = 0  # how many times the worker flushed an unsynced store (sync=False)
         # name -> monotonic deadline of the automatic commit of its open generation
         self._auto_commit_due: dict[str, float] = {}
         # name -> (generation seq, last key form) where the GC of a long generation resumes
@@ -108,6 +110,8 @@ class Store:
         if self._worker is not None:
             self._worker.join()
         with self._write_lock:
+            if not self.config.sync:
+                self.env.sync(True)
             self.env.close()
 
     # --- transactions ---------------------------------------------------------------------------
@@ -286,9 +290,14 @@ class Store:
 
     def _run_worker(self) -> None:
         interval = self.config.gc_interval_ms / 1000
+        sync_interval = self.config.sync_interval_ms / 1000
         last_gc = 0.0
+        last_sync = time.monotonic()
         while not self._closed:
             now = time.monotonic()
+            if not self.config.sync and now - last_sync >= sync_interval:
+                self._flush()
+                last_sync = now
             with self._wake:
                 due_times = list(self._auto_commit_due.values())
             next_due = min(due_times, default=now + interval)
@@ -300,7 +309,17 @@ class Store:
                 if now - last_gc >= interval and not worked:
                     last_gc = now
                 continue
+            wake_at = min(next_due, last_gc + interval)
+            if not self.config.sync:
+                wake_at = min(wake_at, last_sync + sync_interval)
             with self._wake:
                 if self._closed:
                     return
-                self._wake.wait(timeout=min(next_due, last_gc + interval) - now)
+                self._wake.wait(timeout=max(0.0, wake_at - now))
+
+    def _flush(self) -> None:
+        try:
+            self.env.sync(True)
+            self.flushes += 1
+        except lmdb.Error:
+            _log.exception("flushing the store to disk failed")

@@ -51,11 +51,11 @@ def expected_states(upto: int) -> list[dict[bytes, bytes]]:
     return states
 
 
-def main(path: str) -> None:
+def main(path: str, sync: bool) -> None:
     from diffstore import Store, StoreConfig
     from diffstore.errors import CollectionExists
 
-    store = Store.open(path, config=StoreConfig(gc_interval_ms=5, gc_batch=16))
+    store = Store.open(path, config=StoreConfig(gc_interval_ms=5, gc_batch=16, sync=sync))
     try:
         coll = store.create_collection("c", manual=True, initial_generation_id=gen_id(0))
         coll.create_reader("progress", collection="hstream://crash", generation_id=gen_id(0))
@@ -78,4 +78,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sync=sys.argv[2:] != ["nosync"])

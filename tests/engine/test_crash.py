@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from diffstore import Reader, Store, StoreConfig
 from diffstore.errors import GenerationCollected
 
@@ -27,10 +29,10 @@ LINE_DEADLINE_S = 60.0
 class Child:
     """The writer process with its stdout lines in a queue (read by a thread, so waits have deadlines)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sync: bool) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, str(WRITER), str(path)],
+            [sys.executable, str(WRITER), str(path), *([] if sync else ["nosync"])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -122,13 +124,15 @@ def _check(path: Path, printed: int) -> int:
         return current
 
 
-def test_sigkill_at_random_moments(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "nosync"])
+def test_sigkill_at_random_moments(tmp_path: Path, sync: bool) -> None:
+    """With ``sync=False`` too: a killed process leaves its commits in the OS page cache."""
     path = tmp_path / "store"
     rng = random.Random(os.environ.get("CRASH_SEED", "1"))
     printed = 0
     total_resumed = []
     for _ in range(ROUNDS):
-        child = Child(path)
+        child = Child(path, sync)
         rest: list[str] = []
         try:
             ready = child.next_line()
