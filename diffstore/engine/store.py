@@ -69,6 +69,9 @@ class Store:
                 readahead=False,
                 sync=self.config.sync,
                 metasync=self.config.sync,
+                # unsynced, a commit need not write its pages at all: they are changed in the shared map
+                writemap=not self.config.sync,
+                map_async=not self.config.sync,
             )
             self.tables = Tables.open(self.env)
         except (lmdb.Error, OSError) as exc:

@@ -40,7 +40,9 @@ class StoreConfig:
             crash or power loss may lose the last commits or damage the store — the durability of
             RocksDB's default, and several times faster for small commits on a large collection (fsync of
             scattered B-tree pages dominates them). The background worker then flushes every
-            ``sync_interval_ms``, and closing the store flushes.
+            ``sync_interval_ms``, and closing the store flushes. Unsynced stores write through LMDB's
+            writable map, which makes the data file as large as ``map_size`` (sparse: only what is written
+            takes disk space), so the file system must support sparse files.
     """
 
     map_size: int = 1 << 40

@@ -46,3 +46,19 @@ def test_synced_store_never_needs_a_flush(open_store) -> None:
 def test_sync_interval_must_be_positive(interval: int) -> None:
     with pytest.raises(InvalidRequest):
         StoreConfig(sync=False, sync_interval_ms=interval)
+
+
+@pytest.mark.parametrize("first, then", [(False, True), (True, False)], ids=["unsynced", "synced"])
+def test_a_store_may_switch_between_synced_and_unsynced(open_store, first: bool, then: bool) -> None:
+    store = open_store(sync=first, map_size=1 << 30)
+    coll = store.create_collection("c", manual=True)
+    coll.start_generation(b"1")
+    coll.put(b"k", b"v1", generation_id=b"1")
+    coll.commit_generation(b"1")
+    store.close()
+    store = open_store(sync=then, map_size=1 << 30)
+    coll = store.collection("c")
+    coll.start_generation(b"2")
+    coll.put(b"k", b"v2", generation_id=b"2")
+    coll.commit_generation(b"2")
+    assert [(i.key, i.from_value, i.to_value) for i in coll.diff(b"1", b"2")] == [(b"k", b"v1", b"v2")]
