@@ -40,7 +40,9 @@ def read_point(
 ) -> ReadPoint:
     """Resolves where a read looks; refuses generations below the GC horizon."""
     if generation_id is None:
-        generation_id = meta.generation
+        # the current generation is always readable (the floor never rises above it)
+        phantom = live_phantom(txn, tables, meta, phantom_id)
+        return ReadPoint(meta, meta.generation, meta.generation_seq, phantom)
     validate_generation_id(generation_id)
     check_not_collected(meta, generation_id, readable_floor(txn, tables, meta))
     seq = resolve_seq(txn, tables, meta, generation_id)
@@ -71,7 +73,12 @@ def get(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, key: bytes) -> 
     value = layout.decode_value(version[1])
     if value is None:
         return GetResult(point.generation_id, None)
-    generation_id = _GenerationNames(txn, tables, point.meta)(version[2])
+    seq = version[2]
+    meta = point.meta
+    if seq == meta.generation_seq:
+        generation_id = meta.generation
+    else:
+        generation_id = _GenerationNames(txn, tables, meta)(seq)
     return GetResult(generation_id, Record(key, value, generation_id))
 
 

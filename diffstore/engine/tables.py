@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import lmdb
 
@@ -12,6 +12,7 @@ from diffstore.errors import GenerationCollected, InvalidRequest, NoSuchCollecti
 
 MAX_GENERATION_ID = 255
 MAX_NAME_BYTES = 255
+_META_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,9 @@ class Tables:
     targets: lmdb._Database
     producers: lmdb._Database
     dropped: lmdb._Database
+    # (name, stored row) -> its CollectionMeta: rows are immutable values, so a hit is always right, and
+    # every operation loads its collection's row first (unpacking it is most of a point read's cost)
+    meta_cache: dict[tuple[str, bytes], CollectionMeta] = field(default_factory=dict, compare=False)
 
     @classmethod
     def open(cls, env: lmdb.Environment) -> Tables:
@@ -57,7 +61,13 @@ def load_meta(txn: lmdb.Transaction, tables: Tables, name: str) -> CollectionMet
     raw = txn.get(name.encode(), db=tables.collections)
     if raw is None:
         raise NoSuchCollection(f"no collection named {name!r}")
-    return CollectionMeta.unpack(name, raw)
+    cache = tables.meta_cache
+    meta = cache.get((name, raw))
+    if meta is None:
+        if len(cache) >= _META_CACHE_SIZE:
+            cache.clear()
+        meta = cache[(name, raw)] = CollectionMeta.unpack(name, raw)
+    return meta
 
 
 def save_meta(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:

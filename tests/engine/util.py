@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from diffstore import Store
+from diffstore.engine import layout
 from diffstore.engine.collection import Collection
 
 
@@ -14,7 +15,7 @@ def raw_state(store: Store) -> dict[str, list[tuple[bytes, bytes]]]:
     with store.env.begin() as txn:
         return {
             name: [(bytes(k), bytes(v)) for k, v in txn.cursor(db=getattr(tables, name))]
-            for name in tables.__dataclass_fields__
+            for name in (table.decode() for table in layout.TABLES)
         }
 
 
