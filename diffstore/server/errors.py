@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from diffstore import errors as e
 from diffstore.server.negotiation import response_codec
-from diffstore.wire import error_to_wire
+from diffstore.wire import Codec, error_to_wire
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +56,21 @@ def status_for(exc: e.DiffstoreError) -> int:
     return 500
 
 
-def error_response(request: Request, exc: e.DiffstoreError) -> Response:
-    """Renders an error in the format the client accepts (JSON unless it asked for msgpack)."""
+def encode_error(exc: e.DiffstoreError, codec: Codec, method: str, path: str) -> tuple[int, bytes]:
+    """The status and the SPEC §2 body of an error; a 5xx is logged (naming ``method`` and ``path``)."""
     status = status_for(exc)
     if status >= 500:
-        log.error("%s %s failed: %r", request.method, request.url.path, exc)
-    codec = response_codec(request.headers.get("accept"))
+        log.error("%s %s failed: %r", method, path, exc)
     bytes_max = exc.bytes_max if isinstance(exc, e.PayloadTooLarge) else None
-    headers = {"connection": "close"} if bytes_max is not None else None  # the rest of the body is unread
-    body = codec.dumps(error_to_wire(exc.code, exc.reason, bytes_max))
+    return status, codec.dumps(error_to_wire(exc.code, exc.reason, bytes_max))
+
+
+def error_response(request: Request, exc: e.DiffstoreError) -> Response:
+    """Renders an error in the format the client accepts (JSON unless it asked for msgpack)."""
+    codec = response_codec(request.headers.get("accept"))
+    status, body = encode_error(exc, codec, request.method, request.url.path)
+    # a 413 leaves the rest of the body unread: the connection cannot carry another request
+    headers = {"connection": "close"} if isinstance(exc, e.PayloadTooLarge) else None
     return Response(body, status_code=status, media_type=codec.content_type, headers=headers)
 
 

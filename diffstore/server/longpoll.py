@@ -1,29 +1,122 @@
-"""Long-poll waiters of ``generationId/stream``: asyncio futures woken by the store's commit listener.
+"""Long-poll waiters of ``generationId/stream`` and the fan-out that answers them when a commit lands.
+
+A waiter is one open request: its ASGI ``send``, the codec it asked for and the generation id it was
+given. The route (:mod:`diffstore.server.routes.stream`) registers it and then only awaits ``receive()``,
+which returns once the response is complete or the client has gone: a waiter costs one suspended task,
+one timer handle and one :class:`Waiter`.
 
 Invariants:
-    * A waiter is one future in ``_waiters[collection]``; no thread is held while it waits.
     * The commit listener runs in the committing thread and only schedules ``_wake`` on the event loop
-      (``call_soon_threadsafe``); ``_wake`` pops the collection's whole set, so one commit answers every
+      (``call_soon_threadsafe``); ``_wake`` pops the collection's whole group, so one commit answers every
       waiter of that collection at once.
-    * A waiter registers before it reads the current generation, so a commit between the two is never lost.
-    * ``close`` (graceful shutdown) resolves every waiter with ``None`` and refuses new ones.
+    * An answer is encoded once per (generation id, codec) -- body, headers and the two ASGI messages --
+      and the same messages go to every waiter. Each waiter's two sends run eagerly inside ``_wake``:
+      uvicorn's ``send`` writes to the socket and returns without suspending unless that connection's
+      write buffer is full, in which case that waiter alone continues in a task. The fan-out is one pass
+      over the waiters, with no task switch, Request/Response object or serialization per waiter, and
+      with the cyclic garbage collector paused (it would otherwise run a dozen times in the middle).
+    * A waiter registers before the route reads the current generation, so a commit between the two is
+      never lost. A waiter is answered at most once (``answered``): by a commit, its timer, shutdown or
+      the route itself, whichever comes first.
+    * ``close`` (graceful shutdown) answers every waiter with the id it was given and refuses new ones.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import gc
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from diffstore.wire import Codec, generation_to_wire
 
 if TYPE_CHECKING:
+    from starlette.types import Message, Send
+
     from diffstore.engine.store import Store
+
+Answer = tuple["Message", "Message"]
+_continuations: set[asyncio.Task[None]] = set()  # the tasks of sends that had to wait (kept referenced)
+
+
+def encode_answer(generation_id: bytes, codec: Codec) -> Answer:
+    """The two ASGI messages of a 200 ``{"generationId": ES}`` answer, ready to send to many clients."""
+    body = codec.dumps(generation_to_wire(generation_id, codec))
+    headers = [(b"content-type", codec.content_type.encode()), (b"content-length", b"%d" % len(body))]
+    return (
+        {"type": "http.response.start", "status": 200, "headers": headers},
+        {"type": "http.response.body", "body": body},
+    )
+
+
+def run_eagerly(coro: Coroutine[Any, Any, None]) -> None:
+    """Runs ``coro`` at once in the caller's frame; if it suspends, a task carries on from there.
+
+    Python 3.12's eager tasks do the same. A send that completes without waiting -- the common case --
+    thus costs no task and no pass of the event loop.
+    """
+    try:
+        pending = coro.send(None)
+    except StopIteration:
+        return
+    task = asyncio.get_running_loop().create_task(_carry_on(coro, pending))
+    _continuations.add(task)
+    task.add_done_callback(_continuations.discard)
+
+
+async def _carry_on(coro: Coroutine[Any, Any, None], pending: Any) -> None:
+    """Resumes ``coro`` each time the future it suspended on is done, as a task would."""
+    try:
+        while True:
+            if pending is None:  # a bare yield (``asyncio.sleep(0)``)
+                await asyncio.sleep(0)
+            else:  # the coroutine sees the future's outcome itself when resumed
+                await asyncio.wait((pending,))
+            try:
+                pending = coro.send(None)
+            except StopIteration:
+                return
+    except BaseException:
+        coro.close()
+        raise
+
+
+class Waiter:
+    """One long-poll request waiting for ``collection`` to move away from ``given``."""
+
+    __slots__ = ("collection", "given", "codec", "send", "task", "timer", "answered", "error")
+
+    def __init__(self, collection: str, given: bytes, codec: Codec, send: Send) -> None:
+        self.collection = collection
+        self.given = given
+        self.codec = codec
+        self.send = send
+        self.task: asyncio.Task[Any] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.answered = False
+        self.error: BaseException | None = None
+
+    def deliver(self, answer: Answer) -> None:
+        """Sends ``answer`` unless the waiter was answered already (or its client left)."""
+        if not self.answered:
+            self.answered = True
+            run_eagerly(self._send(answer))
+
+    async def _send(self, answer: Answer) -> None:
+        try:
+            await self.send(answer[0])
+            await self.send(answer[1])
+        except Exception as exc:  # the route re-raises it, so the server logs it and drops the connection
+            self.error = exc
+            if self.task is not None:
+                self.task.cancel()
 
 
 class CommitHub:
-    """Routes commits of a store to the futures waiting on each collection."""
+    """Routes commits of a store to the waiters of each collection."""
 
     def __init__(self) -> None:
-        self._waiters: dict[str, set[asyncio.Future[bytes | None]]] = {}
+        self._waiters: dict[str, set[Waiter]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self.closed = False
@@ -45,21 +138,25 @@ class CommitHub:
             return len(self._waiters.get(collection, ()))
         return sum(len(group) for group in self._waiters.values())
 
-    def add(self, collection: str) -> asyncio.Future[bytes | None]:
-        """A future that resolves with the generation id of the next commit of ``collection``."""
-        future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+    def add(self, waiter: Waiter) -> bool:
+        """Registers ``waiter`` for the next commit of its collection; False once the hub is closed."""
         if self.closed:
-            future.set_result(None)
-        else:
-            self._waiters.setdefault(collection, set()).add(future)
-        return future
+            return False
+        self._waiters.setdefault(waiter.collection, set()).add(waiter)
+        return True
 
-    def discard(self, collection: str, future: asyncio.Future[bytes | None]) -> None:
-        group = self._waiters.get(collection)
+    def discard(self, waiter: Waiter) -> None:
+        group = self._waiters.get(waiter.collection)
         if group is not None:
-            group.discard(future)
+            group.discard(waiter)
             if not group:
-                del self._waiters[collection]
+                del self._waiters[waiter.collection]
+
+    def expire(self, waiter: Waiter) -> None:
+        """The waiter's timeout: it is answered with the id it was given."""
+        self.discard(waiter)
+        if not waiter.answered:
+            waiter.deliver(encode_answer(waiter.given, waiter.codec))
 
     def _on_commit(self, collection: str, generation_id: bytes) -> None:
         loop = self._loop
@@ -69,12 +166,28 @@ class CommitHub:
             loop.call_soon_threadsafe(self._wake, collection, generation_id)
 
     def _wake(self, collection: str, generation_id: bytes | None) -> None:
-        for future in self._waiters.pop(collection, ()):
-            if not future.done():
-                future.set_result(generation_id)
+        """Answers every waiter of ``collection`` with ``generation_id`` (``None``: with its own id)."""
+        group = self._waiters.pop(collection, None)
+        if not group:
+            return
+        answers: dict[tuple[bytes, Codec], Answer] = {}
+        collecting = gc.isenabled()
+        if collecting:  # the pass allocates a little per waiter; a collection in its middle would stall it
+            gc.disable()
+        try:
+            for waiter in group:
+                generation = waiter.given if generation_id is None else generation_id
+                key = (generation, waiter.codec)
+                answer = answers.get(key)
+                if answer is None:
+                    answer = answers[key] = encode_answer(generation, waiter.codec)
+                waiter.deliver(answer)
+        finally:
+            if collecting:
+                gc.enable()
 
     def close(self) -> None:
-        """Answers every waiter (with ``None``) and refuses new ones; must run on the event loop."""
+        """Answers every waiter (with the id it was given) and refuses new ones; runs on the event loop."""
         self.closed = True
         for collection in list(self._waiters):
             self._wake(collection, None)
