@@ -63,16 +63,15 @@ SERVE_STAMPED = """
 import os, sys, time
 from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
-from diffstore.server import ServerConfig, create_app
-from diffstore.server.serving import SWITCH_INTERVAL_S, GracefulServer
-sys.setswitchinterval(SWITCH_INTERVAL_S)
+from diffstore.server import ServerConfig
+from diffstore.server.serving import serve_store
 config = ServerConfig(data_dir=sys.argv[1], port=int(sys.argv[3]))
 out = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 def stamp(name, generation_id):
     os.write(out, b"%s %d\\n" % (name.encode(), time.perf_counter_ns()))
 with Store.open(config.data_dir, StoreConfig(commit_delay_ms=config.commit_delay_ms)) as store:
     store.add_commit_listener(stamp)
-    GracefulServer(create_app(store, config), config).run()
+    serve_store(store, config)
 """
 BARE = """
 import sys, uvicorn

@@ -3,21 +3,29 @@
 On SIGTERM/SIGINT uvicorn stops accepting connections; :class:`GracefulServer` first answers every open
 long-poll (they would otherwise hold the shutdown for up to ``timeoutMs``), then waits for running
 requests, runs the app's shutdown, and only then is the store closed.
+
+The server speaks HTTP/1.1 through uvicorn's httptools protocol over a
+:class:`~diffstore.server.transport.CoalescingTransport` (one socket write per response).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI
 
 from diffstore.server.app import create_app
 from diffstore.server.config import ServerConfig
+from diffstore.server.transport import CoalescingHttpToolsProtocol
+
+if TYPE_CHECKING:
+    from diffstore.engine.store import Store
 
 SWITCH_INTERVAL_S = 0.0005
 
@@ -33,6 +41,7 @@ class GracefulServer(uvicorn.Server):
             "lifespan": "on",
             "log_level": "info",
             "access_log": config.access_log,
+            "http": CoalescingHttpToolsProtocol,
         }
         options.update(uvicorn_options)
         super().__init__(uvicorn.Config(app, **options))
@@ -54,13 +63,22 @@ class GracefulServer(uvicorn.Server):
 
 def serve(config: ServerConfig) -> int:
     """Opens the store, serves until a signal, closes the store. Returns the exit code."""
-    # Engine calls run in worker threads; with the default 5 ms switch interval a worker that finishes
-    # while the event loop is busy waits up to 5 ms for the GIL, which caps a loaded server's point reads.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     from diffstore.engine.store import Store  # the engine is imported only when a server really starts
     from diffstore.engine.types import StoreConfig
 
     with Store.open(config.data_dir, StoreConfig(commit_delay_ms=config.commit_delay_ms)) as store:
-        server = GracefulServer(create_app(store, config), config)
-        server.run()
+        serve_store(store, config)
     return 0
+
+
+def serve_store(store: Store, config: ServerConfig) -> None:
+    """Serves an open store until a signal (the caller closes it), with the process tuned for a server."""
+    # Engine calls run in worker threads; with the default 5 ms switch interval a worker that finishes
+    # while the event loop is busy waits up to 5 ms for the GIL, which caps a loaded server's point reads.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    server = GracefulServer(create_app(store, config), config)
+    # Everything imported so far lives as long as the process: keep it out of the collector's full
+    # passes, which otherwise walk FastAPI's and pydantic's whole heap and stall the event loop.
+    gc.collect()
+    gc.freeze()
+    server.run()
