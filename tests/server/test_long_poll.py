@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgpack
 import pytest
 
+from diffstore.server import ServerConfig
 from diffstore.server.longpoll import CommitHub
 
 from .conftest import Live, es, live_server, unes, wait_until
@@ -162,3 +164,98 @@ def test_shutdown_answers_open_long_polls(tmp_path: Path) -> None:
         wait_until(lambda: hub(live).waiting("m") == 1, what="the waiter")
         live.server.should_exit = True
         assert waiter.answer() == b""
+
+
+def test_each_waiter_gets_the_format_it_accepts(manual: Live) -> None:
+    path = "/collections/m/generationId/stream/"  # the slash twin waits too
+    plain = Poll(manual, "m", generationId="0")
+    as_msgpack: list[httpx.Response] = []
+    thread = threading.Thread(
+        target=lambda: as_msgpack.append(
+            httpx.get(
+                manual.url + path,
+                params={"generationId": "0"},
+                headers={"accept": "application/msgpack"},
+                timeout=60,
+            )
+        ),
+        daemon=True,
+    )
+    thread.start()
+    wait_until(lambda: hub(manual).waiting("m") == 2, what="two waiters")
+    commit(manual, "m", "0\x01")
+    thread.join(30)
+    assert plain.answer() == b"0\x01"
+    assert as_msgpack[0].status_code == 200
+    assert as_msgpack[0].headers["content-type"] == "application/msgpack"
+    assert msgpack.unpackb(as_msgpack[0].content) == {"generationId": b"0\x01"}
+
+
+def test_more_bad_parameters_and_methods(manual: Live) -> None:
+    path = "/collections/m/generationId/stream"
+    manual.fail(
+        "GET", path, params={"generationId": "0", "timeoutMs": "soon"}, status=400, code="invalidRequest"
+    )
+    manual.fail(
+        "GET",
+        path,
+        params={"generationId": "0", "generationIdEncoding": "hex"},
+        status=400,
+        code="invalidRequest",
+    )
+    manual.fail("POST", path, status=405, code="methodNotAllowed")
+    manual.fail("GET", "/collections/m/generationId/streams", status=404, code="noSuchRoute")
+    refused = manual.call(
+        "GET", "/collections/none/generationId/stream/", headers={"accept": "application/msgpack"}
+    )
+    assert refused.status_code == 404 and refused.headers["content-type"] == "application/msgpack"
+    assert msgpack.unpackb(refused.content)["error"] == "noSuchCollection"
+    assert hub(manual).waiting() == 0
+
+
+def test_the_connection_serves_on_after_an_answer(manual: Live) -> None:
+    port = int(manual.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"GET /collections/m/generationId/stream?generationId=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: hub(manual).waiting("m") == 1, what="the waiter")
+        commit(manual, "m", "1")
+        assert read_response(sock) == b'{"generationId":{"value":"1"}}'
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # the same keep-alive connection
+        assert read_response(sock) == b'{"ok":true}'
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One Content-Length response from a raw socket; returns its body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    length = int(
+        next(
+            v
+            for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
+            if k.lower() == b"content-length"
+        )
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    assert len(body) == length, (body, length)
+    return body
+
+
+def test_the_long_poll_needs_the_token(tmp_path: Path) -> None:
+    with live_server(tmp_path / "data", ServerConfig(token="s3cret")) as live:
+        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+        path = "/collections/m/generationId/stream"
+        refused = httpx.get(live.url + path, params={"generationId": "", "timeoutMs": 0})
+        assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
+        answers: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: answers.append(live.ok("GET", path, params={"generationId": ""})), daemon=True
+        )
+        thread.start()
+        wait_until(lambda: hub(live).waiting("m") == 1, what="the waiter")
+        commit(live, "m", "1")
+        thread.join(30)
+        assert answers == [{"generationId": {"value": "1"}}]
