@@ -13,7 +13,18 @@ blocking or an asyncio transport.
 
 from diffstore.client._async import AsyncClient, AsyncCollection
 from diffstore.client._calls import Call
+from diffstore.client._columns import DiffColumns, QueryColumns
 from diffstore.client._sync import Client, Collection
 from diffstore.client._transport import DEFAULT_URL, WireFormat
 
-__all__ = ["AsyncClient", "AsyncCollection", "Call", "Client", "Collection", "DEFAULT_URL", "WireFormat"]
+__all__ = [
+    "AsyncClient",
+    "AsyncCollection",
+    "Call",
+    "Client",
+    "Collection",
+    "DEFAULT_URL",
+    "DiffColumns",
+    "QueryColumns",
+    "WireFormat",
+]

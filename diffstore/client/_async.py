@@ -12,8 +12,9 @@ from typing import TypeVar
 
 import httpx
 
-from diffstore.client import _calls, _plans
+from diffstore.client import _calls, _columns, _plans
 from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call, PutManyItem, ReaderUpdateLike
+from diffstore.client._columns import DiffColumns, QueryColumns
 from diffstore.client._transport import DEFAULT_TIMEOUT_S, DEFAULT_URL, AsyncTransport, Settings, WireFormat
 from diffstore.engine.types import (
     UNSET,
@@ -239,6 +240,19 @@ class AsyncCollection:
         request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
         return await self._run(_calls.query_page(self.name, request, cursor))
 
+    async def query_page_columns(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> QueryColumns:
+        """:meth:`query_page` as columns of raw bytes (no per-record objects): the bulk readers' path."""
+        request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
+        return await self._run(_columns.query_columns(self.name, request, cursor))
+
     def query(
         self,
         generation_id: bytes | None = None,
@@ -267,6 +281,22 @@ class AsyncCollection:
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return await self._run(_calls.diff_page(self.name, request, cursor))
+
+    async def diff_page_columns(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> DiffColumns:
+        """:meth:`diff_page` as columns of raw bytes (no intermediate values): the bulk readers' path."""
+        request = _calls.diff_request(
+            from_generation_id, to_generation_id, from_reader, False, from_key, to_key, limit
+        )
+        return await self._run(_columns.diff_columns(self.name, request, cursor))
 
     def diff(
         self,

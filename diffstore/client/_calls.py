@@ -95,7 +95,7 @@ def _path(*segments: str) -> str:
     return "/" + "/".join(quote(s, safe="") for s in segments)
 
 
-def _collection_path(name: str, *rest: str) -> str:
+def collection_path(name: str, *rest: str) -> str:
     return _path("collections", name, *rest)
 
 
@@ -124,11 +124,11 @@ def create_collection(name: str, manual: bool, initial_generation_id: bytes | No
 
 
 def collection_state(name: str) -> Call[CollectionState]:
-    return Call("GET", _collection_path(name), CollectionState.from_wire)
+    return Call("GET", collection_path(name), CollectionState.from_wire)
 
 
 def delete_collection(name: str) -> Call[None]:
-    return Call("DELETE", _collection_path(name), _empty)
+    return Call("DELETE", collection_path(name), _empty)
 
 
 def _generation_param(generation_id: bytes) -> dict[str, str]:
@@ -145,7 +145,7 @@ def generation_stream(name: str, since: bytes | None, timeout_ms: int = DEFAULT_
         params = _generation_param(since) | {"timeoutMs": str(timeout_ms)}
     return Call(
         "GET",
-        _collection_path(name, "generationId", "stream"),
+        collection_path(name, "generationId", "stream"),
         generation_from_wire,
         params=params,
         timeout_s=timeout_ms / 1000 + LONG_POLL_GRACE_S,
@@ -156,7 +156,7 @@ def producer_last_seq_no(name: str, producer_id: str) -> Call[int]:
     def parse(obj: Any, codec: Codec) -> int:
         return Fields(obj, codec, "response").integer("lastSeqNo", 0)
 
-    return Call("GET", _collection_path(name, "producers", producer_id), parse)
+    return Call("GET", collection_path(name, "producers", producer_id), parse)
 
 
 def splits(name: str, count: int, generation_id: bytes | None) -> Call[list[bytes]]:
@@ -167,7 +167,7 @@ def splits(name: str, count: int, generation_id: bytes | None) -> Call[list[byte
     def parse(obj: Any, codec: Codec) -> list[bytes]:
         return [codec.parse_es(k, "keys[]") for k in Fields(obj, codec, "response").array("keys")]
 
-    return Call("GET", _collection_path(name, "splits"), parse, params=params)
+    return Call("GET", collection_path(name, "splits"), parse, params=params)
 
 
 # ----------------------------------------------------------------------------------------- generations
@@ -175,7 +175,7 @@ def splits(name: str, count: int, generation_id: bytes | None) -> Call[list[byte
 
 def start_generation(name: str, generation_id: bytes, abort_outdated: bool) -> Call[None]:
     request = GenerationRequest(generation_id, abort_outdated)
-    return Call("POST", _collection_path(name, "generation", "start"), _empty, request.to_wire)
+    return Call("POST", collection_path(name, "generation", "start"), _empty, request.to_wire)
 
 
 def _reader_update(update: ReaderUpdateLike) -> ReaderUpdate:
@@ -189,12 +189,12 @@ def commit_generation(
     name: str, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike]
 ) -> Call[None]:
     request = GenerationRequest(generation_id, update_readers=tuple(map(_reader_update, update_readers)))
-    return Call("POST", _collection_path(name, "generation", "commit"), _empty, request.to_wire)
+    return Call("POST", collection_path(name, "generation", "commit"), _empty, request.to_wire)
 
 
 def abort_generation(name: str, generation_id: bytes) -> Call[None]:
     request = GenerationRequest(generation_id)
-    return Call("POST", _collection_path(name, "generation", "abort"), _empty, request.to_wire)
+    return Call("POST", collection_path(name, "generation", "abort"), _empty, request.to_wire)
 
 
 def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:
@@ -202,7 +202,7 @@ def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:
         return Fields(obj, codec, "response").es("phantomId")
 
     request = StartPhantomRequest(ttl_seconds)
-    return Call("POST", _collection_path(name, "phantom", "start"), parse, request.to_wire)
+    return Call("POST", collection_path(name, "phantom", "start"), parse, request.to_wire)
 
 
 # ------------------------------------------------------------------------------------ records: writes
@@ -218,43 +218,43 @@ def put(
     name: str, key: bytes, value: bytes | None, if_not_present: bool, options: WriteOptions
 ) -> Call[PutResult]:
     request = PutRequest((key, value, if_not_present), options)
-    return Call("POST", _collection_path(name, "put"), put_result_from_wire, request.to_wire)
+    return Call("POST", collection_path(name, "put"), put_result_from_wire, request.to_wire)
 
 
 def put_many(name: str, items: Iterable[PutManyItem], options: WriteOptions) -> Call[PutResult]:
     request = PutManyRequest([_put_item(item) for item in items], options)
-    return Call("POST", _collection_path(name, "putMany"), put_result_from_wire, request.to_wire)
+    return Call("POST", collection_path(name, "putMany"), put_result_from_wire, request.to_wire)
 
 
 # ------------------------------------------------------------------------------------- records: reads
 
 
 def get(name: str, key: bytes, at: ReadAt) -> Call[GetResult]:
-    return Call("POST", _collection_path(name, "get"), get_result_from_wire, GetRequest(key, at).to_wire)
+    return Call("POST", collection_path(name, "get"), get_result_from_wire, GetRequest(key, at).to_wire)
 
 
 def keys_around(
     name: str, key: bytes, limit: int, require_key_existence: bool, at: ReadAt
 ) -> Call[KeysAround]:
     request = KeysAroundRequest(key, require_key_existence, limit, at)
-    return Call("POST", _collection_path(name, "getKeysAround"), keys_around_from_wire, request.to_wire)
+    return Call("POST", collection_path(name, "getKeysAround"), keys_around_from_wire, request.to_wire)
 
 
 def query_page(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryPage]:
     if cursor is not None:
-        return Call("GET", _collection_path(name, "query", cursor), query_page_from_wire)
-    return Call("POST", _collection_path(name, "query") + "/", query_page_from_wire, request.to_wire)
+        return Call("GET", collection_path(name, "query", cursor), query_page_from_wire)
+    return Call("POST", collection_path(name, "query") + "/", query_page_from_wire, request.to_wire)
 
 
 def diff_page(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffPage]:
     if cursor is not None:
-        return Call("GET", _collection_path(name, "diff", cursor), diff_page_from_wire)
-    return Call("POST", _collection_path(name, "diff") + "/", diff_page_from_wire, request.to_wire)
+        return Call("GET", collection_path(name, "diff", cursor), diff_page_from_wire)
+    return Call("POST", collection_path(name, "diff") + "/", diff_page_from_wire, request.to_wire)
 
 
 def close_cursor(name: str, kind: str, cursor: str) -> Call[None]:
     """Frees a query (``kind="query"``) or diff cursor early; optional, cursors hold no server memory."""
-    return Call("DELETE", _collection_path(name, kind, cursor), _empty)
+    return Call("DELETE", collection_path(name, kind, cursor), _empty)
 
 
 def diff_request(
@@ -281,25 +281,25 @@ def readers(name: str) -> Call[list[Reader]]:
     def parse(obj: Any, codec: Codec) -> list[Reader]:
         return readers_from_wire(obj, codec, name)
 
-    return Call("GET", _collection_path(name, "readers") + "/", parse)
+    return Call("GET", collection_path(name, "readers") + "/", parse)
 
 
 def create_reader(
     name: str, reader_name: str, collection: str | None, generation_id: bytes | None
 ) -> Call[None]:
     request = CreateReaderRequest(reader_name, collection, generation_id)
-    return Call("POST", _collection_path(name, "readers") + "/", _empty, request.to_wire)
+    return Call("POST", collection_path(name, "readers") + "/", _empty, request.to_wire)
 
 
 def update_reader(
     name: str, reader_name: str, generation_id: bytes | None, expected: Expected = UNSET
 ) -> Call[None]:
     request = UpdateReaderRequest(generation_id, expected)
-    return Call("PUT", _collection_path(name, "readers", reader_name), _empty, request.to_wire)
+    return Call("PUT", collection_path(name, "readers", reader_name), _empty, request.to_wire)
 
 
 def delete_reader(name: str, reader_name: str) -> Call[None]:
-    return Call("DELETE", _collection_path(name, "readers", reader_name), _empty)
+    return Call("DELETE", collection_path(name, "readers", reader_name), _empty)
 
 
 def healthz() -> Call[bool]:

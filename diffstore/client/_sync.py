@@ -12,9 +12,10 @@ from typing import TypeVar
 
 import httpx
 
-from diffstore.client import _calls, _plans
+from diffstore.client import _calls, _columns, _plans
 from diffstore.client._async import wait_any
 from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call, PutManyItem, ReaderUpdateLike
+from diffstore.client._columns import DiffColumns, QueryColumns
 from diffstore.client._transport import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -242,6 +243,19 @@ class Collection:
         request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
         return self._run(_calls.query_page(self.name, request, cursor))
 
+    def query_page_columns(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> QueryColumns:
+        """:meth:`query_page` as columns of raw bytes (no per-record objects): the bulk readers' path."""
+        request = QueryRequest(ReadAt(generation_id, phantom_id), from_key, to_key, limit)
+        return self._run(_columns.query_columns(self.name, request, cursor))
+
     def query(
         self,
         generation_id: bytes | None = None,
@@ -274,6 +288,25 @@ class Collection:
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return self._run(_calls.diff_page(self.name, request, cursor))
+
+    def diff_page_columns(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> DiffColumns:
+        """:meth:`diff_page` as columns of raw bytes (no intermediate values): the bulk readers' path.
+
+        Its ``to_generation_id`` may be lower than asked, as with :meth:`diff_page`.
+        """
+        request = _calls.diff_request(
+            from_generation_id, to_generation_id, from_reader, False, from_key, to_key, limit
+        )
+        return self._run(_columns.diff_columns(self.name, request, cursor))
 
     def diff(
         self,
