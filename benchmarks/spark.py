@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
 from job import country_totals  # noqa: E402
 
-from diffstore.spark._wire import WireClient  # noqa: E402
+from diffstore.client import Client  # noqa: E402
 
 COUNTRIES = [b"DE", b"FR", b"JP", b"US", b"BR", b"IN", b"CN", b"GB"]
 BATCH = 10_000
@@ -39,12 +39,13 @@ def user(i: int) -> bytes:
     return b"user%09d" % i
 
 
-def load(client: WireClient, name: str, generation: bytes, value_of: object, records: int) -> None:
-    client.start_generation(name, generation)
+def load(client: Client, name: str, generation: bytes, value_of: object, records: int) -> None:
+    collection = client.collection(name)
+    collection.start_generation(generation)
     for start in range(0, records, BATCH):
         items = [(user(i), value_of(i)) for i in range(start, min(records, start + BATCH))]  # type: ignore[operator]
-        client.put_many(name, items, generation)
-    client.commit_generation(name, generation)
+        collection.put_many(items, generation_id=generation)
+    collection.commit_generation(generation)
 
 
 def main() -> int:
@@ -76,7 +77,7 @@ def main() -> int:
             time.sleep(0.01)
         url = f"http://127.0.0.1:{port}"
         spark = local_session("diffstore-bench")
-        client = WireClient(url)
+        client = Client(url, timeout_s=120.0)
         for name in ("A", "B", "C"):
             client.create_collection(name, manual=True)
         g1, g2 = (1).to_bytes(8, "big"), (2).to_bytes(8, "big")

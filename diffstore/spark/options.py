@@ -100,6 +100,7 @@ class ReadOptions:
     to_generation_id: bytes | None
     partitions: int
     page_limit: int
+    split_keys: tuple[bytes, ...] | None = None
 
     @property
     def is_diff(self) -> bool:
@@ -117,6 +118,7 @@ class ReadOptions:
             to_generation_id=_generation(options, "toGenerationId"),
             partitions=_int(options, "partitions", DEFAULT_PARTITIONS, 1, 1024),
             page_limit=_int(options, "pageLimit", DEFAULT_PAGE_LIMIT, 1, 10_000),
+            split_keys=_split_keys(options),
         )
         if parsed.from_reader is not None and parsed.from_generation_id is not None:
             raise InvalidRequest("give fromGenerationId or fromReader, not both")
@@ -173,6 +175,25 @@ class WriteOptions:
             update_readers=tuple(updates),
             batch_rows=_int(options, "batchRows", DEFAULT_BATCH_ROWS, 1, 100_000),
         )
+
+
+def encode_split_keys(keys: list[bytes]) -> str:
+    """How the runner passes the cut points of a read in the option ``splitKeys``."""
+    return json.dumps([base64.b64encode(key).decode("ascii") for key in keys])
+
+
+def _split_keys(options: Mapping[str, str]) -> tuple[bytes, ...] | None:
+    """``splitKeys``: a JSON list of base64 keys, strictly ascending, used instead of ``/splits``."""
+    text = _get(options, "splitKeys")
+    if text is None:
+        return None
+    try:
+        keys = tuple(base64.b64decode(item, validate=True) for item in json.loads(text))
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise InvalidRequest("option splitKeys must be a JSON list of base64 strings") from exc
+    if any(a >= b for a, b in zip(keys, keys[1:], strict=False)):
+        raise InvalidRequest("option splitKeys must be strictly ascending")
+    return keys
 
 
 def _enc(options: Mapping[str, str]) -> dict[str, str]:

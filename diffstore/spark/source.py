@@ -21,7 +21,7 @@ generation simply overwrites it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +36,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from diffstore.client import Client, Collection, DiffColumns
+from diffstore.engine.types import UNSET, ReaderUpdate
 from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, NoSuchReader
+from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark._prefetch import ahead
-from diffstore.spark._wire import WireClient
 from diffstore.spark.options import ReadOptions, WriteOptions
 
 SNAPSHOT_SCHEMA = StructType(
@@ -87,59 +89,55 @@ class PinnedRange:
     to_generation_id: bytes
 
 
-def pin(client: WireClient, options: ReadOptions) -> PinnedRange:
+def pin(client: Client, options: ReadOptions) -> PinnedRange:
     """Resolves the generations a read will use: explicit ones, else the reader's and the current one."""
-    collection = options.connection.collection
+    collection = client.collection(options.connection.collection)
     if not options.is_diff:
-        generation = options.generation_id or client.state(collection).generation_id
+        generation = options.generation_id or collection.generation_id
         return PinnedRange(False, None, generation)
     from_generation = options.from_generation_id
     if options.from_reader is not None:
-        owner = options.from_reader_collection or collection
-        found = [r for r in client.readers(owner) if r.name == options.from_reader]
+        owner = options.from_reader_collection or collection.name
+        found = [r for r in client.collection(owner).readers() if r.name == options.from_reader]
         if not found:
             raise NoSuchReader(f"no reader {options.from_reader!r} in collection {owner!r}")
         from_generation = found[0].generation_id
-    to_generation = options.to_generation_id or client.state(collection).generation_id
+    to_generation = options.to_generation_id or collection.generation_id
     return PinnedRange(True, from_generation, to_generation)
 
 
-def key_ranges(client: WireClient, collection: str, count: int, generation_id: bytes) -> list[KeyRange]:
+def ranges_of(cuts: list[bytes]) -> list[KeyRange]:
+    """The key ranges that ascending ``cuts`` make: ``[None, c1), [c1, c2) ... [cN, None)``."""
+    bounds: list[bytes | None] = [None, *cuts, None]
+    return [KeyRange(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+
+
+def key_ranges(client: Client, collection: str, count: int, generation_id: bytes) -> list[KeyRange]:
     """Cuts a collection into up to ``count`` key ranges with the server's ``/splits``."""
     if count < 2:
         return [KeyRange(None, None)]
-    cuts: list[bytes | None] = [None, *client.splits(collection, count, generation_id), None]
-    return [KeyRange(cuts[i], cuts[i + 1]) for i in range(len(cuts) - 1)]
+    return ranges_of(client.collection(collection).splits(count, generation_id))
+
+
+def _batch(schema: pa.Schema, *columns: list[bytes | None]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(c, pa.binary()) for c in columns], schema=schema)
 
 
 def read_snapshot(
-    client: WireClient, collection: str, generation_id: bytes, part: KeyRange, limit: int
+    collection: Collection, generation_id: bytes, part: KeyRange, limit: int
 ) -> Iterator[pa.RecordBatch]:
     """Yields the records of one key range at ``generation_id``, one Arrow batch per page."""
-    page = client.query_page(collection, generation_id, part.from_key, part.to_key, limit)
+    page = collection.query_page_columns(generation_id, None, part.from_key, part.to_key, limit)
     while True:
-        if page.items:
-            keys, values = zip(*page.items, strict=True)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(keys, pa.binary()), pa.array(values, pa.binary())], schema=_SNAPSHOT_ARROW
-            )
+        if page.keys:
+            yield _batch(_SNAPSHOT_ARROW, page.keys, page.values)  # type: ignore[arg-type]
         if page.cursor is None:
             return
-        page = client.query_page(collection, cursor=page.cursor)
-
-
-def _diff_batch(rows: list[tuple[bytes, bytes | None, bytes | None]]) -> pa.RecordBatch:
-    keys, from_values, to_values = zip(*rows, strict=True)
-    arrays = [
-        pa.array(keys, pa.binary()),
-        pa.array(from_values, pa.binary()),
-        pa.array(to_values, pa.binary()),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=_DIFF_ARROW)
+        page = collection.query_page_columns(cursor=page.cursor)
 
 
 def read_diff(
-    client: WireClient, collection: str, pinned: PinnedRange, part: KeyRange, limit: int
+    collection: Collection, pinned: PinnedRange, part: KeyRange, limit: int
 ) -> Iterator[pa.RecordBatch]:
     """Yields the changes of one key range between the pinned generations, one Arrow batch per page.
 
@@ -148,29 +146,35 @@ def read_diff(
     changed keys in memory only in that rare case.
     """
     target = pinned.to_generation_id
-    page = client.diff_page(collection, pinned.from_generation_id, target, part.from_key, part.to_key, limit)
+
+    def first_page(start: bytes | None) -> DiffColumns:
+        return collection.diff_page_columns(
+            start or b"", target, from_key=part.from_key, to_key=part.to_key, limit=limit
+        )
+
+    page = first_page(pinned.from_generation_id)
     if page.to_generation_id == target:
         while True:
-            if page.items:
-                yield _diff_batch(page.items)
+            if page.keys:
+                yield _batch(_DIFF_ARROW, page.keys, page.from_values, page.to_values)  # type: ignore[arg-type]
             if page.cursor is None:
                 return
-            page = client.diff_page(collection, None, cursor=page.cursor)
+            page = collection.diff_page_columns(cursor=page.cursor)
     merged: dict[bytes, list[bytes | None]] = {}
     while True:
-        for key, from_value, to_value in page.items:
+        for key, from_value, to_value in zip(page.keys, page.from_values, page.to_values, strict=True):
             entry = merged.setdefault(key, [from_value, to_value])
             entry[1] = to_value
         if page.cursor is not None:
-            page = client.diff_page(collection, None, cursor=page.cursor)
+            page = collection.diff_page_columns(cursor=page.cursor)
             continue
         if page.to_generation_id == target or page.from_generation_id == page.to_generation_id:
             break
-        step_from = page.to_generation_id
-        page = client.diff_page(collection, step_from, target, part.from_key, part.to_key, limit)
+        page = first_page(page.to_generation_id)
     rows = [(key, f, t) for key, (f, t) in sorted(merged.items()) if f != t]
     for start in range(0, len(rows), limit):
-        yield _diff_batch(rows[start : start + limit])
+        keys, from_values, to_values = zip(*rows[start : start + limit], strict=True)
+        yield _batch(_DIFF_ARROW, list(keys), list(from_values), list(to_values))
 
 
 class DiffstoreReader(DataSourceReader):
@@ -179,11 +183,14 @@ class DiffstoreReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         connection = options.connection
-        with WireClient(connection.url, connection.codec) as client:
+        with new_client(connection.url, connection.codec) as client:
             self.pinned = pin(client, options)
-            self.ranges = key_ranges(
-                client, connection.collection, options.partitions, self.pinned.to_generation_id
-            )
+            if options.split_keys is not None:
+                self.ranges = ranges_of(list(options.split_keys))
+            else:
+                self.ranges = key_ranges(
+                    client, connection.collection, options.partitions, self.pinned.to_generation_id
+                )
 
     def partitions(self) -> list[InputPartition]:
         return list(self.ranges)
@@ -192,15 +199,13 @@ class DiffstoreReader(DataSourceReader):
         part = partition if isinstance(partition, KeyRange) else KeyRange(None, None)
         connection = self.options.connection
         limit = self.options.page_limit
-        with WireClient(connection.url, connection.codec) as client:
-            if self.pinned.is_diff:
-                pages = read_diff(client, connection.collection, self.pinned, part, limit)
-            else:
-                pages = read_snapshot(
-                    client, connection.collection, self.pinned.to_generation_id, part, limit
-                )
-            # the next page is fetched while Spark consumes this one
-            yield from ahead(pages)
+        collection = shared_client(connection.url, connection.codec).collection(connection.collection)
+        if self.pinned.is_diff:
+            pages = read_diff(collection, self.pinned, part, limit)
+        else:
+            pages = read_snapshot(collection, self.pinned.to_generation_id, part, limit)
+        # the next page is fetched while Spark consumes this one
+        yield from ahead(pages)
 
 
 @dataclass
@@ -211,12 +216,13 @@ class WrittenBatch(WriterCommitMessage):
     requests: int
 
 
-def put_batches(client: WireClient, options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> WrittenBatch:
+def put_batches(
+    collection: Collection, generation_id: bytes, batch_rows: int, batches: Iterator[pa.RecordBatch]
+) -> WrittenBatch:
     """Sends ``(key, value)`` Arrow batches as putMany requests of bounded size; returns the counts."""
     rows = requests = 0
     pending: list[tuple[bytes, bytes | None]] = []
     pending_bytes = 0
-    collection, generation = options.connection.collection, options.generation_id
     for batch in batches:
         keys = batch.column("key").to_pylist()
         values = batch.column("value").to_pylist()
@@ -225,13 +231,22 @@ def put_batches(client: WireClient, options: WriteOptions, batches: Iterator[pa.
                 raise InvalidRequest("a diffstore key must not be null")
             pending.append((key, value))
             pending_bytes += len(key) + (len(value) if value is not None else 0) + 16
-            if len(pending) >= options.batch_rows or pending_bytes >= _MAX_BATCH_BYTES:
-                client.put_many(collection, pending, generation)
+            if len(pending) >= batch_rows or pending_bytes >= _MAX_BATCH_BYTES:
+                collection.put_many(pending, generation_id=generation_id)
                 rows, requests, pending, pending_bytes = rows + len(pending), requests + 1, [], 0
     if pending:
-        client.put_many(collection, pending, generation)
+        collection.put_many(pending, generation_id=generation_id)
         rows, requests = rows + len(pending), requests + 1
     return WrittenBatch(rows, requests)
+
+
+def reader_updates(entries: Iterable[Mapping[str, Any]]) -> list[ReaderUpdate]:
+    """``{"readerName", "generationId", "expectedGenerationId"?}`` entries as the client's updates
+    (an absent ``expectedGenerationId`` means no compare-and-set)."""
+    return [
+        ReaderUpdate(entry["readerName"], entry["generationId"], entry.get("expectedGenerationId", UNSET))
+        for entry in entries
+    ]
 
 
 class DiffstoreWriter(DataSourceArrowWriter):
@@ -241,26 +256,26 @@ class DiffstoreWriter(DataSourceArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenBatch:
-        connection = self.options.connection
-        with WireClient(connection.url, connection.codec) as client:
-            return put_batches(client, self.options, iterator)
+        connection, options = self.options.connection, self.options
+        collection = shared_client(connection.url, connection.codec).collection(connection.collection)
+        return put_batches(collection, options.generation_id, options.batch_rows, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if not self.options.commit:
             return
         connection = self.options.connection
-        with WireClient(connection.url, connection.codec) as client:
-            client.commit_generation(
-                connection.collection, self.options.generation_id, self.options.update_readers
+        with new_client(connection.url, connection.codec) as client:
+            client.collection(connection.collection).commit_generation(
+                self.options.generation_id, reader_updates(self.options.update_readers)
             )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if not self.options.abort_on_failure:
             return
         connection = self.options.connection
-        with WireClient(connection.url, connection.codec) as client:
+        with new_client(connection.url, connection.codec) as client:
             try:
-                client.abort_generation(connection.collection, self.options.generation_id)
+                client.collection(connection.collection).abort_generation(self.options.generation_id)
             except GenerationMismatch:
                 pass  # already aborted, or another writer took the generation over: nothing of ours is left
 

@@ -31,12 +31,14 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from diffstore.client import Collection
 from diffstore.errors import Conflict, DiffstoreError, NoSuchCollection, ReaderExists
+from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark._prefetch import ahead
-from diffstore.spark._wire import WireClient
-from diffstore.spark.options import encode_generation
-from diffstore.spark.plan import RoundPlan, next_generation, plan_sources, reader_name
-from diffstore.spark.source import describe_failure
+from diffstore.spark._ranges import by_key_range
+from diffstore.spark.options import encode_generation, encode_split_keys
+from diffstore.spark.plan import RoundPlan, SourceRange, next_generation, plan_sources, reader_name
+from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates
 
 TARGET = "@target"
 """Pass as ``lookup``'s first argument to read the target's values as they were before this round."""
@@ -45,7 +47,7 @@ Lookup = Callable[[str, DataFrame], DataFrame]
 TransformFn = Callable[[SparkSession, dict[str, DataFrame], Lookup], DataFrame]
 EventHook = Callable[[str, dict[str, Any]], None]
 
-_LOOKUP_CHUNK = 2_000
+_LOOKUP_CHUNK = 5_000
 _MAX_CONFLICTS = 100
 _LOOKUP_SCHEMA = "key binary, value binary"
 
@@ -71,38 +73,40 @@ class RoundStats:
 def lookup_partition(
     url: str, codec: str, collection: str, generation_id: bytes
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of ``lookup``: sorted keys in, ``(key, value)`` at the generation out.
+    """The ``mapInArrow`` function of ``lookup``: keys in, ``(key, value)`` at the generation out.
 
-    Keys of a partition are fetched in sorted chunks with one range query each; a chunk whose range
+    A partition's keys are sorted and fetched in chunks with one range query each; a chunk whose range
     holds too many other records (sparse keys) is halved until its query fits in one page, down to single
-    keys. The cost therefore stays near min(size of the key range, number of keys) requests-worth of work.
+    keys. The cost therefore stays near min(size of the key range, number of keys) requests-worth of work,
+    and it is least when the partition's keys lie in one key range (see :meth:`Transform._lookup`).
     """
 
-    def fetch(client: WireClient, chunk: list[bytes]) -> dict[bytes, bytes | None]:
-        limit = min(10_000, 4 * len(chunk) + 16)
-        page = client.query_page(collection, generation_id, chunk[0], chunk[-1] + b"\0", limit)
+    def fetch(handle: Collection, chunk: list[bytes]) -> dict[bytes, bytes]:
+        limit = min(10_000, 2 * len(chunk) + 16)
+        page = handle.query_page_columns(generation_id, None, chunk[0], chunk[-1] + b"\0", limit)
         if page.cursor is None or len(chunk) == 1:
-            return dict(page.items)
+            return dict(zip(page.keys, page.values, strict=True))
         middle = len(chunk) // 2
-        return fetch(client, chunk[:middle]) | fetch(client, chunk[middle:])
+        return fetch(handle, chunk[:middle]) | fetch(handle, chunk[middle:])
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keys = sorted(
             {key for batch in batches for key in batch.column("key").to_pylist() if key is not None}
         )
+        if not keys:
+            return
 
-        def batches_of(client: WireClient) -> Iterator[pa.RecordBatch]:
+        def batches_of(handle: Collection) -> Iterator[pa.RecordBatch]:
             for start in range(0, len(keys), _LOOKUP_CHUNK):
                 chunk = keys[start : start + _LOOKUP_CHUNK]
-                found = fetch(client, chunk)
+                found = fetch(handle, chunk)
                 values = [found.get(key) for key in chunk]
                 yield pa.RecordBatch.from_arrays(
                     [pa.array(chunk, pa.binary()), pa.array(values, pa.binary())], names=["key", "value"]
                 )
 
-        with WireClient(url, codec) as client:
-            # the next chunk is fetched while Spark consumes this one
-            yield from ahead(batches_of(client))
+        # the next chunk is fetched while Spark consumes this one
+        yield from ahead(batches_of(shared_client(url, codec).collection(collection)))
 
     return run
 
@@ -159,11 +163,24 @@ class Transform:
         )
         self._on_event = on_event
         self.materialize_diffs = materialize_diffs
-        self._client = WireClient(url, codec)
+        self._client = new_client(url, codec)
+        self._handles: dict[str, Collection] = {}
 
     def close(self) -> None:
         """Closes the driver's HTTP client."""
         self._client.close()
+
+    def _handle(self, name: str) -> Collection:
+        """The driver's handle on a collection (looked up once; it raises NoSuchCollection)."""
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = self._handles[name] = self._client.collection(name)
+        return handle
+
+    def _state(self, name: str) -> tuple[bytes, bytes | None]:
+        """A collection's current and open generations."""
+        state = self._handle(name).state()
+        return state.generation_id or b"", state.next_generation_id
 
     def _event(self, name: str, **details: Any) -> None:
         if self._on_event is not None:
@@ -173,16 +190,16 @@ class Transform:
 
     def _readers(self) -> dict[str, bytes | None]:
         """The target's readers, creating missing ones (null) so that GC of the sources is held back."""
-        state = self._client.state(self.target)
-        if not state.manual:
+        target = self._handle(self.target)
+        if not target.state().manual:
             raise NoSuchCollection(f"the target {self.target!r} must be a manual collection")
-        stored = {r.name: r for r in self._client.readers(self.target)}
+        stored = {r.name: r for r in target.readers()}
         readers: dict[str, bytes | None] = {}
         for alias, collection in self.sources.items():
             name = reader_name(alias)
             if name not in stored:
                 try:
-                    self._client.create_reader(self.target, name, collection, None)
+                    target.create_reader(name, collection, None)
                 except ReaderExists:
                     pass  # a racing runner created it first
                 readers[alias] = None
@@ -193,20 +210,31 @@ class Transform:
     def _plan(self) -> RoundPlan | None:
         readers = self._readers()
         ends = {
-            alias: self._client.diff_page(collection, readers[alias], None, limit=1).to_generation_id
+            alias: self._handle(collection).diff_page_columns(readers[alias] or b"", limit=1).to_generation_id
             for alias, collection in self.sources.items()
         }
         ranges = plan_sources(self.sources, readers, ends)
         if ranges is None:
             return None
         self._event("planned", ranges={r.alias: (r.from_generation_id, r.to_generation_id) for r in ranges})
-        state = self._client.state(self.target)
-        generation = next_generation(state.generation_id, state.next_generation_id)
-        return RoundPlan(generation, state.generation_id, ranges)
+        current, next_open = self._state(self.target)
+        return RoundPlan(next_generation(current, next_open), current, ranges)
 
-    def _diff_frame(self, plan: RoundPlan, alias: str) -> DataFrame:
-        source = next(s for s in plan.sources if s.alias == alias)
-        return (
+    def _cuts(self, plan: RoundPlan) -> list[bytes]:
+        """The key ranges of this round: ``/splits`` of its first non-empty source at its range's end.
+
+        That source's diff is read by these ranges, and every lookup is partitioned by them too.
+        """
+        source = next((s for s in plan.sources if not s.empty), None)
+        if source is None or self.partitions < 2:
+            return []
+        return self._handle(source.collection).splits(self.partitions, source.to_generation_id)
+
+    def _diff_frame(self, source: SourceRange, cuts: list[bytes] | None) -> DataFrame:
+        """The diff of one source over its pinned range (no server call at all when it is empty)."""
+        if source.empty:
+            return self.spark.createDataFrame([], DIFF_SCHEMA)
+        reader = (
             self.spark.read.format("diffstore")
             .option("url", self.url)
             .option("collection", source.collection)
@@ -215,10 +243,12 @@ class Transform:
             .option("fromGenerationId", encode_generation(source.from_generation_id or b""))
             .option("toGenerationId", encode_generation(source.to_generation_id))
             .option("partitions", str(self.partitions))
-            .load()
         )
+        if cuts is not None:
+            reader = reader.option("splitKeys", encode_split_keys(cuts))
+        return reader.load()
 
-    def _lookup(self, plan: RoundPlan) -> Lookup:
+    def _lookup(self, plan: RoundPlan, cuts: list[bytes]) -> Lookup:
         pinned = {s.alias: (s.collection, s.to_generation_id) for s in plan.sources}
         pinned[TARGET] = (self.target, plan.base_generation_id)
 
@@ -226,9 +256,10 @@ class Transform:
             if alias not in pinned:
                 raise KeyError(f"unknown source {alias!r}; known: {sorted(pinned)}")
             collection, generation = pinned[alias]
-            # No range repartitioning (its sampling job would evaluate the whole upstream plan once
-            # more): each task sorts its own keys, and sparse chunks are split by lookup_partition.
-            return keys.select("key").mapInArrow(
+            # Each task looks up the keys of one of the round's key ranges (routed by an expression,
+            # not repartitionByRange, whose sampling job would evaluate the upstream plan once more):
+            # a task's sorted keys are then dense in its range and each record is read once.
+            return by_key_range(keys.select("key"), "key", cuts).mapInArrow(
                 lookup_partition(self.url, self.codec, collection, generation), _LOOKUP_SCHEMA
             )
 
@@ -245,17 +276,21 @@ class Transform:
     def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
         self._activate_session()
         tag = uuid.uuid4().hex[:12]
+        cuts = self._cuts(plan)
+        first = next((s.alias for s in plan.sources if not s.empty), None)
         observations = {alias: Observation(f"diffstore_read_{alias}_{tag}") for alias in self.sources}
         diffs = {
-            alias: self._diff_frame(plan, alias).observe(obs, F.count(F.lit(1)).alias("rows"))
-            for alias, obs in observations.items()
+            s.alias: self._diff_frame(s, cuts if s.alias == first else None).observe(
+                observations[s.alias], F.count(F.lit(1)).alias("rows")
+            )
+            for s in plan.sources
         }
         if self.materialize_diffs:
             # Read each diff over HTTP exactly once: jobs use a diff several times (joins, lookups'
             # inputs), and every use would otherwise page through the server again.
             diffs = {alias: frame.localCheckpoint(eager=True) for alias, frame in diffs.items()}
         written = Observation(f"diffstore_written_{tag}")
-        result = self.fn(self.spark, diffs, self._lookup(plan)).select("key", "value")
+        result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
         result = result.observe(written, F.count(F.lit(1)).alias("rows"))
         (
             result.write.format("diffstore")
@@ -279,14 +314,14 @@ class Transform:
         """Waits (long poll, up to the lease) while another runner's generation is open on the target."""
         deadline = time.monotonic() + self.lease_seconds
         while True:
-            state = self._client.state(self.target)
-            if state.next_generation_id is None or state.next_generation_id == mine:
+            current, next_open = self._state(self.target)
+            if next_open is None or next_open == mine:
                 return
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
                 return
-            self._event("waiting", other=state.next_generation_id)
-            self._client.wait_generation(self.target, state.generation_id, min(left_ms, self.poll_timeout_ms))
+            self._event("waiting", other=next_open)
+            self._client.wait_for_change({self.target: current}, min(left_ms, self.poll_timeout_ms))
 
     def run_round(self) -> RoundStats | None:
         """Runs one round to its commit, retrying failures; ``None`` when the target has caught up.
@@ -304,11 +339,11 @@ class Transform:
                 return None
             g = plan.generation_id
             try:
-                self._client.start_generation(self.target, g, abort_outdated=True)
+                self._handle(self.target).start_generation(g, abort_outdated=True)
                 self._event("started", generation=g, attempt=attempts)
                 rows_read, rows_written = self._run_job(plan)
                 self._event("written", generation=g, rows_read=rows_read, rows_written=rows_written)
-                self._client.commit_generation(self.target, g, plan.reader_updates())
+                self._handle(self.target).commit_generation(g, reader_updates(plan.reader_updates()))
             except Exception as exc:  # noqa: BLE001 - every failure aborts the round; the cause decides the retry
                 lost = self._abort_if_mine(g) or isinstance(exc, Conflict)
                 failures.append(describe_failure(exc))
@@ -338,10 +373,9 @@ class Transform:
     def _abort_if_mine(self, generation: bytes) -> bool:
         """Aborts ``generation`` if it is still the target's open one; True when someone else took over."""
         try:
-            state = self._client.state(self.target)
-            if state.next_generation_id != generation:
+            if self._state(self.target)[1] != generation:
                 return True
-            self._client.abort_generation(self.target, generation)
+            self._handle(self.target).abort_generation(generation)
         except DiffstoreError:
             return True  # it changed under us: another runner is at work
         return False
@@ -381,10 +415,10 @@ class Transform:
         readers = self._readers()
         per_source = max(200, self.poll_timeout_ms // len(self.sources))
         for alias, collection in self.sources.items():
-            current = self._client.state(collection).generation_id
+            current = self._state(collection)[0]
             if current != (readers[alias] or b""):
                 return
-            if self._client.wait_generation(collection, current, per_source) != current:
+            if self._client.wait_for_change({collection: current}, per_source):
                 return
 
 

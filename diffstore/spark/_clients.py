@@ -1,0 +1,35 @@
+"""One :class:`diffstore.client.Client` per server and codec in each Spark Python worker process.
+
+Spark reuses its Python workers (``spark.python.worker.reuse``) across tasks, so a client kept for the
+process keeps its pooled keep-alive connections too: a task does not pay a new httpx client (an SSL
+context is built even for plain HTTP) and new TCP connections. The client is thread-safe, so a task's
+prefetch thread shares it. Clients live as long as the process; drivers that want a private client
+build their own and close it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from diffstore.client import Client
+
+# Bulk pages of 10,000 items on a loaded 2-core machine can take seconds: be generous.
+TIMEOUT_S = 120.0
+
+_clients: dict[tuple[str, str], Client] = {}
+_lock = threading.Lock()
+
+
+def shared_client(url: str, codec: str) -> Client:
+    """The process's client of ``url`` speaking ``codec`` (``msgpack`` or ``json``)."""
+    key = (url, codec)
+    with _lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = new_client(url, codec)
+        return client
+
+
+def new_client(url: str, codec: str) -> Client:
+    """A private client (the caller closes it)."""
+    return Client(url, format="json" if codec == "json" else "msgpack", timeout_s=TIMEOUT_S)
