@@ -12,10 +12,10 @@ from fastapi import FastAPI
 from diffstore.server.auth import BearerAuth
 from diffstore.server.config import ServerConfig
 from diffstore.server.errors import install_error_handlers
+from diffstore.server.fastlane import FastLane
 from diffstore.server.longpoll import CommitHub
 from diffstore.server.openapi import build_openapi
-from diffstore.server.routes import ROUTERS
-from diffstore.server.routes.stream import StreamEndpoint
+from diffstore.server.routes import FAST_LANE, ROUTERS
 
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
@@ -60,8 +60,8 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     install_error_handlers(app)
-    # in front of the router, inside the authentication: long polls skip FastAPI's per-request work
-    app.add_middleware(StreamEndpoint, store=store, config=config, hub=hub)
+    # in front of the router, inside the authentication: the hottest routes skip FastAPI's per-request work
+    app.add_middleware(FastLane, store=store, config=config, hub=hub, handlers=FAST_LANE)
     if config.token is not None:
         app.add_middleware(BearerAuth, token=config.token)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from .conftest import Live, es, unes
@@ -186,3 +187,32 @@ def test_get_bad_requests(manual: Live) -> None:
     )
     body = {"key": es("k"), "requireKeyExistance": True, "limit": 1001}
     manual.fail("POST", "/collections/m/getKeysAround", body, status=400, code="invalidRequest")
+
+
+def test_get_more_bad_requests_and_methods(manual: Live) -> None:
+    # get is served before FastAPI's router (the fast lane): the same codes as every other route
+    manual.fail(
+        "POST",
+        "/collections/m/get",
+        content=b'{"key": {"value": "k"}}',
+        headers={"content-type": "text/plain"},
+        status=400,
+        code="invalidRequest",
+    )
+    manual.fail("POST", "/collections/none/get/", {"key": es("k")}, status=404, code="noSuchCollection")
+    manual.fail("GET", "/collections/m/get", status=405, code="methodNotAllowed")
+    manual.fail("POST", "/collections/m/get/more", {"key": es("k")}, status=404, code="noSuchRoute")
+    chunks = (part for part in [b'{"key": {"value": "', b"x" * 70_000, b'"}}'])  # no Content-Length
+    manual.fail("POST", "/collections/m/get", content=chunks, status=413, code="payloadTooLarge")
+
+
+def test_get_of_a_large_value(manual: Live) -> None:
+    big = bytes(range(256)) * 1024  # 256 KiB, base64 in JSON: encoded off the event loop
+    manual.store.collection("m").put(b"big", big, generation_id=b"g1")
+    manual.ok("POST", "/collections/m/generation/commit", {"generationId": es("g1")})
+    got = manual.ok("POST", "/collections/m/get", {"key": es("big")})
+    assert unes(got["item"]["value"]) == big and got["generationId"] == {"value": "g1"}
+    packed = manual.call(
+        "POST", "/collections/m/get", {"key": es("big")}, headers={"accept": "application/msgpack"}
+    )
+    assert msgpack.unpackb(packed.content)["item"] == {"key": b"big", "value": big}

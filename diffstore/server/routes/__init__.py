@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from diffstore.server.fastlane import Handler
 from diffstore.server.routes import (
     collections,
     diff,
@@ -31,3 +32,9 @@ ROUTERS: tuple[APIRouter, ...] = (
     producers.router,
     splits.router,
 )
+
+# served in raw ASGI before the router (see diffstore.server.fastlane); the routers above document them
+FAST_LANE: dict[tuple[str, str], Handler] = {
+    ("GET", "generationId/stream"): stream.serve_stream,
+    ("POST", "get"): items.serve_get,
+}

@@ -1,29 +1,61 @@
-"""Point reads and writes: ``get``, ``getKeysAround``, ``put`` and ``putMany``."""
+"""Point reads and writes: ``get``, ``getKeysAround``, ``put`` and ``putMany``.
+
+``get`` is served in the fast lane (:mod:`diffstore.server.fastlane`) by :func:`serve_get`, with its
+engine call on the event loop: a point read takes microseconds, less than the hop to a worker thread.
+Only an answer whose value is over ``INLINE_MAX_BYTES`` is encoded in a worker thread.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 
+from diffstore.errors import DiffstoreError
 from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
+from diffstore.server.fastlane import INLINE_MAX_BYTES, header, read_body, send_body, send_error
+from diffstore.server.negotiation import request_codec, response_codec
 from diffstore.server.routing import route
 from diffstore.wire import Body, get_result_to_wire, keys_around_to_wire, put_result_to_wire
 from diffstore.wire_requests import GetRequest, KeysAroundRequest, PutManyRequest, PutRequest
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
+    from diffstore.server.fastlane import FastLane
 
 router = APIRouter(tags=["items"])
 
 
 @route(router, "POST", "/collections/{c}/get", body=schemas.GetItem, answer=schemas.GetResponse)
-async def get(request: Request, c: str) -> Response:
-    def work(x: Exchange) -> Body:
-        req = GetRequest.from_wire(x.body, x.codec)
-        result = x.store.collection(c).get_result(
+async def get(c: str) -> Response:
+    """Documents the endpoint; every POST is answered by :func:`serve_get` in the fast lane."""
+    raise RuntimeError("get is served in the fast lane, which create_app installs")
+
+
+async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Receive, send: Send) -> None:
+    """``get``: parse, one point read, serialize -- on the event loop unless the value is large."""
+    out = response_codec(header(scope, b"accept"))
+    try:
+        codec = request_codec(header(scope, b"content-type"))
+        raw = await read_body(scope, receive, lane.config.body_max_bytes)  # Limit.OTHER
+        if raw is None:
+            return  # the client left
+        req = GetRequest.from_wire(codec.loads(raw) if raw else None, codec)
+        result = lane.store.collection(collection).get_result(
             req.key, generation_id=req.at.generation_id, phantom_id=req.at.phantom_id
         )
-        return get_result_to_wire(result, x.out)
-
-    return await handle(request, work, Limit.OTHER)
+        if result.record is not None and len(result.record.value) > INLINE_MAX_BYTES:
+            payload = await anyio.to_thread.run_sync(lambda: out.dumps(get_result_to_wire(result, out)))
+        else:
+            payload = out.dumps(get_result_to_wire(result, out))
+    except DiffstoreError as exc:
+        await send_error(send, exc, out, scope)
+        return
+    await send_body(send, payload, out)
 
 
 @route(
