@@ -4,7 +4,7 @@ uvicorn writes a response's status line and headers in ``send(http.response.star
 next ``send``; on uvloop each write is a ``send()`` system call at once, and on loopback each call also
 wakes the client. :class:`CoalescingTransport` holds a write while nothing else is pending and sends it
 together with the next one, so a response is one system call and one segment -- half the kernel work of
-every answer, which is most of the cost of answering a thousand long polls at once.
+every answer, a large part of the cost of answering a thousand long polls at once.
 
 Invariants:
     * Bytes leave in the order they were written; at most one write is held at a time.

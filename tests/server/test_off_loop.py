@@ -1,4 +1,8 @@
-"""Engine calls run off the event loop: a request stuck inside the engine does not stall the others."""
+"""A request stuck inside the engine does not stall the others.
+
+Engine calls run in worker threads, except the point reads of the fast lane (``get``, the long poll's
+current generation), which run on the event loop: LMDB readers never wait for a writer or a lock.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ def test_a_blocked_engine_call_does_not_block_the_server(live: Live) -> None:
     commit.start()
     try:
         assert entered.wait(30), "the commit never reached the listener"
-        # the commit is stuck inside the engine; the event loop and the other workers still serve
+        # the commit is stuck inside the engine; the event loop (get) and the other workers still serve
         assert live.ok("GET", "/healthz") == {"ok": True}
         assert live.ok("GET", "/collections/m")["generationId"] == {"value": "1"}
         assert live.ok("POST", "/collections/m/get", {"key": es("k")})["item"] is None
