@@ -21,6 +21,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+JOIN_MAX_BYTES = 64 * 1024  # up to this size a body is copied behind the head; past it, a vectored write
+
 
 class CoalescingTransport:
     """Wraps a write transport: a write is held until the next one, then both go out as one."""
@@ -41,7 +43,10 @@ class CoalescingTransport:
             self._loop.call_soon(self.flush)
         else:
             self._held = None
-            self._transport.write(held + data)
+            if len(data) <= JOIN_MAX_BYTES:
+                self._transport.write(held + data)
+            else:  # a big body is not copied: one vectored write
+                self._transport.writelines((held, data))
 
     def writelines(self, chunks: Any) -> None:
         self.write(b"".join(chunks))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from diffstore.server.transport import CoalescingTransport
+from diffstore.server.transport import JOIN_MAX_BYTES, CoalescingTransport
 
 
 class Recorder:
@@ -18,6 +18,9 @@ class Recorder:
 
     def write(self, data: bytes) -> None:
         self.writes.append(bytes(data))
+
+    def writelines(self, chunks: Any) -> None:
+        self.writes.append(b"|".join(chunks))  # the marker shows the chunks were not joined before
 
     def is_closing(self) -> bool:
         return self.closing
@@ -55,6 +58,18 @@ def test_head_and_body_leave_as_one_write() -> None:
         transport.write(b"")  # nothing to hold
         await asyncio.sleep(0)
         assert inner.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+
+    run(scenario)
+
+
+def test_a_big_body_is_not_copied_behind_the_head() -> None:
+    async def scenario() -> None:
+        inner = Recorder()
+        transport = CoalescingTransport(inner, asyncio.get_running_loop())
+        body = b"x" * (JOIN_MAX_BYTES + 1)
+        transport.write(b"head")
+        transport.write(body)
+        assert inner.writes == [b"head|" + body]
 
     run(scenario)
 
