@@ -96,9 +96,11 @@ async def serve_stream(lane: FastLane, collection: str, scope: Scope, receive: R
                 waiter = None
         # after registering (see the hub's invariants); a point read, done on the event loop
         current = lane.store.collection(collection).generation_id
-    except DiffstoreError as exc:
+    except BaseException as exc:
         if waiter is not None:
             hub.discard(waiter)
+        if not isinstance(exc, DiffstoreError):
+            raise
         await send_error(send, exc, out, scope)
         return
     if waiter is None or current != given:
