@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 
 import lmdb
@@ -82,6 +83,9 @@ def get(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, key: bytes) -> 
     return GetResult(generation_id, Record(key, value, generation_id))
 
 
+_new_record = functools.partial(tuple.__new__, Record)  # Record(...) without its Python-level __new__
+
+
 def check_limit(limit: int | None, default: int, maximum: int) -> int:
     if limit is None:
         return default
@@ -125,20 +129,28 @@ def query_page(
     lower = lower_form(after if after is not None else from_key)
     stream = in_key_order(visible_stream(txn, tables, point, lower, upper_form(to_key)))
     names = _GenerationNames(txn, tables, meta)
+    named: dict[int | bytes, bytes] = {}
     items: list[Record] = []
+    bounded = after is not None or from_key is not None or to_key is not None
     more = False
     for key, raw, gen in stream:
-        if (after is not None and key <= after) or (from_key is not None and key < from_key):
-            continue
-        if to_key is not None and key >= to_key:
-            break
-        value = layout.decode_value(raw)
+        if bounded:
+            if (after is not None and key <= after) or (from_key is not None and key < from_key):
+                continue
+            if to_key is not None and key >= to_key:
+                break
+        if not raw:
+            continue  # the tombstone of a short key
+        value = raw[1:] if raw[0] == 1 else layout.decode_value(raw)
         if value is None:
             continue
         if len(items) == limit:
             more = True
             break
-        items.append(Record(key, value, names(gen)))
+        name = named.get(gen)
+        if name is None:
+            name = named[gen] = names(gen)
+        items.append(_new_record((key, value, name)))
     token = None
     if more:
         token = encode_cursor(

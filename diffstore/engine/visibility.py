@@ -94,6 +94,9 @@ def point_version(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, form:
     return form, base[1], base[0]
 
 
+_ABOVE_EVERY_KEY = b"\xff" * 512  # LMDB keys are at most 511 bytes
+
+
 def _base_stream(
     txn: lmdb.Transaction, tables: Tables, point: ReadPoint, lower: bytes, upper: bytes | None, reverse: bool
 ) -> Iterator[Version]:
@@ -108,21 +111,27 @@ def _base_stream(
     if not reverse:
         if not cursor.set_range(start):
             return
+        # The hottest loop of a query: seqs are compared as big-endian bytes, decoded only when yielded.
+        if stop is None:
+            stop = _ABOVE_EVERY_KEY
+        limit = layout.u64(seq_limit)
+        read_u64 = layout.read_u64
         current_form: bytes | None = None
-        best: tuple[bytes, int] | None = None
+        best_raw: bytes | None = None
+        best_seq = b""
         for key, raw in cursor:
-            if stop is not None and key >= stop:
+            if key >= stop:
                 break
             form = key[4:-8]
             if form != current_form:
-                if best is not None and current_form is not None:
-                    yield current_form, best[0], best[1]
-                current_form, best = form, None
-            seq = layout.read_u64(key[-8:])
-            if seq <= seq_limit:
-                best = (raw, seq)
-        if best is not None and current_form is not None:
-            yield current_form, best[0], best[1]
+                if best_raw is not None:
+                    yield current_form, best_raw, read_u64(best_seq)  # type: ignore[misc]
+                current_form, best_raw = form, None
+            seq = key[-8:]
+            if seq <= limit:
+                best_raw, best_seq = raw, seq
+        if best_raw is not None:
+            yield current_form, best_raw, read_u64(best_seq)  # type: ignore[misc]
         return
     if stop is not None and cursor.set_range(stop):
         found = cursor.prev()
@@ -174,9 +183,19 @@ def visible_stream(
     """Visible versions in form order, phantom overlay applied, tombstones included."""
     base = _base_stream(txn, tables, point, lower, upper, reverse)
     if point.phantom is None:
-        yield from base
-        return
+        return base
     phantom = _phantom_stream(txn, tables, point, lower, upper, reverse)
+    return _with_phantom(txn, tables, point, base, phantom, reverse)
+
+
+def _with_phantom(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    point: ReadPoint,
+    base: Iterator[Version],
+    phantom: Iterator[Version],
+    reverse: bool,
+) -> Iterator[Version]:
     gen_cache: dict[int, bytes] = {}
 
     def base_gen(seq: int) -> bytes:
@@ -214,8 +233,9 @@ def in_key_order(
     """
     group: list[tuple[bytes, bytes, int | bytes]] = []
     group_id: bytes | None = None
+    long_mark = layout.LONG_MARK
     for form, raw, gen in stream:
-        if layout.is_long_form(form):
+        if long_mark in form:  # layout.is_long_form, inlined: this runs once per record read
             gid = layout.long_group(form)
             if gid != group_id:
                 if group:
@@ -228,7 +248,7 @@ def in_key_order(
             group.sort(key=lambda row: row[0], reverse=reverse)
             yield from group
             group, group_id = [], None
-        yield layout.short_key_of_form(form), raw, gen
+        yield form[:-2].replace(b"\x00\xff", b"\x00"), raw, gen  # layout.short_key_of_form
     if group:
         group.sort(key=lambda row: row[0], reverse=reverse)
         yield from group
