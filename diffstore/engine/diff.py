@@ -12,6 +12,7 @@ whole range at once instead, so every key appears once.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import operator
@@ -262,10 +263,13 @@ def iter_items(
                 continue
             if to_key is not None and key >= to_key:
                 return
-        yield DiffItem(key, from_value, to_value, tuple(between) if between else ())
+        yield _new_item((key, from_value, to_value, tuple(between) if between else ()))
     if group:
         group.sort(key=lambda item: item.key)
         yield from _within(group, from_key, to_key, after_key)
+
+
+_new_item = functools.partial(tuple.__new__, DiffItem)  # DiffItem(...) without its Python-level __new__
 
 
 def _within(
