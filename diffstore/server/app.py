@@ -1,4 +1,4 @@
-"""The app factory: routes, error handlers, authentication, the long-poll hub and the OpenAPI document."""
+"""The app factory: routes, fast lane, error handlers, authentication, long-poll hub, OpenAPI document."""
 
 from __future__ import annotations
 

@@ -56,9 +56,12 @@ class ServerConfig:
 
     def limit(self, kind: Limit) -> int:
         """The body limit in bytes of one kind of route."""
-        return {
-            Limit.CREATE_COLLECTION: self.create_collection_max_bytes,
-            Limit.PUT: self.put_max_bytes,
-            Limit.PUT_MANY: self.put_many_max_bytes,
-            Limit.OTHER: self.body_max_bytes,
-        }[kind]
+        return getattr(self, _LIMIT_FIELDS[kind])  # type: ignore[no-any-return]
+
+
+_LIMIT_FIELDS = {
+    Limit.CREATE_COLLECTION: "create_collection_max_bytes",
+    Limit.PUT: "put_max_bytes",
+    Limit.PUT_MANY: "put_many_max_bytes",
+    Limit.OTHER: "body_max_bytes",
+}

@@ -41,7 +41,7 @@ async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Rece
     out = response_codec(header(scope, b"accept"))
     try:
         codec = request_codec(header(scope, b"content-type"))
-        raw = await read_body(scope, receive, lane.config.body_max_bytes)  # Limit.OTHER
+        raw = await read_body(scope, receive, lane.config.limit(Limit.OTHER))
         if raw is None:
             return  # the client left
         req = GetRequest.from_wire(codec.loads(raw) if raw else None, codec)
