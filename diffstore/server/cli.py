@@ -20,6 +20,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         port=args.port,
         token=token,
         commit_delay_ms=args.commit_delay_ms,
+        sync=args.sync,
         access_log=args.access_log,
     )
     from diffstore.server.serving import serve
@@ -38,6 +39,13 @@ def add_commands(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--commit-delay-ms", type=int, default=50, help="auto-commit delay of non-manual collections"
+    )
+    parser.add_argument(
+        "--no-sync",
+        dest="sync",
+        action="store_false",
+        help="flush to disk once a second instead of at every commit: commits survive a crash of the server"
+        " process but not of the OS; small commits get several times faster",
     )
     parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.set_defaults(func=_serve_command)

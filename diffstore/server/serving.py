@@ -66,7 +66,8 @@ def serve(config: ServerConfig) -> int:
     from diffstore.engine.store import Store  # the engine is imported only when a server really starts
     from diffstore.engine.types import StoreConfig
 
-    with Store.open(config.data_dir, StoreConfig(commit_delay_ms=config.commit_delay_ms)) as store:
+    store_config = StoreConfig(commit_delay_ms=config.commit_delay_ms, sync=config.sync)
+    with Store.open(config.data_dir, store_config) as store:
         serve_store(store, config)
     return 0
 

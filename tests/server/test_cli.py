@@ -120,3 +120,42 @@ def test_serve_token_and_graceful_shutdown(tmp_path: Path) -> None:
     with Store.open(data) as store:  # closed cleanly, reopens with the committed record
         record = store.collection("m").get(b"k")
         assert record is not None and record.value == b"v"
+
+
+def test_serve_no_sync_commits_survive_a_killed_server(tmp_path: Path) -> None:
+    port = free_port()
+    data = tmp_path / "data"
+    process = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, "serve", "--data", str(data), "--port", str(port), "--no-sync"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{url}/healthz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(healthy, 30, "diffstore serve --no-sync to start")
+        with httpx.Client(base_url=url, timeout=60) as http:
+            gen = {"generationId": {"value": "1"}}
+            created = http.post("/collections/", json={"collectionName": "m", "isManual": True})
+            assert created.status_code == 200
+            assert http.post("/collections/m/generation/start", json=gen).status_code == 200
+            item = {"key": {"value": "k"}, "value": {"value": "v"}}
+            assert http.post("/collections/m/putMany", json={**gen, "items": [item]}).status_code == 200
+            assert http.post("/collections/m/generation/commit", json=gen).status_code == 200
+        process.send_signal(signal.SIGKILL)  # no flush, no clean close: the OS still holds the pages
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    with Store.open(data) as store:
+        coll = store.collection("m")
+        assert coll.generation_id == b"1"
+        record = coll.get(b"k")
+        assert record is not None and record.value == b"v"
