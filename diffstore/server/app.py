@@ -13,11 +13,13 @@ from diffstore.server.auth import BearerAuth
 from diffstore.server.config import ServerConfig
 from diffstore.server.errors import install_error_handlers
 from diffstore.server.fastlane import FastLane
-from diffstore.server.longpoll import CommitHub
+from diffstore.server.longpoll import RAW_SEND, CommitHub
 from diffstore.server.openapi import build_openapi
 from diffstore.server.routes import FAST_LANE, ROUTERS
 
 if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
     from diffstore.engine.store import Store
 
 DESCRIPTION = """\
@@ -26,6 +28,14 @@ The diffstore collection API, wire-compatible with diffbelt (SPEC §2-§3).
 Bodies are JSON (`application/json`) or msgpack (`application/msgpack`, every EncodedString a raw `bin`);
 answers are msgpack when `Accept` asks for it. Errors are `{"error": code, "reason": text}` with a 4xx status.
 """
+
+
+class _App(FastAPI):
+    """FastAPI, keeping the server's own ``send`` in the scope for the long-poll fan-out (see longpoll)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
@@ -47,7 +57,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
             hub.close()
             hub.detach()
 
-    app = FastAPI(
+    app = _App(
         title="diffstore",
         version="0.1.0",
         description=DESCRIPTION,

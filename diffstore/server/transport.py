@@ -48,6 +48,11 @@ class CoalescingTransport:
             else:  # a big body is not copied: one vectored write
                 self._transport.writelines((held, data))
 
+    def write_now(self, data: bytes) -> None:
+        """Writes ``data`` at once (after a held write, if any): for a response that is whole already."""
+        self.flush()
+        self._transport.write(data)
+
     def writelines(self, chunks: Any) -> None:
         self.write(b"".join(chunks))
 

@@ -222,6 +222,31 @@ def test_the_connection_serves_on_after_an_answer(manual: Live) -> None:
         assert read_response(sock) == b'{"generationId":{"value":"1"}}'
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # the same keep-alive connection
         assert read_response(sock) == b'{"ok":true}'
+    # the answer went out as one write through uvicorn's cycle (pins the installed uvicorn's internals)
+    assert hub(manual).written_directly == 1
+
+
+def test_a_waiter_that_asked_to_close_gets_its_answer_and_the_end(manual: Live) -> None:
+    port = int(manual.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(
+            b"GET /collections/m/generationId/stream?generationId=0 HTTP/1.1\r\n"
+            b"Host: x\r\nConnection: close\r\n\r\n"
+        )
+        wait_until(lambda: hub(manual).waiting("m") == 1, what="the waiter")
+        commit(manual, "m", "1")
+        data = b""
+        while chunk := sock.recv(65536):  # the server closes the connection after the answer
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 200 OK"
+    headers = dict(line.split(b": ", 1) for line in lines[1:])
+    assert headers[b"connection"] == b"close"
+    assert headers[b"content-type"] == b"application/json; charset=utf-8"
+    assert int(headers[b"content-length"]) == len(body)
+    assert b"date" in headers and body == b'{"generationId":{"value":"1"}}'
+    assert hub(manual).written_directly == 1
 
 
 def read_response(sock: socket.socket) -> bytes:

@@ -122,3 +122,18 @@ def test_everything_else_is_the_wrapped_transport() -> None:
         assert transport.is_closing() is False
 
     run(scenario)
+
+
+def test_write_now_sends_a_held_write_first_then_its_own_at_once() -> None:
+    async def scenario() -> None:
+        inner = Recorder()
+        transport = CoalescingTransport(inner, asyncio.get_running_loop())
+        transport.write_now(b"whole response")
+        assert inner.writes == [b"whole response"]  # nothing held, nothing waits for a loop pass
+        transport.write(b"head")
+        transport.write_now(b"another")
+        assert inner.writes == [b"whole response", b"head", b"another"]
+        await asyncio.sleep(0)  # the held write's scheduled flush finds nothing left
+        assert inner.writes == [b"whole response", b"head", b"another"]
+
+    run(scenario)

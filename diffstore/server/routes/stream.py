@@ -19,7 +19,7 @@ from fastapi import APIRouter, Query, Response
 from diffstore.errors import DiffstoreError, InvalidRequest
 from diffstore.server import schemas
 from diffstore.server.fastlane import header, send_error
-from diffstore.server.longpoll import Answer, CommitHub, Waiter, encode_answer
+from diffstore.server.longpoll import RAW_SEND, Answer, CommitHub, Waiter, encode_answer
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routing import route
 from diffstore.wire import decode_es
@@ -91,7 +91,7 @@ async def serve_stream(lane: FastLane, collection: str, scope: Scope, receive: R
     try:
         given, timeout_ms = parse_query(scope["query_string"], lane.config)
         if given is not None:
-            waiter = Waiter(collection, given, out, send)
+            waiter = Waiter(collection, given, out, send, scope.get(RAW_SEND))
             if not hub.add(waiter):  # shutting down: answer with what is current now
                 waiter = None
         # after registering (see the hub's invariants); a point read, done on the event loop
