@@ -100,15 +100,17 @@ def write_directly(raw_send: Any, answer: Answer) -> bool:
     not started its response and can take it now; the caller then uses the ASGI sends.
     """
     cycle = getattr(raw_send, "__self__", None)
-    if (
-        type(cycle) is not RequestResponseCycle
-        or cycle.response_started
-        or cycle.disconnected
-        or cycle.flow.write_paused
-    ):
+    if type(cycle) is not RequestResponseCycle:
+        return False
+    try:  # everything the write needs is read before anything changes: a future uvicorn only falls back
+        if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
+            return False
+        transport, event, on_response = cycle.transport, cycle.message_event, cycle.on_response
+        keep_alive, default_headers, access_log = cycle.keep_alive, cycle.default_headers, cycle.access_log
+    except AttributeError:
         return False
     status = answer[0]["status"]
-    if cycle.access_log:  # the line uvicorn's send would log
+    if access_log:  # the line uvicorn's send would log
         scope = cycle.scope
         cycle.access_logger.info(
             '%s - "%s %s HTTP/%s" %d',
@@ -119,22 +121,21 @@ def write_directly(raw_send: Any, answer: Answer) -> bool:
             status,
         )
     parts = [STATUS_LINE[status]]
-    for name, value in (*cycle.default_headers, *answer[0]["headers"]):
+    for name, value in (*default_headers, *answer[0]["headers"]):
         parts += (name, b": ", value, b"\r\n")
-    if not cycle.keep_alive:
+    if not keep_alive:
         parts.append(b"connection: close\r\n")
     parts += (b"\r\n", answer[1]["body"])
     cycle.response_started = cycle.response_complete = True
-    transport = cycle.transport
     if isinstance(transport, CoalescingTransport):
         transport.write_now(b"".join(parts))
     else:
         transport.write(b"".join(parts))
     # what the cycle's send does once a response is complete
-    cycle.message_event.set()
-    if not cycle.keep_alive:
+    event.set()
+    if not keep_alive:
         transport.close()
-    cycle.on_response()
+    on_response()
     return True
 
 
