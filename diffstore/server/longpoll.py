@@ -93,24 +93,51 @@ async def _carry_on(coro: Coroutine[Any, Any, None], pending: Any) -> None:
         raise
 
 
-def write_directly(raw_send: Any, answer: Answer) -> bool:
+Rendered = dict[tuple[int, int, bool], bytes]  # (id(answer), id(uvicorn's default headers), keep-alive)
+
+
+def write_directly(raw_send: Any, answer: Answer, rendered: Rendered | None = None) -> Any:
     """Writes ``answer`` as one whole response through uvicorn's request cycle behind ``raw_send``.
 
-    Returns False (nothing done) unless ``raw_send`` is the ``send`` of a uvicorn httptools cycle that has
-    not started its response and can take it now; the caller then uses the ASGI sends.
+    Returns the cycle, to be completed with :func:`finish_directly` (the bookkeeping that lets the
+    connection serve on), or None -- nothing done -- unless ``raw_send`` is the ``send`` of a uvicorn
+    httptools cycle that has not started its response and can take it now; the caller then uses the
+    ASGI sends. ``rendered`` caches whole responses across the waiters of one pass.
     """
     cycle = getattr(raw_send, "__self__", None)
     if type(cycle) is not RequestResponseCycle:
-        return False
+        return None
     try:  # everything the write needs is read before anything changes: a future uvicorn only falls back
         if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
-            return False
-        transport, event, on_response = cycle.transport, cycle.message_event, cycle.on_response
-        keep_alive, default_headers, access_log = cycle.keep_alive, cycle.default_headers, cycle.access_log
+            return None
+        transport, keep_alive, default_headers = cycle.transport, cycle.keep_alive, cycle.default_headers
+        cycle.message_event, cycle.on_response, cycle.access_log  # noqa: B018 -- finish_directly's needs
     except AttributeError:
-        return False
-    status = answer[0]["status"]
-    if access_log:  # the line uvicorn's send would log
+        return None
+    key = (id(answer), id(default_headers), keep_alive)
+    data = rendered.get(key) if rendered is not None else None
+    if data is None:
+        parts = [STATUS_LINE[answer[0]["status"]]]
+        for name, value in (*default_headers, *answer[0]["headers"]):
+            parts += (name, b": ", value, b"\r\n")
+        if not keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts += (b"\r\n", answer[1]["body"])
+        data = b"".join(parts)
+        if rendered is not None:
+            rendered[key] = data
+    cycle.response_started = cycle.response_complete = True
+    if isinstance(transport, CoalescingTransport):
+        transport.write_now(data)
+    else:
+        transport.write(data)
+    return cycle
+
+
+def finish_directly(cycle: Any, status: int) -> None:
+    """What uvicorn's ``send`` does once a response is complete: log it, wake the app, let the
+    connection take its next request (or close it)."""
+    if cycle.access_log:
         scope = cycle.scope
         cycle.access_logger.info(
             '%s - "%s %s HTTP/%s" %d',
@@ -120,23 +147,10 @@ def write_directly(raw_send: Any, answer: Answer) -> bool:
             scope["http_version"],
             status,
         )
-    parts = [STATUS_LINE[status]]
-    for name, value in (*default_headers, *answer[0]["headers"]):
-        parts += (name, b": ", value, b"\r\n")
-    if not keep_alive:
-        parts.append(b"connection: close\r\n")
-    parts += (b"\r\n", answer[1]["body"])
-    cycle.response_started = cycle.response_complete = True
-    if isinstance(transport, CoalescingTransport):
-        transport.write_now(b"".join(parts))
-    else:
-        transport.write(b"".join(parts))
-    # what the cycle's send does once a response is complete
-    event.set()
-    if not keep_alive:
-        transport.close()
-    on_response()
-    return True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
 
 
 class Waiter:
@@ -155,15 +169,22 @@ class Waiter:
         self.answered = False
         self.error: BaseException | None = None
 
-    def deliver(self, answer: Answer) -> bool:
-        """Sends ``answer`` unless the waiter was answered already; True if it went out in one write."""
+    def deliver(self, answer: Answer, rendered: Rendered | None = None) -> Any:
+        """Sends ``answer`` unless the waiter was answered already.
+
+        With ``rendered`` (a fan-out pass), returns the uvicorn cycle the answer was written to directly,
+        for the caller to finish once every waiter has its bytes; otherwise finishes it here.
+        """
         if self.answered:
-            return False
+            return None
         self.answered = True
-        if write_directly(self.raw_send, answer):
-            return True
-        run_eagerly(self._send(answer))
-        return False
+        cycle = write_directly(self.raw_send, answer, rendered)
+        if cycle is None:
+            run_eagerly(self._send(answer))
+        elif rendered is None:
+            finish_directly(cycle, answer[0]["status"])
+            return None
+        return cycle
 
     async def _send(self, answer: Answer) -> None:
         try:
@@ -235,6 +256,8 @@ class CommitHub:
         if not group:
             return
         answers: dict[tuple[bytes, Codec], Answer] = {}
+        rendered: Rendered = {}
+        written: list[tuple[Any, int]] = []  # (cycle, status) written directly: finished once all are
         collecting = gc.isenabled()
         if collecting:  # the pass allocates a little per waiter; a collection in its middle would stall it
             gc.disable()
@@ -245,8 +268,12 @@ class CommitHub:
                 answer = answers.get(key)
                 if answer is None:
                     answer = answers[key] = encode_answer(generation, waiter.codec)
-                if waiter.deliver(answer):
-                    self.written_directly += 1
+                cycle = waiter.deliver(answer, rendered)
+                if cycle is not None:
+                    written.append((cycle, answer[0]["status"]))
+            self.written_directly += len(written)
+            for cycle, status in written:
+                finish_directly(cycle, status)
         finally:
             if collecting:
                 gc.enable()
