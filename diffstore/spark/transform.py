@@ -23,19 +23,19 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from diffstore.client import Collection
 from diffstore.errors import Conflict, DiffstoreError, NoSuchCollection, ReaderExists
-from diffstore.spark._clients import new_client, shared_client
-from diffstore.spark._prefetch import ahead
+from diffstore.spark._clients import new_client
 from diffstore.spark._ranges import by_key_range
+from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
+from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
 from diffstore.spark.plan import RoundPlan, SourceRange, next_generation, plan_sources, reader_name
 from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates
@@ -47,9 +47,7 @@ Lookup = Callable[[str, DataFrame], DataFrame]
 TransformFn = Callable[[SparkSession, dict[str, DataFrame], Lookup], DataFrame]
 EventHook = Callable[[str, dict[str, Any]], None]
 
-_LOOKUP_CHUNK = 5_000
 _MAX_CONFLICTS = 100
-_LOOKUP_SCHEMA = "key binary, value binary"
 
 
 class TransformError(DiffstoreError):
@@ -68,47 +66,6 @@ class RoundStats:
     conflicts: int
     seconds: float
     failures: list[str] = field(default_factory=list)
-
-
-def lookup_partition(
-    url: str, codec: str, collection: str, generation_id: bytes
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of ``lookup``: keys in, ``(key, value)`` at the generation out.
-
-    A partition's keys are sorted and fetched in chunks with one range query each; a chunk whose range
-    holds too many other records (sparse keys) is halved until its query fits in one page, down to single
-    keys. The cost therefore stays near min(size of the key range, number of keys) requests-worth of work,
-    and it is least when the partition's keys lie in one key range (see :meth:`Transform._lookup`).
-    """
-
-    def fetch(handle: Collection, chunk: list[bytes]) -> dict[bytes, bytes]:
-        limit = min(10_000, 2 * len(chunk) + 16)
-        page = handle.query_page_columns(generation_id, None, chunk[0], chunk[-1] + b"\0", limit)
-        if page.cursor is None or len(chunk) == 1:
-            return dict(zip(page.keys, page.values, strict=True))
-        middle = len(chunk) // 2
-        return fetch(handle, chunk[:middle]) | fetch(handle, chunk[middle:])
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        keys = sorted(
-            {key for batch in batches for key in batch.column("key").to_pylist() if key is not None}
-        )
-        if not keys:
-            return
-
-        def batches_of(handle: Collection) -> Iterator[pa.RecordBatch]:
-            for start in range(0, len(keys), _LOOKUP_CHUNK):
-                chunk = keys[start : start + _LOOKUP_CHUNK]
-                found = fetch(handle, chunk)
-                values = [found.get(key) for key in chunk]
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(chunk, pa.binary()), pa.array(values, pa.binary())], names=["key", "value"]
-                )
-
-        # the next chunk is fetched while Spark consumes this one
-        yield from ahead(batches_of(shared_client(url, codec).collection(collection)))
-
-    return run
 
 
 class Transform:
@@ -131,6 +88,9 @@ class Transform:
         on_event: called with ``(event, details)`` at every step (progress display, tests).
         materialize_diffs: read each diff once into executor storage (``localCheckpoint``) before
             ``fn`` sees it, instead of once per use.
+        splits_max_age_s: how long a source's key ranges (``/splits``, a scan of the whole
+            collection on the server) are reused by later rounds; they only balance the work, any
+            cut points give the same result. 0 asks the server every round.
     """
 
     def __init__(
@@ -148,6 +108,7 @@ class Transform:
         poll_timeout_ms: int = 10_000,
         on_event: EventHook | None = None,
         materialize_diffs: bool = True,
+        splits_max_age_s: float = 600.0,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -163,6 +124,8 @@ class Transform:
         )
         self._on_event = on_event
         self.materialize_diffs = materialize_diffs
+        self.splits_max_age_s = splits_max_age_s
+        self._splits: dict[str, tuple[float, list[bytes]]] = {}
         self._client = new_client(url, codec)
         self._handles: dict[str, Collection] = {}
 
@@ -228,7 +191,12 @@ class Transform:
         source = next((s for s in plan.sources if not s.empty), None)
         if source is None or self.partitions < 2:
             return []
-        return self._handle(source.collection).splits(self.partitions, source.to_generation_id)
+        cached = self._splits.get(source.collection)
+        if cached is not None and time.monotonic() - cached[0] < self.splits_max_age_s:
+            return cached[1]
+        cuts = self._handle(source.collection).splits(self.partitions, source.to_generation_id)
+        self._splits[source.collection] = (time.monotonic(), cuts)
+        return cuts
 
     def _diff_frame(self, source: SourceRange, cuts: list[bytes] | None) -> DataFrame:
         """The diff of one source over its pinned range (no server call at all when it is empty)."""
@@ -259,8 +227,9 @@ class Transform:
             # Each task looks up the keys of one of the round's key ranges (routed by an expression,
             # not repartitionByRange, whose sampling job would evaluate the upstream plan once more):
             # a task's sorted keys are then dense in its range and each record is read once.
-            return by_key_range(keys.select("key"), "key", cuts).mapInArrow(
-                lookup_partition(self.url, self.codec, collection, generation), _LOOKUP_SCHEMA
+            ranged = by_key_range(keys.select("key"), "key", cuts).sortWithinPartitions("key")
+            return ranged.mapInArrow(
+                lookup_partition(self.url, self.codec, collection, generation), LOOKUP_SCHEMA
             )
 
         return lookup
@@ -288,7 +257,11 @@ class Transform:
         if self.materialize_diffs:
             # Read each diff over HTTP exactly once: jobs use a diff several times (joins, lookups'
             # inputs), and every use would otherwise page through the server again.
-            diffs = {alias: frame.localCheckpoint(eager=True) for alias, frame in diffs.items()}
+            empty = {s.alias for s in plan.sources if s.empty}
+            diffs = {
+                alias: frame if alias in empty else frame.localCheckpoint(eager=True)
+                for alias, frame in diffs.items()
+            }
         written = Observation(f"diffstore_written_{tag}")
         result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
         result = result.observe(written, F.count(F.lit(1)).alias("rows"))

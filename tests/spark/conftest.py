@@ -25,7 +25,7 @@ from diffstore.spark.session import local_session
 
 # pyspark is an optional extra: without it only the Spark-free tests of this directory run
 if importlib.util.find_spec("pyspark") is None:
-    collect_ignore_glob = ["test_spark_source.py", "test_spark_transform.py"]
+    collect_ignore_glob = ["test_spark_ranges.py", "test_spark_source.py", "test_spark_transform.py"]
 
 STARTUP_DEADLINE_S = 30.0
 

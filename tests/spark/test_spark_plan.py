@@ -13,7 +13,8 @@ import pytest
 from diffstore.errors import InvalidRequest
 from diffstore.spark._prefetch import ahead
 from diffstore.spark.cli import _sources, add_commands, run_transform
-from diffstore.spark.options import ReadOptions, WriteOptions
+from diffstore.spark.lookup import sorted_chunks
+from diffstore.spark.options import ReadOptions, WriteOptions, encode_split_keys
 from diffstore.spark.plan import RoundPlan, next_generation, plan_sources, reader_name
 
 
@@ -66,6 +67,31 @@ def test_read_options() -> None:
     ):
         with pytest.raises(InvalidRequest):
             ReadOptions.parse(bad)
+
+
+def test_split_keys_option() -> None:
+    base = {"url": "u", "collection": "A"}
+    assert ReadOptions.parse(base).split_keys is None
+    cuts = [b"\x00", b"k1", b"k2\xff"]
+    assert ReadOptions.parse(base | {"splitKeys": encode_split_keys(cuts)}).split_keys == tuple(cuts)
+    assert ReadOptions.parse(base | {"splitkeys": "[]"}).split_keys == ()
+    for bad in ("[1]", "nope", '["!!"]', encode_split_keys([b"b", b"a"]), encode_split_keys([b"a", b"a"])):
+        with pytest.raises(InvalidRequest):
+            ReadOptions.parse(base | {"splitKeys": bad})
+
+
+def test_sorted_chunks_dedupe_and_refuse_unsorted_keys() -> None:
+    import pyarrow as pa
+
+    def batches(*columns: list[bytes | None]) -> Iterator[pa.RecordBatch]:
+        for column in columns:
+            yield pa.RecordBatch.from_arrays([pa.array(column, pa.binary())], names=["key"])
+
+    chunks = list(sorted_chunks(batches([b"a", b"a", None, b"b"], [b"b", b"c", b"d"], []), 2))
+    assert chunks == [[b"a", b"b"], [b"c", b"d"]]
+    assert list(sorted_chunks(batches([]), 2)) == []
+    with pytest.raises(InvalidRequest):
+        list(sorted_chunks(batches([b"b"], [b"a"]), 10))
 
 
 def test_write_options() -> None:
