@@ -293,8 +293,9 @@ def diff_page_to_wire(page: DiffPage, codec: Codec) -> Body:
     es = codec.es
     items: list[dict[str, Any]]
     if codec.binary:  # keys and values are bytes (or None) already: msgpack writes bin / nil
+        # d[3] is a tuple, which msgpack writes as an array: no list per item (a third of the cost)
         items = [
-            {"key": d[0], "fromValue": d[1], "intermediateValues": list(d[3]), "toValue": d[2]}
+            {"key": d[0], "fromValue": d[1], "intermediateValues": d[3], "toValue": d[2]}
             for d in page.items
         ]
     else:
