@@ -81,6 +81,8 @@ class Call(Generic[T]):
         body: builds the request body for a codec; ``None`` sends no body.
         params: query-string parameters.
         timeout_s: overrides the client's timeout (long polls need longer).
+        tuples: ``parse`` accepts arrays as tuples, so a msgpack answer may be decoded without
+            building lists (much cheaper for pages whose items each hold an array).
     """
 
     method: str
@@ -89,6 +91,7 @@ class Call(Generic[T]):
     body: Callable[[Codec], Body] | None = None
     params: dict[str, str] | None = None
     timeout_s: float | None = None
+    tuples: bool = False
 
 
 def _path(*segments: str) -> str:

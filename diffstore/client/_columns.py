@@ -8,9 +8,10 @@ comprehension over the decoded items (the bytes objects msgpack made are used as
 
 Invariants:
     * Every column holds ``bytes`` (``None`` for an absent value; keys are never ``None``).
+    * msgpack answers are decoded with arrays as tuples (``Call.tuples``): no list is built per item.
     * A body the fast path does not recognise (a JSON answer, a msgpack answer using the map form of
       EncodedString) is parsed by the generic ``xxx_from_wire`` of :mod:`diffstore.wire` instead, with
-      its full validation, so both paths accept the same answers.
+      its full validation (after turning tuples back into lists), so both paths accept the same answers.
 """
 
 from __future__ import annotations
@@ -51,6 +52,15 @@ def _all_raw(*columns: list[Any]) -> bool:
     return all(set(map(type, column)) <= _RAW_TYPES for column in columns)
 
 
+def _lists(obj: Any) -> Any:
+    """``obj`` with every tuple (a msgpack array decoded without lists) turned into a list."""
+    if isinstance(obj, tuple | list):
+        return [_lists(item) for item in obj]
+    if isinstance(obj, dict):
+        return {key: _lists(value) for key, value in obj.items()}
+    return obj
+
+
 def _cursor(obj: Any, codec: Codec) -> str | None:
     cursor = obj.get("cursorId")
     if cursor is not None and not isinstance(cursor, str):
@@ -71,7 +81,7 @@ def query_columns_from_wire(obj: Any, codec: Codec) -> QueryColumns:
             if _all_raw(keys, values) and None not in keys and None not in values:
                 generation = Fields(obj, codec, "response").es("generationId")
                 return QueryColumns(generation, keys, values, _cursor(obj, codec))
-    page = query_page_from_wire(obj, codec)
+    page = query_page_from_wire(_lists(obj), codec)
     return QueryColumns(
         page.generation_id,
         [record.key for record in page.items],
@@ -101,7 +111,7 @@ def diff_columns_from_wire(obj: Any, codec: Codec) -> DiffColumns:
                     to_values,
                     _cursor(obj, codec),
                 )
-    page = diff_page_from_wire(obj, codec)
+    page = diff_page_from_wire(_lists(obj), codec)
     return DiffColumns(
         page.from_generation_id,
         page.to_generation_id,
@@ -115,12 +125,14 @@ def diff_columns_from_wire(obj: Any, codec: Codec) -> DiffColumns:
 def query_columns(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryColumns]:
     """``query/`` (or the cursor's next page) parsed into columns."""
     if cursor is not None:
-        return Call("GET", collection_path(name, "query", cursor), query_columns_from_wire)
-    return Call("POST", collection_path(name, "query") + "/", query_columns_from_wire, request.to_wire)
+        return Call("GET", collection_path(name, "query", cursor), query_columns_from_wire, tuples=True)
+    path = collection_path(name, "query") + "/"
+    return Call("POST", path, query_columns_from_wire, request.to_wire, tuples=True)
 
 
 def diff_columns(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffColumns]:
     """``diff/`` (or the cursor's next page) parsed into columns."""
     if cursor is not None:
-        return Call("GET", collection_path(name, "diff", cursor), diff_columns_from_wire)
-    return Call("POST", collection_path(name, "diff") + "/", diff_columns_from_wire, request.to_wire)
+        return Call("GET", collection_path(name, "diff", cursor), diff_columns_from_wire, tuples=True)
+    path = collection_path(name, "diff") + "/"
+    return Call("POST", path, diff_columns_from_wire, request.to_wire, tuples=True)

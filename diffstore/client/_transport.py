@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import httpx
+import msgpack
 
 from diffstore.client._calls import Call
 from diffstore.errors import (
@@ -28,6 +29,7 @@ from diffstore.errors import (
     Conflict,
     DiffstoreError,
     Gone,
+    InvalidJson,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
@@ -112,10 +114,20 @@ def read_response(call: Call[T], status: int, content_type: str | None, content:
     codec = codec_of(content_type)
     if 200 <= status < 300:
         try:
-            return call.parse(codec.loads(content) if content else {}, codec)
+            return call.parse(decode(content, codec, call.tuples) if content else {}, codec)
         except BadRequest as exc:
             raise StorageError(f"{call.method} {call.path}: malformed answer: {exc.reason}") from exc
     raise error_from_response(status, codec, content)
+
+
+def decode(content: bytes, codec: Codec, tuples: bool = False) -> Any:
+    """A 2xx body; with ``tuples`` a msgpack body's arrays come as tuples (no list objects built)."""
+    if not (tuples and codec.binary):
+        return codec.loads(content)
+    try:
+        return msgpack.unpackb(content, raw=False, use_list=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises a zoo of exception types for bad input
+        raise InvalidJson(f"malformed msgpack body: {exc}") from exc
 
 
 def error_from_response(status: int, codec: Codec, content: bytes) -> DiffstoreError:
