@@ -6,7 +6,9 @@ Setup (untimed): B holds N users' amounts, A N users' countries; one transform r
 date. Then every user of A moves to another country (N changed records in one generation) and we time:
 
 * diffstore: one transform round — diff A over HTTP by key range, look up B's amounts of the changed users,
-  C's totals, aggregate, putMany into C's new generation, commit with reader updates;
+  C's totals, aggregate, putMany into C's new generation, commit with reader updates. It runs on the
+  same ``Transform`` as the setup's round, as a long-running runner would, so it reuses that round's key
+  ranges (``splits_max_age_s``) instead of asking ``/splits`` again;
 * parquet: the same ``country_totals`` job in the same session over the same inputs exported to parquet
   (A's and B's diffs; A, B and C as lookup tables joined in Spark), writing its result to parquet.
 
