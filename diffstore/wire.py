@@ -295,8 +295,7 @@ def diff_page_to_wire(page: DiffPage, codec: Codec) -> Body:
     if codec.binary:  # keys and values are bytes (or None) already: msgpack writes bin / nil
         # d[3] is a tuple, which msgpack writes as an array: no list per item (a third of the cost)
         items = [
-            {"key": d[0], "fromValue": d[1], "intermediateValues": d[3], "toValue": d[2]}
-            for d in page.items
+            {"key": d[0], "fromValue": d[1], "intermediateValues": d[3], "toValue": d[2]} for d in page.items
         ]
     else:
         es_opt = _encode_es_opt
