@@ -40,6 +40,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_healthy(url: str, what: str) -> None:
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_until(healthy, 30, what)
+
+
 def test_serve_token_and_graceful_shutdown(tmp_path: Path) -> None:
     port = free_port()
     data = tmp_path / "data"
@@ -63,14 +73,7 @@ def test_serve_token_and_graceful_shutdown(tmp_path: Path) -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-
-        def healthy() -> bool:
-            try:
-                return httpx.get(f"{url}/healthz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(healthy, 30, "diffstore serve to start")
+        wait_healthy(url, "diffstore serve to start")
         assert httpx.get(f"{url}/collections/").status_code == 401
         auth = {"authorization": "Bearer tok"}
         with httpx.Client(base_url=url, headers=auth, timeout=60) as http:
@@ -132,14 +135,7 @@ def test_serve_no_sync_commits_survive_a_killed_server(tmp_path: Path) -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-
-        def healthy() -> bool:
-            try:
-                return httpx.get(f"{url}/healthz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(healthy, 30, "diffstore serve --no-sync to start")
+        wait_healthy(url, "diffstore serve --no-sync to start")
         with httpx.Client(base_url=url, timeout=60) as http:
             gen = {"generationId": {"value": "1"}}
             created = http.post("/collections/", json={"collectionName": "m", "isManual": True})
