@@ -204,6 +204,24 @@ def splits(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, count: int) 
     """
     if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= 1024:
         raise InvalidRequest("count must be within 2..1024")
+    meta = point.meta
+    cacheable = point.phantom is None and point.seq <= meta.generation_seq  # committed: never changes
+    cache = tables.splits_cache
+    key = (meta.cid, point.seq, count)
+    if cacheable and key in cache:
+        return list(cache[key])
+    cuts = _cut_visible_keys(txn, tables, point, count)
+    if cacheable:
+        if len(cache) >= _SPLITS_CACHE_SIZE:
+            cache.clear()
+        cache[key] = list(cuts)
+    return cuts
+
+
+_SPLITS_CACHE_SIZE = 256
+
+
+def _cut_visible_keys(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, count: int) -> list[bytes]:
     stride, seen = 1, 0
     sample: list[tuple[int, bytes]] = []
     for key, raw, _ in in_key_order(visible_stream(txn, tables, point)):

@@ -33,6 +33,9 @@ class Tables:
     # (name, stored row) -> its CollectionMeta: rows are immutable values, so a hit is always right, and
     # every operation loads its collection's row first (unpacking it is most of a point read's cost)
     meta_cache: dict[tuple[str, bytes], CollectionMeta] = field(default_factory=dict, compare=False)
+    # (cid, seq, count) -> split keys of a committed generation: what it shows never changes, and a
+    # split pass reads every visible key (parallel readers ask for the same cuts again and again)
+    splits_cache: dict[tuple[int, int, int], list[bytes]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def open(cls, env: lmdb.Environment) -> Tables:

@@ -311,6 +311,22 @@ def test_splits_cut_into_near_equal_ranges(split_coll, count: int) -> None:
     assert max(sizes) <= 2 * min(sizes), sizes
 
 
+def test_splits_follow_the_generation_asked_and_the_open_one_as_it_grows(split_coll) -> None:
+    before = split_coll.splits(4)
+    assert split_coll.splits(4) == before  # asked again (answered from the per-store cache)
+    split_coll.start_generation(b"2")
+    split_coll.put_many([(b"a%05d" % i, b"v") for i in range(3000)], generation_id=b"2")
+    grown = split_coll.splits(4, generation_id=b"2")  # the open generation: recomputed
+    assert grown != before and grown[0].startswith(b"a")
+    split_coll.put_many([(b"z%05d" % i, b"v") for i in range(6000)], generation_id=b"2")
+    assert split_coll.splits(4, generation_id=b"2") != grown  # still growing: not cached
+    assert split_coll.splits(4, generation_id=b"1") == before
+    split_coll.commit_generation(b"2")
+    committed = split_coll.splits(4)
+    assert committed == split_coll.splits(4, generation_id=b"2") and committed != before
+    assert split_coll.splits(4, generation_id=b"1") == before
+
+
 def test_splits_of_tiny_collection_and_bad_count(store: Store) -> None:
     c = store.create_collection("s", manual=True)
     assert c.splits(4) == []
