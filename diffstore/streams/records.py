@@ -157,7 +157,8 @@ def decompress(data: bytes, compression: int) -> bytes:
 # -- batch encoding ---------------------------------------------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -166,11 +167,12 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL_VARINTS = [_varint(i) for i in range(1 << 14)]
+SMALL_VARINTS = [varint(i) for i in range(1 << 14)]  # precomputed: lengths and indexes are mostly small
 
 
-def _length_prefix(length: int) -> bytes:
-    return _SMALL_VARINTS[length] if length < (1 << 14) else _varint(length)
+def length_prefix(length: int) -> bytes:
+    """The varint of a length (or any non-negative integer), from the table when it is small."""
+    return SMALL_VARINTS[length] if length < len(SMALL_VARINTS) else varint(length)
 
 
 def encode_header(flag: RecordFlag, partition_key: str, attributes: Mapping[str, str] | None = None) -> bytes:
@@ -186,13 +188,13 @@ class _RecordPrefixes(dict[int, bytes]):
 
     def __init__(self, header: bytes) -> None:
         super().__init__()
-        self._header_field = b"\x0a" + _length_prefix(len(header)) + header
+        self._header_field = b"\x0a" + length_prefix(len(header)) + header
 
     def __missing__(self, payload_len: int) -> bytes:
-        payload_field_len = 1 + len(_length_prefix(payload_len)) + payload_len
+        payload_field_len = 1 + len(length_prefix(payload_len)) + payload_len
         record_len = len(self._header_field) + payload_field_len
-        record_start = b"\x0a" + _length_prefix(record_len) + self._header_field
-        prefix = record_start + b"\x12" + _length_prefix(payload_len)
+        record_start = b"\x0a" + length_prefix(record_len) + self._header_field
+        prefix = record_start + b"\x12" + length_prefix(payload_len)
         self[payload_len] = prefix
         return prefix
 

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from diffstore.streams._proto import hstream_pb2 as pb
+from diffstore.streams.records import length_prefix, varint
 from diffstore.streams.server import codec
 
 U64 = st.integers(0, 2**64 - 1)
@@ -33,8 +34,9 @@ def test_append_response_bytes_equal_the_message(stream: str, shard: int, batch:
 
 
 def test_varint_matches_protobuf() -> None:
-    for value in (0, 1, 127, 128, 300, 2**14, 2**63, 2**64 - 1):
-        assert pb.RecordId.FromString(b"\x10" + codec.varint(value)).batchId == value
+    for value in (0, 1, 127, 128, 300, 2**14 - 1, 2**14, 2**63, 2**64 - 1):
+        assert pb.RecordId.FromString(b"\x10" + varint(value)).batchId == value
+        assert length_prefix(value) == varint(value)  # the small-value table agrees, at its edge too
 
 
 @pytest.mark.parametrize("compression", [codec.NONE, codec.GZIP, codec.ZSTD])

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import zstandard
 
 from diffstore.streams._proto import hstream_pb2 as pb
+from diffstore.streams.records import SMALL_VARINTS, length_prefix, varint
 
 from .errors import InvalidArgument
 
@@ -63,27 +64,14 @@ def subset(record: pb.BatchedRecord, indices: Sequence[int]) -> pb.BatchedRecord
 # serializer passes bytes through; see ``app.register``). Field numbers are those of protos/hstream.proto.
 
 
-def varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative integer."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL = [varint(i) for i in range(1 << 14)]
-
-
 def _len_field(tag: bytes, body: bytes) -> bytes:
-    return tag + (_SMALL[len(body)] if len(body) < len(_SMALL) else varint(len(body))) + body
+    return tag + length_prefix(len(body)) + body
 
 
 def record_ids(tag: bytes, shard_id: int, batch_id: int, indices: Sequence[int]) -> bytes:
     """Repeated ``RecordId`` entries under ``tag`` (one length-delimited field per index)."""
     prefix = b"\x08" + varint(shard_id) + b"\x10" + varint(batch_id)
-    small, limit = _SMALL, len(_SMALL)
+    small, limit = SMALL_VARINTS, len(SMALL_VARINTS)
     index_tag = prefix + b"\x18"
     parts = []
     for index in indices:
