@@ -233,6 +233,13 @@ class StoreMachine(RuleBasedStateMachine):
         st.one_of(st.just(UNSET), st.none(), st.sampled_from(READER_GENS)),
     )
 
+    @staticmethod
+    def _open_target(m: MColl, gen: bytes | None) -> tuple[bytes, type[DiffstoreError] | None]:
+        """The generation a commit/abort names (None: the open one, else a made-up id) and its error."""
+        if gen is None:
+            gen = m.next if m.next is not None else b"zz"
+        return gen, (GenerationMismatch if m.next is None or gen != m.next else None)
+
     @rule(
         name=st.sampled_from(NAMES),
         gen=st.one_of(st.none(), st.sampled_from(GENS)),
@@ -242,13 +249,8 @@ class StoreMachine(RuleBasedStateMachine):
         if self._not_manual(name, "commit", gen):
             return
         m = self.model[name]
-        gen = m.next if gen is None else gen
-        if gen is None:
-            gen = b"zz"
-        error: type[DiffstoreError] | None = None
-        if m.next is None or gen != m.next:
-            error = GenerationMismatch
-        else:
+        gen, error = self._open_target(m, gen)
+        if error is None:
             saved = dict(m.readers)
             error = self._updates_error(m, updates)
             if error is None:
@@ -275,13 +277,8 @@ class StoreMachine(RuleBasedStateMachine):
         if self._not_manual(name, "abort", gen):
             return
         m = self.model[name]
-        gen = m.next if gen is None else gen
-        if gen is None:
-            gen = b"zz"
-        error: type[DiffstoreError] | None = None
-        if m.next is None or gen != m.next:
-            error = GenerationMismatch
-        else:
+        gen, error = self._open_target(m, gen)
+        if error is None:
             m.drop_open()
         with self.expect(error):
             self.c(name).abort_generation(gen)
