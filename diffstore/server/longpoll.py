@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 Answer = tuple["Message", "Message"]
 RAW_SEND = "diffstore.raw_send"  # scope key: the server's send, before any middleware wrapped it
-_continuations: set[asyncio.Task[None]] = set()  # the tasks of sends that had to wait (kept referenced)
 
 
 def encode_answer(generation_id: bytes, codec: Codec) -> Answer:
@@ -61,19 +60,18 @@ def encode_answer(generation_id: bytes, codec: Codec) -> Answer:
     )
 
 
-def run_eagerly(coro: Coroutine[Any, Any, None]) -> None:
+def run_eagerly(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
     """Runs ``coro`` at once in the caller's frame; if it suspends, a task carries on from there.
 
     Python 3.12's eager tasks do the same. A send that completes without waiting -- the common case --
-    thus costs no task and no pass of the event loop.
+    thus costs no task and no pass of the event loop. Returns the task (None: finished at once); the
+    caller keeps it referenced until it is done (the event loop holds tasks only weakly).
     """
     try:
         pending = coro.send(None)
     except StopIteration:
-        return
-    task = asyncio.get_running_loop().create_task(_carry_on(coro, pending))
-    _continuations.add(task)
-    task.add_done_callback(_continuations.discard)
+        return None
+    return asyncio.get_running_loop().create_task(_carry_on(coro, pending))
 
 
 async def _carry_on(coro: Coroutine[Any, Any, None], pending: Any) -> None:
@@ -156,7 +154,18 @@ def finish_directly(cycle: Any, status: int) -> None:
 class Waiter:
     """One long-poll request waiting for ``collection`` to move away from ``given``."""
 
-    __slots__ = ("collection", "given", "codec", "send", "raw_send", "task", "timer", "answered", "error")
+    __slots__ = (
+        "collection",
+        "given",
+        "codec",
+        "send",
+        "raw_send",
+        "task",
+        "timer",
+        "answered",
+        "error",
+        "sending",
+    )
 
     def __init__(self, collection: str, given: bytes, codec: Codec, send: Send, raw_send: Any = None) -> None:
         self.collection = collection
@@ -168,6 +177,7 @@ class Waiter:
         self.timer: asyncio.TimerHandle | None = None
         self.answered = False
         self.error: BaseException | None = None
+        self.sending: asyncio.Task[None] | None = None  # a send that had to wait, carried on in a task
 
     def deliver(self, answer: Answer, rendered: Rendered | None = None) -> Any:
         """Sends ``answer`` unless the waiter was answered already.
@@ -180,7 +190,7 @@ class Waiter:
         self.answered = True
         cycle = write_directly(self.raw_send, answer, rendered)
         if cycle is None:
-            run_eagerly(self._send(answer))
+            self.sending = run_eagerly(self._send(answer))
         elif rendered is None:
             finish_directly(cycle, answer[0]["status"])
             return None

@@ -104,12 +104,17 @@ def test_run_eagerly_resumes_across_several_suspensions() -> None:
             except ValueError as exc:
                 steps.append(f"raised {exc}")
 
-        run_eagerly(work())
-        assert steps == ["start"]
+        async def at_once() -> None:
+            steps.append("at once")
+
+        assert run_eagerly(at_once()) is None  # finished without suspending: no task
+        steps.clear()
+        task = run_eagerly(work())
+        assert steps == ["start"] and task is not None and not task.done()
         gates[0].set_result(1)
         gates[1].set_exception(ValueError("boom"))
         for _ in range(10):
             await asyncio.sleep(0)
-        assert steps == ["start", "got 1", "raised boom"]
+        assert steps == ["start", "got 1", "raised boom"] and task.done()
 
     asyncio.run(scenario())
