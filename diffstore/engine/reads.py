@@ -51,18 +51,27 @@ def read_point(
 
 
 class _GenerationNames:
-    """Turns the seq or phantom generation of a version into a generation id, caching lookups."""
+    """Turns the seq or phantom generation of a version into a generation id, caching lookups.
+
+    ``known`` is the cache itself, readable directly on hot paths; the current and the open generation
+    are in it from the start (most versions read belong to them), so they cost no lookup.
+    """
 
     def __init__(self, txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:
         self._txn, self._tables, self._meta = txn, tables, meta
-        self._cache: dict[int, bytes] = {}
+        self.known: dict[int | bytes, bytes] = {meta.generation_seq: meta.generation}
+        if meta.next is not None and meta.next_seq is not None:
+            self.known[meta.next_seq] = meta.next
 
     def __call__(self, gen: int | bytes) -> bytes:
-        if isinstance(gen, bytes):
-            return gen
-        if gen not in self._cache:
-            self._cache[gen] = generation_of_seq(self._txn, self._tables, self._meta, gen)
-        return self._cache[gen]
+        name = self.known.get(gen)
+        if name is None:
+            if isinstance(gen, bytes):
+                name = gen
+            else:
+                name = generation_of_seq(self._txn, self._tables, self._meta, gen)
+            self.known[gen] = name
+        return name
 
 
 def get(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, key: bytes) -> GetResult:
@@ -74,12 +83,7 @@ def get(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, key: bytes) -> 
     value = layout.decode_value(version[1])
     if value is None:
         return GetResult(point.generation_id, None)
-    seq = version[2]
-    meta = point.meta
-    if seq == meta.generation_seq:
-        generation_id = meta.generation
-    else:
-        generation_id = _GenerationNames(txn, tables, meta)(seq)
+    generation_id = _GenerationNames(txn, tables, point.meta)(version[2])
     return GetResult(generation_id, Record(key, value, generation_id))
 
 
@@ -129,7 +133,7 @@ def query_page(
     lower = lower_form(after if after is not None else from_key)
     stream = in_key_order(visible_stream(txn, tables, point, lower, upper_form(to_key)))
     names = _GenerationNames(txn, tables, meta)
-    named: dict[int | bytes, bytes] = {}
+    named = names.known
     items: list[Record] = []
     bounded = after is not None or from_key is not None or to_key is not None
     more = False
@@ -149,7 +153,7 @@ def query_page(
             break
         name = named.get(gen)
         if name is None:
-            name = named[gen] = names(gen)
+            name = names(gen)
         items.append(_new_record((key, value, name)))
     token = None
     if more:
