@@ -94,6 +94,22 @@ async def _carry_on(coro: Coroutine[Any, Any, None], pending: Any) -> None:
 Rendered = dict[tuple[int, int, bool], bytes]  # (id(answer), id(uvicorn's default headers), keep-alive)
 
 
+_CYCLE_ATTRIBUTES = (
+    "response_started",
+    "response_complete",
+    "disconnected",
+    "flow",
+    "transport",
+    "keep_alive",
+    "default_headers",
+    "message_event",
+    "on_response",
+    "access_log",
+    "access_logger",
+    "scope",
+)
+
+
 def write_directly(raw_send: Any, answer: Answer, rendered: Rendered | None = None) -> Any:
     """Writes ``answer`` as one whole response through uvicorn's request cycle behind ``raw_send``.
 
@@ -105,13 +121,13 @@ def write_directly(raw_send: Any, answer: Answer, rendered: Rendered | None = No
     cycle = getattr(raw_send, "__self__", None)
     if type(cycle) is not RequestResponseCycle:
         return None
-    try:  # everything the write needs is read before anything changes: a future uvicorn only falls back
-        if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
-            return None
-        transport, keep_alive, default_headers = cycle.transport, cycle.keep_alive, cycle.default_headers
-        cycle.message_event, cycle.on_response, cycle.access_log  # noqa: B018 -- finish_directly's needs
-    except AttributeError:
+    # everything the write and finish_directly need is checked before anything changes: a future uvicorn
+    # whose cycle differs only falls back
+    if not all(hasattr(cycle, name) for name in _CYCLE_ATTRIBUTES):
         return None
+    if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
+        return None
+    transport, keep_alive, default_headers = cycle.transport, cycle.keep_alive, cycle.default_headers
     key = (id(answer), id(default_headers), keep_alive)
     data = rendered.get(key) if rendered is not None else None
     if data is None:
