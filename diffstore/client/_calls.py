@@ -243,16 +243,26 @@ def keys_around(
     return Call("POST", collection_path(name, "getKeysAround"), keys_around_from_wire, request.to_wire)
 
 
-def query_page(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryPage]:
+def page_call(
+    name: str,
+    kind: str,
+    request: QueryRequest | DiffRequest,
+    cursor: str | None,
+    parse: Callable[[Any, Codec], T],
+    tuples: bool = False,
+) -> Call[T]:
+    """A ``query/`` or ``diff/`` page (``kind``): the first by POST, the next ones by their cursor."""
     if cursor is not None:
-        return Call("GET", collection_path(name, "query", cursor), query_page_from_wire)
-    return Call("POST", collection_path(name, "query") + "/", query_page_from_wire, request.to_wire)
+        return Call("GET", collection_path(name, kind, cursor), parse, tuples=tuples)
+    return Call("POST", collection_path(name, kind) + "/", parse, request.to_wire, tuples=tuples)
+
+
+def query_page(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryPage]:
+    return page_call(name, "query", request, cursor, query_page_from_wire)
 
 
 def diff_page(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffPage]:
-    if cursor is not None:
-        return Call("GET", collection_path(name, "diff", cursor), diff_page_from_wire)
-    return Call("POST", collection_path(name, "diff") + "/", diff_page_from_wire, request.to_wire)
+    return page_call(name, "diff", request, cursor, diff_page_from_wire)
 
 
 def close_cursor(name: str, kind: str, cursor: str) -> Call[None]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from diffstore.client._calls import Call, collection_path
+from diffstore.client._calls import Call, page_call
 from diffstore.wire import Codec, Fields, diff_page_from_wire, query_page_from_wire
 from diffstore.wire_requests import DiffRequest, QueryRequest
 
@@ -124,15 +124,9 @@ def diff_columns_from_wire(obj: Any, codec: Codec) -> DiffColumns:
 
 def query_columns(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryColumns]:
     """``query/`` (or the cursor's next page) parsed into columns."""
-    if cursor is not None:
-        return Call("GET", collection_path(name, "query", cursor), query_columns_from_wire, tuples=True)
-    path = collection_path(name, "query") + "/"
-    return Call("POST", path, query_columns_from_wire, request.to_wire, tuples=True)
+    return page_call(name, "query", request, cursor, query_columns_from_wire, tuples=True)
 
 
 def diff_columns(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffColumns]:
     """``diff/`` (or the cursor's next page) parsed into columns."""
-    if cursor is not None:
-        return Call("GET", collection_path(name, "diff", cursor), diff_columns_from_wire, tuples=True)
-    path = collection_path(name, "diff") + "/"
-    return Call("POST", path, diff_columns_from_wire, request.to_wire, tuples=True)
+    return page_call(name, "diff", request, cursor, diff_columns_from_wire, tuples=True)
