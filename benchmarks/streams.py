@@ -160,5 +160,6 @@ def _report(name: str, baseline: str, rounds: list[tuple[float, float]]) -> None
     median = statistics.median(r[0] / r[1] for r in rounds)
     print(f"{name} / {baseline}: best/best {best:.2f}x, median of rounds {median:.2f}x")
 
+
 if __name__ == "__main__":
     main()

@@ -110,42 +110,54 @@ _CYCLE_ATTRIBUTES = (
 )
 
 
-def write_directly(raw_send: Any, answer: Answer, rendered: Rendered | None = None) -> Any:
-    """Writes ``answer`` as one whole response through uvicorn's request cycle behind ``raw_send``.
+def direct_cycle(raw_send: Any) -> Any:
+    """The uvicorn httptools request cycle behind ``raw_send``, if answers can be written to it directly.
 
-    Returns the cycle, to be completed with :func:`finish_directly` (the bookkeeping that lets the
-    connection serve on), or None -- nothing done -- unless ``raw_send`` is the ``send`` of a uvicorn
-    httptools cycle that has not started its response and can take it now; the caller then uses the
-    ASGI sends. ``rendered`` caches whole responses across the waiters of one pass.
+    None for any other server, or a uvicorn whose cycle lacks an attribute :func:`write_directly` and
+    :func:`finish_directly` use: the caller then sends the ASGI messages. Checked once, when a waiter
+    registers, so that a fan-out pass only reads the cycle's state.
     """
     cycle = getattr(raw_send, "__self__", None)
     if type(cycle) is not RequestResponseCycle:
         return None
-    # everything the write and finish_directly need is checked before anything changes: a future uvicorn
-    # whose cycle differs only falls back
     if not all(hasattr(cycle, name) for name in _CYCLE_ATTRIBUTES):
         return None
+    return cycle
+
+
+def render(answer: Answer, default_headers: Any, keep_alive: bool) -> bytes:
+    """``answer`` as the bytes uvicorn's ``send`` would write: its status line and headers, ours, the body."""
+    parts = [STATUS_LINE[answer[0]["status"]]]
+    for name, value in (*default_headers, *answer[0]["headers"]):
+        parts += (name, b": ", value, b"\r\n")
+    if not keep_alive:
+        parts.append(b"connection: close\r\n")
+    parts += (b"\r\n", answer[1]["body"])
+    return b"".join(parts)
+
+
+def write_directly(cycle: Any, answer: Answer, rendered: Rendered) -> bool:
+    """Writes ``answer`` as one whole response to ``cycle`` (see :func:`direct_cycle`) if it can take it now.
+
+    False -- nothing done -- once the cycle has started a response, lost its client or paused writing;
+    the caller then uses the ASGI sends. On True the caller completes the cycle with
+    :func:`finish_directly` (the bookkeeping that lets the connection serve on). ``rendered`` caches
+    whole responses across the waiters of one pass.
+    """
     if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
-        return None
-    transport, keep_alive, default_headers = cycle.transport, cycle.keep_alive, cycle.default_headers
+        return False
+    default_headers, keep_alive = cycle.default_headers, cycle.keep_alive
     key = (id(answer), id(default_headers), keep_alive)
-    data = rendered.get(key) if rendered is not None else None
+    data = rendered.get(key)
     if data is None:
-        parts = [STATUS_LINE[answer[0]["status"]]]
-        for name, value in (*default_headers, *answer[0]["headers"]):
-            parts += (name, b": ", value, b"\r\n")
-        if not keep_alive:
-            parts.append(b"connection: close\r\n")
-        parts += (b"\r\n", answer[1]["body"])
-        data = b"".join(parts)
-        if rendered is not None:
-            rendered[key] = data
+        data = rendered[key] = render(answer, default_headers, keep_alive)
     cycle.response_started = cycle.response_complete = True
-    if isinstance(transport, CoalescingTransport):
+    transport = cycle.transport
+    if type(transport) is CoalescingTransport:
         transport.write_now(data)
     else:
         transport.write(data)
-    return cycle
+    return True
 
 
 def finish_directly(cycle: Any, status: int) -> None:
@@ -175,7 +187,7 @@ class Waiter:
         "given",
         "codec",
         "send",
-        "raw_send",
+        "cycle",
         "task",
         "timer",
         "answered",
@@ -188,7 +200,7 @@ class Waiter:
         self.given = given
         self.codec = codec
         self.send = send
-        self.raw_send = raw_send
+        self.cycle = direct_cycle(raw_send)  # None: answered through the ASGI sends
         self.task: asyncio.Task[Any] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.answered = False
@@ -204,15 +216,17 @@ class Waiter:
         if self.answered:
             return None
         self.answered = True
-        cycle = write_directly(self.raw_send, answer, rendered)
-        if cycle is None:
-            self.sending = run_eagerly(self._send(answer))
-        elif rendered is None:
+        cycle = self.cycle
+        if cycle is None or not write_directly(cycle, answer, {} if rendered is None else rendered):
+            self.sending = run_eagerly(self.send_answer(answer))
+            return None
+        if rendered is None:
             finish_directly(cycle, answer[0]["status"])
             return None
         return cycle
 
-    async def _send(self, answer: Answer) -> None:
+    async def send_answer(self, answer: Answer) -> None:
+        """The answer as two ASGI sends (the way for any server but uvicorn's httptools protocol)."""
         try:
             await self.send(answer[0])
             await self.send(answer[1])
@@ -283,23 +297,28 @@ class CommitHub:
             return
         answers: dict[tuple[bytes, Codec], Answer] = {}
         rendered: Rendered = {}
-        written: list[tuple[Any, int]] = []  # (cycle, status) written directly: finished once all are
+        written = []  # cycles written directly: finished once every waiter has its bytes
         collecting = gc.isenabled()
         if collecting:  # the pass allocates a little per waiter; a collection in its middle would stall it
             gc.disable()
         try:
+            # the loop that scales with the waiters: kept to a handful of lookups per waiter
             for waiter in group:
-                generation = waiter.given if generation_id is None else generation_id
-                key = (generation, waiter.codec)
+                if waiter.answered:
+                    continue
+                waiter.answered = True
+                key = (waiter.given if generation_id is None else generation_id, waiter.codec)
                 answer = answers.get(key)
                 if answer is None:
-                    answer = answers[key] = encode_answer(generation, waiter.codec)
-                cycle = waiter.deliver(answer, rendered)
-                if cycle is not None:
-                    written.append((cycle, answer[0]["status"]))
+                    answer = answers[key] = encode_answer(*key)
+                cycle = waiter.cycle
+                if cycle is not None and write_directly(cycle, answer, rendered):
+                    written.append(cycle)
+                else:
+                    waiter.sending = run_eagerly(waiter.send_answer(answer))
             self.written_directly += len(written)
-            for cycle, status in written:
-                finish_directly(cycle, status)
+            for cycle in written:
+                finish_directly(cycle, 200)  # every answer of a pass is a 200 (encode_answer)
         finally:
             if collecting:
                 gc.enable()

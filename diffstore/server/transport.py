@@ -50,7 +50,8 @@ class CoalescingTransport:
 
     def write_now(self, data: bytes) -> None:
         """Writes ``data`` at once (after a held write, if any): for a response that is whole already."""
-        self.flush()
+        if self._held is not None:
+            self.flush()
         self._transport.write(data)
 
     def writelines(self, chunks: Any) -> None:
