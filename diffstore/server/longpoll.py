@@ -302,20 +302,14 @@ class CommitHub:
         if collecting:  # the pass allocates a little per waiter; a collection in its middle would stall it
             gc.disable()
         try:
-            # the loop that scales with the waiters: kept to a handful of lookups per waiter
             for waiter in group:
-                if waiter.answered:
-                    continue
-                waiter.answered = True
                 key = (waiter.given if generation_id is None else generation_id, waiter.codec)
                 answer = answers.get(key)
                 if answer is None:
                     answer = answers[key] = encode_answer(*key)
-                cycle = waiter.cycle
-                if cycle is not None and write_directly(cycle, answer, rendered):
+                cycle = waiter.deliver(answer, rendered)
+                if cycle is not None:
                     written.append(cycle)
-                else:
-                    waiter.sending = run_eagerly(waiter.send_answer(answer))
             self.written_directly += len(written)
             for cycle in written:
                 finish_directly(cycle, 200)  # every answer of a pass is a 200 (encode_answer)
