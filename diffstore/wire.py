@@ -44,7 +44,6 @@ MAX_KEYS_AROUND_LIMIT: Final = 1_000
 MAX_NAME_BYTES: Final = 255
 
 Body = dict[str, Any]
-PutItem = tuple[bytes, bytes | None, bool]
 
 
 class Codec:

@@ -25,6 +25,7 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    PutItem,
     PutResult,
     QueryPage,
     Reader,
@@ -35,7 +36,6 @@ from diffstore.wire import (
     Codec,
     CollectionState,
     Fields,
-    PutItem,
     diff_page_from_wire,
     generation_from_wire,
     get_result_from_wire,
@@ -213,7 +213,7 @@ def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:
 
 def _put_item(item: PutManyItem) -> PutItem:
     if len(item) == 2:
-        return item[0], item[1], False
+        return item
     return item[0], item[1], bool(item[2])
 
 

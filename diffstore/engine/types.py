@@ -18,6 +18,9 @@ UNSET = _Unset.UNSET
 
 Expected = bytes | None | _Unset
 
+PutItem = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bool]
+"""What ``put_many`` writes: ``(key, value)`` or ``(key, value, if_not_present)``; ``None`` deletes."""
+
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:

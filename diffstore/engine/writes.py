@@ -29,11 +29,9 @@ from diffstore.engine.tables import (
     unregister_generation,
     validate_generation_id,
 )
-from diffstore.engine.types import PutResult, ReaderUpdate
+from diffstore.engine.types import PutItem, PutResult, ReaderUpdate
 from diffstore.engine.visibility import ReadPoint, live_phantom, point_version
 from diffstore.errors import GenerationMismatch, InvalidRequest, NotManual, OutdatedGeneration
-
-PutItem = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bool]
 
 
 def _require_manual(meta: CollectionMeta) -> None:
