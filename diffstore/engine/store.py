@@ -2,7 +2,8 @@
 
 Invariants:
 - Every change is one LMDB write transaction, taken under ``Store._write_lock`` (one writer at a time
-  in this process; readers never block). A commit is durable when its transaction returns
+  in this process; readers take no lock, but step aside while another thread's write transaction is
+  changing pages: see :mod:`diffstore.engine.priority`). A commit is durable when its transaction returns
   (``StoreConfig.sync``, the default); without it the worker flushes every ``sync_interval_ms``.
 - Commit listeners run after the transaction that committed, outside the lock, in the committing
   thread (the background worker for automatic commits).
@@ -27,6 +28,7 @@ import msgpack
 from diffstore.engine import background, layout
 from diffstore.engine.collection import Collection
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
+from diffstore.engine.priority import WriterFirst
 from diffstore.engine.tables import (
     Tables,
     load_meta,
@@ -77,6 +79,7 @@ class Store:
         except (lmdb.Error, OSError) as exc:
             raise StorageError(f"cannot open the store at {self.path}: {exc}") from exc
         self._write_lock = threading.RLock()
+        self._writer_first = WriterFirst(self.config.read_yield_ms)
         self._listeners: list[CommitListener] = []
         self._listeners_lock = threading.Lock()
         self._closed = False
@@ -122,6 +125,7 @@ class Store:
     @contextlib.contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
         """A read-only snapshot; LMDB failures surface as :class:`StorageError`."""
+        self._writer_first.before_read()
         try:
             with self.env.begin(buffers=False) as txn:
                 yield txn
@@ -133,7 +137,7 @@ class Store:
         """One atomic write transaction; listeners hear about its commits after it is durable."""
         with self._write_lock:
             try:
-                with self.env.begin(write=True) as txn:
+                with self.env.begin(write=True) as txn, self._writer_first.writing():
                     scope = WriteScope(txn)
                     yield scope
             except lmdb.Error as exc:

@@ -46,6 +46,9 @@ class StoreConfig:
             ``sync_interval_ms``, and closing the store flushes. Unsynced stores write through LMDB's
             writable map, which makes the data file as large as ``map_size`` (sparse: only what is written
             takes disk space), so the file system must support sparse files.
+        read_yield_ms: how long a read waits at most while another thread's write transaction is changing
+            pages (0: never). py-lmdb gives up the GIL around every LMDB call, so a writer racing a busy
+            reader for the GIL would crawl; see :mod:`diffstore.engine.priority`.
     """
 
     map_size: int = 1 << 40
@@ -58,6 +61,7 @@ class StoreConfig:
     max_page_limit: int = 10_000
     background: bool = True
     sync: bool = True
+    read_yield_ms: float = 50.0
     sync_interval_ms: int = 1_000
 
     def __post_init__(self) -> None:

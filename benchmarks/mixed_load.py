@@ -1,0 +1,139 @@
+"""Writes under read load: putMany through the HTTP server while 32 clients read, with and without the
+engine's writer-first reads (``StoreConfig.read_yield_ms``, see ``diffstore/engine/priority.py``).
+
+    .venv/bin/python benchmarks/mixed_load.py [--records 300000] [--rounds 3]
+
+For each setting (the default ``read_yield_ms`` and 0, which is how the engine behaved before), on a
+fresh server: putMany of N records in 10k batches alone, then again while 32 keep-alive clients send
+point gets as fast as they are answered; and the gets' rate alone and during that second putMany.
+Printed: each rate with its ratio to the same server's rate alone (medians of rounds; the settings
+alternate). py-lmdb gives up the GIL around every LMDB call, so without the engine's help a writer
+racing a busy event loop for the GIL advances by about one call per switch interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import shutil
+import statistics
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import httpx
+from http_api import ResponseReader, child, http_put_many, new_loop
+
+SERVE = """
+import sys
+from diffstore.engine.store import Store
+from diffstore.engine.types import StoreConfig
+from diffstore.server import ServerConfig
+from diffstore.server.serving import serve_store
+with Store.open(sys.argv[1], StoreConfig(read_yield_ms=float(sys.argv[2]))) as store:
+    serve_store(store, ServerConfig(data_dir=sys.argv[1], port=int(sys.argv[3])))
+"""
+GET = (
+    b"POST /collections/g/get HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 21\r\n\r\n{"key":{"value":"k"}}'
+)
+CLIENTS = 32
+
+
+def read_load(conn: Connection, port: int) -> None:
+    """Child process: CLIENTS closed-loop readers; answers each "mark" on ``conn`` with (answers, time)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        answers = 0
+
+        def answered(client: ResponseReader, answer: bytes) -> None:
+            nonlocal answers
+            answers += 1
+            client.transport.write(GET)
+
+        for _ in range(CLIENTS):
+            await loop.create_connection(lambda: ResponseReader(GET, answered), "127.0.0.1", port)
+        marks: asyncio.Queue[str] = asyncio.Queue()
+        loop.add_reader(conn.fileno(), lambda: marks.put_nowait(conn.recv()))
+        conn.send("ready")
+        while (await marks.get()) == "mark":
+            conn.send((answers, time.perf_counter()))
+
+    loop = new_loop()
+    loop.run_until_complete(main())
+
+
+def mark(conn: Connection) -> tuple[int, float]:
+    """The load's answers so far and the time it counted them."""
+    conn.send("mark")
+    answers, at = conn.recv()
+    return answers, at
+
+
+def one_round(root: Path, yield_ms: float, records: int, round_: int) -> dict[str, float]:
+    data = root / f"server-{yield_ms:g}-{round_}"
+    result: dict[str, float] = {}
+    with child(SERVE, str(data), str(yield_ms)) as url:
+        with httpx.Client(base_url=url) as http:
+            http.post("/collections/", json={"collectionName": "g", "isManual": False}).raise_for_status()
+            item = {"key": {"value": "k"}, "value": {"value": "v"}}
+            http.post("/collections/g/put", json={"item": item}).raise_for_status()
+        result["put alone"] = http_put_many(url, records, "msgpack", 0)
+        parent, child_end = multiprocessing.Pipe()
+        load = multiprocessing.Process(target=read_load, args=(child_end, int(url.rsplit(":", 1)[1])))
+        load.start()
+        try:
+            assert parent.recv() == "ready"
+            first, start = mark(parent)
+            time.sleep(2.0)  # the length of the measurement, not a wait for a condition
+            last, end = mark(parent)
+            result["get alone"] = (last - first) / (end - start)
+            first, start = mark(parent)
+            result["put under reads"] = http_put_many(url, records, "msgpack", 1)
+            last, end = mark(parent)
+            result["get during put"] = (last - first) / (end - start)
+        finally:
+            parent.send("stop")
+            load.join(10)
+    shutil.rmtree(data)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="diffstore-mixed-bench-"))
+    settings = (50.0, 0.0)
+    results: dict[float, list[dict[str, float]]] = {s: [] for s in settings}
+    try:
+        for r in range(args.rounds):
+            for setting in settings if r % 2 == 0 else settings[::-1]:
+                got = one_round(root, setting, args.records, r)
+                results[setting].append(got)
+                print(
+                    f"round {r}, read_yield_ms={setting:g}: putMany alone {got['put alone']:,.0f} rec/s,"
+                    f" under reads {got['put under reads']:,.0f}; gets alone {got['get alone']:,.0f}/s,"
+                    f" during the putMany {got['get during put']:,.0f}/s",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for setting in settings:
+        med = {k: statistics.median(r[k] for r in results[setting]) for k in results[setting][0]}
+        print(
+            f"read_yield_ms={setting:g} (median of {args.rounds}): putMany under {CLIENTS} reading clients"
+            f" {med['put under reads']:,.0f} rec/s, ratio {med['put under reads'] / med['put alone']:.2f} to"
+            f" alone ({med['put alone']:,.0f}); gets during it {med['get during put']:,.0f}/s, ratio"
+            f" {med['get during put'] / med['get alone']:.2f} to alone ({med['get alone']:,.0f})"
+        )
+
+
+if __name__ == "__main__":
+    main()

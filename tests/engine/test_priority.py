@@ -1,0 +1,89 @@
+"""Reads of other threads step aside while a write transaction changes pages (engine/priority.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from diffstore import Store, StoreConfig
+from diffstore.engine.priority import WriterFirst
+from tests.helpers import wait_until
+
+LONG_MS = 60_000  # far longer than any test: a read that returns early was not kept waiting by the bound
+
+
+def read_in_thread(read: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    results: list[object] = []
+    thread = threading.Thread(target=lambda: results.append(read()), daemon=True)
+    thread.start()
+    return thread, results
+
+
+def test_a_read_of_another_thread_waits_until_the_writer_is_done() -> None:
+    priority = WriterFirst(LONG_MS)
+    with priority.writing():
+        thread, results = read_in_thread(priority.before_read)
+        wait_until(lambda: thread.is_alive(), what="the reader started")
+        thread.join(0.05)
+        assert thread.is_alive() and results == []  # still waiting while the writer changes pages
+    thread.join(10)
+    assert results == [True]
+
+
+def test_the_writer_thread_itself_and_idle_times_never_wait() -> None:
+    priority = WriterFirst(LONG_MS)
+    assert priority.before_read() is False
+    with priority.writing():
+        assert priority.before_read() is False
+        with priority.writing():  # nested in the same thread: still one writer
+            assert priority.before_read() is False
+        thread, results = read_in_thread(priority.before_read)
+        wait_until(lambda: thread.is_alive(), what="the reader started")
+        thread.join(0.05)
+        assert results == []  # the nested block's end did not release the reader
+    thread.join(10)
+    assert results == [True]
+    assert priority.before_read() is False
+
+
+def test_the_wait_is_bounded() -> None:
+    priority = WriterFirst(1)
+    with priority.writing():
+        thread, results = read_in_thread(priority.before_read)
+        thread.join(10)  # the writer never finishes while we wait: only the bound can release the reader
+        assert results == [True]
+
+
+def test_zero_switches_it_off() -> None:
+    priority = WriterFirst(0)
+    with priority.writing():
+        thread, results = read_in_thread(priority.before_read)
+        thread.join(10)
+        assert results == [False]
+
+
+def test_store_reads_of_other_threads_wait_for_an_open_write_transaction(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s", StoreConfig(read_yield_ms=LONG_MS)) as store:
+        store.create_collection("c")
+        writing, release = threading.Event(), threading.Event()
+
+        def writer() -> None:
+            with store.write():
+                writing.set()
+                release.wait(10)
+
+        write_thread = threading.Thread(target=writer, daemon=True)
+        write_thread.start()
+        assert writing.wait(10)
+
+        def read() -> list[str]:
+            return [info.name for info in store.collections()]
+
+        thread, results = read_in_thread(read)
+        thread.join(0.05)
+        assert results == []
+        release.set()
+        thread.join(10)
+        write_thread.join(10)
+        assert results == [["c"]]
