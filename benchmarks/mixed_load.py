@@ -1,14 +1,19 @@
-"""Writes under read load: putMany through the HTTP server while 32 clients read, with and without the
-engine's writer-first reads (``StoreConfig.read_yield_ms``, see ``diffstore/engine/priority.py``).
+"""Engine work under read load: putMany and query pages through the HTTP server while 32 clients send
+point gets, with and without the engine's writer-first reads (``StoreConfig.read_yield_ms``, see
+``diffstore/engine/priority.py``).
 
     .venv/bin/python benchmarks/mixed_load.py [--records 300000] [--rounds 3]
 
 For each setting (the default ``read_yield_ms`` and 0, which is how the engine behaved before), on a
 fresh server: putMany of N records in 10k batches alone, then again while 32 keep-alive clients send
-point gets as fast as they are answered; and the gets' rate alone and during that second putMany.
-Printed: each rate with its ratio to the same server's rate alone (medians of rounds; the settings
-alternate). py-lmdb gives up the GIL around every LMDB call, so without the engine's help a writer
-racing a busy event loop for the GIL advances by about one call per switch interval.
+point gets as fast as they are answered; the gets' rate alone and during that second putMany; and
+reading the first N records whole in query pages of 10k, alone and under the same gets. Printed: each
+rate with its ratio to the same server's rate alone (medians of rounds; the settings alternate).
+
+Why: py-lmdb gives up the GIL around every LMDB call (every cursor step, every put), so a thread making
+many LMDB calls beside a busy event loop advances by about one call per switch interval. Writer-first
+reads fix it for writes; query pages (reads in a worker thread racing reads on the event loop) are not
+helped by it, and the figure shows by how much they still suffer.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import httpx
+import msgpack
 from http_api import ResponseReader, child, http_put_many, new_loop
 
 SERVE = """
@@ -73,6 +79,31 @@ def mark(conn: Connection) -> tuple[int, float]:
     return answers, at
 
 
+def query_all(url: str, collection: str) -> float:
+    """Records/s of reading ``collection`` whole in query pages of 10k (msgpack)."""
+    headers = {"content-type": "application/msgpack", "accept": "application/msgpack"}
+    records = 0
+    with httpx.Client(base_url=url, timeout=600) as http:
+        start = time.perf_counter()
+        page = msgpack.unpackb(
+            http.post(
+                f"/collections/{collection}/query/", content=msgpack.packb({"limit": 10_000}), headers=headers
+            )
+            .raise_for_status()
+            .content
+        )
+        while True:
+            records += len(page["items"])
+            if not page.get("cursorId"):
+                return records / (time.perf_counter() - start)
+            cursor = page["cursorId"]
+            page = msgpack.unpackb(
+                http.get(f"/collections/{collection}/query/{cursor}", headers=headers)
+                .raise_for_status()
+                .content
+            )
+
+
 def one_round(root: Path, yield_ms: float, records: int, round_: int) -> dict[str, float]:
     data = root / f"server-{yield_ms:g}-{round_}"
     result: dict[str, float] = {}
@@ -82,6 +113,7 @@ def one_round(root: Path, yield_ms: float, records: int, round_: int) -> dict[st
             item = {"key": {"value": "k"}, "value": {"value": "v"}}
             http.post("/collections/g/put", json={"item": item}).raise_for_status()
         result["put alone"] = http_put_many(url, records, "msgpack", 0)
+        result["query alone"] = query_all(url, "bench-msgpack-0")
         parent, child_end = multiprocessing.Pipe()
         load = multiprocessing.Process(target=read_load, args=(child_end, int(url.rsplit(":", 1)[1])))
         load.start()
@@ -95,6 +127,7 @@ def one_round(root: Path, yield_ms: float, records: int, round_: int) -> dict[st
             result["put under reads"] = http_put_many(url, records, "msgpack", 1)
             last, end = mark(parent)
             result["get during put"] = (last - first) / (end - start)
+            result["query under reads"] = query_all(url, "bench-msgpack-0")
         finally:
             parent.send("stop")
             load.join(10)
@@ -120,7 +153,8 @@ def main() -> None:
                 print(
                     f"round {r}, read_yield_ms={setting:g}: putMany alone {got['put alone']:,.0f} rec/s,"
                     f" under reads {got['put under reads']:,.0f}; gets alone {got['get alone']:,.0f}/s,"
-                    f" during the putMany {got['get during put']:,.0f}/s",
+                    f" during the putMany {got['get during put']:,.0f}/s; query pages alone"
+                    f" {got['query alone']:,.0f} rec/s, under reads {got['query under reads']:,.0f}",
                     flush=True,
                 )
     finally:
@@ -131,7 +165,9 @@ def main() -> None:
             f"read_yield_ms={setting:g} (median of {args.rounds}): putMany under {CLIENTS} reading clients"
             f" {med['put under reads']:,.0f} rec/s, ratio {med['put under reads'] / med['put alone']:.2f} to"
             f" alone ({med['put alone']:,.0f}); gets during it {med['get during put']:,.0f}/s, ratio"
-            f" {med['get during put'] / med['get alone']:.2f} to alone ({med['get alone']:,.0f})"
+            f" {med['get during put'] / med['get alone']:.2f} to alone ({med['get alone']:,.0f}); query pages"
+            f" under the reads {med['query under reads']:,.0f} rec/s, ratio"
+            f" {med['query under reads'] / med['query alone']:.2f} to alone ({med['query alone']:,.0f})"
         )
 
 
