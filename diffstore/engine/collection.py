@@ -186,7 +186,7 @@ class Collection:
     ) -> QueryPage:
         """One page of visible records in key order; ``cursor`` continues a previous page."""
         config = self._store.config
-        with self._store.read() as txn:
+        with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return reads.query_page(
                 txn,
@@ -233,7 +233,7 @@ class Collection:
 
     def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
         """Up to ``count - 1`` keys cutting the keys visible at ``generation_id`` into near-equal ranges."""
-        with self._store.read() as txn:
+        with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             point = reads.read_point(txn, self._store.tables, meta, generation_id, None)
             return reads.splits(txn, self._store.tables, point, count)
@@ -255,7 +255,7 @@ class Collection:
         config = self._store.config
         if cursor is None:
             limit = reads.check_limit(limit, config.default_page_limit, config.max_page_limit)
-        with self._store.read() as txn:
+        with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return diff.diff_page(
                 txn,

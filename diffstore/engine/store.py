@@ -80,6 +80,7 @@ class Store:
             raise StorageError(f"cannot open the store at {self.path}: {exc}") from exc
         self._write_lock = threading.RLock()
         self._writer_first = WriterFirst(self.config.read_yield_ms)
+        self._page_lock = threading.RLock()  # pages are built one at a time (see engine/priority.py)
         self._listeners: list[CommitListener] = []
         self._listeners_lock = threading.Lock()
         self._closed = False
@@ -131,6 +132,15 @@ class Store:
                 yield txn
         except lmdb.Error as exc:
             raise StorageError(str(exc)) from exc
+
+    @contextlib.contextmanager
+    def page_read(self) -> Iterator[lmdb.Transaction]:
+        """A read-only snapshot for building one whole page; pages of other threads wait their turn.
+
+        Never hold it across a ``yield`` to a caller: another thread's page would wait for that caller.
+        """
+        with self._page_lock, self.read() as txn:
+            yield txn
 
     @contextlib.contextmanager
     def write(self) -> Iterator[WriteScope]:

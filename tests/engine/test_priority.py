@@ -87,3 +87,43 @@ def test_store_reads_of_other_threads_wait_for_an_open_write_transaction(tmp_pat
         thread.join(10)
         write_thread.join(10)
         assert results == [["c"]]
+
+
+def filled_store(path: Path) -> Store:
+    store = Store.open(path, StoreConfig(read_yield_ms=LONG_MS))
+    c = store.create_collection("c", manual=True)
+    c.start_generation(b"1")
+    c.put_many([(b"k%d" % i, b"v") for i in range(10)], generation_id=b"1")
+    c.commit_generation(b"1")
+    return store
+
+
+def test_pages_of_other_threads_are_built_in_turn(tmp_path: Path) -> None:
+    with filled_store(tmp_path / "s") as store:
+        c = store.collection("c")
+        with store.page_read():
+            pages = [
+                read_in_thread(lambda: len(c.query_page().items)),
+                read_in_thread(lambda: len(c.diff_page(from_generation_id=b"").items)),
+                read_in_thread(lambda: len(c.splits(2))),
+            ]
+            point, point_result = read_in_thread(lambda: c.get(b"k1"))
+            point.join(10)
+            assert point_result and point_result[0] is not None  # point reads do not queue behind pages
+            for thread, results in pages:
+                thread.join(0.05)
+                assert results == []  # waiting for the page being built
+        for thread, _ in pages:
+            thread.join(10)
+        assert [results for _, results in pages] == [[10], [10], [1]]
+
+
+def test_an_open_diff_iterator_does_not_hold_up_pages(tmp_path: Path) -> None:
+    with filled_store(tmp_path / "s") as store:
+        c = store.collection("c")
+        items = c.diff(from_generation_id=b"")
+        assert next(items).key == b"k0"  # suspended inside its read snapshot
+        thread, results = read_in_thread(lambda: len(c.query_page().items))
+        thread.join(10)
+        assert results == [10]
+        assert len(list(items)) == 9
