@@ -12,7 +12,8 @@ done. The commit that follows (page writes, fsync) is one LMDB call without the 
 nor is a write by the reading thread itself.
 
 Two threads building pages (query, diff, splits) hand the GIL to each other on every LMDB call, each
-handover a thread switch. Pages are therefore built one at a time: two threads reading pages at once got
+handover a thread switch. Pages are therefore built one at a time, under ``Store.page_read``'s lock (a
+plain ``RLock``, so it lives there): two threads reading pages at once got
 0.69x (query) and 0.71x (diff) the rate of one thread reading the same pages in turn, and 0.95x / 0.99x
 built in turn (``benchmarks/concurrent_pages.py``).
 Point reads do not queue behind pages: they are short, and often on the event loop.

@@ -125,7 +125,10 @@ class Store:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
-        """A read-only snapshot; LMDB failures surface as :class:`StorageError`."""
+        """A read-only snapshot; LMDB failures surface as :class:`StorageError`.
+
+        Starting it waits (at most ``read_yield_ms``) while another thread's write changes pages.
+        """
         self._writer_first.before_read()
         try:
             with self.env.begin(buffers=False) as txn:
