@@ -2,13 +2,16 @@
 
 1. Producer: records/s of :class:`BufferedProducer` appending N 100-byte records, vs Append RPCs of
    pre-encoded batches of the same size (the wire and server cost alone).
-2. Ingestion end to end (embedded server → collection in an embedded store): records/s of the
+2. Producer with many partition keys: records/s with ``--many-keys`` (10,000) distinct keys vs 10 keys,
+   same stream shape (``--shards`` shards). Goal: >= 0.8x (records of many keys share a shard's batch).
+3. Ingestion end to end (embedded server → collection in an embedded store): records/s of the
    :class:`Ingestor`, vs a bare StreamingFetch consumer that only decodes and acks. Goal: ≥ 0.5×.
 
 The embedded HStream server runs in its own process (``diffstore streams serve``) so that it does not
 share the interpreter lock with the code measured.
 
-    python benchmarks/streams.py [--records 1000000] [--ingest-records 300000] [--batch 1000] [--rounds 3]
+    python benchmarks/streams.py [--records 1000000] [--keyed-records 300000] [--many-keys 10000]
+        [--ingest-records 300000] [--batch 1000] [--rounds 3] [--only producer,keys,ingest]
 """
 
 from __future__ import annotations
@@ -85,6 +88,17 @@ def bench_producer(client: StreamClient, records: int, batch: int, round_no: int
     return producer_rate, raw_rate
 
 
+def bench_keys(client: StreamClient, records: int, keys: int, shards: int, name: str) -> float:
+    """Records/s of the producer appending ``records`` 100-byte records round-robin over ``keys`` keys."""
+    client.create_stream(name, shard_count=shards)
+    names = [f"key-{i}" for i in range(keys)]
+    start = time.perf_counter()
+    with BufferedProducer(client, name, ProducerConfig(batch_max_records=1000)) as producer:
+        for i in range(records):
+            producer.append(PAYLOAD, key=names[i % keys])
+    return records / (time.perf_counter() - start)
+
+
 def fill_stream(client: StreamClient, stream: str, records: int, keys: int, rounds: int) -> None:
     client.create_stream(stream, shard_count=2)
     for i in range(rounds):
@@ -132,14 +146,33 @@ def main() -> None:
     parser.add_argument("--ingest-records", type=int, default=300_000, help="records, ingestion benchmark")
     parser.add_argument("--batch", type=int, default=1000, help="records per batch")
     parser.add_argument("--keys", type=int, default=100, help="partition keys of the ingestion stream")
+    parser.add_argument("--keyed-records", type=int, default=300_000, help="records, many-keys benchmark")
+    parser.add_argument("--many-keys", type=int, default=10_000, help="distinct keys, many-keys benchmark")
+    parser.add_argument("--shards", type=int, default=2, help="shards, many-keys benchmark")
     parser.add_argument("--rounds", type=int, default=3, help="alternated bare/ingestion rounds (best)")
+    parser.add_argument("--only", default="producer,keys,ingest", help="comma-separated benchmarks to run")
     args = parser.parse_args()
+    only = set(args.only.split(","))
     with tempfile.TemporaryDirectory() as tmp, stream_server(Path(tmp) / "hstream") as url:
         with StreamClient(url) as client:
             n, batch, m = args.records, args.batch, args.ingest_records
-            produced = [bench_producer(client, n, batch, i) for i in range(args.rounds)]
-            _report("producer", "raw Append", produced)
-            print(f"  ({n:,} records of 100 B per round, batches of {batch}, no compression)")
+            if "producer" in only:
+                produced = [bench_producer(client, n, batch, i) for i in range(args.rounds)]
+                _report("producer", "raw Append", produced)
+                print(f"  ({n:,} records of 100 B per round, batches of {batch}, no compression)")
+            if "keys" in only:
+                k, many, shards = args.keyed_records, args.many_keys, args.shards
+                keyed = [
+                    (
+                        bench_keys(client, k, many, shards, f"many-{i}"),
+                        bench_keys(client, k, 10, shards, f"few-{i}"),
+                    )
+                    for i in range(args.rounds)
+                ]
+                _report(f"{many} keys", "10 keys", keyed)
+                print(f"  ({k:,} records of 100 B per round, {shards} shards, batches of 1000; goal >= 0.8x)")
+            if "ingest" not in only:
+                return
 
             fill_stream(client, "ingest-bench", m, args.keys, args.rounds)
             ingested = []

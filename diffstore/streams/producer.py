@@ -2,11 +2,15 @@
 
 Two pure classes hold every decision and know nothing of sockets (h11 style):
 
-- :class:`BatchBuffer` keeps one open batch per partition key and says when a batch is sealed: by record
-  count, by bytes, or when it has been open ``linger_ms``; a record whose flag (RAW/JSON) differs from the
-  open batch's seals it first, so a key's records keep their order.
-- :class:`OrderedDispatch` lets sealed batches of different keys run concurrently while batches of the same
-  key run strictly one after the other, in sealing order.
+- :class:`BatchBuffer` keeps one open batch per *shard* and says when a batch is sealed: by record count,
+  by bytes, or when it has been open ``linger_ms``. Records of many partition keys share a batch (each
+  record carries its own header: key and RAW/JSON flag), so the number of keys does not shrink batches.
+- :class:`OrderedDispatch` lets sealed batches of different shards run concurrently while batches of the
+  same shard run strictly one after the other, in sealing order.
+
+Invariants: a partition key always maps to one shard (the stream's hash ranges, read once); a shard's
+records are appended in batches in the order they were buffered, one batch of a shard in flight at a time.
+Together these keep every key's records in append order.
 
 :class:`BufferedProducer` is the thin I/O layer: a timer thread for lingering batches, a thread pool for
 Append calls, and one :class:`AppendFuture` per record that resolves to its RecordId or to the error of
@@ -18,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -30,11 +34,15 @@ from diffstore.streams.records import (
     RecordId,
     build_batch,
     encode_header,
+    encode_keyed_records,
     encode_records,
     python_to_struct_bytes,
 )
 
 B = TypeVar("B")
+# Routes (shard, header) remembered per (key, flag); past this many the memo starts over, so a producer fed
+# unbounded distinct keys keeps bounded memory.
+_ROUTE_MEMO_MAX = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +50,11 @@ class ProducerConfig:
     """Buffering and flushing of a :class:`BufferedProducer`.
 
     Attributes:
-        batch_max_records: a key's batch is sealed when it holds this many records.
+        batch_max_records: a shard's batch is sealed when it holds this many records.
         batch_max_bytes: ... or this many payload bytes.
         linger_ms: ... or when its first record is this old (0: seal on every append).
         compression: compression of every batch.
-        max_concurrent_flushes: Append calls in flight at once (of different keys).
+        max_concurrent_flushes: Append calls in flight at once (of different shards).
     """
 
     batch_max_records: int = 1_000
@@ -64,17 +72,25 @@ class ProducerConfig:
 
 @dataclass(slots=True)
 class PendingBatch:
-    """Records of one partition key and one flag, in append order.
+    """Records bound for one shard, in append order: ``headers[i]`` is the serialized
+    ``HStreamRecordHeader`` (partition key and flag) of ``payloads[i]``.
 
     ``context`` is the I/O layer's (the producer keeps the batch's shared outcome there).
     """
 
-    partition_key: str
-    flag: RecordFlag
+    shard_id: int
     opened_at: float
+    headers: list[bytes] = field(default_factory=list)
     payloads: list[bytes] = field(default_factory=list)
     size_bytes: int = 0
     context: Any = None
+
+    def encode(self) -> bytes:
+        """The serialized ``BatchHStreamRecords`` (the shared-header fast path when every header is one)."""
+        first = self.headers[0]
+        if self.headers.count(first) == len(self.headers):
+            return encode_records(first, self.payloads)
+        return encode_keyed_records(self.headers, self.payloads)
 
 
 class BatchBuffer:
@@ -82,50 +98,38 @@ class BatchBuffer:
 
     def __init__(self, config: ProducerConfig) -> None:
         self._config = config
-        self._open: dict[str, PendingBatch] = {}
+        self._open: dict[int, PendingBatch] = {}
         self._max_records = 1 if config.linger_ms == 0 else config.batch_max_records
         self._max_bytes = config.batch_max_bytes
 
     def add(
-        self, partition_key: str, flag: RecordFlag, payload: bytes, now: float
+        self, shard_id: int, header: bytes, payload: bytes, now: float
     ) -> tuple[PendingBatch, Sequence[PendingBatch]]:
         """Adds one record; returns the batch now holding it (as its last record) and the batches sealed
-        by this call, oldest first (the record's own batch among them when it filled up)."""
-        batch = self._open.get(partition_key)
-        if batch is None or batch.flag is not flag:
-            return self._add_opening(partition_key, flag, payload, now)
+        by this call (the record's own batch, when it filled up)."""
+        batch = self._open.get(shard_id)
+        if batch is None:
+            batch = self._open[shard_id] = PendingBatch(shard_id, now)
+        batch.headers.append(header)
         batch.payloads.append(payload)
         batch.size_bytes += len(payload)
         if len(batch.payloads) >= self._max_records or batch.size_bytes >= self._max_bytes:
-            return batch, (self._open.pop(partition_key),)
+            return batch, (self._open.pop(shard_id),)
         return batch, ()
 
-    def _add_opening(
-        self, partition_key: str, flag: RecordFlag, payload: bytes, now: float
-    ) -> tuple[PendingBatch, list[PendingBatch]]:
-        sealed: list[PendingBatch] = []
-        if partition_key in self._open:  # a flag change: the open batch goes first
-            sealed.append(self._open.pop(partition_key))
-        batch = PendingBatch(partition_key, flag, now, [payload], len(payload))
-        if len(batch.payloads) >= self._max_records or batch.size_bytes >= self._max_bytes:
-            sealed.append(batch)
-        else:
-            self._open[partition_key] = batch
-        return batch, sealed
-
-    def due(self, now: float, busy: Container[str] = ()) -> list[PendingBatch]:
+    def due(self, now: float, busy: Container[int] = ()) -> list[PendingBatch]:
         """Seals and returns the batches open for at least ``linger_ms``.
 
-        Keys in ``busy`` (a batch of theirs is still being sent) are left to grow: sealing them would only
-        queue a smaller batch behind the one in flight.
+        Shards in ``busy`` (a batch of theirs is still being sent) are left to grow: sealing them would
+        only queue a smaller batch behind the one in flight.
         """
         limit = now - self._config.linger_ms / 1000
-        keys = [k for k, b in self._open.items() if b.opened_at <= limit and k not in busy]
-        return [self._open.pop(k) for k in keys]
+        shards = [s for s, b in self._open.items() if b.opened_at <= limit and s not in busy]
+        return [self._open.pop(s) for s in shards]
 
-    def next_deadline(self, busy: Container[str] = ()) -> float | None:
-        """When the oldest open batch of a key not in ``busy`` becomes due (``None``: none)."""
-        opened = [b.opened_at for k, b in self._open.items() if k not in busy]
+    def next_deadline(self, busy: Container[int] = ()) -> float | None:
+        """When the oldest open batch of a shard not in ``busy`` becomes due (``None``: none)."""
+        opened = [b.opened_at for s, b in self._open.items() if s not in busy]
         if not opened:
             return None
         return min(opened) + self._config.linger_ms / 1000
@@ -141,15 +145,19 @@ class BatchBuffer:
         return not self._open
 
 
-class OrderedDispatch(Generic[B]):
-    """Per-key FIFO of sealed batches: one batch per key in flight, different keys in parallel; pure."""
+K = TypeVar("K", bound=Hashable)
 
-    def __init__(self, key_of: Callable[[B], str]) -> None:
+
+class OrderedDispatch(Generic[K, B]):
+    """Per-shard FIFO of sealed batches: one batch per shard in flight, different shards in parallel;
+    pure."""
+
+    def __init__(self, key_of: Callable[[B], K]) -> None:
         self._key_of = key_of
-        self._waiting: dict[str, deque[B]] = {}
+        self._waiting: dict[K, deque[B]] = {}
 
     def submit(self, batch: B) -> bool:
-        """Queues ``batch``; True when it may start now (no batch of its key is in flight)."""
+        """Queues ``batch``; True when it may start now (no batch of its shard is in flight)."""
         key = self._key_of(batch)
         queue = self._waiting.get(key)
         if queue is None:
@@ -158,7 +166,7 @@ class OrderedDispatch(Generic[B]):
         queue.append(batch)
         return False
 
-    def finished(self, key: str) -> B | None:
+    def finished(self, key: K) -> B | None:
         """Marks the in-flight batch of ``key`` done; returns the next batch of that key to start."""
         queue = self._waiting[key]
         if queue:
@@ -171,7 +179,7 @@ class OrderedDispatch(Generic[B]):
         return bool(self._waiting)
 
     @property
-    def busy_keys(self) -> Container[str]:
+    def busy_keys(self) -> Container[K]:
         """Keys with a batch in flight (a live view)."""
         return self._waiting.keys()
 
@@ -233,7 +241,7 @@ class BufferedProducer:
         self._client = client
         self._shard_map = client.shard_map(stream_name)
         self._buffer = BatchBuffer(self.config)
-        self._dispatch: OrderedDispatch[PendingBatch] = OrderedDispatch(lambda b: b.partition_key)
+        self._dispatch: OrderedDispatch[int, PendingBatch] = OrderedDispatch(lambda b: b.shard_id)
         self._pool = ThreadPoolExecutor(
             self.config.max_concurrent_flushes, thread_name_prefix="producer-append"
         )
@@ -243,7 +251,7 @@ class BufferedProducer:
         self._in_flight = 0
         self._errors: list[BaseException] = []
         self._closed = False
-        self._headers: dict[tuple[str, RecordFlag], bytes] = {}
+        self._routes: dict[tuple[str, RecordFlag], tuple[int, bytes]] = {}
         self._timer = threading.Thread(target=self._linger_loop, name="producer-linger", daemon=True)
         self._timer.start()
 
@@ -260,10 +268,13 @@ class BufferedProducer:
             flag, data = RecordFlag.RAW, payload.encode()
         else:
             flag, data = RecordFlag.JSON, python_to_struct_bytes(payload)
+        route = self._routes.get((key, flag))
+        if route is None:
+            route = self._route(key, flag)
         with self._mutex:
             if self._closed:
                 raise RuntimeError("producer is closed")
-            batch, sealed = self._buffer.add(key, flag, data, time.monotonic())
+            batch, sealed = self._buffer.add(route[0], route[1], data, time.monotonic())
             outcome = batch.context
             if outcome is None:
                 outcome = batch.context = _BatchOutcome()
@@ -301,6 +312,14 @@ class BufferedProducer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _route(self, key: str, flag: RecordFlag) -> tuple[int, bytes]:
+        """The shard and serialized header of ``key``'s records with ``flag`` (memoized: both cost an MD5
+        or a protobuf serialization per call)."""
+        if len(self._routes) >= _ROUTE_MEMO_MAX:
+            self._routes = {}
+        route = self._routes[(key, flag)] = (self._shard_map.shard_for_key(key), encode_header(flag, key))
+        return route
+
     # -- I/O -----------------------------------------------------------------------------------------------
 
     def _submit_locked(self, batch: PendingBatch) -> None:
@@ -312,19 +331,10 @@ class BufferedProducer:
         while True:
             outcome: _BatchOutcome = batch.context
             try:
-                header = self._headers.get((batch.partition_key, batch.flag))
-                if header is None:
-                    header = self._headers[(batch.partition_key, batch.flag)] = encode_header(
-                        batch.flag, batch.partition_key
-                    )
                 encoded = build_batch(
-                    encode_records(header, batch.payloads),
-                    len(batch.payloads),
-                    self.config.compression,
-                    time.time_ns(),
+                    batch.encode(), len(batch.payloads), self.config.compression, time.time_ns()
                 )
-                shard_id = self._shard_map.shard_for_key(batch.partition_key)
-                outcome.record_ids = self._client.append(self.stream_name, shard_id, encoded)
+                outcome.record_ids = self._client.append(self.stream_name, batch.shard_id, encoded)
                 if len(outcome.record_ids) != len(batch.payloads):
                     raise RuntimeError(
                         f"Append returned {len(outcome.record_ids)} ids for {len(batch.payloads)} records"
@@ -336,7 +346,7 @@ class BufferedProducer:
                 if outcome.error is not None:
                     self._errors.append(outcome.error)
                 self._in_flight -= 1
-                following = self._dispatch.finished(batch.partition_key)
+                following = self._dispatch.finished(batch.shard_id)
                 self._lock.notify_all()
             if following is None:
                 return

@@ -212,6 +212,26 @@ def encode_records(header: bytes, payloads: Iterable[bytes]) -> bytes:
     return b"".join(chain.from_iterable(zip(record_prefixes, payloads, strict=True)))
 
 
+def encode_keyed_records(headers: Sequence[bytes], payloads: Sequence[bytes]) -> bytes:
+    """Serializes ``BatchHStreamRecords`` whose record ``i`` has header ``headers[i]`` (records of many
+    partition keys or flags in one batch); the same bytes as the proto message would produce."""
+    header_fields: dict[bytes, bytes] = {}
+    parts: list[bytes] = []
+    append = parts.append
+    for header, payload in zip(headers, payloads, strict=True):
+        header_field = header_fields.get(header)
+        if header_field is None:
+            header_field = header_fields[header] = b"\x0a" + length_prefix(len(header)) + header
+        payload_prefix = length_prefix(len(payload))
+        append(b"\x0a")
+        append(length_prefix(len(header_field) + 1 + len(payload_prefix) + len(payload)))
+        append(header_field)
+        append(b"\x12")
+        append(payload_prefix)
+        append(payload)
+    return b"".join(parts)
+
+
 def build_batch(
     records_payload: bytes, batch_size: int, compression: Compression, publish_time_ns: int
 ) -> pb.BatchedRecord:

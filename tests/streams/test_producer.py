@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams.client import StreamClient, StreamError, StreamNotFound
 from diffstore.streams.consumer import Consumer
 from diffstore.streams.producer import (
@@ -22,7 +23,14 @@ from diffstore.streams.producer import (
     ProducerConfig,
     ProducerError,
 )
-from diffstore.streams.records import Compression, RecordFlag, RecordId, StreamRecord
+from diffstore.streams.records import (
+    Compression,
+    RecordFlag,
+    RecordId,
+    StreamRecord,
+    encode_header,
+    encode_keyed_records,
+)
 
 WAIT_S = 20.0
 
@@ -31,70 +39,82 @@ def _buffer(**kw: float) -> BatchBuffer:
     return BatchBuffer(ProducerConfig(**kw))  # type: ignore[arg-type]
 
 
+RAW_A, RAW_B, JSON_A = (
+    encode_header(RecordFlag.RAW, "a"),
+    encode_header(RecordFlag.RAW, "b"),
+    encode_header(RecordFlag.JSON, "a"),
+)
+
+
 def test_batch_sealed_by_record_count() -> None:
     buf = _buffer(batch_max_records=3, linger_ms=1000)
-    first, sealed = buf.add("k", RecordFlag.RAW, b"a", 0.0)
+    first, sealed = buf.add(1, RAW_A, b"a", 0.0)
     assert not sealed and first.payloads == [b"a"]
-    same, sealed = buf.add("k", RecordFlag.RAW, b"b", 0.0)
+    same, sealed = buf.add(1, RAW_B, b"b", 0.0)
     assert same is first and not sealed
-    same, (full,) = buf.add("k", RecordFlag.RAW, b"c", 0.0)
+    same, (full,) = buf.add(1, JSON_A, b"c", 0.0)
     assert same is full is first and full.payloads == [b"a", b"b", b"c"]
+    assert full.headers == [RAW_A, RAW_B, JSON_A]
     assert buf.empty
 
 
 def test_batch_sealed_by_bytes() -> None:
     buf = _buffer(batch_max_bytes=10, linger_ms=1000)
-    assert not buf.add("k", RecordFlag.RAW, b"12345", 0.0)[1]
-    (sealed,) = buf.add("k", RecordFlag.RAW, b"67890", 0.0)[1]
+    assert not buf.add(1, RAW_A, b"12345", 0.0)[1]
+    (sealed,) = buf.add(1, RAW_B, b"67890", 0.0)[1]
     assert sealed.size_bytes == 10
 
 
-def test_batches_are_per_key_and_sealed_by_age() -> None:
+def test_batches_are_per_shard_and_sealed_by_age() -> None:
     buf = _buffer(linger_ms=100)
-    buf.add("a", RecordFlag.RAW, b"1", 0.0)
-    buf.add("b", RecordFlag.RAW, b"2", 0.05)
-    buf.add("a", RecordFlag.RAW, b"3", 0.06)
+    buf.add(1, RAW_A, b"1", 0.0)
+    buf.add(2, RAW_B, b"2", 0.05)
+    buf.add(1, RAW_B, b"3", 0.06)  # another key of shard 1: same batch
     assert buf.next_deadline() == pytest.approx(0.1)
     assert buf.due(0.09) == []
-    assert buf.due(0.2, busy={"a", "b"}) == []  # keys with a batch in flight keep growing
-    assert buf.next_deadline(busy={"a"}) == pytest.approx(0.15)
-    (due_a,) = buf.due(0.1)
-    assert due_a.partition_key == "a" and due_a.payloads == [b"1", b"3"]
+    assert buf.due(0.2, busy={1, 2}) == []  # shards with a batch in flight keep growing
+    assert buf.next_deadline(busy={1}) == pytest.approx(0.15)
+    (due_1,) = buf.due(0.1)
+    assert due_1.shard_id == 1 and due_1.payloads == [b"1", b"3"] and due_1.headers == [RAW_A, RAW_B]
     assert buf.next_deadline() == pytest.approx(0.15)
-    assert [b.partition_key for b in buf.drain()] == ["b"]
+    assert [b.shard_id for b in buf.drain()] == [2]
     assert buf.next_deadline() is None
 
 
-def test_flag_change_seals_the_open_batch_first() -> None:
-    buf = _buffer(linger_ms=1000)
-    buf.add("k", RecordFlag.RAW, b"raw", 0.0)
-    holder, (sealed,) = buf.add("k", RecordFlag.JSON, b"json", 0.0)
-    assert sealed.flag is RecordFlag.RAW and sealed.payloads == [b"raw"]
-    (rest,) = buf.drain()
-    assert rest is holder and rest.flag is RecordFlag.JSON and rest.payloads == [b"json"]
+def test_mixed_keys_and_flags_encode_like_the_proto() -> None:
+    batch = PendingBatch(1, 0.0, [RAW_A, JSON_A, RAW_B, RAW_A], [b"x", b"", b"y" * 300, b"z"])
+    parsed = pb.BatchHStreamRecords.FromString(batch.encode())
+    assert [(r.header.key, r.header.flag, r.payload) for r in parsed.records] == [
+        ("a", RecordFlag.RAW, b"x"),
+        ("a", RecordFlag.JSON, b""),
+        ("b", RecordFlag.RAW, b"y" * 300),
+        ("a", RecordFlag.RAW, b"z"),
+    ]
+    uniform = PendingBatch(1, 0.0, [RAW_A, RAW_A], [b"1", b"2"])
+    assert uniform.encode() == encode_keyed_records(uniform.headers, uniform.payloads)
 
 
 def test_zero_linger_seals_every_record() -> None:
     buf = _buffer(linger_ms=0)
-    holder, sealed = buf.add("k", RecordFlag.RAW, b"x", 0.0)
+    holder, sealed = buf.add(1, RAW_A, b"x", 0.0)
     assert list(sealed) == [holder]
 
 
-def test_dispatch_runs_keys_concurrently_and_each_key_in_order() -> None:
-    def batch(key: str, n: int) -> PendingBatch:
-        return PendingBatch(key, RecordFlag.RAW, 0.0, [b"%d" % n])
+def test_dispatch_runs_shards_concurrently_and_each_shard_in_order() -> None:
+    def batch(shard: int, n: int) -> PendingBatch:
+        return PendingBatch(shard, 0.0, [RAW_A], [b"%d" % n])
 
-    dispatch: OrderedDispatch[PendingBatch] = OrderedDispatch(lambda b: b.partition_key)
-    a1, a2, a3, b1 = batch("a", 1), batch("a", 2), batch("a", 3), batch("b", 1)
+    dispatch: OrderedDispatch[int, PendingBatch] = OrderedDispatch(lambda b: b.shard_id)
+    a1, a2, a3, b1 = batch(1, 1), batch(1, 2), batch(1, 3), batch(2, 1)
     assert dispatch.submit(a1) is True
     assert dispatch.submit(a2) is False
-    assert dispatch.submit(b1) is True  # another key: concurrent
+    assert dispatch.submit(b1) is True  # another shard: concurrent
     assert dispatch.submit(a3) is False
-    assert dispatch.finished("a") is a2
-    assert dispatch.finished("b") is None
-    assert dispatch.finished("a") is a3
+    assert dispatch.finished(1) is a2
+    assert dispatch.finished(2) is None
+    assert dispatch.finished(1) is a3
     assert dispatch.busy
-    assert dispatch.finished("a") is None
+    assert dispatch.finished(1) is None
     assert not dispatch.busy
 
 
@@ -158,6 +178,32 @@ def test_producer_appends_keyed_raw_and_json_records_in_order(
         else:
             assert record.flag is RecordFlag.RAW
             assert record.payload == (payload if isinstance(payload, bytes) else payload.encode())
+
+
+def test_many_keys_share_batches_and_keep_their_order(client: StreamClient) -> None:
+    """5,000 records of 1,000 keys over 3 shards: batches hold many keys, yet every key reads back in
+    append order (by record id and by what a consumer receives)."""
+    client.create_stream("many", shard_count=3)
+    client.create_subscription("all", "many")
+    config = ProducerConfig(batch_max_records=400, linger_ms=5, compression=Compression.ZSTD)
+    sent: list[tuple[str, bytes, AppendFuture]] = []
+    with BufferedProducer(client, "many", config) as producer:
+        for i in range(5_000):
+            key, payload = f"k{(i * 7919) % 1_000}", b"%d" % i
+            sent.append((key, payload, producer.append(payload, key=key)))
+    ids = [f.result(timeout=WAIT_S) for _, _, f in sent]
+    assert len(set(ids)) == 5_000
+    assert len({(rid.shard_id, rid.batch_id) for rid in ids}) < 100  # not one Append per record
+    expected: dict[str, list[bytes]] = {}
+    last_by_key: dict[str, RecordId] = {}
+    for (key, payload, _), rid in zip(sent, ids, strict=True):
+        assert rid > last_by_key.get(key, RecordId(rid.shard_id, -1, 0))
+        last_by_key[key] = rid
+        expected.setdefault(key, []).append(payload)
+    received: dict[str, list[bytes]] = {}
+    for record in _read_all(client, "all", 5_000):
+        received.setdefault(record.partition_key, []).append(record.payload)
+    assert received == expected
 
 
 def test_append_errors_reach_every_future_and_flush(client: StreamClient) -> None:
