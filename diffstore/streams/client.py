@@ -31,7 +31,8 @@ from google.protobuf import empty_pb2
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
-from diffstore.streams.records import RecordId, ShardMap, record_ids_from_protos
+from diffstore.streams.records import RecordId, record_ids_from_protos
+from diffstore.streams.sharding import ShardMap
 
 DEFAULT_PORT = 6570
 _T = TypeVar("_T")

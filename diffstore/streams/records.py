@@ -1,4 +1,4 @@
-"""Pure HStream record codecs: record ids, batches, compression, JSON payloads and shard hashing (SPEC §4/§5).
+"""Pure HStream record codecs: record ids, batches, compression, JSON payloads (SPEC §4/§5).
 
 Nothing here touches a socket; the producer, consumer and ingestor build on these functions.
 
@@ -7,21 +7,17 @@ Invariants:
   encoding equals numeric order, so positions can be stored as generation ids and compared as bytes.
 - A batch's payload is a serialized ``BatchHStreamRecords``, then compressed (none, gzip or zstd).
 - JSON records carry a binary ``google.protobuf.Struct``, never JSON text.
-- A partition key's UTF-8 bytes → MD5 → 128-bit big-endian integer picks the shard whose
-  ``[start, end]`` hash range holds it; the default partition key is ``""``.
+- Shard hashing lives in :mod:`diffstore.streams.sharding`.
 """
 
 from __future__ import annotations
 
-import bisect
 import enum
 import gzip
-import hashlib
 import json
 import struct
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import chain
 from types import MappingProxyType
 from typing import Any, NamedTuple, cast
@@ -34,7 +30,6 @@ from diffstore.streams._proto import hstream_pb2 as pb
 RECORD_POSITION_SIZE = 12
 _NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
 _new_tuple = tuple.__new__
-HASH_SPACE_MAX = (1 << 128) - 1
 _POSITION = struct.Struct(">QI")
 _ZSTD = threading.local()  # zstandard (de)compressors are not thread-safe: one per thread
 
@@ -343,59 +338,3 @@ def struct_bytes_to_python(data: bytes) -> dict[str, Any]:
 def compact_json(value: Any) -> bytes:
     """Compact JSON text with sorted keys, UTF-8 (the default ingestion value of a JSON record)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-# -- sharding ---------------------------------------------------------------------------------------------
-
-
-def key_hash(partition_key: str) -> int:
-    """MD5 of the key's UTF-8 bytes as a 128-bit big-endian integer."""
-    return int.from_bytes(hashlib.md5(partition_key.encode()).digest(), "big")
-
-
-def shard_ranges(shard_count: int) -> list[tuple[int, int]]:
-    """The ``[start, end]`` hash range of each of ``shard_count`` shards (SPEC §4)."""
-    if shard_count < 1:
-        raise ValueError("a stream has at least one shard")
-    cnt = HASH_SPACE_MAX // shard_count
-    ranges = [(i * cnt, i * cnt + cnt - 1) for i in range(shard_count)]
-    ranges[-1] = (ranges[-1][0], HASH_SPACE_MAX)
-    return ranges
-
-
-@dataclass(frozen=True, slots=True)
-class ShardMap:
-    """Picks a shard for a partition key from the shards' hash ranges (as ListShards returns them)."""
-
-    starts: tuple[int, ...]
-    ends: tuple[int, ...]
-    shard_ids: tuple[int, ...]
-
-    @classmethod
-    def from_ranges(cls, shards: Iterable[tuple[int, int, int]]) -> ShardMap:
-        """Builds from ``(shard_id, start, end)`` triples."""
-        ordered = sorted(shards, key=lambda s: s[1])
-        if not ordered:
-            raise ValueError("a stream has at least one shard")
-        return cls(
-            starts=tuple(s[1] for s in ordered),
-            ends=tuple(s[2] for s in ordered),
-            shard_ids=tuple(s[0] for s in ordered),
-        )
-
-    @classmethod
-    def from_protos(cls, shards: Iterable[pb.Shard]) -> ShardMap:
-        """Builds from ``Shard`` messages (range keys are decimal strings)."""
-        listed = list(shards)
-        active = [s for s in listed if s.isActive] or listed
-        return cls.from_ranges((s.shardId, int(s.startHashRangeKey), int(s.endHashRangeKey)) for s in active)
-
-    def shard_for_hash(self, h: int) -> int:
-        i = bisect.bisect_right(self.starts, h) - 1
-        if i < 0 or h > self.ends[i]:
-            raise ValueError(f"no shard covers hash {h}")
-        return self.shard_ids[i]
-
-    def shard_for_key(self, partition_key: str) -> int:
-        """The shard id of ``partition_key``."""
-        return self.shard_for_hash(key_hash(partition_key))

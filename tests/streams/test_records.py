@@ -1,28 +1,22 @@
-"""Pure codec tests: record positions, batch encoding and compression, JSON payloads, shard hashing."""
+"""Pure codec tests: record positions, batch encoding and compression, JSON payloads."""
 
 from __future__ import annotations
-
-import hashlib
 
 import pytest
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams.records import (
-    HASH_SPACE_MAX,
     Compression,
     RecordFlag,
     RecordId,
     RecordPosition,
-    ShardMap,
     build_batch,
     compact_json,
     decode_batch,
     encode_batch,
     encode_header,
     encode_records,
-    key_hash,
     python_to_struct_bytes,
-    shard_ranges,
     struct_bytes_to_python,
 )
 
@@ -100,30 +94,3 @@ def test_unknown_compression_is_an_error() -> None:
 def test_struct_json_is_compact_and_sorted() -> None:
     value = struct_bytes_to_python(python_to_struct_bytes({"b": 2, "a": {"z": "\u00e9", "y": [1, 2.5]}}))
     assert compact_json(value) == '{"a":{"y":[1,2.5],"z":"\u00e9"},"b":2}'.encode()
-
-
-def test_shard_ranges_follow_the_spec_rule() -> None:
-    n = 3
-    cnt = HASH_SPACE_MAX // n
-    ranges = shard_ranges(n)
-    assert ranges[0] == (0, cnt - 1)
-    assert ranges[1] == (cnt, 2 * cnt - 1)
-    assert ranges[2] == (2 * cnt, HASH_SPACE_MAX)
-    assert shard_ranges(1) == [(0, HASH_SPACE_MAX)]
-
-
-def test_shard_map_picks_the_range_holding_the_md5() -> None:
-    ranges = shard_ranges(4)
-    shard_map = ShardMap.from_ranges((100 + i, s, e) for i, (s, e) in enumerate(ranges))
-    for key in ["", "a", "key-17", "\u00e9t\u00e9"]:
-        h = int(hashlib.md5(key.encode()).hexdigest(), 16)
-        assert key_hash(key) == h
-        expected = next(100 + i for i, (s, e) in enumerate(ranges) if s <= h <= e)
-        assert shard_map.shard_for_key(key) == expected
-    assert shard_map.shard_for_hash(HASH_SPACE_MAX) == 103
-    assert shard_map.shard_for_hash(0) == 100
-    protos = [
-        pb.Shard(shardId=100 + i, startHashRangeKey=str(s), endHashRangeKey=str(e), isActive=True)
-        for i, (s, e) in enumerate(ranges)
-    ]
-    assert ShardMap.from_protos(reversed(protos)) == shard_map

@@ -14,7 +14,7 @@ from google.protobuf import empty_pb2
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 from diffstore.streams.server import ServerThread
-from diffstore.streams.server.sharding import HASH_MAX, key_hash
+from diffstore.streams.sharding import HASH_SPACE_MAX, key_hash
 
 Stub = pb_grpc.HStreamApiStub
 RAW, JSON = 1, 0
@@ -92,8 +92,8 @@ def test_streams_and_shards(hstream_stub: Stub) -> None:
     assert created.shardCount == 3 and created.creationTime.seconds > 0
     shards = hstream_stub.ListShards(pb.ListShardsRequest(streamName="s")).shards
     ranges = [(int(s.startHashRangeKey), int(s.endHashRangeKey)) for s in shards]
-    cnt = HASH_MAX // 3
-    assert ranges == [(0, cnt - 1), (cnt, 2 * cnt - 1), (2 * cnt, HASH_MAX)]
+    cnt = HASH_SPACE_MAX // 3
+    assert ranges == [(0, cnt - 1), (cnt, 2 * cnt - 1), (2 * cnt, HASH_SPACE_MAX)]
     assert len({s.shardId for s in shards}) == 3 and all(s.isActive for s in shards)
     assert any(start <= key_hash("") <= end for start, end in ranges)
     assert hstream_stub.GetStream(pb.GetStreamRequest(name="s")).stream.streamName == "s"

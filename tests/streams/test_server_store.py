@@ -1,9 +1,8 @@
-"""Key layout round trips, hash ranges, the LMDB store, and a server restart that keeps everything."""
+"""Key layout round trips, the LMDB store, and a server restart that keeps everything."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 from diffstore.streams.server import ServerConfig, ServerThread, keys
 from diffstore.streams.server.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from diffstore.streams.server.sharding import HASH_MAX, hash_ranges, key_hash, shard_index
 from diffstore.streams.server.store import EARLIEST, LATEST, AppendItem, StreamStore, SubscriptionInfo
 
 U64 = st.integers(0, 2**64 - 1)
@@ -34,23 +32,6 @@ def test_position_keys_and_values_round_trip(name: str, shard: int, batch: int, 
     assert keys.parse_position_value(keys.position_value(batch, index)) == (batch, index)
     assert keys.position_key(name, shard).startswith(keys.subscription_prefix(name))
     assert keys.parse_batch_value(keys.batch_value(index, b"rec")) == (index, b"rec")
-
-
-@pytest.mark.parametrize("count", [1, 2, 3, 7])
-def test_hash_ranges_cover_the_space_without_overlap(count: int) -> None:
-    ranges = hash_ranges(count)
-    cnt = HASH_MAX // count
-    assert ranges[0][0] == 0 and ranges[-1][1] == HASH_MAX
-    assert all(ranges[i][0] == i * cnt for i in range(count))
-    assert all(ranges[i][1] + 1 == ranges[i + 1][0] for i in range(count - 1))
-
-
-@given(st.text(max_size=30), st.integers(1, 8))
-def test_a_key_lands_in_the_range_of_its_md5(key: str, count: int) -> None:
-    h = int(hashlib.md5(key.encode()).hexdigest(), 16)
-    assert key_hash(key) == h
-    start, end = hash_ranges(count)[shard_index(hash_ranges(count), key)]
-    assert start <= h <= end
 
 
 def test_store_rules(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from diffstore.streams.client import (
     StreamPreconditionFailed,
     StreamUrl,
 )
-from diffstore.streams.records import shard_ranges
+from diffstore.streams.sharding import shard_ranges
 
 
 def test_urls() -> None:

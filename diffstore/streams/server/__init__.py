@@ -1,7 +1,7 @@
 """The embedded HStream-compatible server (``diffstore streams serve``): SPEC §4 over gRPC, persisted in
 its own LMDB environment.
 
-Modules: ``config`` (:class:`ServerConfig`), ``sharding`` (hash ranges), ``keys`` (LMDB key layout),
+Modules: ``config`` (:class:`ServerConfig`), ``keys`` (LMDB key layout),
 ``store`` (LMDB), ``subscription`` (the pure delivery state machine), ``runtime`` (a subscription's live
 loop), ``codec`` (batch re-encoding for partial resends), ``servicer`` (the RPCs), ``app`` (running it).
 """

@@ -19,10 +19,10 @@ import lmdb
 import msgpack
 
 from diffstore.errors import StorageError
+from diffstore.streams.sharding import shard_ranges
 
 from . import keys
 from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, StreamServerError
-from .sharding import hash_ranges
 from .subscription import START, Position, StoredBatch
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
@@ -128,7 +128,7 @@ class StreamStore:
             if txn.get(name.encode(), db=self._db["streams"]) is not None:
                 raise AlreadyExists(f"stream {name} exists")
             shard_ids = []
-            for start, end in hash_ranges(shard_count):
+            for start, end in shard_ranges(shard_count):
                 shard_id = self._next_id(txn, keys.NEXT_SHARD_ID)
                 shard = {"stream": name, "start": str(start), "end": str(end), "epoch": 0}
                 txn.put(keys.u64(shard_id), _pack(shard), db=self._db["shards"])
