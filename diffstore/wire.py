@@ -39,6 +39,10 @@ from diffstore.errors import InvalidEncoding, InvalidJson, InvalidRequest
 
 JSON_CONTENT_TYPE: Final = "application/json; charset=utf-8"
 MSGPACK_CONTENT_TYPE: Final = "application/msgpack"
+MSGPACK_MEDIA_TYPES: Final = frozenset(
+    {MSGPACK_CONTENT_TYPE, "application/x-msgpack", "application/vnd.msgpack"}
+)
+"""Every media type read as msgpack, by the server (Content-Type, Accept) and the client (answers)."""
 MAX_PAGE_LIMIT: Final = 10_000
 MAX_KEYS_AROUND_LIMIT: Final = 1_000
 MAX_NAME_BYTES: Final = 255

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from diffstore.client._transport import codec_of
 from diffstore.engine.types import (
     UNSET,
     DiffItem,
@@ -25,9 +26,11 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.errors import BadRequest, InvalidEncoding, InvalidJson, InvalidRequest
+from diffstore.server.negotiation import request_codec, response_codec
 from diffstore.wire import (
     JSON,
     MSGPACK,
+    MSGPACK_MEDIA_TYPES,
     Codec,
     CollectionState,
     decode_es,
@@ -287,3 +290,11 @@ def test_put_many_msgpack_rejects_bad_items() -> None:
     for item in ({"key": b"k", "other": b""}, {"key": 1, "value": b""}, {"key": b"k", "value": 2}):
         with pytest.raises(InvalidRequest):
             PutManyRequest.from_wire({"items": [item]}, MSGPACK)
+
+
+@pytest.mark.parametrize("media_type", sorted(MSGPACK_MEDIA_TYPES))
+def test_server_and_client_read_the_same_media_types_as_msgpack(media_type: str) -> None:
+    assert request_codec(media_type) is MSGPACK
+    assert response_codec(media_type) is MSGPACK
+    assert codec_of(f"{media_type}; q=1") is MSGPACK
+    assert codec_of("application/json") is JSON and response_codec("application/json") is JSON

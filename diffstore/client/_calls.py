@@ -265,11 +265,6 @@ def diff_page(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffP
     return page_call(name, "diff", request, cursor, diff_page_from_wire)
 
 
-def close_cursor(name: str, kind: str, cursor: str) -> Call[None]:
-    """Frees a query (``kind="query"``) or diff cursor early; optional, cursors hold no server memory."""
-    return Call("DELETE", collection_path(name, kind, cursor), _empty)
-
-
 def diff_request(
     from_generation_id: bytes | None,
     to_generation_id: bytes | None,

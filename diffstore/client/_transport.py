@@ -37,7 +37,7 @@ from diffstore.errors import (
     Unauthorized,
     error_from_code,
 )
-from diffstore.wire import JSON, MSGPACK, Codec
+from diffstore.wire import JSON, MSGPACK, MSGPACK_MEDIA_TYPES, Codec
 
 T = TypeVar("T")
 
@@ -106,7 +106,7 @@ def build_request(call: Call[Any], settings: Settings) -> HttpRequest:
 def codec_of(content_type: str | None) -> Codec:
     """The codec an answer is written in (diffbelt answers JSON whatever was asked for)."""
     media_type = (content_type or "").split(";", 1)[0].strip().lower()
-    return MSGPACK if media_type in ("application/msgpack", "application/x-msgpack") else JSON
+    return MSGPACK if media_type in MSGPACK_MEDIA_TYPES else JSON
 
 
 def read_response(call: Call[T], status: int, content_type: str | None, content: bytes) -> T:

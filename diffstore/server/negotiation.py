@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from diffstore.errors import InvalidRequest
-from diffstore.wire import JSON, MSGPACK, Codec
-
-_MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"})
+from diffstore.wire import JSON, MSGPACK, MSGPACK_MEDIA_TYPES, Codec
 
 
 def request_codec(content_type: str | None) -> Codec:
@@ -27,7 +25,7 @@ def request_codec(content_type: str | None) -> Codec:
             ):
                 raise InvalidRequest(f"unsupported charset in Content-Type {content_type!r}: use utf-8")
         return JSON
-    if media_type in _MSGPACK_TYPES:
+    if media_type in MSGPACK_MEDIA_TYPES:
         return MSGPACK
     raise InvalidRequest(
         f"unsupported Content-Type {content_type!r}: use application/json or application/msgpack"
@@ -40,7 +38,7 @@ def response_codec(accept: str | None) -> Codec:
         return JSON
     for entry in accept.split(","):
         media_type, _, params = entry.partition(";")
-        if media_type.strip().lower() in _MSGPACK_TYPES:
+        if media_type.strip().lower() in MSGPACK_MEDIA_TYPES:
             q = params.replace(" ", "").lower()
             if "q=0" in q and not any(f"q=0.{d}" in q for d in "123456789"):
                 continue

@@ -14,10 +14,11 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from diffstore.server import schemas
+from diffstore.wire import MSGPACK_CONTENT_TYPE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_MEDIA = ("application/json", "application/msgpack")
+_MEDIA = ("application/json", MSGPACK_CONTENT_TYPE)
 
 
 def schema_ref(model: type[BaseModel]) -> dict[str, str]:
