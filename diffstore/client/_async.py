@@ -195,12 +195,13 @@ class AsyncCollection:
         *,
         generation_id: bytes | None = None,
         phantom_id: bytes | None = None,
+        if_not_present: bool = False,
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
     ) -> PutResult:
         options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
-        return await self._run(_calls.put_many(self.name, items, options))
+        return await self._run(_calls.put_many(self.name, items, options, if_not_present))
 
     async def producer_last_seq_no(self, producer_id: str) -> int:
         return await self._run(_calls.producer_last_seq_no(self.name, producer_id))

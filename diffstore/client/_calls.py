@@ -211,9 +211,9 @@ def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:
 # ------------------------------------------------------------------------------------ records: writes
 
 
-def _put_item(item: PutManyItem) -> PutItem:
+def _put_item(item: PutManyItem, if_not_present: bool) -> PutItem:
     if len(item) == 2:
-        return item
+        return (item[0], item[1], True) if if_not_present else item
     return item[0], item[1], bool(item[2])
 
 
@@ -224,8 +224,11 @@ def put(
     return Call("POST", collection_path(name, "put"), put_result_from_wire, request.to_wire)
 
 
-def put_many(name: str, items: Iterable[PutManyItem], options: WriteOptions) -> Call[PutResult]:
-    request = PutManyRequest([_put_item(item) for item in items], options)
+def put_many(
+    name: str, items: Iterable[PutManyItem], options: WriteOptions, if_not_present: bool = False
+) -> Call[PutResult]:
+    """``if_not_present`` applies to the ``(key, value)`` items; a triple's own flag wins, as in the engine."""
+    request = PutManyRequest([_put_item(item, if_not_present) for item in items], options)
     return Call("POST", collection_path(name, "putMany"), put_result_from_wire, request.to_wire)
 
 

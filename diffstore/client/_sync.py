@@ -6,20 +6,20 @@ it to the transport; the async twin in :mod:`diffstore.client._async` does the s
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterable, Iterator, Mapping
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 import httpx
 
 from diffstore.client import _calls, _columns, _plans
-from diffstore.client._async import wait_any
 from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call, PutManyItem, ReaderUpdateLike
 from diffstore.client._columns import DiffColumns, QueryColumns
 from diffstore.client._transport import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
-    AsyncTransport,
     Settings,
     SyncTransport,
     WireFormat,
@@ -42,6 +42,9 @@ from diffstore.wire import CollectionState
 from diffstore.wire_requests import QueryRequest, ReadAt, WriteOptions
 
 T = TypeVar("T")
+
+WAIT_SLICE_MS = 1_000
+"""The longest single long poll of a multi-collection :meth:`Client.wait_for_change`."""
 
 
 class Client:
@@ -113,20 +116,55 @@ class Client:
     def wait_for_change(self, positions: Mapping[str, bytes], timeout_ms: int = DEFAULT_LONG_POLL_MS) -> bool:
         """Blocks until one collection's generation differs from ``positions[name]``, or the timeout.
 
-        Returns whether a change was seen. Several collections are long-polled concurrently (on a
-        private event loop; the polls that lose the race are cancelled).
+        Returns whether a change was seen. Several collections are long-polled concurrently, one
+        thread each (see :func:`wait_any`); no event loop is involved, so this works inside one.
         """
         if len(positions) == 1:
             ((name, since),) = positions.items()
             return self.execute(_calls.generation_stream(name, since, timeout_ms)) != since
-        return asyncio.run(self._wait_any(positions, timeout_ms))
+        return wait_any(self.execute, positions, timeout_ms)
 
-    async def _wait_any(self, positions: Mapping[str, bytes], timeout_ms: int) -> bool:
-        transport = AsyncTransport(self.settings)
+
+def wait_any(
+    execute: Callable[[Call[bytes]], bytes], positions: Mapping[str, bytes], timeout_ms: int
+) -> bool:
+    """Long-polls every collection of ``positions`` at once, one thread each; True once one has moved.
+
+    A blocking request cannot be cancelled from another thread, so each thread polls in slices of at
+    most :data:`WAIT_SLICE_MS` and stops between two slices once another has seen a change: the polls
+    that lose the race end within one slice (the async client cancels them at once).
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    stop = threading.Event()
+    answers: queue.SimpleQueue[bool | BaseException] = queue.SimpleQueue()
+
+    def poll(name: str, since: bytes) -> None:
         try:
-            return await wait_any(transport.execute, positions, timeout_ms)
-        finally:
-            await transport.close()
+            while not stop.is_set():
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    answers.put(False)
+                    return
+                current = execute(_calls.generation_stream(name, since, min(left_ms, WAIT_SLICE_MS)))
+                if current != since:
+                    answers.put(True)
+                    return
+            answers.put(False)
+        except BaseException as exc:  # handed to the caller's thread, which raises it
+            answers.put(exc)
+
+    for name, since in positions.items():
+        threading.Thread(target=poll, args=(name, since), name=f"wait:{name}", daemon=True).start()
+    try:
+        for _ in positions:
+            answer = answers.get()
+            if isinstance(answer, BaseException):
+                raise answer
+            if answer:
+                return True
+        return False
+    finally:
+        stop.set()
 
 
 class Collection:
@@ -198,12 +236,13 @@ class Collection:
         *,
         generation_id: bytes | None = None,
         phantom_id: bytes | None = None,
+        if_not_present: bool = False,
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
     ) -> PutResult:
         options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
-        return self._run(_calls.put_many(self.name, items, options))
+        return self._run(_calls.put_many(self.name, items, options, if_not_present))
 
     def producer_last_seq_no(self, producer_id: str) -> int:
         return self._run(_calls.producer_last_seq_no(self.name, producer_id))

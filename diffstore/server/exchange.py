@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from fastapi import Request, Response
+from starlette.requests import ClientDisconnect
 
-from diffstore.errors import InvalidRequest, PayloadTooLarge
+from diffstore.server import fastlane
 from diffstore.server.config import Limit, ServerConfig
 from diffstore.server.negotiation import request_codec, response_codec
 from diffstore.wire import Body, Codec
@@ -35,23 +36,15 @@ class Exchange:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """Reads the whole body, refusing with :class:`PayloadTooLarge` once it passes ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError as exc:
-            raise InvalidRequest("malformed Content-Length") from exc
-        if size > limit:
-            raise PayloadTooLarge(f"body of {size} bytes exceeds {limit}", bytes_max=limit)
-    chunks: list[bytes] = []
-    received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > limit:
-            raise PayloadTooLarge(f"body exceeds {limit} bytes", bytes_max=limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """Reads the whole body under ``limit`` (see :func:`diffstore.server.fastlane.read_body`).
+
+    Raises:
+        ClientDisconnect: the client left before sending it all.
+    """
+    raw = await fastlane.read_body(request.scope, request.receive, limit)
+    if raw is None:
+        raise ClientDisconnect()
+    return raw
 
 
 def store_of(request: Request) -> Store:

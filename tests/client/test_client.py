@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from pathlib import Path
@@ -242,6 +243,20 @@ def test_wait_for_change_across_collections(client: Client) -> None:
     committed(client, "Y", b"1", [(b"k", b"v")])
     thread.join(DEADLINE_S)
     assert result == [True]
+
+
+def test_wait_for_change_works_inside_a_running_event_loop(client: Client) -> None:
+    client.create_collection("L1")
+    client.create_collection("L2")
+    committed(client, "L2", b"1", [(b"k", b"v")])
+
+    async def inside_a_loop() -> tuple[bool, bool]:
+        return (
+            client.wait_for_change({"L1": b"", "L2": b""}, timeout_ms=5_000),
+            client.wait_for_change({"L1": b"", "L2": b"1"}, timeout_ms=50),
+        )
+
+    assert asyncio.run(inside_a_loop()) == (True, False)
 
 
 def test_msgpack_is_the_default_wire_format(server: LiveServer) -> None:

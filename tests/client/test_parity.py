@@ -1,11 +1,16 @@
-"""The client's handle answers exactly like the engine's Collection for the same calls."""
+"""The client's handle answers exactly like the engine's Collection for the same calls, and the async
+client has the sync client's methods with the same parameters."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
-from diffstore.client import Client
+import pytest
+
+from diffstore.client import AsyncClient, AsyncCollection, Client, Collection
+from diffstore.engine.collection import Collection as EngineCollection
 from diffstore.engine.store import Store
 from diffstore.engine.types import ReaderUpdate, StoreConfig
 
@@ -24,6 +29,9 @@ def scenario(store: Any) -> list[Any]:
         c.start_generation(g)
         out.append(c.put_many([(bytes([k, n % 2]), b"v%d" % n) for k in range(0, 12, n)], generation_id=g))
         out.append(c.put(b"\xff", None if n == 2 else b"x", generation_id=g, if_not_present=n == 3))
+        # a new key each time: putMany's answer has no wasPut (SPEC §3), so the client cannot tell "none put"
+        extra = [(b"\x00\x01", b"kept?"), (bytes([0xFE, n]), b"new")]
+        out.append(c.put_many(extra, generation_id=g, if_not_present=n == 3))
         c.commit_generation(
             g, update_readers=[ReaderUpdate("r", g, expected=bytes([0, n - 1]) if n > 1 else b"\x00")]
         )
@@ -54,3 +62,38 @@ def test_client_and_engine_give_the_same_answers(tmp_path: Path, server: Any) ->
         expected = scenario(store)
     with Client(server.url) as client:
         assert scenario(client) == expected
+
+
+def _public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in vars(cls).items()
+        if not name.startswith("_") and callable(member)
+    }
+
+
+def _shape(signature: inspect.Signature) -> list[tuple[str, Any, Any]]:
+    """Parameter names, kinds and defaults (annotations differ: sync vs async types)."""
+    return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+
+
+@pytest.mark.parametrize(("sync", "twin"), [(Client, AsyncClient), (Collection, AsyncCollection)])
+def test_the_async_twins_have_the_sync_methods_and_parameters(sync: type, twin: type) -> None:
+    """The sync and async clients are written twice (by hand); this holds them together."""
+    sync_methods, twin_methods = _public_methods(sync), _public_methods(twin)
+    # (properties are not compared: the async handle reads generation ids with ``state()``)
+    assert set(sync_methods) == set(twin_methods)
+    for name, signature in sync_methods.items():
+        assert _shape(signature) == _shape(twin_methods[name]), name
+        iterates = name in ("query", "diff", "watch")
+        assert inspect.iscoroutinefunction(getattr(twin, name)) is not iterates, name
+
+
+def test_the_client_collection_has_every_engine_method_with_its_parameters() -> None:
+    engine = _public_methods(EngineCollection)
+    client = _public_methods(Collection)
+    for name, signature in engine.items():
+        assert name in client, name
+        engine_params = [p for p in _shape(signature) if p[0] != "self"]
+        client_params = [p for p in _shape(client[name]) if p[0] != "self"]
+        assert client_params[: len(engine_params)] == engine_params, name
