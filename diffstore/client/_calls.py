@@ -227,7 +227,7 @@ def put(
 def put_many(
     name: str, items: Iterable[PutManyItem], options: WriteOptions, if_not_present: bool = False
 ) -> Call[PutResult]:
-    """``if_not_present`` applies to the ``(key, value)`` items; a triple's own flag wins, as in the engine."""
+    """``if_not_present`` applies to ``(key, value)`` items; a triple's own flag wins (as in the engine)."""
     request = PutManyRequest([_put_item(item, if_not_present) for item in items], options)
     return Call("POST", collection_path(name, "putMany"), put_result_from_wire, request.to_wire)
 
