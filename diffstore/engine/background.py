@@ -1,5 +1,9 @@
 """Background work, in small resumable steps: automatic commits, GC, phantom and collection purges.
 
+Every step is decided again inside the write transaction that does it, from what LMDB holds then (due
+rows, reader positions, the GC position, expiry times), so processes sharing the store never do one
+item twice, and a process killed midway leaves the item due for the next worker.
+
 GC of a collection X runs only while some reader targets X. Its horizon is the highest reader
 minimum it has acted on (monotonic, stored in X's metadata, so reads below it answer
 ``generationCollected`` even if a reader later moves back). For every generation at or below the
@@ -36,14 +40,60 @@ _ALL_TABLES_WITH_CID = (
 )
 
 
-def auto_commit(store: Store, name: str) -> bool:
-    """Commits a non-manual collection's open generation if it holds writes."""
+def collection_metas(txn: lmdb.Transaction, tables: Tables) -> list[CollectionMeta]:
+    """Every collection's metadata row in ``txn``."""
+    return [
+        CollectionMeta.unpack(raw_name.decode(), raw)
+        for raw_name, raw in txn.cursor(db=tables.collections)
+        if not raw_name.startswith(b"\x00")
+    ]
+
+
+def due_auto_commits(store: Store, now_ms: int) -> tuple[list[str], int | None]:
+    """Collections whose automatic commit is due at ``now_ms`` (unix ms), and the next due time after it.
+
+    A due time further ahead than the commit delay (the wall clock went back) counts as due.
+    """
+    latest = now_ms + store.config.commit_delay_ms
+    due: list[str] = []
+    later: int | None = None
+    with store.read() as txn:
+        cursor = txn.cursor(db=store.tables.due)
+        if cursor.set_range(layout.AUTO_COMMIT_DUE_PREFIX):
+            for raw_key, raw in cursor:
+                name = layout.name_of_auto_commit_due_key(raw_key)
+                if name is None:
+                    break
+                at = layout.read_u64(raw)
+                if at <= now_ms or at > latest:
+                    due.append(name)
+                elif later is None or at < later:
+                    later = at
+    return due, later
+
+
+def auto_commit(store: Store, name: str, now_ms: int) -> bool:
+    """Takes and does the automatic commit of ``name`` if it is still due; False if it is not (any more).
+
+    Taking it (deleting its due row) and committing are one transaction: whichever process gets there
+    first commits, the others find no row.
+    """
+    latest = now_ms + store.config.commit_delay_ms
     try:
         with store.write() as scope:
-            meta = load_meta(scope.txn, store.tables, name)
+            txn, tables = scope.txn, store.tables
+            due_key = layout.auto_commit_due_key(name)
+            raw = txn.get(due_key, db=tables.due)
+            if raw is None:
+                return False
+            at = layout.read_u64(raw)
+            if now_ms < at <= latest:
+                return False  # a later write opened a new countdown
+            txn.delete(due_key, db=tables.due)
+            meta = load_meta(txn, tables, name)
             if meta.manual or meta.next_count == 0:
                 return False
-            meta = writes.commit_automatic(scope.txn, store.tables, meta)
+            meta = writes.commit_automatic(txn, tables, meta)
             scope.commits.append((name, meta.generation))
     except NoSuchCollection:
         return False
@@ -54,11 +104,7 @@ def collect_step(store: Store) -> bool:
     """One bounded step of each kind of garbage; True if anything was removed."""
     worked = False
     with store.read() as txn:
-        metas = [
-            CollectionMeta.unpack(raw_name.decode(), raw)
-            for raw_name, raw in txn.cursor(db=store.tables.collections)
-            if not raw_name.startswith(b"\x00")
-        ]
+        metas = collection_metas(txn, store.tables)
         # Decided in one snapshot, so idle collections cost no write transaction.
         due = [meta.name for meta in metas if _gc_due(txn, store.tables, meta)]
     for name in due:
@@ -100,14 +146,16 @@ def _gc_collection(store: Store, name: str) -> bool:
             seq = _next_run(txn, tables, meta, horizon_seq)
             if seq is None:
                 return False
-            position = store.gc_positions.get(name)
+            position_key = layout.gc_position_key(meta.cid_prefix)
+            raw_position = txn.get(position_key, db=tables.due)
+            position = layout.read_gc_position(raw_position) if raw_position else None
             start_form = position[1] if position is not None and position[0] == seq else b""
             last_form = _collect_run(txn, tables, meta, seq, horizon_seq, batch, start_form)
             if last_form is None:
-                store.gc_positions.pop(name, None)
+                txn.delete(position_key, db=tables.due)
                 save_meta(txn, tables, meta.with_(gc_done_seq=seq))
             else:
-                store.gc_positions[name] = (seq, last_form)
+                txn.put(position_key, layout.gc_position(seq, last_form), db=tables.due)
             return True
     except NoSuchCollection:
         return False
@@ -182,6 +230,8 @@ def _purge_expired_phantoms(store: Store) -> bool:
         return False
     with store.write() as scope:
         for ttl_key in expired[:16]:
+            if scope.txn.get(ttl_key, db=tables.phantom_ttl) is None:
+                continue  # another process purged it meanwhile
             _delete_prefix(scope.txn, tables.phantoms, ttl_key, store.config.gc_batch)
             if not _has_prefix(scope.txn, tables.phantoms, ttl_key):
                 scope.txn.delete(ttl_key, db=tables.phantom_ttl)

@@ -34,6 +34,11 @@ Named tables (sub-databases)::
     targets      H16(target) | cid | H16(name)        -> msgpack [reader name, generation id | None]
     producers    cid | producer id(utf-8)            -> committed seqNo, pending seqNo, its seq (3 x u64)
     dropped      cid                                 -> b""        deleted collections awaiting purge
+    due          "a" | name(utf-8)                   -> unix ms(u64)  due time of the automatic commit
+                 "g" | cid                           -> seq(u64) | K  where GC of a long generation resumes
+
+Background work lives in ``due`` rather than in a process's memory, so that any process that opens the
+directory can do it, and each item is taken (read, done, deleted) inside one write transaction: done once.
 
 Record values::
 
@@ -68,6 +73,7 @@ TABLES = (
     b"targets",
     b"producers",
     b"dropped",
+    b"due",
 )
 
 TOMBSTONE = b""
@@ -230,3 +236,30 @@ def next_prefix(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+# --- due: background work any process may take ----------------------------------------------------
+
+
+def auto_commit_due_key(name: str) -> bytes:
+    return b"a" + name.encode()
+
+
+def name_of_auto_commit_due_key(raw: bytes) -> str | None:
+    """The collection name of an automatic-commit row (None: another kind of row)."""
+    return raw[1:].decode() if raw[:1] == b"a" else None
+
+
+AUTO_COMMIT_DUE_PREFIX = b"a"
+
+
+def gc_position_key(cid_prefix: bytes) -> bytes:
+    return b"g" + cid_prefix
+
+
+def gc_position(seq: int, form: bytes) -> bytes:
+    return _U64.pack(seq) + form
+
+
+def read_gc_position(raw: bytes) -> tuple[int, bytes]:
+    return int(_U64.unpack(raw[:8])[0]), raw[8:]

@@ -17,6 +17,11 @@ plain ``RLock``, so it lives there): two threads reading pages at once got
 0.69x (query) and 0.71x (diff) the rate of one thread reading the same pages in turn, and 0.95x / 0.99x
 built in turn (``benchmarks/concurrent_pages.py``).
 Point reads do not queue behind pages: they are short, and often on the event loop.
+
+A thread that must never block -- the HTTP server's event loop -- is exempt (``exempt_current_thread``):
+its reads never wait for a writer, whatever ``read_yield_ms`` says. The convoy this module fights is a
+matter of threads of one process; writers in other processes (``serve --workers``, ``ingest --data``) do
+not share our GIL, so with them nothing here applies.
 """
 
 from __future__ import annotations
@@ -29,13 +34,18 @@ from collections.abc import Iterator
 class WriterFirst:
     """Lets reads of other threads step aside while one thread's write transaction changes pages."""
 
-    __slots__ = ("_writer", "_done", "_max_wait_s")
+    __slots__ = ("_writer", "_done", "_max_wait_s", "_exempt")
 
     def __init__(self, max_wait_ms: float) -> None:
         self._writer: int | None = None  # the thread changing pages, if any
         self._done = threading.Event()
         self._done.set()
         self._max_wait_s = max_wait_ms / 1000
+        self._exempt: frozenset[int] = frozenset()  # threads whose reads never wait
+
+    def exempt_current_thread(self) -> None:
+        """Reads of the calling thread never wait from now on (an event loop must not block)."""
+        self._exempt = self._exempt | {threading.get_ident()}
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -54,7 +64,10 @@ class WriterFirst:
     def before_read(self) -> bool:
         """Waits (bounded) while another thread is changing pages; True if it waited."""
         writer = self._writer
-        if writer is None or writer == threading.get_ident():
+        if writer is None:
+            return False
+        me = threading.get_ident()
+        if writer == me or me in self._exempt:
             return False
         self._done.wait(self._max_wait_s)
         return True

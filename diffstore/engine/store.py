@@ -1,14 +1,22 @@
 """The store: one LMDB environment holding every collection, its transactions, and background work.
 
 Invariants:
-- Every change is one LMDB write transaction, taken under ``Store._write_lock`` (one writer at a time
-  in this process; readers take no lock, but step aside while another thread's write transaction is
-  changing pages: see :mod:`diffstore.engine.priority`). A commit is durable when its transaction returns
-  (``StoreConfig.sync``, the default); without it the worker flushes every ``sync_interval_ms``.
-- Commit listeners run after the transaction that committed, outside the lock, in the committing
-  thread (the background worker for automatic commits).
-- The background worker only does work that is safe to repeat or resume after a crash: automatic
-  commits, GC steps, phantom purges and purges of deleted collections, each in small transactions.
+- Any number of processes may open one directory (see ``docs/process-model.md``). Nothing the engine
+  keeps in memory is trusted across transactions without being checked against LMDB inside the
+  transaction that uses it (``tables.Tables`` lists the caches and what keys them).
+- Every change is one LMDB write transaction: LMDB's write lock serializes them across processes,
+  ``Store._write_lock`` within this one. Readers take no lock; reads of other threads step aside while a
+  write transaction of this process is changing pages (see :mod:`diffstore.engine.priority`), except in
+  a thread marked with :meth:`Store.never_wait_for_writers_here` (an event loop).
+  A commit is durable when its transaction returns (``StoreConfig.sync``, the default); without it the
+  worker flushes every ``sync_interval_ms``.
+- Commit listeners run after the transaction that committed, outside the lock: in the committing thread
+  for commits of this process, in the wake-up thread for commits of others (:mod:`diffstore.engine.wakeup`).
+- Background work (automatic commits, GC steps, phantom purges, purges of deleted collections) is due
+  in LMDB (the ``due`` table, ``dropped``, ``phantom_ttl``, reader positions), not in memory: any process's
+  worker may do it, each item is taken inside the write transaction that does it (so it is done once),
+  and a crash only leaves it for the next worker to take. Failed automatic commits are retried with
+  backoff, never dropped (:meth:`Store.health`).
 """
 
 from __future__ import annotations
@@ -38,11 +46,49 @@ from diffstore.engine.tables import (
     validate_generation_id,
 )
 from diffstore.engine.types import CollectionInfo, StoreConfig
+from diffstore.engine.wakeup import Wakeup
 from diffstore.errors import CollectionExists, DiffstoreError, InvalidRequest, StorageError
 
 CommitListener = Callable[[str, bytes], None]
 _log = logging.getLogger("diffstore.engine")
 _NEXT_CID = b"\x00next_cid"  # not a legal collection name, so it cannot collide with one
+_RETRY_FIRST_S = 0.05
+_RETRY_MAX_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class AutoCommitFailure:
+    """An automatic commit that failed and waits for its retry."""
+
+    collection: str
+    attempts: int
+    reason: str
+    retry_at: float  # time.monotonic() of the next attempt
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """What :meth:`Store.health` reports: ``ok`` unless automatic commits are failing."""
+
+    failing_auto_commits: tuple[AutoCommitFailure, ...]
+    auto_commit_failures: int  # failed attempts since the store was opened (a counter for metrics)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failing_auto_commits
+
+    @property
+    def reason(self) -> str | None:
+        if self.ok:
+            return None
+        return "; ".join(
+            f"automatic commit of {f.collection!r} failed {f.attempts}x: {f.reason}"
+            for f in self.failing_auto_commits
+        )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(slots=True)
@@ -51,12 +97,18 @@ class WriteScope:
 
     txn: lmdb.Transaction
     commits: list[tuple[str, bytes]] = field(default_factory=list)
+    # non-manual collections whose open generation got its first write (an automatic commit becomes
+    # due) or was committed at its threshold (the due commit is no more): applied to ``due`` in the txn
     first_writes: list[str] = field(default_factory=list)
     threshold_commits: list[str] = field(default_factory=list)
 
 
 class Store:
-    """A directory holding collections. Thread-safe; use one ``Store`` per directory per process."""
+    """A directory holding collections. Thread-safe; use one ``Store`` per directory per process.
+
+    Other processes may open the same directory at the same time (LMDB forbids a second environment on
+    one directory in the same process).
+    """
 
     def __init__(self, path: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
         self.path = Path(path)
@@ -85,12 +137,15 @@ class Store:
         self._listeners_lock = threading.Lock()
         self._closed = False
         self.flushes = 0  # how many times the worker flushed an unsynced store (sync=False)
-        # name -> monotonic deadline of the automatic commit of its open generation
-        self._auto_commit_due: dict[str, float] = {}
-        # name -> (generation seq, last key form) where the GC of a long generation resumes
-        self.gc_positions: dict[str, tuple[int, bytes]] = {}
+        self.stale_readers_cleared = 0  # LMDB reader slots of dead processes cleared by the worker
+        # When this process's worker next looks at the due automatic commits (a hint: the rows in ``due``
+        # are the truth, and the worker also looks every gc_interval_ms for rows other processes wrote).
+        self._next_due = 0.0
+        self._failures: dict[str, AutoCommitFailure] = {}
+        self._failure_count = 0
         self._wake = threading.Condition()
-        self._schedule_pending_auto_commits()
+        self._wakeup = Wakeup(self.path)
+        self._adopt_pending_auto_commits()
         self._worker: threading.Thread | None = None
         if self.config.background:
             self._worker = threading.Thread(target=self._run_worker, name="diffstore-background", daemon=True)
@@ -116,6 +171,7 @@ class Store:
             self._wake.notify_all()
         if self._worker is not None:
             self._worker.join()
+        self._wakeup.close()
         with self._write_lock:
             if not self.config.sync:
                 self.env.sync(True)
@@ -127,7 +183,8 @@ class Store:
     def read(self) -> Iterator[lmdb.Transaction]:
         """A read-only snapshot; LMDB failures surface as :class:`StorageError`.
 
-        Starting it waits (at most ``read_yield_ms``) while another thread's write changes pages.
+        Starting it waits (at most ``read_yield_ms``) while another thread's write changes pages, unless
+        the calling thread was marked with :meth:`never_wait_for_writers_here`.
         """
         self._writer_first.before_read()
         try:
@@ -135,6 +192,10 @@ class Store:
                 yield txn
         except lmdb.Error as exc:
             raise StorageError(str(exc)) from exc
+
+    def never_wait_for_writers_here(self) -> None:
+        """Reads started by the calling thread never step aside for writers (call it from an event loop)."""
+        self._writer_first.exempt_current_thread()
 
     @contextlib.contextmanager
     def page_read(self) -> Iterator[lmdb.Transaction]:
@@ -147,25 +208,41 @@ class Store:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[WriteScope]:
-        """One atomic write transaction; listeners hear about its commits after it is durable."""
+        """One atomic write transaction; listeners (of every process) hear about its commits once durable."""
+        due: float | None = None
         with self._write_lock:
             try:
                 with self.env.begin(write=True) as txn, self._writer_first.writing():
                     scope = WriteScope(txn)
                     yield scope
+                    due = self._schedule(scope)
             except lmdb.Error as exc:
                 raise StorageError(str(exc)) from exc
-        if scope.first_writes or scope.threshold_commits:
-            due = time.monotonic() + self.config.commit_delay_ms / 1000
+        if due is not None:
             with self._wake:
-                for name in scope.threshold_commits:
-                    self._auto_commit_due.pop(name, None)
-                for name in scope.first_writes:
-                    # a first write opens a new countdown; any older deadline was for a committed generation
-                    self._auto_commit_due[name] = due
-                self._wake.notify_all()
-        for name, generation_id in scope.commits:
-            self._announce(name, generation_id)
+                if due < self._next_due:
+                    self._next_due = due
+                    self._wake.notify_all()
+        if scope.commits:
+            self._wakeup.notify(scope.commits)
+            for name, generation_id in scope.commits:
+                self._announce(name, generation_id)
+
+    def _schedule(self, scope: WriteScope) -> float | None:
+        """Writes the due rows of the scope's automatic commits; the monotonic due time of the first."""
+        if not (scope.first_writes or scope.threshold_commits):
+            return None
+        txn, due_db = scope.txn, self.tables.due
+        for name in scope.threshold_commits:
+            txn.delete(layout.auto_commit_due_key(name), db=due_db)
+        if not scope.first_writes:
+            return None
+        delay_ms = self.config.commit_delay_ms
+        # a first write opens a new countdown; any older row was for a committed generation
+        due_ms = layout.u64(_now_ms() + delay_ms)
+        for name in scope.first_writes:
+            txn.put(layout.auto_commit_due_key(name), due_ms, db=due_db)
+        return time.monotonic() + delay_ms / 1000
 
     def _announce(self, name: str, generation_id: bytes) -> None:
         with self._listeners_lock:
@@ -182,6 +259,7 @@ class Store:
         """Calls ``listener(collection_name, generation_id)`` after every commit; returns a remover."""
         with self._listeners_lock:
             self._listeners.append(listener)
+        self._wakeup.listen(self._announce)  # commits of other processes too (once per store)
 
         def remove() -> None:
             with self._listeners_lock, contextlib.suppress(ValueError):
@@ -275,9 +353,11 @@ class Store:
                 txn.delete(layout.reader_key(owner, reader_name), db=tables.readers)
                 txn.delete(key, db=tables.targets)
             txn.delete(name.encode(), db=tables.collections)
+            txn.delete(layout.auto_commit_due_key(name), db=tables.due)
+            txn.delete(layout.gc_position_key(prefix), db=tables.due)
             txn.put(prefix, b"", db=tables.dropped)
         with self._wake:
-            self._auto_commit_due.pop(name, None)
+            self._failures.pop(name, None)
 
     def _reader_target(self, txn: lmdb.Transaction, reader_key: bytes) -> str:
         raw = txn.get(reader_key, db=self.tables.readers)
@@ -285,28 +365,68 @@ class Store:
 
     # --- background work ----------------------------------------------------------------------------
 
-    def _schedule_pending_auto_commits(self) -> None:
-        now = time.monotonic()
+    def _adopt_pending_auto_commits(self) -> None:
+        """Makes due the writes of open generations that have no due row (stores written before ``due``)."""
         with self.read() as txn:
-            for raw_name, raw in txn.cursor(db=self.tables.collections):
-                if raw_name == _NEXT_CID:
-                    continue
-                meta = CollectionMeta.unpack(raw_name.decode(), raw)
-                if not meta.manual and meta.next_count > 0:
-                    self._auto_commit_due[meta.name] = now
+            missing = [
+                meta.name
+                for meta in background.collection_metas(txn, self.tables)
+                if not meta.manual
+                and meta.next_count > 0
+                and txn.get(layout.auto_commit_due_key(meta.name), db=self.tables.due) is None
+            ]
+        if missing:
+            with self.write() as scope:
+                for name in missing:
+                    scope.txn.put(layout.auto_commit_due_key(name), layout.u64(_now_ms()), db=self.tables.due)
+
+    def health(self) -> StoreHealth:
+        """Whether background work is keeping up: automatic commits that keep failing, with the reason."""
+        with self._wake:
+            failing = tuple(sorted(self._failures.values(), key=lambda f: f.collection))
+            return StoreHealth(failing, self._failure_count)
 
     def run_background_once(self, now: float | None = None) -> bool:
-        """Runs due automatic commits and one round of GC/purge steps; True if anything was done."""
-        now = time.monotonic() if now is None else now
-        with self._wake:
-            due = [name for name, deadline in self._auto_commit_due.items() if deadline <= now]
-            for name in due:
-                del self._auto_commit_due[name]
+        """Runs due automatic commits and one round of GC/purge steps; True if anything was done.
+
+        ``now`` is a ``time.monotonic()`` value (later than now: as if that much time had passed).
+        """
+        mono = time.monotonic()
+        now = mono if now is None else now
+        now_ms = _now_ms() + int((now - mono) * 1000)
+        due, next_ms = background.due_auto_commits(self, now_ms)
         worked = False
         for name in due:
-            worked = background.auto_commit(self, name) or worked
+            failure = self._failures.get(name)
+            if failure is not None and failure.retry_at > now:
+                continue  # backing off
+            try:
+                worked = background.auto_commit(self, name, now_ms) or worked
+            except DiffstoreError as exc:  # never dropped: the row stays due; other collections go on
+                self._auto_commit_failed(name, exc, mono)
+            else:
+                if failure is not None:
+                    with self._wake:
+                        self._failures.pop(name, None)
+                    _log.warning("automatic commit of %r succeeded after %d failures", name, failure.attempts)
+        with self._wake:
+            retries = [f.retry_at for f in self._failures.values()]
+            self._next_due = min(
+                [mono + max(0, next_ms - now_ms) / 1000 if next_ms is not None else float("inf"), *retries]
+            )
         worked = background.collect_step(self) or worked
         return worked
+
+    def _auto_commit_failed(self, name: str, exc: DiffstoreError, now: float) -> None:
+        with self._wake:
+            previous = self._failures.get(name)
+            attempts = 1 if previous is None else previous.attempts + 1
+            backoff = min(_RETRY_FIRST_S * 2 ** (attempts - 1), _RETRY_MAX_S)
+            self._failures[name] = AutoCommitFailure(name, attempts, str(exc), now + backoff)
+            self._failure_count += 1
+        _log.error(
+            "automatic commit of %r failed (attempt %d, retry in %.2fs): %s", name, attempts, backoff, exc
+        )
 
     def _run_worker(self) -> None:
         interval = self.config.gc_interval_ms / 1000
@@ -318,24 +438,36 @@ class Store:
             if not self.config.sync and now - last_sync >= sync_interval:
                 self._flush()
                 last_sync = now
-            with self._wake:
-                due_times = list(self._auto_commit_due.values())
-            next_due = min(due_times, default=now + interval)
-            if next_due <= now or now - last_gc >= interval:
+            gc_due = now - last_gc >= interval
+            if gc_due:
+                self._clear_stale_readers()
+            if self._next_due <= now or gc_due:
                 try:
                     worked = self.run_background_once(now)
                 except DiffstoreError:
+                    _log.exception("background work failed; it is retried")
                     worked = False
-                if now - last_gc >= interval and not worked:
+                if gc_due and not worked:
                     last_gc = now
                 continue
-            wake_at = min(next_due, last_gc + interval)
+            wake_at = min(self._next_due, last_gc + interval)
             if not self.config.sync:
                 wake_at = min(wake_at, last_sync + sync_interval)
             with self._wake:
                 if self._closed:
                     return
                 self._wake.wait(timeout=max(0.0, wake_at - now))
+
+    def _clear_stale_readers(self) -> None:
+        """Frees LMDB reader slots left by dead processes: they would keep old pages from being reused."""
+        try:
+            cleared = self.env.reader_check()
+        except lmdb.Error:
+            _log.exception("checking LMDB's reader table failed")
+            return
+        if cleared:
+            self.stale_readers_cleared += cleared
+            _log.warning("cleared %d LMDB reader slot(s) of dead processes", cleared)
 
     def _flush(self) -> None:
         try:

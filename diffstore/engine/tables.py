@@ -30,11 +30,16 @@ class Tables:
     targets: lmdb._Database
     producers: lmdb._Database
     dropped: lmdb._Database
+    due: lmdb._Database
+    # The engine's only in-memory caches. Each is keyed by what it was computed from, as read from LMDB in
+    # the transaction that uses it, so a hit is right whichever process changed the store meanwhile
+    # (see docs/process-model.md):
     # (name, stored row) -> its CollectionMeta: rows are immutable values, so a hit is always right, and
     # every operation loads its collection's row first (unpacking it is most of a point read's cost)
     meta_cache: dict[tuple[str, bytes], CollectionMeta] = field(default_factory=dict, compare=False)
-    # (cid, seq, count) -> split keys of a committed generation: what it shows never changes, and a
-    # split pass reads every visible key (parallel readers ask for the same cuts again and again)
+    # (cid, seq, count) -> split keys of a committed generation: what it shows never changes (cids and seqs
+    # are never reused, GC keeps what generations at or above its horizon show), and a split pass reads
+    # every visible key (parallel readers ask for the same cuts again and again)
     splits_cache: dict[tuple[int, int, int], list[bytes]] = field(default_factory=dict, compare=False)
 
     @classmethod

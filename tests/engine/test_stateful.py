@@ -487,11 +487,9 @@ class StoreMachine(RuleBasedStateMachine):
     def reopen(self) -> None:
         self.store.close()
         self.store = Store.open(self.dir, config=self.config)
-        # a reopened store commits the writes that were pending in a non-manual collection at once
-        m = self.model[NON_MANUAL]
-        if m.next_count > 0:
-            self._auto_commit(m)
-        self.gc()
+        # the due time of pending writes of a non-manual collection is kept in the store: once it has
+        # passed, the reopened store commits them
+        self.auto_commit()
 
     # --- comparisons ------------------------------------------------------------------------------------
 
