@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from diffstore.streams.client import StreamClient, StreamError
-from diffstore.streams.consumer import Consumer
+from diffstore.streams.consumer import StreamConsumer
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
 from diffstore.streams.records import Compression, RecordFlag, build_batch, encode_header, encode_records
@@ -112,7 +112,7 @@ def fill_stream(client: StreamClient, stream: str, records: int, keys: int, roun
 def bench_bare_consumer(client: StreamClient, records: int, subscription: str) -> float:
     received = 0
     start = time.perf_counter()
-    with Consumer(client, subscription) as consumer:
+    with StreamConsumer(client, subscription) as consumer:
         while received < records:
             batch = consumer.poll(10)
             if batch is None:

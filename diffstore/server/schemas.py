@@ -61,7 +61,7 @@ class CreateCollection(_Model):
     initialGenerationId: ES | None = None
 
 
-class CollectionState(BaseModel):
+class CollectionStateResponse(BaseModel):
     isManual: bool
     generationId: ES | None = None
     nextGenerationId: ES | None = None
@@ -78,7 +78,7 @@ class GetResponse(BaseModel):
     item: KeyValue | None
 
 
-class KeysAroundRequest(_Model):
+class GetKeysAround(_Model):
     key: ES
     requireKeyExistance: bool
     limit: int = Field(ge=1, le=1000)
@@ -109,11 +109,11 @@ class _WriteOptions(_Model):
     seqNo: int | None = Field(default=None, ge=1)
 
 
-class PutRequest(_WriteOptions):
+class PutOne(_WriteOptions):
     item: PutItem
 
 
-class PutManyRequest(_WriteOptions):
+class PutMany(_WriteOptions):
     items: list[PutItem]
 
 
@@ -172,7 +172,7 @@ class PhantomResponse(BaseModel):
     phantomId: ES
 
 
-class QueryRequest(_Model):
+class StartQuery(_Model):
     generationId: ES | None = None
     phantomId: ES | None = None
     fromKey: ES | None = None
@@ -186,14 +186,14 @@ class QueryResponse(BaseModel):
     cursorId: str | None = None
 
 
-class FromReader(_Model):
+class DiffFromReader(_Model):
     readerName: str
     collectionName: str | None = None
 
 
-class DiffRequest(_Model):
+class StartDiff(_Model):
     fromGenerationId: ES | None = None
-    fromReader: FromReader | None = None
+    fromReader: DiffFromReader | None = None
     toGenerationId: ES | None = None
     omitIntermediateValues: bool | None = None
     fromKey: ES | None = None
@@ -201,7 +201,7 @@ class DiffRequest(_Model):
     limit: int | None = Field(default=None, ge=1, le=10_000)
 
 
-class DiffItem(BaseModel):
+class DiffEntry(BaseModel):
     key: ES
     fromValue: ES | None
     intermediateValues: list[ES | None]
@@ -211,7 +211,7 @@ class DiffItem(BaseModel):
 class DiffResponse(BaseModel):
     fromGenerationId: ES
     toGenerationId: ES
-    items: list[DiffItem]
+    items: list[DiffEntry]
     cursorId: str | None = None
 
 

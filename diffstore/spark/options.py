@@ -89,7 +89,7 @@ def _generation(options: Mapping[str, str], name: str) -> bytes | None:
 
 
 @dataclass(frozen=True, slots=True)
-class ReadOptions:
+class SparkReadOptions:
     """What to read: a snapshot (``is_diff`` false) or a diff, and how to cut it into partitions."""
 
     connection: Connection
@@ -107,7 +107,7 @@ class ReadOptions:
         return self.from_reader is not None or self.from_generation_id is not None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+    def parse(cls, options: Mapping[str, str]) -> SparkReadOptions:
         """Validates the reading options (raises ``InvalidRequest``)."""
         parsed = cls(
             connection=_connection(options),
@@ -130,7 +130,7 @@ class ReadOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class WriteOptions:
+class SparkWriteOptions:
     """Where to write (an open generation of a manual collection) and whether the driver commits."""
 
     connection: Connection
@@ -141,7 +141,7 @@ class WriteOptions:
     batch_rows: int
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+    def parse(cls, options: Mapping[str, str]) -> SparkWriteOptions:
         """Validates the writing options (raises ``InvalidRequest``).
 
         ``updateReaders`` is a JSON list of ``{"readerName", "generationId", "expectedGenerationId"?}``

@@ -41,7 +41,7 @@ from diffstore.engine.types import UNSET, ReaderUpdate
 from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, NoSuchReader
 from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark._prefetch import ahead
-from diffstore.spark.options import ReadOptions, WriteOptions
+from diffstore.spark.options import SparkReadOptions, SparkWriteOptions
 
 SNAPSHOT_SCHEMA = StructType(
     [StructField("key", BinaryType(), False), StructField("value", BinaryType(), True)]
@@ -89,7 +89,7 @@ class PinnedRange:
     to_generation_id: bytes
 
 
-def pin(client: Client, options: ReadOptions) -> PinnedRange:
+def pin(client: Client, options: SparkReadOptions) -> PinnedRange:
     """Resolves the generations a read will use: explicit ones, else the reader's and the current one."""
     collection = client.collection(options.connection.collection)
     if not options.is_diff:
@@ -180,7 +180,7 @@ def read_diff(
 class DiffstoreReader(DataSourceReader):
     """Built on the driver: pins the generation range and cuts the key ranges once per scan."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: SparkReadOptions) -> None:
         self.options = options
         connection = options.connection
         with new_client(connection.url, connection.codec) as client:
@@ -252,7 +252,7 @@ def reader_updates(entries: Iterable[Mapping[str, Any]]) -> list[ReaderUpdate]:
 class DiffstoreWriter(DataSourceArrowWriter):
     """Tasks write into the open generation; the driver commits once (see the module docstring)."""
 
-    def __init__(self, options: WriteOptions) -> None:
+    def __init__(self, options: SparkWriteOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenBatch:
@@ -286,18 +286,18 @@ class DiffstoreDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.options = dict(options)
-        self.read_options: ReadOptions | None = None
-        self.write_options: WriteOptions | None = None
+        self.read_options: SparkReadOptions | None = None
+        self.write_options: SparkWriteOptions | None = None
 
     @classmethod
     def name(cls) -> str:
         return "diffstore"
 
     def schema(self) -> StructType:
-        return DIFF_SCHEMA if ReadOptions.parse(self.options).is_diff else SNAPSHOT_SCHEMA
+        return DIFF_SCHEMA if SparkReadOptions.parse(self.options).is_diff else SNAPSHOT_SCHEMA
 
     def reader(self, schema: StructType) -> DiffstoreReader:
-        return DiffstoreReader(ReadOptions.parse(self.options))
+        return DiffstoreReader(SparkReadOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DiffstoreWriter:
         if overwrite:
@@ -305,7 +305,7 @@ class DiffstoreDataSource(DataSource):
         names = {field.name: field.dataType for field in schema.fields}
         if not isinstance(names.get("key"), BinaryType) or not isinstance(names.get("value"), BinaryType):
             raise InvalidRequest(f"writing needs binary columns key and value, got {schema.simpleString()}")
-        return DiffstoreWriter(WriteOptions.parse(self.options))
+        return DiffstoreWriter(SparkWriteOptions.parse(self.options))
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -17,9 +17,9 @@ Subparsers = Any  # argparse's _SubParsersAction is private
 
 
 def _serve_command(args: argparse.Namespace) -> int:
-    from diffstore.streams.server import ServerConfig, serve  # grpc is imported only to serve
+    from diffstore.streams.server import StreamServerConfig, serve  # grpc is imported only to serve
 
-    config = ServerConfig(
+    config = StreamServerConfig(
         data_dir=args.data,
         host=args.host,
         port=args.port,

@@ -4,12 +4,11 @@
 unacked, which acks wait to be sent, and when a group of acks is due (by count or age). Acks are
 idempotent on the server, so acks pending at a reconnect are simply sent on the next call.
 
-:class:`Consumer` is the thin I/O layer. One thread runs the call: it opens StreamingFetch on the node that
-LookupSubscription names, decodes every response into a :class:`ReceivedBatch` and queues it; the call's
-request iterator sends the first request and then the due acks. On a retryable failure (UNAVAILABLE,
-CANCELLED, ALREADY_EXISTS while the server still sees our previous call) it reconnects after an
-exponential backoff; any other failure (e.g. NOT_FOUND) ends the consumer and is raised by :meth:`poll`.
-"""
+:class:`StreamConsumer` is the thin I/O layer. One thread runs the call: it opens StreamingFetch on the node
+that LookupSubscription names, decodes every response into a :class:`ReceivedBatch` and queues it; the
+call's request iterator sends the first request and then the due acks. On a retryable failure (UNAVAILABLE,
+CANCELLED, ALREADY_EXISTS while the server still sees our previous call) it reconnects after an exponential
+backoff; any other failure (e.g. NOT_FOUND) ends the consumer and is raised by :meth:`poll`. """
 
 from __future__ import annotations
 
@@ -27,14 +26,14 @@ from diffstore.streams.records import RecordId, StreamRecord, decode_batch
 
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig:
-    """Tuning of a :class:`Consumer`.
+    """Tuning of a :class:`StreamConsumer`.
 
     Attributes:
         consumer_name: the name the server sees (default: a random one per consumer).
         ack_batch_records: acks are sent as soon as this many wait ...
         ack_flush_ms: ... or when the oldest waiting ack is this old.
         reconnect_initial_ms / reconnect_max_ms: exponential backoff between reconnects.
-        queue_batches: decoded batches buffered ahead of :meth:`Consumer.poll`.
+        queue_batches: decoded batches buffered ahead of :meth:`StreamConsumer.poll`.
     """
 
     consumer_name: str | None = None
@@ -114,10 +113,10 @@ class AckBook:
 
 
 class ConsumerClosed(Exception):
-    """:meth:`Consumer.poll` after the consumer stopped without an error."""
+    """:meth:`StreamConsumer.poll` after the consumer stopped without an error."""
 
 
-class Consumer:
+class StreamConsumer:
     """Receives decoded batches of one subscription; the caller acks what it has finished with."""
 
     def __init__(
@@ -168,7 +167,7 @@ class Consumer:
             call.cancel()  # type: ignore[attr-defined]
             self._thread.join(timeout)
 
-    def __enter__(self) -> Consumer:
+    def __enter__(self) -> StreamConsumer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from diffstore.streams.client import StreamClient
-from diffstore.streams.consumer import Consumer, ConsumerConfig
+from diffstore.streams.consumer import ConsumerConfig, StreamConsumer
 from diffstore.streams.records import RecordFlag, RecordPosition, StreamRecord, compact_json
 from diffstore.streams.sinks import CollectionSink, PutItem
 from diffstore.streams.window import (
@@ -189,7 +189,7 @@ class Ingestor:
         hold_s = self._recovery_hold_s()
         hold_until = time.monotonic() + hold_s
         reconnects = 0
-        consumer = Consumer(self.client, self.config.subscription_id, self.config.consumer)
+        consumer = StreamConsumer(self.client, self.config.subscription_id, self.config.consumer)
         writer = ThreadPoolExecutor(1, thread_name_prefix="ingest-writer")
         pending: tuple[Future[tuple[bytes, int]], IngestWindow] | None = None
         try:
@@ -232,7 +232,7 @@ class Ingestor:
         self,
         pending: tuple[Future[tuple[bytes, int]], IngestWindow],
         accumulator: WindowAccumulator,
-        consumer: Consumer,
+        consumer: StreamConsumer,
         on_commit: Callable[[CommitStats], None] | None,
     ) -> None:
         future, window = pending

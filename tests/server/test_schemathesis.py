@@ -64,9 +64,9 @@ def test_published_document_is_the_one_tested(module_live: Live) -> None:
     assert module_live.http.get("/docs").status_code == 200
     put = DOCUMENT["paths"]["/collections/{c}/put"]["post"]
     assert put["requestBody"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/PutRequest"
+        "$ref": "#/components/schemas/PutOne"
     }
-    assert "item" in DOCUMENT["components"]["schemas"]["PutRequest"]["required"]
+    assert "item" in DOCUMENT["components"]["schemas"]["PutOne"]["required"]
 
 
 @schema.parametrize()

@@ -14,7 +14,7 @@ from diffstore.errors import InvalidRequest
 from diffstore.spark._prefetch import ahead
 from diffstore.spark.cli import _sources, add_commands, run_transform
 from diffstore.spark.lookup import sorted_chunks
-from diffstore.spark.options import ReadOptions, WriteOptions, encode_split_keys
+from diffstore.spark.options import SparkReadOptions, SparkWriteOptions, encode_split_keys
 from diffstore.spark.plan import RoundPlan, next_generation, plan_sources, reader_name
 
 
@@ -45,9 +45,9 @@ def test_plan_sources_and_reader_updates() -> None:
 
 
 def test_read_options() -> None:
-    snapshot = ReadOptions.parse({"url": "http://x", "collection": "A", "generationid": "g1"})
+    snapshot = SparkReadOptions.parse({"url": "http://x", "collection": "A", "generationid": "g1"})
     assert not snapshot.is_diff and snapshot.generation_id == b"g1" and snapshot.partitions == 4
-    diff = ReadOptions.parse(
+    diff = SparkReadOptions.parse(
         {
             "url": "u",
             "collection": "A",
@@ -57,7 +57,7 @@ def test_read_options() -> None:
         }
     )
     assert diff.is_diff and diff.from_generation_id == b"" and diff.to_generation_id == b"\x00\x01"
-    assert ReadOptions.parse({"url": "u", "collection": "A", "fromReader": "r"}).is_diff
+    assert SparkReadOptions.parse({"url": "u", "collection": "A", "fromReader": "r"}).is_diff
     for bad in (
         {"collection": "A"},
         {"url": "u", "collection": "A", "fromReader": "r", "fromGenerationId": "1"},
@@ -66,18 +66,18 @@ def test_read_options() -> None:
         {"url": "u", "collection": "A", "generationId": "!", "generationIdEncoding": "base64"},
     ):
         with pytest.raises(InvalidRequest):
-            ReadOptions.parse(bad)
+            SparkReadOptions.parse(bad)
 
 
 def test_split_keys_option() -> None:
     base = {"url": "u", "collection": "A"}
-    assert ReadOptions.parse(base).split_keys is None
+    assert SparkReadOptions.parse(base).split_keys is None
     cuts = [b"\x00", b"k1", b"k2\xff"]
-    assert ReadOptions.parse(base | {"splitKeys": encode_split_keys(cuts)}).split_keys == tuple(cuts)
-    assert ReadOptions.parse(base | {"splitkeys": "[]"}).split_keys == ()
+    assert SparkReadOptions.parse(base | {"splitKeys": encode_split_keys(cuts)}).split_keys == tuple(cuts)
+    assert SparkReadOptions.parse(base | {"splitkeys": "[]"}).split_keys == ()
     for bad in ("[1]", "nope", '["!!"]', encode_split_keys([b"b", b"a"]), encode_split_keys([b"a", b"a"])):
         with pytest.raises(InvalidRequest):
-            ReadOptions.parse(base | {"splitKeys": bad})
+            SparkReadOptions.parse(base | {"splitKeys": bad})
 
 
 def test_sorted_chunks_dedupe_and_refuse_unsorted_keys() -> None:
@@ -95,7 +95,7 @@ def test_sorted_chunks_dedupe_and_refuse_unsorted_keys() -> None:
 
 
 def test_write_options() -> None:
-    parsed = WriteOptions.parse(
+    parsed = SparkWriteOptions.parse(
         {
             "url": "u",
             "collection": "C",
@@ -110,7 +110,7 @@ def test_write_options() -> None:
         {"readerName": "r", "generationId": b"\x00", "expectedGenerationId": None},
     )
     with pytest.raises(InvalidRequest):
-        WriteOptions.parse({"url": "u", "collection": "C"})
+        SparkWriteOptions.parse({"url": "u", "collection": "C"})
 
 
 def test_the_package_and_its_command_import_without_pyspark() -> None:

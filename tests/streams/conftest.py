@@ -1,6 +1,6 @@
 """Fixtures for stream tests: a real embedded HStream-compatible server on a free 127.0.0.1 port.
 
-- ``stream_server_config``: a :class:`ServerConfig` with millisecond intervals (resend tick, assignment)
+- ``stream_server_config``: a :class:`StreamServerConfig` with millisecond intervals (resend tick, assignment)
   and ``ack_timeout_unit`` = 0.05 s, so ``ackTimeoutSeconds=2`` means 100 ms.
 - ``stream_server``: a started :class:`ServerThread` (``.address`` "127.0.0.1:PORT", ``.url``
   "hstream://127.0.0.1:PORT", ``.server.config``), stopped after the test.
@@ -23,14 +23,14 @@ import pytest
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
-from diffstore.streams.server import ServerConfig, ServerThread
+from diffstore.streams.server import ServerThread, StreamServerConfig
 
 WAIT_S = 20.0  # upper bound of any wait for a condition; tests never sleep for a fixed time
 
 
 @pytest.fixture
-def stream_server_config(tmp_path: Path) -> ServerConfig:
-    return ServerConfig(
+def stream_server_config(tmp_path: Path) -> StreamServerConfig:
+    return StreamServerConfig(
         data_dir=tmp_path / "hstream",
         host="127.0.0.1",
         port=0,
@@ -42,7 +42,7 @@ def stream_server_config(tmp_path: Path) -> ServerConfig:
 
 
 @pytest.fixture
-def stream_server(stream_server_config: ServerConfig) -> Iterator[ServerThread]:
+def stream_server(stream_server_config: StreamServerConfig) -> Iterator[ServerThread]:
     server = ServerThread(stream_server_config).start()
     try:
         yield server

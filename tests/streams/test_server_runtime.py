@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from diffstore.streams._proto import hstream_pb2 as pb
-from diffstore.streams.server.config import ServerConfig
+from diffstore.streams.server.config import StreamServerConfig
 from diffstore.streams.server.runtime import ConsumerInfo, SubscriptionRuntime
 from diffstore.streams.server.subscription import START, Position, StoredBatch, SubscriptionState
 
@@ -34,7 +34,7 @@ class MemoryStore:
 def test_delivery_ack_and_the_last_commit_persisted_on_close(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = MemoryStore()
-        config = ServerConfig(tmp_path, resend_tick=60, assignment_interval=60)
+        config = StreamServerConfig(tmp_path, resend_tick=60, assignment_interval=60)
         state = SubscriptionState({1: START}, ack_timeout=60, max_unacked=100)
         runtime = SubscriptionRuntime("sub", "s", state, store, config)
         queue = runtime.join(ConsumerInfo("c", "peer", "agent"))

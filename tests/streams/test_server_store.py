@@ -13,8 +13,13 @@ from hypothesis import strategies as st
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
-from diffstore.streams.server import ServerConfig, ServerThread, keys
-from diffstore.streams.server.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from diffstore.streams.server import ServerThread, StreamServerConfig, keys
+from diffstore.streams.server.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceNotFound,
+)
 from diffstore.streams.server.store import EARLIEST, LATEST, AppendItem, StreamStore, SubscriptionInfo
 
 U64 = st.integers(0, 2**64 - 1)
@@ -51,7 +56,7 @@ def test_store_rules(tmp_path: Path) -> None:
         assert store.tail(a) == (ids[2], 3) and store.tail(b) == (ids[1], 1)
         found = store.next_batch(a, ids[0] + 1)
         assert found is not None and (found.batch_id, found.size, found.payload) == (ids[2], 3, b"z")
-        with pytest.raises(NotFound):
+        with pytest.raises(ResourceNotFound):
             store.append("s", 999, 1, b"x")
         sub = SubscriptionInfo("late", "s", 5, 10, LATEST, 1)
         assert store.create_subscription(sub) == {a: (ids[2], 3), b: (ids[1], 1)}
@@ -77,7 +82,7 @@ def test_store_rules(tmp_path: Path) -> None:
 
 
 def test_a_restart_keeps_streams_records_subscriptions_and_committed_positions(
-    stream_server_config: ServerConfig, open_fetch: Any, wait_until: Any
+    stream_server_config: StreamServerConfig, open_fetch: Any, wait_until: Any
 ) -> None:
     def stub_for(server: ServerThread) -> tuple[grpc.Channel, pb_grpc.HStreamApiStub]:
         channel = grpc.insecure_channel(server.address)
@@ -145,17 +150,17 @@ def test_a_group_of_appends_is_one_transaction_with_per_item_errors(tmp_path: Pa
         )
         first, missing_stream, missing_shard, last = results
         assert isinstance(first, int) and isinstance(last, int) and first < last
-        assert isinstance(missing_stream, NotFound) and isinstance(missing_shard, NotFound)
+        assert isinstance(missing_stream, ResourceNotFound) and isinstance(missing_shard, ResourceNotFound)
         assert store.tail(shard) == (last, 2)
     finally:
         store.close()
 
 
 def test_config_validates_and_advertises_a_dialable_host(tmp_path: Path) -> None:
-    assert ServerConfig(tmp_path).public_host == "127.0.0.1"
-    assert ServerConfig(tmp_path, host="0.0.0.0").public_host == "127.0.0.1"
-    assert ServerConfig(tmp_path, host="0.0.0.0", advertised_host="node1").public_host == "node1"
-    assert ServerConfig(tmp_path, host="10.1.2.3").public_host == "10.1.2.3"
+    assert StreamServerConfig(tmp_path).public_host == "127.0.0.1"
+    assert StreamServerConfig(tmp_path, host="0.0.0.0").public_host == "127.0.0.1"
+    assert StreamServerConfig(tmp_path, host="0.0.0.0", advertised_host="node1").public_host == "node1"
+    assert StreamServerConfig(tmp_path, host="10.1.2.3").public_host == "10.1.2.3"
     bad: list[dict[str, Any]] = [
         {"port": 70000},
         {"resend_tick": 0},
@@ -164,4 +169,4 @@ def test_config_validates_and_advertises_a_dialable_host(tmp_path: Path) -> None
     ]
     for options in bad:
         with pytest.raises(ValueError):
-            ServerConfig(tmp_path, **options)
+            StreamServerConfig(tmp_path, **options)

@@ -39,7 +39,11 @@ async def create_collection(request: Request) -> Response:
 
 
 @route(
-    router, "GET", "/collections/{c}", answer=schemas.CollectionState, summary="Current and next generation"
+    router,
+    "GET",
+    "/collections/{c}",
+    answer=schemas.CollectionStateResponse,
+    summary="Current and next generation",
 )
 async def get_collection(
     request: Request,

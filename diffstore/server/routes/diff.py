@@ -14,7 +14,7 @@ from diffstore.wire_requests import DiffRequest
 router = APIRouter(tags=["diff"])
 
 
-@route(router, "POST", "/collections/{c}/diff/", body=schemas.DiffRequest, answer=schemas.DiffResponse)
+@route(router, "POST", "/collections/{c}/diff/", body=schemas.StartDiff, answer=schemas.DiffResponse)
 async def start_diff(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = DiffRequest.from_wire(x.body, x.codec)

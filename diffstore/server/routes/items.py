@@ -62,7 +62,7 @@ async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Rece
     router,
     "POST",
     "/collections/{c}/getKeysAround",
-    body=schemas.KeysAroundRequest,
+    body=schemas.GetKeysAround,
     answer=schemas.KeysAroundResponse,
 )
 async def get_keys_around(request: Request, c: str) -> Response:
@@ -80,7 +80,7 @@ async def get_keys_around(request: Request, c: str) -> Response:
     return await handle(request, work, Limit.OTHER)
 
 
-@route(router, "POST", "/collections/{c}/put", body=schemas.PutRequest, answer=schemas.PutResponse)
+@route(router, "POST", "/collections/{c}/put", body=schemas.PutOne, answer=schemas.PutResponse)
 async def put(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = PutRequest.from_wire(x.body, x.codec)
@@ -91,7 +91,7 @@ async def put(request: Request, c: str) -> Response:
     return await handle(request, work, Limit.PUT)
 
 
-@route(router, "POST", "/collections/{c}/putMany", body=schemas.PutManyRequest, answer=schemas.PutResponse)
+@route(router, "POST", "/collections/{c}/putMany", body=schemas.PutMany, answer=schemas.PutResponse)
 async def put_many(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = PutManyRequest.from_wire(x.body, x.codec)

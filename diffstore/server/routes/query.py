@@ -18,7 +18,7 @@ router = APIRouter(tags=["query"])
     router,
     "POST",
     "/collections/{c}/query/",
-    body=schemas.QueryRequest,
+    body=schemas.StartQuery,
     body_required=False,
     answer=schemas.QueryResponse,
 )

@@ -1,7 +1,7 @@
 """The embedded HStream-compatible server (``diffstore streams serve``): SPEC §4 over gRPC, persisted in
 its own LMDB environment.
 
-Modules: ``config`` (:class:`ServerConfig`), ``keys`` (LMDB key layout),
+Modules: ``config`` (:class:`StreamServerConfig`), ``keys`` (LMDB key layout),
 ``store`` (LMDB), ``subscription`` (the pure delivery state machine), ``runtime`` (a subscription's live
 loop), ``codec`` (batch re-encoding for partial resends), ``servicer`` (the RPCs), ``app`` (running it).
 """
@@ -9,6 +9,6 @@ loop), ``codec`` (batch re-encoding for partial resends), ``servicer`` (the RPCs
 from __future__ import annotations
 
 from .app import ServerThread, StreamServer, serve
-from .config import DEFAULT_PORT, ServerConfig
+from .config import DEFAULT_PORT, StreamServerConfig
 
-__all__ = ["DEFAULT_PORT", "ServerConfig", "ServerThread", "StreamServer", "serve"]
+__all__ = ["DEFAULT_PORT", "StreamServerConfig", "ServerThread", "StreamServer", "serve"]

@@ -17,7 +17,7 @@ from google.protobuf import message_factory
 
 from diffstore.streams._proto import hstream_pb2 as pb
 
-from .config import ServerConfig
+from .config import StreamServerConfig
 from .servicer import HStreamServicer
 from .store import StreamStore
 
@@ -59,7 +59,7 @@ def register(servicer: HStreamServicer, server: grpc.aio.Server) -> None:
 class StreamServer:
     """One embedded HStream-compatible node: LMDB store, servicer and grpc.aio server."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: StreamServerConfig) -> None:
         self.config = config
         self.port = 0
         self._store: StreamStore | None = None
@@ -117,7 +117,7 @@ class StreamServer:
 class ServerThread:
     """A :class:`StreamServer` on its own event loop in a daemon thread (tests, benchmarks, sync code)."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: StreamServerConfig) -> None:
         self.server = StreamServer(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -169,7 +169,7 @@ class ServerThread:
         self.stop()
 
 
-def serve(config: ServerConfig) -> int:
+def serve(config: StreamServerConfig) -> int:
     """Runs a server in the foreground until SIGINT or SIGTERM; returns the exit code."""
 
     async def main() -> None:

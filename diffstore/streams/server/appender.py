@@ -24,7 +24,7 @@ class GroupAppender:
         self._writing = False
 
     async def append(self, item: AppendItem) -> int:
-        """Stores one batch and returns its batch id (raises the item's NotFound, or StorageError)."""
+        """Stores one batch and returns its batch id (raises the item's ResourceNotFound, or StorageError)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
         self._pending.append((item, future))

@@ -12,7 +12,7 @@ DEFAULT_PORT = 6570
 
 
 @dataclass(frozen=True, slots=True)
-class ServerConfig:
+class StreamServerConfig:
     """How an embedded stream server listens, stores and paces itself.
 
     Attributes:

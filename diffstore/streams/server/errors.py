@@ -5,7 +5,7 @@ Raised by the store and the servicer's domain logic; translated to a gRPC status
 
     StreamServerError
     ├── InvalidArgument ........ INVALID_ARGUMENT
-    ├── NotFound ............... NOT_FOUND
+    ├── ResourceNotFound ....... NOT_FOUND
     ├── AlreadyExists .......... ALREADY_EXISTS
     └── FailedPrecondition ..... FAILED_PRECONDITION
 """
@@ -31,7 +31,7 @@ class InvalidArgument(StreamServerError):
     status = grpc.StatusCode.INVALID_ARGUMENT
 
 
-class NotFound(StreamServerError):
+class ResourceNotFound(StreamServerError):
     status = grpc.StatusCode.NOT_FOUND
 
 

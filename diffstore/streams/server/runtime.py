@@ -16,7 +16,7 @@ from typing import Protocol
 from diffstore.streams._proto import hstream_pb2 as pb
 
 from . import codec
-from .config import ServerConfig
+from .config import StreamServerConfig
 from .errors import AlreadyExists
 from .subscription import ConsumerExists, Delivery, Position, StoredBatch, SubscriptionState
 
@@ -26,7 +26,9 @@ logger = logging.getLogger(__name__)
 Outbound = asyncio.Queue[bytes | None]
 
 
-class Store(Protocol):
+class SubscriptionStore(Protocol):
+    """What a subscription's runtime needs of :class:`~diffstore.streams.server.store.StreamStore`."""
+
     def next_batch(self, shard_id: int, min_batch_id: int) -> StoredBatch | None: ...
 
     def save_positions(self, subscription_id: str, positions: dict[int, Position]) -> None: ...
@@ -55,8 +57,8 @@ class SubscriptionRuntime:
         subscription_id: str,
         stream_name: str,
         state: SubscriptionState,
-        store: Store,
-        config: ServerConfig,
+        store: SubscriptionStore,
+        config: StreamServerConfig,
     ) -> None:
         self.subscription_id = subscription_id
         self.stream_name = stream_name

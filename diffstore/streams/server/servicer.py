@@ -19,8 +19,8 @@ from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 
 from . import codec
 from .appender import GroupAppender
-from .config import ServerConfig
-from .errors import FailedPrecondition, InvalidArgument, NotFound, StreamServerError
+from .config import StreamServerConfig
+from .errors import FailedPrecondition, InvalidArgument, ResourceNotFound, StreamServerError
 from .runtime import ConsumerInfo, SubscriptionRuntime
 from .store import AppendItem, StreamInfo, StreamStore, SubscriptionInfo
 from .subscription import SubscriptionState
@@ -80,7 +80,7 @@ def _subscription_pb(info: SubscriptionInfo) -> pb.Subscription:
 class HStreamServicer(pb_grpc.HStreamApiServicer):
     """``HStreamApi`` over one :class:`StreamStore`; one node that advertises ``host:port``."""
 
-    def __init__(self, store: StreamStore, config: ServerConfig) -> None:
+    def __init__(self, store: StreamStore, config: StreamServerConfig) -> None:
         self._store = store
         self._config = config
         self._runtimes: dict[str, SubscriptionRuntime] = {}
@@ -159,7 +159,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
     async def DeleteStream(self, request: pb.DeleteStreamRequest, context: Any) -> empty_pb2.Empty:
         try:
             deleted = self._store.delete_stream(request.streamName, force=request.force)
-        except NotFound:
+        except ResourceNotFound:
             if request.ignoreNonExist:
                 return empty_pb2.Empty()
             raise
@@ -207,7 +207,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
     ) -> pb.GetTailRecordIdResponse:
         shard = self._store.shard(request.shardId)
         if shard.stream_name != request.streamName:
-            raise NotFound(f"shard {request.shardId} is not a shard of {request.streamName}")
+            raise ResourceNotFound(f"shard {request.shardId} is not a shard of {request.streamName}")
         tail = self._store.tail(request.shardId)
         batch_id, index = (tail[0], tail[1] - 1) if tail else (0, 0)
         return pb.GetTailRecordIdResponse(
@@ -253,7 +253,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
     ) -> pb.CheckSubscriptionExistResponse:
         try:
             self._store.get_subscription(request.subscriptionId)
-        except NotFound:
+        except ResourceNotFound:
             return pb.CheckSubscriptionExistResponse(exists=False)
         return pb.CheckSubscriptionExistResponse(exists=True)
 

@@ -22,7 +22,7 @@ from diffstore.errors import StorageError
 from diffstore.streams.sharding import shard_ranges
 
 from . import keys
-from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, StreamServerError
+from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, ResourceNotFound, StreamServerError
 from .subscription import START, Position, StoredBatch
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
@@ -45,7 +45,7 @@ class StreamInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class ShardInfo:
+class StoredShard:
     shard_id: int
     stream_name: str
     start: int
@@ -151,11 +151,11 @@ class StreamStore:
         return StreamInfo(name, v["rf"], v["backlog"], tuple(v["shards"]), v["ctime"])
 
     def get_stream(self, name: str) -> StreamInfo:
-        """Raises NotFound when the stream does not exist."""
+        """Raises ResourceNotFound when the stream does not exist."""
         with self._txn() as txn:
             info = self._stream(txn, name)
         if info is None:
-            raise NotFound(f"stream {name} not found")
+            raise ResourceNotFound(f"stream {name} not found")
         return info
 
     def list_streams(self) -> list[StreamInfo]:
@@ -170,13 +170,13 @@ class StreamStore:
             The deleted subscriptions.
 
         Raises:
-            NotFound: no such stream.
+            ResourceNotFound: no such stream.
             FailedPrecondition: the stream has subscriptions and ``force`` is false.
         """
         with self._txn(write=True) as txn:
             info = self._stream(txn, name)
             if info is None:
-                raise NotFound(f"stream {name} not found")
+                raise ResourceNotFound(f"stream {name} not found")
             subs = [s.subscription_id for s in self._subscriptions(txn) if s.stream_name == name]
             if subs and not force:
                 raise FailedPrecondition(f"stream {name} has subscriptions: {', '.join(subs)}")
@@ -198,22 +198,22 @@ class StreamStore:
 
     # -- shards and batches -----------------------------------------------------------------------------
 
-    def shards(self, stream_name: str) -> list[ShardInfo]:
-        """The stream's shards in id order (raises NotFound for a missing stream)."""
+    def shards(self, stream_name: str) -> list[StoredShard]:
+        """The stream's shards in id order (raises ResourceNotFound for a missing stream)."""
         with self._txn() as txn:
             info = self._stream(txn, stream_name)
             if info is None:
-                raise NotFound(f"stream {stream_name} not found")
+                raise ResourceNotFound(f"stream {stream_name} not found")
             return [self._shard(txn, sid) for sid in info.shard_ids]
 
-    def _shard(self, txn: lmdb.Transaction, shard_id: int) -> ShardInfo:
+    def _shard(self, txn: lmdb.Transaction, shard_id: int) -> StoredShard:
         raw = txn.get(keys.u64(shard_id), db=self._db["shards"])
         if raw is None:
-            raise NotFound(f"shard {shard_id} not found")
+            raise ResourceNotFound(f"shard {shard_id} not found")
         v = _unpack(raw)
-        return ShardInfo(shard_id, v["stream"], int(v["start"]), int(v["end"]), v["epoch"])
+        return StoredShard(shard_id, v["stream"], int(v["start"]), int(v["end"]), v["epoch"])
 
-    def shard(self, shard_id: int) -> ShardInfo:
+    def shard(self, shard_id: int) -> StoredShard:
         with self._txn() as txn:
             return self._shard(txn, shard_id)
 
@@ -223,7 +223,7 @@ class StreamStore:
         Batch ids come from one counter for the whole server: strictly increasing per shard, not dense.
 
         Raises:
-            NotFound: the stream or the shard (in that stream) does not exist.
+            ResourceNotFound: the stream or the shard (in that stream) does not exist.
         """
         (result,) = self.append_many([AppendItem(stream_name, shard_id, size, record)])
         if isinstance(result, StreamServerError):
@@ -238,11 +238,12 @@ class StreamStore:
         with self._txn(write=True) as txn:
             for item in items:
                 if txn.get(item.stream_name.encode(), db=self._db["streams"]) is None:
-                    results.append(NotFound(f"stream {item.stream_name} not found"))
+                    results.append(ResourceNotFound(f"stream {item.stream_name} not found"))
                     continue
                 raw = txn.get(keys.u64(item.shard_id), db=self._db["shards"])
                 if raw is None or _unpack(raw)["stream"] != item.stream_name:
-                    results.append(NotFound(f"shard {item.shard_id} is not a shard of {item.stream_name}"))
+                    reason = f"shard {item.shard_id} is not a shard of {item.stream_name}"
+                    results.append(ResourceNotFound(reason))
                     continue
                 batch_id = self._next_id(txn, keys.NEXT_BATCH_ID)
                 key = keys.batch_key(item.shard_id, batch_id)
@@ -336,19 +337,19 @@ class StreamStore:
             return self._subscriptions(txn)
 
     def get_subscription(self, subscription_id: str) -> SubscriptionInfo:
-        """Raises NotFound when the subscription does not exist."""
+        """Raises ResourceNotFound when the subscription does not exist."""
         with self._txn() as txn:
             raw = txn.get(subscription_id.encode(), db=self._db["subs"])
         if raw is None:
-            raise NotFound(f"subscription {subscription_id} not found")
+            raise ResourceNotFound(f"subscription {subscription_id} not found")
         v = _unpack(raw)
         return SubscriptionInfo(subscription_id, v["stream"], v["ack"], v["max"], v["offset"], v["ctime"])
 
     def delete_subscription(self, subscription_id: str) -> None:
-        """Raises NotFound when the subscription does not exist."""
+        """Raises ResourceNotFound when the subscription does not exist."""
         with self._txn(write=True) as txn:
             if txn.get(subscription_id.encode(), db=self._db["subs"]) is None:
-                raise NotFound(f"subscription {subscription_id} not found")
+                raise ResourceNotFound(f"subscription {subscription_id} not found")
             self._delete_subscription(txn, subscription_id)
 
     def _delete_subscription(self, txn: lmdb.Transaction, subscription_id: str) -> None:
