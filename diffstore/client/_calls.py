@@ -30,6 +30,7 @@ from diffstore.engine.types import (
     QueryPage,
     Reader,
     ReaderUpdate,
+    ReaderUpdateLike,
 )
 from diffstore.wire import (
     Body,
@@ -62,8 +63,6 @@ from diffstore.wire_requests import (
 
 T = TypeVar("T")
 
-PutManyItem = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bool]
-ReaderUpdateLike = ReaderUpdate | tuple[str, bytes | None]
 
 # Long polls get this much more time on the socket than the server's own timeout.
 LONG_POLL_GRACE_S = 10.0
@@ -211,7 +210,7 @@ def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:
 # ------------------------------------------------------------------------------------ records: writes
 
 
-def _put_item(item: PutManyItem, if_not_present: bool) -> PutItem:
+def _put_item(item: PutItem, if_not_present: bool) -> PutItem:
     if len(item) == 2:
         return (item[0], item[1], True) if if_not_present else item
     return item[0], item[1], bool(item[2])
@@ -225,7 +224,7 @@ def put(
 
 
 def put_many(
-    name: str, items: Iterable[PutManyItem], options: WriteOptions, if_not_present: bool = False
+    name: str, items: Iterable[PutItem], options: WriteOptions, if_not_present: bool = False
 ) -> Call[PutResult]:
     """``if_not_present`` applies to ``(key, value)`` items; a triple's own flag wins (as in the engine)."""
     request = PutManyRequest([_put_item(item, if_not_present) for item in items], options)

@@ -15,7 +15,7 @@ from typing import TypeVar
 import httpx
 
 from diffstore.client import _calls, _columns, _plans
-from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call, PutManyItem, ReaderUpdateLike
+from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call
 from diffstore.client._columns import DiffColumns, QueryColumns
 from diffstore.client._transport import (
     DEFAULT_TIMEOUT_S,
@@ -33,9 +33,11 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    PutItem,
     PutResult,
     QueryPage,
     Reader,
+    ReaderUpdateLike,
     Record,
 )
 from diffstore.wire import CollectionState
@@ -232,7 +234,7 @@ class Collection:
 
     def put_many(
         self,
-        items: Iterable[PutManyItem],
+        items: Iterable[PutItem],
         *,
         generation_id: bytes | None = None,
         phantom_id: bytes | None = None,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from diffstore.collection import Collection
 from diffstore.consumer._window import (
     Action,
     DataEvent,
@@ -33,7 +34,7 @@ from diffstore.consumer._window import (
     WindowMachine,
     WriteCheckpoint,
 )
-from diffstore.engine.types import DiffPage, Reader, ReaderUpdate
+from diffstore.engine.types import ReaderUpdate
 from diffstore.errors import Conflict, DiffstoreError, InvalidRequest, ReaderExists
 
 
@@ -59,42 +60,14 @@ class WindowListener:
         return None
 
 
-class ConsumerCollection(Protocol):
-    """What the consumer needs of a collection; the engine's and the client's handles both have it."""
-
-    @property
-    def generation_id(self) -> bytes: ...
-
-    def diff_page(
-        self,
-        from_generation_id: bytes | None = ...,
-        to_generation_id: bytes | None = ...,
-        *,
-        limit: int | None = ...,
-        cursor: str | None = ...,
-    ) -> DiffPage: ...
-
-    def readers(self) -> list[Reader]: ...
-
-    def create_reader(
-        self, name: str, collection: str | None = ..., generation_id: bytes | None = ...
-    ) -> None: ...
-
-    def start_generation(self, generation_id: bytes, abort_outdated: bool = ...) -> None: ...
-
-    def commit_generation(self, generation_id: bytes, update_readers: Any = ...) -> None: ...
-
-    def abort_generation(self, generation_id: bytes) -> None: ...
-
-
 class ConsumerStore(Protocol):
     """An engine ``Store`` or a :class:`~diffstore.client.Client`."""
 
-    def collection(self, name: str) -> Any: ...
+    def collection(self, name: str) -> Collection: ...
 
     def create_collection(
         self, name: str, manual: bool = ..., initial_generation_id: bytes | None = ...
-    ) -> Any: ...
+    ) -> Collection: ...
 
 
 class ChangeWaiter(Protocol):
@@ -187,7 +160,7 @@ class Consumer:
             else:
                 waiter = self._owned_waiter = CommitWaiter(store)
         self.waiter: ChangeWaiter = waiter  # type: ignore[assignment]
-        self._collections: dict[str, ConsumerCollection] = {}
+        self._collections: dict[str, Collection] = {}
 
     def close(self) -> None:
         if self._owned_waiter is not None:
@@ -278,12 +251,12 @@ class Consumer:
             return listener.on_end_window(event.to_positions)
         raise ProtocolViolation(f"unexpected event {event!r}")
 
-    def _collection(self, name: str) -> ConsumerCollection:
+    def _collection(self, name: str) -> Collection:
         if name not in self._collections:
             self._collections[name] = self.store.collection(name)
         return self._collections[name]
 
-    def _checkpoint(self) -> ConsumerCollection:
+    def _checkpoint(self) -> Collection:
         name = self.checkpoint_collection
         if name not in self._collections:
             try:

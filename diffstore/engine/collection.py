@@ -25,6 +25,7 @@ from diffstore.engine.types import (
     QueryPage,
     Reader,
     ReaderUpdate,
+    ReaderUpdateLike,
     Record,
 )
 from diffstore.errors import InvalidRequest
@@ -32,7 +33,6 @@ from diffstore.errors import InvalidRequest
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
 
-ReaderUpdateLike = ReaderUpdate | tuple[str, bytes | None]
 _ITER_PAGE = 1_000
 
 

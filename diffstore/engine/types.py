@@ -166,3 +166,7 @@ class ReaderUpdate:
     name: str
     generation_id: bytes | None
     expected: Expected = field(default=UNSET)
+
+
+ReaderUpdateLike = ReaderUpdate | tuple[str, bytes | None]
+"""What a commit's ``update_readers`` takes: a :class:`ReaderUpdate` or a ``(name, generation_id)`` pair."""

@@ -1,0 +1,175 @@
+"""The one ``Collection`` Protocol: what a handle on a collection offers, embedded or remote.
+
+Two classes implement it with the same method names, parameters and results: the engine's
+:class:`diffstore.engine.Collection` (in-process, on LMDB) and the HTTP client's
+:class:`diffstore.client.Collection`. Code that only needs a collection — the stream ingestor's sinks,
+the Spark transform, the consumer, the exactly-once round of :mod:`diffstore.rounds` — is written against
+this Protocol and runs over either. Implementations may take more (optional) parameters than listed here.
+
+This module imports neither LMDB nor httpx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from diffstore.engine.types import (
+    UNSET,
+    DiffItem,
+    DiffPage,
+    Expected,
+    FromReader,
+    GetResult,
+    KeysAround,
+    PutItem,
+    PutResult,
+    QueryPage,
+    Reader,
+    ReaderUpdateLike,
+    Record,
+)
+
+if TYPE_CHECKING:
+    from diffstore.client import Collection as ClientCollection
+    from diffstore.engine.collection import Collection as EngineCollection
+
+
+class Collection(Protocol):
+    """A handle on one collection (SPEC §1/§3); see the engine's class for each method's contract."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def manual(self) -> bool: ...
+
+    @property
+    def generation_id(self) -> bytes:
+        """The current (last committed) generation."""
+        ...
+
+    @property
+    def next_generation_id(self) -> bytes | None:
+        """The open generation, if any."""
+        ...
+
+    # --- generations --------------------------------------------------------------------------
+
+    def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None: ...
+
+    def commit_generation(
+        self, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike] = ()
+    ) -> None: ...
+
+    def abort_generation(self, generation_id: bytes) -> None: ...
+
+    def start_phantom(self, ttl_seconds: int = 3600) -> bytes: ...
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes | None,
+        *,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        if_not_present: bool = False,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+    ) -> PutResult: ...
+
+    def put_many(
+        self,
+        items: Iterable[PutItem],
+        *,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        if_not_present: bool = False,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+    ) -> PutResult: ...
+
+    def producer_last_seq_no(self, producer_id: str) -> int: ...
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_result(
+        self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetResult: ...
+
+    def get(
+        self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> Record | None: ...
+
+    def keys_around(
+        self,
+        key: bytes,
+        limit: int,
+        require_key_existence: bool = True,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+    ) -> KeysAround: ...
+
+    def query_page(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> QueryPage: ...
+
+    def query(
+        self,
+        generation_id: bytes | None = None,
+        phantom_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+    ) -> Iterator[Record]: ...
+
+    def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]: ...
+
+    def diff_page(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> DiffPage: ...
+
+    def diff(
+        self,
+        from_generation_id: bytes | None = None,
+        to_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+    ) -> Iterator[DiffItem]: ...
+
+    # --- readers -------------------------------------------------------------------------------
+
+    def readers(self) -> list[Reader]: ...
+
+    def create_reader(
+        self, name: str, collection: str | None = None, generation_id: bytes | None = None
+    ) -> None: ...
+
+    def update_reader(self, name: str, generation_id: bytes | None, expected: Expected = UNSET) -> None: ...
+
+    def delete_reader(self, name: str) -> None: ...
+
+
+if TYPE_CHECKING:  # mypy checks here that both handles implement the Protocol
+
+    def _implementations(engine: EngineCollection, client: ClientCollection) -> list[Collection]:
+        return [engine, client]
