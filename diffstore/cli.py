@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from diffstore.errors import DiffstoreError
+
 # Modules that contribute sub-commands; each may be missing while its front is optional (spark).
 _FRONTS = (
     "diffstore.server.cli",
@@ -40,7 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except DiffstoreError as exc:  # e.g. a store that cannot be opened (a full disk): one line, no traceback
+        print(f"diffstore {args.command}: {exc.reason}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   └── CursorExpired
     ├── PayloadTooLarge ........... 413
     └── StorageError .............. (an I/O failure underneath; the server answers 500)
+        └── StorageFull ........... 507 (the map or the file system is full; the store stays readable)
 """
 
 from __future__ import annotations
@@ -142,6 +143,16 @@ class StorageError(DiffstoreError):
     """The storage underneath failed (disk full, corrupt file); not the caller's fault."""
 
     code = "storageError"
+
+
+class StorageFull(StorageError):
+    """The store's map (``StoreConfig.map_size``) or its file system is full.
+
+    The write that hit it changed nothing; reads keep working, and smaller writes, deletes or the same
+    write after space was freed (or the map size raised) succeed.
+    """
+
+    code = "storageFull"
 
 
 def _leaf_classes() -> dict[str, type[DiffstoreError]]:

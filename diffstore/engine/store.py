@@ -33,7 +33,7 @@ from pathlib import Path
 import lmdb
 import msgpack
 
-from diffstore.engine import background, layout
+from diffstore.engine import background, layout, storage
 from diffstore.engine.collection import Collection
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.priority import WriterFirst
@@ -113,23 +113,18 @@ class Store:
     def __init__(self, path: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
         self.path = Path(path)
         self.config = config or StoreConfig()
+        self.env = storage.open_environment(
+            self.path,
+            map_size=self.config.map_size,
+            sync=self.config.sync,
+            max_dbs=len(layout.TABLES) + 2,
+            max_readers=2048,
+        )
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self.env = lmdb.open(
-                str(self.path),
-                map_size=self.config.map_size,
-                max_dbs=len(layout.TABLES) + 2,
-                max_readers=2048,
-                readahead=False,
-                sync=self.config.sync,
-                metasync=self.config.sync,
-                # unsynced, a commit need not write its pages at all: they are changed in the shared map
-                writemap=not self.config.sync,
-                map_async=not self.config.sync,
-            )
             self.tables = Tables.open(self.env)
-        except (lmdb.Error, OSError) as exc:
-            raise StorageError(f"cannot open the store at {self.path}: {exc}") from exc
+        except lmdb.Error as exc:
+            self.env.close()
+            raise self._storage_error(exc, f"cannot open the store at {self.path}") from exc
         self._write_lock = threading.RLock()
         self._writer_first = WriterFirst(self.config.read_yield_ms)
         self._page_lock = threading.RLock()  # pages are built one at a time (see engine/priority.py)
@@ -191,7 +186,7 @@ class Store:
             with self.env.begin(buffers=False) as txn:
                 yield txn
         except lmdb.Error as exc:
-            raise StorageError(str(exc)) from exc
+            raise self._storage_error(exc, "read failed", writing=False) from exc
 
     def never_wait_for_writers_here(self) -> None:
         """Reads started by the calling thread never step aside for writers (call it from an event loop)."""
@@ -217,7 +212,7 @@ class Store:
                     yield scope
                     due = self._schedule(scope)
             except lmdb.Error as exc:
-                raise StorageError(str(exc)) from exc
+                raise self._storage_error(exc, "write failed") from exc
         if due is not None:
             with self._wake:
                 if due < self._next_due:
@@ -243,6 +238,10 @@ class Store:
         for name in scope.first_writes:
             txn.put(layout.auto_commit_due_key(name), due_ms, db=due_db)
         return time.monotonic() + delay_ms / 1000
+
+    def _storage_error(self, exc: lmdb.Error, doing: str, writing: bool = True) -> StorageError:
+        """``StorageFull`` for a full map or disk else ``StorageError``."""
+        return storage.storage_error(exc, self.path, self.config.map_size, writing=writing, doing=doing)
 
     def _announce(self, name: str, generation_id: bytes) -> None:
         with self._listeners_lock:

@@ -22,12 +22,20 @@ PutItem = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bool]
 """What ``put_many`` writes: ``(key, value)`` or ``(key, value, if_not_present)``; ``None`` deletes."""
 
 
+MIN_MAP_SIZE = 1 << 20
+"""The smallest ``StoreConfig.map_size`` (1 MiB: a few hundred pages)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     """Everything a :class:`~diffstore.Store` can be tuned with; passed down, never global.
 
     Attributes:
-        map_size: upper bound of the LMDB file in bytes (an address-space reservation, not an allocation).
+        map_size: upper bound of the LMDB file in bytes (an address-space reservation, not an allocation:
+            the file grows with the data). A write that would pass it fails with
+            :class:`~diffstore.errors.StorageFull` and changes nothing; reads and smaller writes or deletes
+            keep working. It can be raised by reopening the store with a larger value (a value below the
+            size already used is raised to that size). At least 1 MiB.
         commit_delay_ms: a non-manual collection commits its open generation this long after its first write.
         max_generation_records: ... or as soon as the open generation holds this many writes.
         gc_interval_ms: how often the background worker looks for garbage (collected generations,
@@ -43,9 +51,9 @@ class StoreConfig:
             crash or power loss may lose the last commits or damage the store — the durability of
             RocksDB's default, and several times faster for small commits on a large collection (fsync of
             scattered B-tree pages dominates them). The background worker then flushes every
-            ``sync_interval_ms``, and closing the store flushes. Unsynced stores write through LMDB's
-            writable map, which makes the data file as large as ``map_size`` (sparse: only what is written
-            takes disk space), so the file system must support sparse files.
+            ``sync_interval_ms``, and closing the store flushes. Either way a full disk refuses the write
+            with :class:`~diffstore.errors.StorageFull` and the store stays readable (unsynced stores do
+            not write through LMDB's memory map, where a full disk would be a SIGBUS).
         read_yield_ms: how long a read waits at most while another thread's write transaction is changing
             pages (0: never). py-lmdb gives up the GIL around every LMDB call, so a writer racing a busy
             reader for the GIL would crawl; see :mod:`diffstore.engine.priority`.
@@ -65,6 +73,8 @@ class StoreConfig:
     sync_interval_ms: int = 1_000
 
     def __post_init__(self) -> None:
+        if not MIN_MAP_SIZE <= self.map_size < 1 << 63:
+            raise InvalidRequest(f"map_size must be within {MIN_MAP_SIZE}..2^63-1 bytes")
         if self.commit_delay_ms < 0 or self.max_generation_records < 1:
             raise InvalidRequest("commit_delay_ms must be >= 0 and max_generation_records >= 1")
         if self.gc_batch < 1 or self.max_diff_generations < 1:

@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from diffstore.server.config import ServerConfig
+from diffstore.sizes import MAP_SIZE_HELP, size_argument
 
 
 def _serve_command(args: argparse.Namespace) -> int:
@@ -21,6 +22,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         token=token,
         commit_delay_ms=args.commit_delay_ms,
         sync=args.sync,
+        map_size=args.map_size,
         access_log=args.access_log,
     )
     from diffstore.server.serving import serve
@@ -47,5 +49,6 @@ def add_commands(subparsers: Any) -> None:
         help="flush to disk once a second instead of at every commit: commits survive a crash of the server"
         " process but not of the OS; small commits get several times faster",
     )
+    parser.add_argument("--map-size", type=size_argument, default=1 << 40, help=MAP_SIZE_HELP)
     parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.set_defaults(func=_serve_command)

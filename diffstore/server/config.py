@@ -27,6 +27,7 @@ class ServerConfig:
         token: when set, every route but ``/healthz`` requires ``Authorization: Bearer <token>``.
         commit_delay_ms: passed to the store (auto-commit delay of non-manual collections).
         sync: passed to the store: flush every commit to disk before answering (see ``StoreConfig.sync``).
+        map_size: passed to the store: upper bound of its file in bytes (see ``StoreConfig.map_size``).
         create_collection_max_bytes, put_max_bytes, put_many_max_bytes, body_max_bytes: body limits (413).
         long_poll_default_ms, long_poll_max_ms: ``timeoutMs`` of ``generationId/stream``.
         shutdown_timeout_s: how long a graceful shutdown waits for open requests.
@@ -39,6 +40,7 @@ class ServerConfig:
     token: str | None = None
     commit_delay_ms: int = 50
     sync: bool = True
+    map_size: int = 1 << 40
     create_collection_max_bytes: int = 4 * 1024
     put_max_bytes: int = 4 * 1024 * 1024
     put_many_max_bytes: int = 32 * 1024 * 1024

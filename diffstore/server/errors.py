@@ -44,6 +44,7 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.CursorExpired: 410,
     e.PayloadTooLarge: 413,
     e.StorageError: 500,
+    e.StorageFull: 507,
 }
 
 

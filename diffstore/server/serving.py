@@ -66,7 +66,9 @@ def serve(config: ServerConfig) -> int:
     from diffstore.engine.store import Store  # the engine is imported only when a server really starts
     from diffstore.engine.types import StoreConfig
 
-    store_config = StoreConfig(commit_delay_ms=config.commit_delay_ms, sync=config.sync)
+    store_config = StoreConfig(
+        commit_delay_ms=config.commit_delay_ms, sync=config.sync, map_size=config.map_size
+    )
     with Store.open(config.data_dir, store_config) as store:
         serve_store(store, config)
     return 0

@@ -13,21 +13,28 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from diffstore.sizes import MAP_SIZE_HELP, size_argument
+
 Subparsers = Any  # argparse's _SubParsersAction is private
 
 
 def _serve_command(args: argparse.Namespace) -> int:
     from diffstore.streams.server import StreamServerConfig, serve  # grpc is imported only to serve
 
-    config = StreamServerConfig(
-        data_dir=args.data,
-        host=args.host,
-        port=args.port,
-        advertised_host=args.advertised_host,
-        resend_tick=args.resend_tick,
-        assignment_interval=args.assignment_interval,
-        ack_timeout_unit=args.ack_timeout_unit,
-    )
+    try:
+        config = StreamServerConfig(
+            data_dir=args.data,
+            host=args.host,
+            port=args.port,
+            advertised_host=args.advertised_host,
+            resend_tick=args.resend_tick,
+            assignment_interval=args.assignment_interval,
+            ack_timeout_unit=args.ack_timeout_unit,
+            map_size=args.map_size,
+        )
+    except ValueError as exc:
+        print(f"diffstore streams serve: {exc}", file=sys.stderr)
+        return 2
     return serve(config)
 
 
@@ -52,6 +59,7 @@ def _add_serve(commands: Subparsers) -> None:
     serve.add_argument(
         "--ack-timeout-unit", type=float, default=1.0, help="seconds per unit of ackTimeoutSeconds (tests)"
     )
+    serve.add_argument("--map-size", type=size_argument, default=1 << 40, help=MAP_SIZE_HELP)
     serve.set_defaults(func=_serve_command)
 
 

@@ -1,7 +1,7 @@
 """``diffstore ingest``: one HStream subscription into one manual collection, exactly once (SPEC §5).
 
     diffstore ingest --hstream hstream://127.0.0.1:6570 --subscription S --collection C \\
-        (--data DIR | --url http://host:port) [--window-records N] [--window-ms M] \\
+        (--data DIR [--map-size SIZE] | --url http://host:port) [--window-records N] [--window-ms M] \\
         [--mapper module:function] [--create-collection]
 
 Progress on a terminal (records/s, lag); ``--log-commits`` prints one JSON line per committed window instead
@@ -23,6 +23,7 @@ from rich.live import Live
 from rich.table import Table
 
 from diffstore.errors import DiffstoreError
+from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams.client import StreamClient, StreamError
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, load_mapper
 from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
@@ -42,6 +43,9 @@ def add_ingest_command(subparsers: Any) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--data", metavar="DIR", help="an embedded store directory")
     target.add_argument("--url", help="a remote diffstore server (http://host:port)")
+    parser.add_argument(
+        "--map-size", type=size_argument, default=None, help=f"with --data: {MAP_SIZE_HELP}"
+    )
     parser.add_argument("--window-records", type=int, default=10_000, help="records per generation (max)")
     parser.add_argument("--window-ms", type=float, default=500.0, help="age at which a window commits")
     parser.add_argument("--mapper", metavar="MODULE:FUNCTION", help="record → (key, value) pairs")
@@ -57,8 +61,12 @@ def add_ingest_command(subparsers: Any) -> None:
 
 
 def _open_sink(args: argparse.Namespace) -> CollectionSink:
+    if args.map_size is not None and not args.data:
+        raise ValueError("--map-size is an option of the embedded store: use it with --data")
     if args.data:
-        return EngineSink.open(args.data, args.collection, create=args.create_collection)
+        return EngineSink.open(
+            args.data, args.collection, create=args.create_collection, map_size=args.map_size
+        )
     return HttpSink.open(args.url, args.collection, create=args.create_collection)
 
 

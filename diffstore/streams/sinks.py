@@ -89,11 +89,18 @@ class EngineSink(_CollectionSinkBase):
     """A manual collection of an embedded :class:`~diffstore.Store`."""
 
     @classmethod
-    def open(cls, data_dir: str | Path, collection: str, create: bool = False) -> EngineSink:
-        """Opens the store at ``data_dir`` (closed with the sink) and the collection, creating it if asked."""
-        from diffstore.engine import Store
+    def open(
+        cls, data_dir: str | Path, collection: str, create: bool = False, map_size: int | None = None
+    ) -> EngineSink:
+        """Opens the store at ``data_dir`` (closed with the sink) and the collection, creating it if asked.
 
-        store = Store.open(str(data_dir))
+        ``map_size`` is the store's ``StoreConfig.map_size`` (default: StoreConfig's).
+        """
+        from diffstore.engine import Store, StoreConfig
+
+        store = Store.open(
+            str(data_dir), StoreConfig() if map_size is None else StoreConfig(map_size=map_size)
+        )
         try:
             return cls(_collection_or_create(store, collection, create), closer=store)
         except BaseException:

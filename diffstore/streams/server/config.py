@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diffstore.engine.types import MIN_MAP_SIZE
+
 DEFAULT_PORT = 6570
 
 
@@ -26,7 +28,8 @@ class StreamServerConfig:
         ack_timeout_unit: seconds that one unit of ``ackTimeoutSeconds`` lasts (1.0 in production;
             tests use milliseconds).
         max_batches_per_poll: new batches one delivery round may read per subscription (fairness).
-        map_size: upper bound of the LMDB file.
+        map_size: upper bound of the LMDB file in bytes (at least 1 MiB); appends past it answer
+            RESOURCE_EXHAUSTED and change nothing.
         sync: fsync every committed LMDB transaction (durability).
     """
 
@@ -49,6 +52,8 @@ class StreamServerConfig:
         for name in ("resend_tick", "assignment_interval", "ack_timeout_unit"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if not MIN_MAP_SIZE <= self.map_size < 1 << 63:
+            raise ValueError(f"map_size must be within {MIN_MAP_SIZE}..2^63-1 bytes")
         if self.max_batches_per_poll < 1:
             raise ValueError("max_batches_per_poll must be at least 1")
 

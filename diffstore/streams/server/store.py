@@ -2,8 +2,9 @@
 
 Streams, shards, batches as received, subscriptions and committed positions; each operation is one LMDB
 transaction, so a restart finds exactly what was acknowledged to clients. ``lmdb.Error`` is translated to
-:class:`diffstore.errors.StorageError` here and nowhere else. Methods may be called from two threads (the
-event loop and the append writer): every transaction stays on the thread that opened it.
+:class:`diffstore.errors.StorageError` (``StorageFull`` for a full map or disk) here and nowhere else.
+Methods may be called from two threads (the event loop and the append writer): every transaction stays on
+the thread that opened it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import lmdb
 import msgpack
 
-from diffstore.errors import StorageError
+from diffstore.engine.storage import open_environment, storage_error
 from diffstore.streams.sharding import shard_ranges
 
 from . import keys
@@ -27,6 +28,7 @@ from .subscription import START, Position, StoredBatch
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
 EARLIEST, LATEST = 0, 1
+_MAX_READERS = 126  # LMDB's default
 
 
 def check_identifier(kind: str, name: str) -> None:
@@ -86,12 +88,24 @@ class StreamStore:
     """The server's LMDB environment; every method is one transaction."""
 
     def __init__(self, path: Path, *, map_size: int = 1 << 40, sync: bool = True) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        """Opens (creating if needed) the environment in ``path``.
+
+        Raises:
+            StorageFull: the file system is full (reported, never a SIGBUS: see ``engine/storage.py``).
+            StorageError: any other failure.
+        """
+        self._path = path
+        self._map_size = map_size
+        self._env = open_environment(
+            path, map_size=map_size, sync=sync, max_dbs=len(keys.DB_NAMES), max_readers=_MAX_READERS
+        )
         try:
-            self._env = lmdb.open(str(path), map_size=map_size, max_dbs=len(keys.DB_NAMES), sync=sync)
             self._db = {name.decode(): self._env.open_db(name) for name in keys.DB_NAMES}
         except lmdb.Error as exc:
-            raise StorageError(f"cannot open stream store at {path}: {exc}") from exc
+            self._env.close()
+            raise storage_error(
+                exc, path, map_size, writing=True, doing=f"cannot open stream store at {path}"
+            ) from exc
 
     def close(self) -> None:
         self._env.close()
@@ -102,7 +116,8 @@ class StreamStore:
             with self._env.begin(write=write) as txn:
                 yield txn
         except lmdb.Error as exc:
-            raise StorageError(f"stream store: {exc}") from exc
+            # StorageFull for a full map or disk: the transaction changed nothing
+            raise storage_error(exc, self._path, self._map_size, writing=write, doing="stream store") from exc
 
     def _next_id(self, txn: lmdb.Transaction, counter: bytes) -> int:
         raw = txn.get(counter, db=self._db["meta"])
