@@ -50,6 +50,8 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # reads on the event loop (the fast lane's point reads) never wait for a writer thread
+        store.never_wait_for_writers_here()
         hub.attach(store, asyncio.get_running_loop())
         try:
             yield

@@ -24,10 +24,22 @@ def _serve_command(args: argparse.Namespace) -> int:
         sync=args.sync,
         map_size=args.map_size,
         access_log=args.access_log,
+        workers=args.workers,
+        header_timeout_s=args.header_timeout_s,
+        body_timeout_s=args.body_timeout_s,
     )
     from diffstore.server.serving import serve
 
     return serve(config)
+
+
+def default_workers() -> int:
+    """The number of CPUs this process may run on, at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8))
 
 
 def add_commands(subparsers: Any) -> None:
@@ -51,4 +63,23 @@ def add_commands(subparsers: Any) -> None:
     )
     parser.add_argument("--map-size", type=size_argument, default=1 << 40, help=MAP_SIZE_HELP)
     parser.add_argument("--access-log", action="store_true", help="log every request")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=default_workers(),
+        help="server processes over the data directory; a dead one is replaced"
+        " (default: the number of CPUs, at most 8; 1: one process)",
+    )
+    parser.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=10.0,
+        help="close a connection whose request headers are not read whole in this time (default 10)",
+    )
+    parser.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=30.0,
+        help="close a connection whose request body stalls this long between chunks (default 30)",
+    )
     parser.set_defaults(func=_serve_command)

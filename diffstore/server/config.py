@@ -32,6 +32,11 @@ class ServerConfig:
         long_poll_default_ms, long_poll_max_ms: ``timeoutMs`` of ``generationId/stream``.
         shutdown_timeout_s: how long a graceful shutdown waits for open requests.
         access_log: log every request (off by default: it costs throughput).
+        workers: how many server processes ``serve`` runs over the data directory (1: one process);
+            see ``docs/process-model.md``.
+        header_timeout_s: a connection whose request line and headers are not all read this long after
+            they began (or after it opened) is closed (0: never).
+        body_timeout_s: ... and one whose body stalls this long between two chunks (0: never).
     """
 
     data_dir: str = "./data"
@@ -49,8 +54,15 @@ class ServerConfig:
     long_poll_max_ms: int = 300_000
     shutdown_timeout_s: float = 10.0
     access_log: bool = False
+    workers: int = 1
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
+        if not 1 <= self.workers <= 64:
+            raise InvalidRequest("workers must be within 1..64")
+        if self.header_timeout_s < 0 or self.body_timeout_s < 0:
+            raise InvalidRequest("read timeouts must be >= 0")
         if not 0 <= self.port <= 65535:
             raise InvalidRequest("port must be within 0..65535")
         if self.token is not None and not self.token:

@@ -14,8 +14,11 @@ authentication and unexpected exceptions are handled as for every route. Handler
 themselves, with the SPEC §2 body (:func:`send_error`).
 
 Handlers here run their engine calls on the event loop: a point read is one or two LMDB lookups in a
-read transaction (microseconds; readers never wait on a lock), less than the hop to a worker thread
-would cost. Anything that may be large (a value over :data:`INLINE_MAX_BYTES` to encode) still goes to
+read transaction (microseconds), less than the hop to a worker thread would cost. They never wait for a
+writer: LMDB readers take no lock, and the app marks the loop's thread so that its reads do not step
+aside for a writer thread as other threads' reads do (``Store.never_wait_for_writers_here``, see
+:mod:`diffstore.engine.priority`); writers in other worker processes do not touch this process at all.
+Anything that may be large (a value over :data:`INLINE_MAX_BYTES` to encode) still goes to
 a worker thread.
 """
 

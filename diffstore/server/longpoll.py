@@ -24,8 +24,12 @@ Invariants:
       request cycle, and the whole response -- uvicorn's status line and default headers, ours, the
       body -- goes out as one write, after which the cycle is marked complete exactly as its ``send``
       would have. That is the part of a fan-out that scales with the waiters, so it is worth knowing
-      uvicorn's cycle; anything unexpected (another server, paused writes) falls back to
-      the two ASGI sends, and a test pins the direct path to the uvicorn version we install.
+      uvicorn's cycle; anything unexpected (another server, paused writes, a uvicorn that does not
+      match) falls back to the two ASGI sends. What this needs of uvicorn is in
+      :mod:`diffstore.server.uvicorn_adapter`, the one module that knows uvicorn's insides.
+    * Commits of other processes over the same data directory reach the hub like local ones (the
+      store's commit listeners hear them through :mod:`diffstore.engine.wakeup`): each process's hub
+      answers its own waiters.
 """
 
 from __future__ import annotations
@@ -35,10 +39,7 @@ import gc
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
-from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
-
-from diffstore.server.transport import CoalescingTransport
+from diffstore.server.uvicorn_adapter import Rendered, direct_cycle, finish_directly, write_directly
 from diffstore.wire import Codec, generation_to_wire
 
 if TYPE_CHECKING:
@@ -89,94 +90,6 @@ async def _carry_on(coro: Coroutine[Any, Any, None], pending: Any) -> None:
     except BaseException:
         coro.close()
         raise
-
-
-Rendered = dict[tuple[int, int, bool], bytes]  # (id(answer), id(uvicorn's default headers), keep-alive)
-
-
-_CYCLE_ATTRIBUTES = (
-    "response_started",
-    "response_complete",
-    "disconnected",
-    "flow",
-    "transport",
-    "keep_alive",
-    "default_headers",
-    "message_event",
-    "on_response",
-    "access_log",
-    "access_logger",
-    "scope",
-)
-
-
-def direct_cycle(raw_send: Any) -> Any:
-    """The uvicorn httptools request cycle behind ``raw_send``, if answers can be written to it directly.
-
-    None for any other server, or a uvicorn whose cycle lacks an attribute :func:`write_directly` and
-    :func:`finish_directly` use: the caller then sends the ASGI messages. Checked once, when a waiter
-    registers, so that a fan-out pass only reads the cycle's state.
-    """
-    cycle = getattr(raw_send, "__self__", None)
-    if type(cycle) is not RequestResponseCycle:
-        return None
-    if not all(hasattr(cycle, name) for name in _CYCLE_ATTRIBUTES):
-        return None
-    return cycle
-
-
-def render(answer: Answer, default_headers: Any, keep_alive: bool) -> bytes:
-    """``answer`` as the bytes uvicorn's ``send`` would write: its status line and headers, ours, the body."""
-    parts = [STATUS_LINE[answer[0]["status"]]]
-    for name, value in (*default_headers, *answer[0]["headers"]):
-        parts += (name, b": ", value, b"\r\n")
-    if not keep_alive:
-        parts.append(b"connection: close\r\n")
-    parts += (b"\r\n", answer[1]["body"])
-    return b"".join(parts)
-
-
-def write_directly(cycle: Any, answer: Answer, rendered: Rendered) -> bool:
-    """Writes ``answer`` as one whole response to ``cycle`` (see :func:`direct_cycle`) if it can take it now.
-
-    False -- nothing done -- once the cycle has started a response, lost its client or paused writing;
-    the caller then uses the ASGI sends. On True the caller completes the cycle with
-    :func:`finish_directly` (the bookkeeping that lets the connection serve on). ``rendered`` caches
-    whole responses across the waiters of one pass.
-    """
-    if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
-        return False
-    default_headers, keep_alive = cycle.default_headers, cycle.keep_alive
-    key = (id(answer), id(default_headers), keep_alive)
-    data = rendered.get(key)
-    if data is None:
-        data = rendered[key] = render(answer, default_headers, keep_alive)
-    cycle.response_started = cycle.response_complete = True
-    transport = cycle.transport
-    if type(transport) is CoalescingTransport:
-        transport.write_now(data)
-    else:
-        transport.write(data)
-    return True
-
-
-def finish_directly(cycle: Any, status: int) -> None:
-    """What uvicorn's ``send`` does once a response is complete: log it, wake the app, let the
-    connection take its next request (or close it)."""
-    if cycle.access_log:
-        scope = cycle.scope
-        cycle.access_logger.info(
-            '%s - "%s %s HTTP/%s" %d',
-            get_client_addr(scope),
-            scope["method"],
-            get_path_with_query_string(scope),
-            scope["http_version"],
-            status,
-        )
-    cycle.message_event.set()
-    if not cycle.keep_alive:
-        cycle.transport.close()
-    cycle.on_response()
 
 
 class Waiter:

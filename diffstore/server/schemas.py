@@ -40,6 +40,8 @@ class Empty(BaseModel):
 
 class Health(BaseModel):
     ok: bool
+    degraded: bool | None = Field(None, description="true while automatic commits are failing (see reason)")
+    reason: str | None = None
 
 
 class GenerationIdResponse(BaseModel):

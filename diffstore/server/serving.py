@@ -1,33 +1,52 @@
 """The running HTTP server over an embedded store, with a graceful shutdown (``diffstore serve``).
 
+With ``ServerConfig.workers`` above 1, :func:`serve` is a supervisor: it binds the listening socket,
+starts that many worker processes (spawned, so each opens its own LMDB environment after the fork it
+never had) which all accept on the one socket, and starts a replacement for any worker that dies
+while the server runs (``kill -9`` included). Workers share nothing but the data directory: any of them
+serves any request, background work is taken once through LMDB, and commits reach every worker's long
+polls (see ``docs/process-model.md``). With ``workers=1`` the one process serves alone.
+
 On SIGTERM/SIGINT uvicorn stops accepting connections; :class:`GracefulServer` first answers every open
 long-poll (they would otherwise hold the shutdown for up to ``timeoutMs``), then waits for running
-requests, runs the app's shutdown, and only then is the store closed.
+requests, runs the app's shutdown, and only then is the store closed. The supervisor forwards the
+signal to its workers and waits for them.
 
-The server speaks HTTP/1.1 through uvicorn's httptools protocol over a
-:class:`~diffstore.server.transport.CoalescingTransport` (one socket write per response).
+The server speaks HTTP/1.1 through uvicorn's httptools protocol as adapted in
+:mod:`diffstore.server.uvicorn_adapter` (one socket write per response, read timeouts).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
+import logging
+import multiprocessing
+import os
+import signal
 import socket
 import sys
+import time
 from collections.abc import Iterator
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI
 
+from diffstore.server import uvicorn_adapter
 from diffstore.server.app import create_app
 from diffstore.server.config import ServerConfig
-from diffstore.server.transport import CoalescingHttpToolsProtocol
 
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
 
 SWITCH_INTERVAL_S = 0.0005
+_log = logging.getLogger("diffstore.server")
+_CRASH_LOOP = 5  # workers dying this many times in a row within _EARLY_DEATH_S of their start: give up
+_EARLY_DEATH_S = 2.0
 
 
 class GracefulServer(uvicorn.Server):
@@ -41,7 +60,7 @@ class GracefulServer(uvicorn.Server):
             "lifespan": "on",
             "log_level": "info",
             "access_log": config.access_log,
-            "http": CoalescingHttpToolsProtocol,
+            "http": uvicorn_adapter.http_protocol(config.header_timeout_s, config.body_timeout_s),
         }
         options.update(uvicorn_options)
         super().__init__(uvicorn.Config(app, **options))
@@ -57,12 +76,20 @@ class GracefulServer(uvicorn.Server):
         """As uvicorn's, minus re-raising the signal afterwards: the caller still has a store to close."""
         with super().capture_signals():
             yield
-            self.received_signals = list(self._captured_signals)
-            self._captured_signals.clear()
+            self.received_signals = uvicorn_adapter.take_captured_signals(self)
 
 
 def serve(config: ServerConfig) -> int:
-    """Opens the store, serves until a signal, closes the store. Returns the exit code."""
+    """Serves until a signal (one process, or a supervisor of ``config.workers``). Returns the exit code."""
+    if config.workers > 1:
+        return supervise(config)
+    with _open_store(config) as store:
+        serve_store(store, config)
+    return 0
+
+
+@contextlib.contextmanager
+def _open_store(config: ServerConfig) -> Iterator[Store]:
     from diffstore.engine.store import Store  # the engine is imported only when a server really starts
     from diffstore.engine.types import StoreConfig
 
@@ -70,11 +97,10 @@ def serve(config: ServerConfig) -> int:
         commit_delay_ms=config.commit_delay_ms, sync=config.sync, map_size=config.map_size
     )
     with Store.open(config.data_dir, store_config) as store:
-        serve_store(store, config)
-    return 0
+        yield store
 
 
-def serve_store(store: Store, config: ServerConfig) -> None:
+def serve_store(store: Store, config: ServerConfig, sockets: list[socket.socket] | None = None) -> None:
     """Serves an open store until a signal (the caller closes it), with the process tuned for a server."""
     # Engine calls run in worker threads; with the default 5 ms switch interval a worker that finishes
     # while the event loop is busy waits up to 5 ms for the GIL, which caps a loaded server's point reads.
@@ -84,4 +110,93 @@ def serve_store(store: Store, config: ServerConfig) -> None:
     # passes, which otherwise walk FastAPI's and pydantic's whole heap and stall the event loop.
     gc.collect()
     gc.freeze()
-    server.run()
+    server.run(sockets=sockets)
+
+
+# --- many processes ---------------------------------------------------------------------------------
+
+
+def bind(config: ServerConfig) -> socket.socket:
+    """The listening socket every worker accepts on."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def worker_main(config: ServerConfig, sock: socket.socket) -> None:
+    """One worker process: its own store over the shared directory, serving on the shared socket."""
+    _die_with_parent()
+    with _open_store(config) as store:
+        serve_store(store, config, sockets=[sock])
+
+
+def _die_with_parent() -> None:
+    """Asks Linux to send SIGTERM to this worker if the supervisor dies (``kill -9`` included)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def supervise(config: ServerConfig) -> int:
+    """Runs ``config.workers`` worker processes on one socket; replaces any that dies until a signal."""
+    with _open_store(config):  # fails here, with one clear error, if the directory cannot be a store
+        pass
+    sock = bind(config)
+    context = multiprocessing.get_context("spawn")
+    stopping: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    workers: dict[int, tuple[BaseProcess, float]] = {}
+    early_deaths = 0
+
+    def start() -> None:
+        process = context.Process(target=worker_main, args=(config, sock), name="diffstore-worker")
+        process.start()
+        workers[process.sentinel] = (process, time.monotonic())
+
+    try:
+        _log.warning("diffstore: %d workers on http://%s:%d", config.workers, config.host, config.port)
+        for _ in range(config.workers):
+            start()
+        while not stopping:
+            for sentinel in wait(list(workers), timeout=0.5):
+                process, started = workers.pop(sentinel)  # type: ignore[arg-type]
+                process.join()
+                if stopping:
+                    break
+                early_deaths = early_deaths + 1 if time.monotonic() - started < _EARLY_DEATH_S else 0
+                if early_deaths >= _CRASH_LOOP:
+                    print(
+                        f"diffstore serve: workers keep dying at start (last exit code {process.exitcode}); "
+                        "stopping",
+                        file=sys.stderr,
+                    )
+                    return 1
+                _log.error(
+                    "worker %s exited with code %s; starting a replacement", process.pid, process.exitcode
+                )
+                start()
+    finally:
+        for process, _ in workers.values():
+            if process.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid or 0, signal.SIGTERM)
+        deadline = time.monotonic() + config.shutdown_timeout_s + 10
+        for process, _ in workers.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0

@@ -1,4 +1,4 @@
-"""One socket write per response: uvicorn's protocol over a transport that joins a response's head and body.
+"""One socket write per response: a transport that joins a response's head and body.
 
 uvicorn writes a response's status line and headers in ``send(http.response.start)`` and its body in the
 next ``send``; on uvloop each write is a ``send()`` system call at once, and on loopback each call also
@@ -12,14 +12,14 @@ Invariants:
       scheduled when it was held (the next pass of the event loop): a head whose body is late is delayed
       by one loop pass, never lost.
     * ``abort`` drops a held write, as it drops the transport's own buffer.
+
+uvicorn's protocol is given this transport in :mod:`diffstore.server.uvicorn_adapter`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 JOIN_MAX_BYTES = 64 * 1024  # up to this size a body is copied behind the head; past it, a vectored write
 
@@ -82,10 +82,3 @@ class CoalescingTransport:
 
     def __getattr__(self, name: str) -> Any:  # reads, extra info, buffer limits: the transport's own
         return getattr(self._transport, name)
-
-
-class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, writing through a :class:`CoalescingTransport`."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]

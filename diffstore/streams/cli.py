@@ -84,6 +84,7 @@ def add_commands(subparsers: Subparsers) -> None:
     for add in TOP_LEVEL_COMMANDS:
         add(subparsers)
     from diffstore.streams.ingest_cli import add_ingest_command  # `diffstore ingest` (SPEC §5)
+
     add_ingest_command(subparsers)
 
 

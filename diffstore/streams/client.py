@@ -333,9 +333,7 @@ class StreamClient:
         request = pb.ListConsumersRequest(subscriptionId=subscription_id)
         return list(self._call("ListConsumers", self._seed.ListConsumers, request).consumers)
 
-    def streaming_fetch(
-        self, subscription_id: str, requests: Iterator[pb.StreamingFetchRequest]
-    ) -> Any:
+    def streaming_fetch(self, subscription_id: str, requests: Iterator[pb.StreamingFetchRequest]) -> Any:
         """Opens StreamingFetch on the subscription's node; returns the gRPC response iterator/call.
 
         The caller iterates it inside :func:`map_rpc_errors` and may ``cancel()`` it.

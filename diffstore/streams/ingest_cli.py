@@ -37,7 +37,9 @@ def add_ingest_command(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--hstream", required=True, metavar="URL", help="hstream://host[:port] or hstreams://")
+    parser.add_argument(
+        "--hstream", required=True, metavar="URL", help="hstream://host[:port] or hstreams://"
+    )
     parser.add_argument("--subscription", required=True, help="subscription id to consume")
     parser.add_argument("--collection", required=True, help="target manual collection")
     target = parser.add_mutually_exclusive_group(required=True)

@@ -1,4 +1,4 @@
-"""``GET /healthz``: liveness, without authentication."""
+"""``GET /healthz``: liveness, without authentication; says why when the store is degraded."""
 
 from __future__ import annotations
 
@@ -15,4 +15,8 @@ router = APIRouter(tags=["health"])
 @route(router, "GET", "/healthz", answer=schemas.Health, summary="Liveness (no token needed)")
 async def healthz(request: Request) -> Response:
     codec = response_codec(request.headers.get("accept"))
-    return respond(codec.dumps({"ok": True}), codec)
+    health = request.app.state.store.health()
+    if health.ok:
+        return respond(codec.dumps({"ok": True}), codec)
+    # still alive and serving reads; writes may not become visible (automatic commits are failing)
+    return respond(codec.dumps({"ok": True, "degraded": True, "reason": health.reason}), codec)

@@ -1,0 +1,233 @@
+"""Everything diffstore knows of uvicorn's insides, in one module, checked against the installed uvicorn.
+
+uvicorn's public interface is ASGI, ``uvicorn.Config`` and ``uvicorn.Server``. Beyond it the server uses:
+
+* ``HttpToolsProtocol``, subclassed (:func:`protocol_class`): responses go out through a
+  :class:`~diffstore.server.transport.CoalescingTransport` (one write per response), and half-sent
+  requests are closed after a read timeout (headers: ``ServerConfig.header_timeout_s`` from the first
+  byte -- or from the connection, for one that sends nothing; body: ``body_timeout_s`` between chunks).
+* ``RequestResponseCycle``'s state and ``STATUS_LINE``: a long-poll fan-out writes each answer as one
+  whole response straight to the connection (:func:`direct_cycle`, :func:`write_directly`,
+  :func:`finish_directly`; see :mod:`diffstore.server.longpoll`).
+* ``Server._captured_signals``: the signals a graceful shutdown caught (:func:`take_captured_signals`).
+
+``pyproject.toml`` pins uvicorn to :data:`SUPPORTED`. At start-up :func:`mismatch` checks the installed
+uvicorn against it and against the names used here; on a mismatch the server logs why and runs on
+uvicorn's own protocol with plain ASGI sends (no coalescing, no direct answers, no read timeouts beyond
+uvicorn's own). ``tests/server/test_uvicorn_adapter.py`` fails loudly when the installed uvicorn stops
+matching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import cache
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+from diffstore.server.transport import CoalescingTransport
+
+SUPPORTED = ((0, 29), (0, 55))  # [lower, upper): the versions pyproject.toml admits
+_log = logging.getLogger("diffstore.server")
+
+_CYCLE_ATTRIBUTES = (
+    "response_started",
+    "response_complete",
+    "disconnected",
+    "flow",
+    "transport",
+    "keep_alive",
+    "default_headers",
+    "message_event",
+    "on_response",
+    "access_log",
+    "access_logger",
+    "scope",
+)
+_PROTOCOL_METHODS = (
+    "connection_made",
+    "connection_lost",
+    "on_message_begin",
+    "on_headers_complete",
+    "on_body",
+    "on_message_complete",
+    "on_response_complete",
+)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+@cache
+def mismatch() -> str | None:
+    """Why the installed uvicorn does not match what this module expects (None: it matches)."""
+    version = _version(uvicorn.__version__)
+    if not SUPPORTED[0] <= version < SUPPORTED[1]:
+        return f"uvicorn {uvicorn.__version__} is outside the supported range {SUPPORTED}"
+    missing = [
+        name
+        for name in ("STATUS_LINE", "HttpToolsProtocol", "RequestResponseCycle")
+        if not hasattr(httptools_impl, name)
+    ]
+    missing += [name for name in _PROTOCOL_METHODS if not hasattr(httptools_impl.HttpToolsProtocol, name)]
+    if not hasattr(uvicorn.Server, "capture_signals"):
+        missing.append("Server.capture_signals")
+    if missing:
+        return f"uvicorn {uvicorn.__version__} lacks {', '.join(missing)}"
+    return None
+
+
+def http_protocol(header_timeout_s: float, body_timeout_s: float) -> Any:
+    """The ``http`` option of ``uvicorn.Config``: our protocol class, or uvicorn's own on a mismatch."""
+    reason = mismatch()
+    if reason is not None:
+        _log.warning("%s: serving with uvicorn's own protocol and plain ASGI sends", reason)
+        return "httptools"
+    return protocol_class(header_timeout_s, body_timeout_s)
+
+
+@cache
+def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type:
+    """uvicorn's httptools protocol writing through a coalescing transport, with read timeouts."""
+    base: type = httptools_impl.HttpToolsProtocol
+
+    class Protocol(base):  # type: ignore[valid-type, misc]
+        _read_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(CoalescingTransport(transport, self.loop))
+            self._arm(header_timeout_s)  # a connection that never sends a request is closed too
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if self._read_timer is None:
+                self._arm(header_timeout_s)
+
+        def on_headers_complete(self) -> None:
+            self._arm(body_timeout_s)
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            self._arm(body_timeout_s)
+            super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            self._disarm()
+            super().on_message_complete()
+
+        def _arm(self, seconds: float) -> None:
+            self._disarm()
+            if seconds > 0:
+                self._read_timer = self.loop.call_later(seconds, self._read_timed_out)
+
+        def _disarm(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def _read_timed_out(self) -> None:
+            """A request (or the first one) was not read whole in time: the connection is closed."""
+            self._read_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    Protocol.__name__ = Protocol.__qualname__ = "DiffstoreHttpToolsProtocol"
+    return Protocol
+
+
+def take_captured_signals(server: uvicorn.Server) -> list[int]:
+    """The signals ``server.capture_signals`` caught, forgotten so that uvicorn does not re-raise them."""
+    captured = getattr(server, "_captured_signals", None)
+    if not isinstance(captured, list):
+        return []
+    taken = list(captured)
+    captured.clear()
+    return taken
+
+
+# --- long-poll answers written straight to uvicorn's request cycle -----------------------------------
+
+Answer = tuple[Any, Any]  # the two ASGI messages of a response (longpoll.encode_answer)
+Rendered = dict[tuple[int, int, bool], bytes]  # (id(answer), id(uvicorn's default headers), keep-alive)
+
+
+def direct_cycle(raw_send: Any) -> Any:
+    """The uvicorn httptools request cycle behind ``raw_send``, if answers can be written to it directly.
+
+    None for any other server, a uvicorn that does not match (:func:`mismatch`), or a cycle that lacks an
+    attribute :func:`write_directly` and :func:`finish_directly` use: the caller then sends the ASGI
+    messages. Checked once, when a waiter registers, so that a fan-out pass only reads the cycle's state.
+    """
+    cycle = getattr(raw_send, "__self__", None)
+    if mismatch() is not None or type(cycle) is not httptools_impl.RequestResponseCycle:
+        return None
+    if not all(hasattr(cycle, name) for name in _CYCLE_ATTRIBUTES):
+        return None
+    return cycle
+
+
+def render(answer: Answer, default_headers: Any, keep_alive: bool) -> bytes:
+    """``answer`` as the bytes uvicorn's ``send`` would write: its status line and headers, ours, the body."""
+    parts = [httptools_impl.STATUS_LINE[answer[0]["status"]]]
+    for name, value in (*default_headers, *answer[0]["headers"]):
+        parts += (name, b": ", value, b"\r\n")
+    if not keep_alive:
+        parts.append(b"connection: close\r\n")
+    parts += (b"\r\n", answer[1]["body"])
+    return b"".join(parts)
+
+
+def write_directly(cycle: Any, answer: Answer, rendered: Rendered) -> bool:
+    """Writes ``answer`` as one whole response to ``cycle`` (see :func:`direct_cycle`) if it can take it now.
+
+    False -- nothing done -- once the cycle has started a response, lost its client or paused writing;
+    the caller then uses the ASGI sends. On True the caller completes the cycle with
+    :func:`finish_directly` (the bookkeeping that lets the connection serve on). ``rendered`` caches
+    whole responses across the waiters of one pass.
+    """
+    if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
+        return False
+    default_headers, keep_alive = cycle.default_headers, cycle.keep_alive
+    key = (id(answer), id(default_headers), keep_alive)
+    data = rendered.get(key)
+    if data is None:
+        data = rendered[key] = render(answer, default_headers, keep_alive)
+    cycle.response_started = cycle.response_complete = True
+    transport = cycle.transport
+    if type(transport) is CoalescingTransport:
+        transport.write_now(data)
+    else:
+        transport.write(data)
+    return True
+
+
+def finish_directly(cycle: Any, status: int) -> None:
+    """What uvicorn's ``send`` does once a response is complete: log it, wake the app, let the
+    connection take its next request (or close it)."""
+    if cycle.access_log:
+        scope = cycle.scope
+        cycle.access_logger.info(
+            '%s - "%s %s HTTP/%s" %d',
+            get_client_addr(scope),
+            scope["method"],
+            get_path_with_query_string(scope),
+            scope["http_version"],
+            status,
+        )
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()

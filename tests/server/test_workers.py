@@ -1,0 +1,207 @@
+"""``diffstore serve --workers N`` in real processes: any worker serves any request, commits of any process
+wake every long poll, background work is done once, and a worker killed with SIGKILL is replaced with
+nothing acknowledged lost and nothing half-written visible."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from diffstore.engine.store import Store
+from diffstore.engine.types import StoreConfig
+
+from .conftest import es, wait_until
+from .test_cli import DRIVER, free_port, server_rx_queue, wait_healthy
+
+DEADLINE_S = 60.0
+
+
+class Served:
+    """A ``diffstore serve --workers N`` process tree on a free port."""
+
+    def __init__(self, data: Path, workers: int, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", DRIVER, "serve", "--data", str(data), "--port", str(self.port)]
+            + ["--workers", str(workers), "--commit-delay-ms", "5", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    def workers(self) -> list[int]:
+        children = psutil.Process(self.process.pid).children()
+        return [child.pid for child in children if "spawn_main" in " ".join(child.cmdline())]
+
+    def stop(self) -> str:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=DEADLINE_S)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        output = self.process.stdout.read().decode() if self.process.stdout else ""
+        assert code == 0, output
+        return output
+
+
+@contextmanager
+def served(data: Path, workers: int = 2, *extra: str) -> Iterator[Served]:
+    server = Served(data, workers, *extra)
+    try:
+        wait_healthy(server.url, "diffstore serve --workers to start")
+        wait_until(lambda: len(server.workers()) == workers, DEADLINE_S, "every worker to start")
+        yield server
+    finally:
+        server.stop()
+
+
+def post(url: str, path: str, body: Any) -> httpx.Response:
+    # a new connection each time: the kernel hands connections to whichever worker accepts first
+    return httpx.post(url + path, json=body, timeout=DEADLINE_S, headers={"connection": "close"})
+
+
+def test_a_commit_by_another_process_wakes_long_polls(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with served(data) as server:
+        assert post(server.url, "/collections/", {"collectionName": "m", "isManual": True}).status_code == 200
+        wait_until(lambda: len(list((data / "wake").iterdir())) == 2, DEADLINE_S, "both workers to listen")
+        polls = []
+        for _ in range(6):  # new connections: spread over the workers as the kernel hands them out
+            poll = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE_S)
+            poll.sendall(
+                b"GET /collections/m/generationId/stream?generationId=&timeoutMs=300000 HTTP/1.1\r\n"
+                b"Host: x\r\nConnection: close\r\n\r\n"
+            )
+            polls.append(poll)
+        for poll in polls:  # each request was read by a worker (see test_cli.server_rx_queue)
+            read = partial(server_rx_queue, server.port, poll.getsockname()[1])
+            wait_until(lambda: read() == 0, DEADLINE_S, "the poll read")  # noqa: B023 (used at once)
+        with Store.open(data, StoreConfig(background=False)) as store:  # an embedded store, as a script's
+            coll = store.collection("m")
+            coll.start_generation(b"1")
+            coll.put(b"k", b"v", generation_id=b"1")
+            coll.commit_generation(b"1")
+        # a poll that missed the commit would wait its 300 s timeout, past the socket's deadline
+        for poll in polls:
+            answer = b""
+            while chunk := poll.recv(65536):
+                answer += chunk
+            poll.close()
+            assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"generationId":{"value":"1"}}')
+
+
+def test_a_non_manual_collection_written_through_several_workers(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with served(data) as server:
+        assert (
+            post(server.url, "/collections/", {"collectionName": "n", "isManual": False}).status_code == 200
+        )
+        per_thread, threads = 40, 4
+        admitted: list[int] = []
+
+        def write(me: int) -> None:
+            for i in range(per_thread):
+                item = {"key": es(f"t{me}-{i:03d}"), "value": es("v")}
+                assert post(server.url, "/collections/n/put", {"item": item}).status_code == 200
+                # every thread sends producer p's seqNos 1..per_thread: each is admitted once, by any worker
+                body = {"items": [{"key": es("seq"), "value": es(str(i))}], "producerId": "p", "seqNo": i + 1}
+                answer = post(server.url, "/collections/n/putMany", body)
+                assert answer.status_code == 200, answer.text
+                if not answer.json().get("skipped", False):
+                    admitted.append(i + 1)
+
+        workers = [threading.Thread(target=write, args=(me,)) for me in range(threads)]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join(DEADLINE_S)
+        expected = {f"t{me}-{i:03d}".encode() for me in range(threads) for i in range(per_thread)}
+        with Store.open(data, StoreConfig(background=False)) as store:
+            coll = store.collection("n")
+            wait_until(lambda: {r.key for r in coll.query()} == expected | {b"seq"}, DEADLINE_S, "commits")
+            current = int.from_bytes(coll.generation_id, "big")
+            seen: list[bytes] = []
+            for g in range(1, current + 1):
+                one = [i.key for i in coll.diff((g - 1).to_bytes(8, "big"), g.to_bytes(8, "big"))]
+                assert one, f"generation {g} was committed empty (committed twice?)"
+                seen += [k for k in one if k != b"seq"]
+            assert sorted(seen) == sorted(expected)
+        assert sorted(admitted) == list(range(1, per_thread + 1))
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "nosync"])
+def test_a_worker_killed_mid_write_is_replaced_and_loses_nothing(tmp_path: Path, sync: bool) -> None:
+    data = tmp_path / "data"
+    batch_size = 20
+    with served(data, 2, *([] if sync else ["--no-sync"])) as server:
+        assert (
+            post(server.url, "/collections/", {"collectionName": "n", "isManual": False}).status_code == 200
+        )
+        acked: list[int] = []
+        stop = threading.Event()
+        lock = threading.Lock()
+        counter = iter(range(10**6))
+
+        def write() -> None:
+            while not stop.is_set():
+                with lock:
+                    batch = next(counter)
+                items = [
+                    {"key": es(f"b{batch:06d}-{i:02d}"), "value": es(str(batch))} for i in range(batch_size)
+                ]
+                while not stop.is_set():
+                    try:
+                        answer = post(server.url, "/collections/n/putMany", {"items": items})
+                    except httpx.TransportError:
+                        continue  # the worker died under this request: try again (the same batch)
+                    assert answer.status_code == 200, answer.text
+                    acked.append(batch)
+                    break
+
+        writers = [threading.Thread(target=write, daemon=True) for _ in range(4)]
+        for thread in writers:
+            thread.start()
+        wait_until(lambda: len(acked) >= 40, DEADLINE_S, "writes to flow")
+        victim = server.workers()[0]
+        os.kill(victim, signal.SIGKILL)
+        at_kill = len(acked)
+        # the other worker keeps serving; the supervisor starts a replacement
+        wait_until(lambda: len(acked) >= at_kill + 40, DEADLINE_S, "writes to go on after the kill")
+
+        def replaced() -> bool:
+            pids = server.workers()
+            return len(pids) == 2 and victim not in pids
+
+        wait_until(replaced, DEADLINE_S, "the dead worker to be replaced")
+        stop.set()
+        for thread in writers:
+            thread.join(DEADLINE_S)
+        assert httpx.get(server.url + "/healthz", timeout=DEADLINE_S).json() == {"ok": True}
+    with Store.open(data, StoreConfig(background=False)) as store:
+        coll = store.collection("n")
+        # acknowledged writes are committed, or still in the open generation (due for their commit)
+        rows: dict[int, set[bytes]] = {}
+        for record in coll.query():
+            rows.setdefault(int(record.value), set()).add(record.key)
+        for record in coll.query(generation_id=coll.next_generation_id):
+            rows.setdefault(int(record.value), set()).add(record.key)
+    # nothing acknowledged is lost; every batch is whole or absent (none was acknowledged half)
+    assert set(acked) <= set(rows)
+    for batch, keys in rows.items():
+        assert keys == {f"b{batch:06d}-{i:02d}".encode() for i in range(batch_size)}, batch
