@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+import lmdb
+
 from diffstore.engine import diff, layout, producers, readers, reads, writes
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import load_meta, save_meta
@@ -285,20 +287,23 @@ class Collection:
 
         Memory stays bounded by the number of generations in the range, not by its keys.
         """
-        with self._store.read() as txn:
-            meta = load_meta(txn, self._store.tables, self.name)
-            start = diff.resolve_from(txn, self._store.tables, meta, from_generation_id, from_reader)
-            span = diff.resolve_range(txn, self._store.tables, meta, start, to_generation_id, None)
-            yield from diff.iter_items(
-                txn,
-                self._store.tables,
-                meta,
-                span,
-                include_intermediate=include_intermediate,
-                from_key=from_key,
-                to_key=to_key,
-                after_key=None,
-            )
+        tables = self._store.tables
+
+        def resolve(txn: lmdb.Transaction) -> tuple[CollectionMeta, diff.DiffRange]:
+            meta = load_meta(txn, tables, self.name)
+            start = diff.resolve_from(txn, tables, meta, from_generation_id, from_reader)
+            return meta, diff.resolve_range(txn, tables, meta, start, to_generation_id, None)
+
+        # the diff's own generator is handed out: a generator here would cost a resumption per item
+        return diff.iter_diff(
+            self._store.read(),
+            tables,
+            resolve,
+            include_intermediate=include_intermediate,
+            from_key=from_key,
+            to_key=to_key,
+            after_key=None,
+        )
 
     # --- readers -------------------------------------------------------------------------------
 

@@ -12,11 +12,12 @@ whole range at once instead, so every key appears once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import itertools
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 import lmdb
@@ -200,33 +201,185 @@ def iter_items(
     after_key: bytes | None,
 ) -> Iterator[DiffItem]:
     """Every changed key of the range in bytewise key order (long-key groups sorted in memory)."""
-    if span.to_seq <= span.from_seq:
-        return
-    seqs = _run_seqs(txn, tables, meta, span)
-    if not seqs:
-        return
-    prefix = meta.cid_prefix
-    lower = lower_form(after_key if after_key is not None else from_key)
-    records = txn.cursor(db=tables.records)
-    to_bound = layout.u64(span.to_seq + 1)
-    from_seq = layout.u64(span.from_seq) if span.from_seq >= 0 else b""
+    return iter_diff(
+        contextlib.nullcontext(txn),
+        tables,
+        lambda _txn: (meta, span),
+        include_intermediate=include_intermediate,
+        from_key=from_key,
+        to_key=to_key,
+        after_key=after_key,
+    )
+
+
+def iter_diff(
+    snapshot: contextlib.AbstractContextManager[lmdb.Transaction],
+    tables: Tables,
+    resolve: Callable[[lmdb.Transaction], tuple[CollectionMeta, DiffRange]],
+    *,
+    include_intermediate: bool,
+    from_key: bytes | None,
+    to_key: bytes | None,
+    after_key: bytes | None,
+) -> Iterator[DiffItem]:
+    """:func:`iter_items` in the ``snapshot`` it holds open while it runs, the range resolved in it.
+
+    Callers hand this generator out as it is: every generator frame between the hot loop and its
+    consumer costs a resumption per item.
+
+    Two ways to find the changed keys, switched as the density of changes varies along the key range:
+    where keys changed side by side, one forward scan of ``records`` sees every version it needs and
+    skips the ``changes`` index (below); where few did, the ``changes`` runs name the keys and the records
+    cursor seeks to each (:func:`_keyed_items`). Long keys and intermediate values take the keyed way.
+    """
+    with snapshot as txn:
+        meta, span = resolve(txn)
+        if span.to_seq <= span.from_seq:
+            return
+        seqs = _run_seqs(txn, tables, meta, span)
+        if not seqs:
+            return
+        prefix = meta.cid_prefix
+        lower = lower_form(after_key if after_key is not None else from_key)
+        upper = upper_form(to_key)
+        records = txn.cursor(db=tables.records)
+        to_bound = layout.u64(span.to_seq + 1)  # versions below it are at or below ``to``
+        from_seq = layout.u64(span.from_seq) if span.from_seq >= 0 else b""  # b"": none is at or below
+        bounds = (from_key, to_key, after_key)
+        if include_intermediate:
+            forms = _changed_forms(txn, tables, prefix, seqs, lower, upper)
+            yield from _keyed_items(records, prefix, forms, to_bound, from_seq, bounds, True, None)
+            return
+        bounded = from_key is not None or to_key is not None or after_key is not None
+        stop = prefix + upper if upper is not None else (layout.next_prefix(prefix) or _ABOVE_EVERY_KEY)
+        new = tuple.__new__
+        start: bytes | None = lower
+        while start is not None:
+            # The scan. Per version, byte comparisons only (a record key is head | seq, so "seq <= from"
+            # is "key <= head | from"); per changed key, a few slices and one tuple. The hottest loop of
+            # a diff: keep it inline (no helper calls, no generator in between).
+            if not records.set_range(prefix + start):
+                return
+            handed: bytes | None = None
+            head = head_from = head_to = b""
+            from_raw = b""
+            to_raw: bytes | None = None
+            idle = 0
+            for record_key, raw in records.iternext():
+                # Forms are prefix-free, so every key of a later head is above head | anything: below
+                # head_to is a version of this head at or below ``to``.
+                if record_key < head_to:
+                    if record_key <= head_from:
+                        from_raw = raw
+                    else:
+                        to_raw = raw
+                    continue
+                following = record_key[:-8]
+                if following == head:
+                    continue  # a version above ``to``
+                if to_raw is not None:
+                    idle = 0
+                    if to_raw != from_raw:
+                        if to_raw and to_raw[0] != 1:  # a long key: its group is sorted the keyed way
+                            handed = head[4:]
+                            break
+                        key = head[4:-2].replace(b"\x00\xff", b"\x00")
+                        if not bounded or not _outside(key, bounds):
+                            yield new(
+                                DiffItem,
+                                (key, from_raw[1:] if from_raw else None, to_raw[1:] if to_raw else None, ()),
+                            )
+                elif head:
+                    idle += 1
+                    if idle > _IDLE_LIMIT:  # sparse here: seeking the changed keys costs less
+                        handed = record_key[4:-8]
+                        break
+                if record_key >= stop:
+                    return
+                head = following
+                head_from, head_to = head + from_seq, head + to_bound
+                from_raw, to_raw = b"", None
+                if record_key < head_to:
+                    if record_key <= head_from:
+                        from_raw = raw
+                    else:
+                        to_raw = raw
+            else:
+                if to_raw is None or to_raw == from_raw:
+                    return
+                if to_raw and to_raw[0] != 1:
+                    handed = head[4:]
+                else:
+                    key = head[4:-2].replace(b"\x00\xff", b"\x00")
+                    if not bounded or not _outside(key, bounds):
+                        yield new(
+                            DiffItem,
+                            (key, from_raw[1:] if from_raw else None, to_raw[1:] if to_raw else None, ()),
+                        )
+                    return
+            assert handed is not None
+            forms = _changed_forms(txn, tables, prefix, seqs, handed, upper)
+            start = yield from _keyed_items(
+                records, prefix, forms, to_bound, from_seq, bounds, False, _KEYED_STRETCH
+            )
+
+
+# The scan hands over to the keyed way after this many unchanged keys in a row: a seek per changed key
+# costs about as much as stepping over this many keys' versions...
+_IDLE_LIMIT = 8
+# ... and the keyed way hands back to the scan after this many changed keys (the scan probes again).
+_KEYED_STRETCH = 64
+_ABOVE_EVERY_KEY = b"\xff" * 512  # LMDB keys are at most 511 bytes
+_KeyBounds = tuple[bytes | None, bytes | None, bytes | None]  # from_key, to_key, after_key
+
+
+def _outside(key: bytes, bounds: _KeyBounds) -> bool:
+    from_key, to_key, after_key = bounds
+    return (
+        (after_key is not None and key <= after_key)
+        or (from_key is not None and key < from_key)
+        or (to_key is not None and key >= to_key)
+    )
+
+
+def _keyed_items(
+    records: lmdb.Cursor,
+    prefix: bytes,
+    forms: Iterator[bytes],
+    to_bound: bytes,
+    from_seq: bytes,
+    bounds: _KeyBounds,
+    include_intermediate: bool,
+    stretch: int | None,
+) -> Generator[DiffItem, None, bytes | None]:
+    """Changed keys named by ``forms``, a seek into ``records`` per key that the cursor is not already at.
+
+    Stops after ``stretch`` keys (None: at the end) outside a long-key group and returns the next form,
+    not yet handled (None: the forms are done or ``to_key`` is reached).
+    """
+    from_key, to_key, after_key = bounds
+    bounded = from_key is not None or to_key is not None or after_key is not None
     long_mark = layout.LONG_MARK
     group: list[DiffItem] = []
     group_id: bytes | None = None
-    bounded = after_key is not None or from_key is not None or to_key is not None
-    # The diff's hot path. The records cursor only moves forward: changed keys come in key order, so a
-    # dense diff walks ``records`` like a scan (next, no seek) and a sparse one seeks per key. A key's
-    # versions are read oldest first: the last at or below ``from``, those in between, the last at or
-    # below ``to``. Stored values are compared before they are decoded.
+    # The records cursor only moves forward: changed keys come in key order, so close keys are reached by
+    # stepping (next, no seek) and far ones by a seek. A key's versions are read oldest first: the last
+    # at or below ``from``, those in between, the last at or below ``to``. Stored values are compared
+    # before they are decoded.
     set_range, step, item = records.set_range, records.next, records.item
     current: bytes | None = None  # the record key under the cursor (None: not positioned or exhausted)
     current_value = b""
-    for form in _changed_forms(txn, tables, prefix, seqs, lower, upper_form(to_key)):
+    left = stretch
+    for form in forms:
         long_form = long_mark in form
         if group and (not long_form or layout.long_group(form) != group_id):
             group.sort(key=lambda item: item.key)
             yield from _within(group, from_key, to_key, after_key)
             group, group_id = [], None
+        if left is not None:
+            if left <= 0 and not group:
+                return form
+            left -= 1
         head = prefix + form
         if current is None or (current[:-8] != head and current < head):
             current, current_value = item() if set_range(head) else (None, b"")
@@ -262,11 +415,12 @@ def iter_items(
             if (after_key is not None and key <= after_key) or (from_key is not None and key < from_key):
                 continue
             if to_key is not None and key >= to_key:
-                return
+                return None
         yield _new_item((key, from_value, to_value, tuple(between) if between else ()))
     if group:
         group.sort(key=lambda item: item.key)
         yield from _within(group, from_key, to_key, after_key)
+    return None
 
 
 _new_item = functools.partial(tuple.__new__, DiffItem)  # DiffItem(...) without its Python-level __new__

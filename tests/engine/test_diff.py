@@ -498,3 +498,61 @@ def test_any_keys_sort_bytewise_everywhere(tmp_path_factory, first, second, limi
         assert around.left == [k for k in keys if k < probe][::-1][:limit]
         assert around.right == [k for k in keys if k > probe][:limit]
         assert around.found_key == (probe in model)
+
+
+# --- diffs whose changes are dense in places and sparse in others (property) ------------------------
+# The diff scans ``records`` where changed keys lie side by side and seeks them through the ``changes``
+# index where they are far apart, switching as it goes; both ways must agree with the visible states.
+
+_base_keys = [b"k%03d" % i for i in range(120)] + [b"k050\x00x", b"L" * 230 + b"a", b"L" * 230 + b"b"]
+_write = st.tuples(
+    st.sampled_from(_base_keys), st.sampled_from([b"v1", b"v2", b"", None])
+)  # b"": an empty value, None: a tombstone
+
+
+@st.composite
+def _generation(draw: st.DrawFn) -> list[tuple[bytes, bytes | None]]:
+    """A run of side-by-side keys (dense), then a few scattered ones (sparse)."""
+    start = draw(st.integers(0, 119))
+    length = draw(st.integers(0, 60))
+    value = draw(st.sampled_from([b"r1", b"r2", b"", None]))
+    run = [(b"k%03d" % i, value) for i in range(start, min(120, start + length))]
+    return run + draw(st.lists(_write, max_size=12))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    generations=st.lists(_generation(), min_size=1, max_size=4),
+    ends=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+    bounds=st.tuples(st.sampled_from([None, *_base_keys]), st.sampled_from([None, *_base_keys])),
+    limit=st.integers(1, 50),
+)
+def test_diff_over_dense_and_sparse_changes_matches_the_states(
+    tmp_path_factory, generations, ends, bounds, limit
+) -> None:
+    with Store.open(tmp_path_factory.mktemp("dense"), config=StoreConfig(background=False)) as store:
+        c = store.create_collection("d", manual=True)
+        ids = [b""] + [b"%d" % (n + 1) for n in range(len(generations))]
+        for gen, items in zip(ids[1:], generations, strict=True):
+            commit(c, gen, items)
+        lo, hi = sorted(min(e, len(generations)) for e in ends)
+        from_gen, to_gen = ids[lo], ids[hi]
+        at_from = as_dict(c, generation_id=from_gen) if from_gen else {}
+        at_to = as_dict(c, generation_id=to_gen) if to_gen else {}
+        from_key, to_key = bounds
+        expected = [
+            (k, at_from.get(k), at_to.get(k))
+            for k in sorted(set(at_from) | set(at_to))
+            if at_from.get(k) != at_to.get(k)
+            and (from_key is None or k >= from_key)
+            and (to_key is None or k < to_key)
+        ]
+        if not to_gen:
+            return
+        assert triples(c.diff(from_gen, to_gen, from_key=from_key, to_key=to_key)) == expected
+        page = c.diff_page(from_gen, to_gen, from_key=from_key, to_key=to_key, limit=limit)
+        paged = triples(page.items)
+        while page.cursor:
+            page = c.diff_page(cursor=page.cursor)
+            paged += triples(page.items)
+        assert paged == expected
