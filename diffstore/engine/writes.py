@@ -211,6 +211,21 @@ def _phantom_write(
     return PutResult(generation_id) if wrote else PutResult(found_gen, was_put=False)
 
 
+def _put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
+    """``putmulti`` of rows, in LMDB's append mode when they ascend past the table's last key.
+
+    That is a bulk load of sorted new keys into the newest collection: append mode skips the B-tree
+    descent per row and fills pages whole. Both checks are made here, in this transaction: a row that
+    is not past the last key would be skipped silently by append mode.
+    """
+    if len(rows) > 1 and (not cursor.last() or cursor.key() < rows[0][0]) and layout.ascending(rows):
+        _, added = cursor.putmulti(rows, append=True)
+        if added == len(rows):
+            return
+        # cannot happen after the checks; the plain put rewrites the rows added (same values) and the rest
+    cursor.putmulti(rows)
+
+
 def put_many(
     txn: lmdb.Transaction,
     tables: Tables,
@@ -275,21 +290,15 @@ def put_many(
     records: list[tuple[bytes, bytes]]
     changes: list[tuple[bytes, bytes]]
     if max(map(len, latest)) <= layout.LONG_KEY_PREFIX:
-        # the bulk path: comprehensions, no per-item function calls (key_form/encode_value inlined)
-        forms = [key.replace(b"\x00", b"\x00\xff") + b"\x00\x00" for key in latest]
-        records = [
-            (prefix + form + suffix, b"" if value is None else b"\x01" + value)
-            for form, value in zip(forms, latest.values(), strict=True)
-        ]
-        changes = [(run + form, b"") for form in forms]
+        records, changes = layout.short_rows(prefix, seq, latest)
     else:
         records, changes = [], []
         for key, value in latest.items():
             form = layout.key_form(key)
             records.append((prefix + form + suffix, layout.encode_value(key, value)))
             changes.append((run + form, b""))
-    txn.cursor(db=tables.records).putmulti(records)
-    txn.cursor(db=tables.changes).putmulti(changes)
+    _put_rows(txn.cursor(db=tables.records), records)
+    _put_rows(txn.cursor(db=tables.changes), changes)
     first_write = meta.next_count == 0
     meta = meta.with_(next_count=meta.next_count + len(records))
     if not meta.manual and meta.next_count >= max_generation_records:

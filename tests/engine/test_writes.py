@@ -195,3 +195,50 @@ def test_producer_seq_no_of_aborted_generation_can_be_retried(coll) -> None:
     assert result.skipped is False, "the retried write of an aborted generation was dropped as a duplicate"
     coll.commit_generation(b"4")
     assert coll.get(b"k").value == b"v"
+
+
+# --- sorted batches: LMDB's append mode where the rows go past a table's end, plain puts elsewhere -----
+
+
+def _rows_of(store: Store, name: str) -> list[tuple[bytes, bytes]]:
+    prefix = store.collection(name)._meta().cid_prefix
+    return [(k, v) for k, v in raw_state(store)["records"] if k.startswith(prefix)]
+
+
+def test_sorted_batches_past_and_before_the_tables_end_keep_every_row(store: Store) -> None:
+    older = store.create_collection("older", manual=True)
+    newest = store.create_collection("newest", manual=True)
+    older.start_generation(b"1")
+    newest.start_generation(b"1")
+    batches = [
+        [(b"k%03d" % i, b"v%d" % i) for i in range(10, 20)],  # past the end of empty tables
+        [(b"k%03d" % i, b"w%d" % i) for i in range(20, 30)],  # past the end again
+        [(b"k%03d" % i, b"x%d" % i) for i in range(0, 25, 2)],  # sorted, but starts below the end
+        [(b"k%03d" % i, None) for i in range(25, 40)],  # sorted tombstones, overlapping the last batch
+    ]
+    model: dict[bytes, bytes | None] = {}
+    for batch in batches:
+        newest.put_many(batch, generation_id=b"1")
+        older.put_many(batch, generation_id=b"1")  # a sorted batch into a collection not at the end
+        model.update(batch)
+    newest.commit_generation(b"1")
+    older.commit_generation(b"1")
+    visible = {k: v for k, v in sorted(model.items()) if v is not None}
+    for coll in (newest, older):
+        assert as_dict(coll) == visible
+        assert [(i.key, i.to_value) for i in coll.diff()] == list(visible.items())
+        assert coll._meta().generation == b"1"
+    assert len(_rows_of(store, "newest")) == len(_rows_of(store, "older")) == len(model)
+
+
+def test_unsorted_batch_after_sorted_ones_is_written_whole(store: Store) -> None:
+    c = store.create_collection("m", manual=True)
+    commit(c, b"1", [(b"k%03d" % i, b"1") for i in range(50)])
+    c.start_generation(b"2")
+    c.put_many([(b"k%03d" % i, b"2") for i in range(50, 60)], generation_id=b"2")
+    c.put_many([(b"k070", b"3"), (b"k065", b"3"), (b"k080", b"3"), (b"k001", b"3")], generation_id=b"2")
+    c.commit_generation(b"2")
+    expected = {b"k%03d" % i: b"1" for i in range(50)} | {b"k%03d" % i: b"2" for i in range(50, 60)}
+    expected |= {b"k070": b"3", b"k065": b"3", b"k080": b"3", b"k001": b"3"}
+    assert as_dict(c) == dict(sorted(expected.items()))
+    assert [i.key for i in c.diff(b"1")] == sorted(k for k in expected if k >= b"k050" or k == b"k001")
