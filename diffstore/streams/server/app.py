@@ -9,16 +9,18 @@ import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.message import Message
 
 from diffstore.streams._proto import hstream_pb2 as pb
 
 from .config import StreamServerConfig
-from .servicer import HStreamServicer
+from .servicer import HStreamServicer, Undecodable
 from .store import StreamStore
 
 logger = logging.getLogger(__name__)
@@ -36,9 +38,24 @@ def _serialize(message: Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
+def _deserializer(request_class: type[Message]) -> Callable[[bytes], Message | Undecodable]:
+    """Parses a request; bytes that are not one become :class:`Undecodable` for the RPC to refuse with
+    INVALID_ARGUMENT (an exception here would be answered UNKNOWN by grpc)."""
+    name = request_class.DESCRIPTOR.name
+
+    def parse(raw: bytes) -> Message | Undecodable:
+        try:
+            return request_class.FromString(raw)
+        except Exception as exc:  # DecodeError, and whatever else the parser raises on hostile bytes
+            return Undecodable(name, str(exc) or type(exc).__name__)
+
+    return parse
+
+
 def register(servicer: HStreamServicer, server: grpc.aio.Server) -> None:
     """Adds every RPC of ``protos/hstream.proto`` to ``server``, like the generated
-    ``add_HStreamApiServicer_to_server`` but with a serializer that lets responses be bytes.
+    ``add_HStreamApiServicer_to_server`` but with a serializer that lets responses be bytes and a
+    deserializer that hands undecodable requests to the RPC (``_deserializer``).
     """
     service = pb.DESCRIPTOR.services_by_name["HStreamApi"]
     handlers = {}
@@ -50,7 +67,7 @@ def register(servicer: HStreamServicer, server: grpc.aio.Server) -> None:
         }[(method.client_streaming, method.server_streaming)]
         handlers[method.name] = kind(
             getattr(servicer, method.name),
-            request_deserializer=request_class.FromString,
+            request_deserializer=_deserializer(request_class),
             response_serializer=_serialize,
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))

@@ -6,9 +6,11 @@ StreamingFetch responses are written as wire bytes.
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Sequence
 
 import zstandard
+from google.protobuf.message import DecodeError
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams.records import SMALL_VARINTS, length_prefix, varint
@@ -17,24 +19,96 @@ from .errors import InvalidArgument
 
 # CompressionType values (``CompressionType.None`` is not valid Python).
 NONE, GZIP, ZSTD = 0, 1, 2
+_CHUNK = 1 << 20
+# A stored batch passed the limits of the Append that stored it; re-reading it needs no tighter bound.
+_STORED_MAX_BYTES = 1 << 31
 
 
-def decompress(record: pb.BatchedRecord) -> bytes:
-    """The serialized ``BatchHStreamRecords`` inside a batch.
+def decompress(record: pb.BatchedRecord, max_bytes: int = _STORED_MAX_BYTES) -> bytes:
+    """The serialized ``BatchHStreamRecords`` inside a batch, at most ``max_bytes`` of it.
+
+    Decompression stops as soon as the output passes ``max_bytes``, so a small payload that would inflate
+    to gigabytes (a zip bomb) costs no more than the limit.
 
     Raises:
-        InvalidArgument: unknown compression or a corrupt payload.
+        InvalidArgument: unknown compression, a corrupt payload, or more than ``max_bytes`` once
+            decompressed.
     """
     try:
         if record.compressionType == NONE:
-            return record.payload
-        if record.compressionType == GZIP:
-            return gzip.decompress(record.payload)
-        if record.compressionType == ZSTD:
-            return zstandard.ZstdDecompressor().decompressobj().decompress(record.payload)
-    except (OSError, EOFError, zstandard.ZstdError) as exc:
+            raw = record.payload
+        elif record.compressionType == GZIP:
+            raw = _gunzip(record.payload, max_bytes)
+        elif record.compressionType == ZSTD:
+            raw = _unzstd(record.payload, max_bytes)
+        else:
+            raise InvalidArgument(f"unknown compression type {record.compressionType}")
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as exc:
         raise InvalidArgument(f"corrupt batch payload: {exc}") from exc
-    raise InvalidArgument(f"unknown compression type {record.compressionType}")
+    if len(raw) > max_bytes:
+        raise InvalidArgument(f"a batch holds more than {max_bytes} bytes once decompressed")
+    return raw
+
+
+def _gunzip(payload: bytes, max_bytes: int) -> bytes:
+    """gzip members one after the other (as ``gzip.decompress``), stopping past ``max_bytes``."""
+    out = bytearray()
+    data = payload
+    while data and len(out) <= max_bytes:
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out += member.decompress(data, max_bytes + 1 - len(out))
+        if not member.eof:
+            if member.unconsumed_tail:  # stopped at the limit: the payload holds more
+                break
+            raise EOFError("truncated gzip payload")
+        data = member.unused_data
+    return bytes(out)
+
+
+def _unzstd(payload: bytes, max_bytes: int) -> bytes:
+    """The first zstd frame (as the clients read it), stopping past ``max_bytes``."""
+    out = bytearray()
+    with zstandard.ZstdDecompressor().stream_reader(payload) as reader:
+        while len(out) <= max_bytes:
+            chunk = reader.read(min(_CHUNK, max_bytes + 1 - len(out)))
+            if not chunk:
+                break
+            out += chunk
+    return bytes(out)
+
+
+def check_batch(record: pb.BatchedRecord, max_records: int, max_bytes: int) -> None:
+    """Checks what an Append is about to store: ``batchSize`` (1..``max_records``) records really are in
+    the payload, which decompresses to at most ``max_bytes`` and parses as ``BatchHStreamRecords``.
+
+    Raises:
+        InvalidArgument: any of those does not hold.
+    """
+    if not 1 <= record.batchSize <= max_records:
+        raise InvalidArgument(f"batchSize must be within 1..{max_records}, not {record.batchSize}")
+    if not record.payload:
+        raise InvalidArgument("empty batch payload")
+    try:
+        count = len(pb.BatchHStreamRecords.FromString(decompress(record, max_bytes)).records)
+    except DecodeError as exc:
+        raise InvalidArgument(f"the batch payload is not a BatchHStreamRecords: {exc}") from exc
+    if count != record.batchSize:
+        raise InvalidArgument(f"batchSize is {record.batchSize} but the payload holds {count} records")
+
+
+def parse_stored(raw: bytes) -> pb.BatchedRecord:
+    """A stored ``BatchedRecord`` (raises InvalidArgument if its bytes are not one)."""
+    try:
+        return pb.BatchedRecord.FromString(raw)
+    except DecodeError as exc:
+        raise InvalidArgument(f"a stored batch is not a BatchedRecord: {exc}") from exc
+
+
+def check_stored(record: pb.BatchedRecord, size: int) -> None:
+    """Checks that a stored batch decodes to its ``size`` records (raises InvalidArgument)."""
+    if record.batchSize != size:
+        raise InvalidArgument(f"a stored batch declares {record.batchSize} records, not {size}")
+    check_batch(record, max(size, 1), _STORED_MAX_BYTES)
 
 
 def compress(compression: int, raw: bytes) -> bytes:
@@ -47,9 +121,17 @@ def compress(compression: int, raw: bytes) -> bytes:
 
 
 def subset(record: pb.BatchedRecord, indices: Sequence[int]) -> pb.BatchedRecord:
-    """A copy of ``record`` holding only the records at ``indices`` (in that order), same compression."""
-    batch = pb.BatchHStreamRecords.FromString(decompress(record))
-    picked = pb.BatchHStreamRecords(records=[batch.records[i] for i in indices])
+    """A copy of ``record`` holding only the records at ``indices`` (in that order), same compression.
+
+    Raises:
+        InvalidArgument: the batch cannot be decoded or holds fewer records than ``indices`` name.
+    """
+    try:
+        batch = pb.BatchHStreamRecords.FromString(decompress(record))
+        picked_records = [batch.records[i] for i in indices]
+    except (DecodeError, IndexError) as exc:
+        raise InvalidArgument(f"a stored batch cannot be decoded: {exc}") from exc
+    picked = pb.BatchHStreamRecords(records=picked_records)
     return pb.BatchedRecord(
         compressionType=record.compressionType,
         publishTime=record.publishTime,

@@ -31,6 +31,9 @@ class StreamServerConfig:
         map_size: upper bound of the LMDB file in bytes (at least 1 MiB); appends past it answer
             RESOURCE_EXHAUSTED and change nothing.
         sync: fsync every committed LMDB transaction (durability).
+        max_batch_records: the largest ``batchSize`` an Append may declare.
+        max_batch_bytes: the largest payload of an Append once decompressed (decompression stops past it,
+            so a zip bomb costs no more than this).
     """
 
     data_dir: Path
@@ -43,6 +46,8 @@ class StreamServerConfig:
     max_batches_per_poll: int = 256
     map_size: int = 1 << 40
     sync: bool = True
+    max_batch_records: int = 1_000_000
+    max_batch_bytes: int = 64 << 20
     server_version: str = field(default="0.1.0-diffstore")
 
     def __post_init__(self) -> None:
@@ -54,6 +59,8 @@ class StreamServerConfig:
                 raise ValueError(f"{name} must be positive")
         if not MIN_MAP_SIZE <= self.map_size < 1 << 63:
             raise ValueError(f"map_size must be within {MIN_MAP_SIZE}..2^63-1 bytes")
+        if self.max_batch_records < 1 or self.max_batch_bytes < 1:
+            raise ValueError("max_batch_records and max_batch_bytes must be at least 1")
         if self.max_batches_per_poll < 1:
             raise ValueError("max_batches_per_poll must be at least 1")
 

@@ -1,20 +1,26 @@
-"""Errors of the embedded stream server, each with the gRPC status it is answered with.
+"""Errors of the embedded stream server and their gRPC statuses, in this one place.
 
-Raised by the store and the servicer's domain logic; translated to a gRPC status in exactly one place
-(``servicer._call``).
+The store and the servicer's domain logic raise :class:`StreamServerError` subclasses (each names its
+status); the store also raises the engine's :class:`~diffstore.errors.StorageError` (``StorageFull`` for a
+full map or disk). :func:`grpc_status` is the one translation of any of them into a gRPC status; the
+servicer calls it, through :func:`abort`, for unary RPCs and StreamingFetch alike.
 
     StreamServerError
     ├── InvalidArgument ........ INVALID_ARGUMENT
     ├── ResourceNotFound ....... NOT_FOUND
     ├── AlreadyExists .......... ALREADY_EXISTS
     └── FailedPrecondition ..... FAILED_PRECONDITION
+    diffstore.errors.StorageFull  RESOURCE_EXHAUSTED (the failed append or call changed nothing)
+    diffstore.errors.StorageError INTERNAL
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, NoReturn
 
 import grpc
+
+from diffstore import errors as e
 
 
 class StreamServerError(Exception):
@@ -41,3 +47,29 @@ class AlreadyExists(StreamServerError):
 
 class FailedPrecondition(StreamServerError):
     status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+# The engine's errors that can reach the stream server (through its LMDB store), nearest class first.
+_STATUS_BY_ENGINE_ERROR: dict[type[e.DiffstoreError], grpc.StatusCode] = {
+    e.StorageFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    e.StorageError: grpc.StatusCode.INTERNAL,
+    e.BadRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    e.DiffstoreError: grpc.StatusCode.INTERNAL,
+}
+
+
+def grpc_status(exc: StreamServerError | e.DiffstoreError) -> grpc.StatusCode:
+    """The gRPC status of a stream-server or engine error (the one mapping)."""
+    if isinstance(exc, StreamServerError):
+        return exc.status
+    for cls in type(exc).__mro__:
+        status = _STATUS_BY_ENGINE_ERROR.get(cls)  # type: ignore[call-overload]
+        if status is not None:
+            return status
+    return grpc.StatusCode.INTERNAL
+
+
+async def abort(context: grpc.aio.ServicerContext, exc: StreamServerError | e.DiffstoreError) -> NoReturn:
+    """Ends the call with the error's status and reason."""
+    await context.abort(grpc_status(exc), exc.reason)
+    raise AssertionError("unreachable: abort raises")

@@ -17,7 +17,7 @@ from diffstore.streams._proto import hstream_pb2 as pb
 
 from . import codec
 from .config import StreamServerConfig
-from .errors import AlreadyExists
+from .errors import AlreadyExists, InvalidArgument
 from .subscription import ConsumerExists, Delivery, Position, StoredBatch, SubscriptionState
 
 logger = logging.getLogger(__name__)
@@ -42,10 +42,19 @@ class ConsumerInfo:
 
 
 def response_for(delivery: Delivery) -> bytes:
-    """A serialized StreamingFetchResponse: the stored batch, or a batch of just the resent records."""
+    """A serialized StreamingFetchResponse: the stored batch, or a batch of just the resent records.
+
+    A resend decodes the stored batch (to pick the unacked records, or to check a batch resent whole:
+    records nobody acked may be records nobody could decode).
+
+    Raises:
+        InvalidArgument: the stored batch cannot be decoded.
+    """
     record = delivery.batch.payload
     if not delivery.whole_batch:
-        record = codec.subset(pb.BatchedRecord.FromString(record), delivery.indices).SerializeToString()
+        record = codec.subset(codec.parse_stored(record), delivery.indices).SerializeToString()
+    elif delivery.resend:
+        codec.check_stored(codec.parse_stored(record), delivery.batch.size)
     return codec.fetch_response(delivery.shard_id, delivery.batch.batch_id, delivery.indices, record)
 
 
@@ -126,8 +135,22 @@ class SubscriptionRuntime:
         deliveries = self.state.poll(now, self._store, self._config.max_batches_per_poll)
         for delivery in deliveries:
             queue = self._queues.get(delivery.consumer)
-            if queue is not None:
+            if queue is None:
+                continue
+            try:
                 queue.put_nowait(response_for(delivery))
+            except InvalidArgument as exc:
+                # Skipped as if acked, so that the committed position moves past it: resending a batch
+                # that cannot be decoded would fail forever and hold the whole shard back.
+                logger.error(
+                    "subscription %s: batch %d of shard %d cannot be decoded; its records %s are skipped: %s",
+                    self.subscription_id,
+                    delivery.batch.batch_id,
+                    delivery.shard_id,
+                    list(delivery.indices),
+                    exc.reason,
+                )
+                self.state.ack((delivery.shard_id, delivery.batch.batch_id, i) for i in delivery.indices)
         changed = self.state.take_changed()
         if changed:
             self._store.save_positions(self.subscription_id, changed)

@@ -1,5 +1,9 @@
 """The gRPC face of the embedded server: ``HStreamApi`` RPCs as thin calls into the store and the
-subscription runtimes. Domain errors become gRPC statuses here, in ``_call`` and nowhere else.
+subscription runtimes. Errors end a call through ``errors.abort`` (the one mapping to gRPC statuses), from
+``_call`` for unary RPCs and from StreamingFetch.
+
+A request whose bytes do not decode reaches an RPC as :class:`Undecodable` (see ``app.register``) and is
+answered INVALID_ARGUMENT; grpc would otherwise answer a failing deserializer with a bare UNKNOWN.
 """
 
 from __future__ import annotations
@@ -8,21 +12,22 @@ import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import empty_pb2, timestamp_pb2
 
-from diffstore.errors import StorageError
+from diffstore.errors import DiffstoreError
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 
 from . import codec
 from .appender import GroupAppender
 from .config import StreamServerConfig
-from .errors import FailedPrecondition, InvalidArgument, ResourceNotFound, StreamServerError
+from .errors import FailedPrecondition, InvalidArgument, ResourceNotFound, StreamServerError, abort
 from .runtime import ConsumerInfo, SubscriptionRuntime
-from .store import AppendItem, StreamInfo, StreamStore, SubscriptionInfo
+from .store import MAX_NAME_LENGTH, AppendItem, StreamInfo, StreamStore, SubscriptionInfo, check_identifier
 from .subscription import SubscriptionState
 
 PROTOCOL_VERSION = "0.1.0"
@@ -30,18 +35,28 @@ R = TypeVar("R")
 Handler = Callable[..., Awaitable[R]]
 
 
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """What the request deserializer hands an RPC for bytes that are not its request message."""
+
+    message: str
+    error: str
+
+    def invalid(self) -> InvalidArgument:
+        return InvalidArgument(f"undecodable {self.message}: {self.error}")
+
+
 def _call(method: Handler[R]) -> Handler[R]:
-    """Answers a domain error with its gRPC status (the one translation point)."""
+    """Refuses undecodable requests and ends the call of a failing RPC with the error's status."""
 
     @functools.wraps(method)
     async def wrapper(self: HStreamServicer, request: Any, context: grpc.aio.ServicerContext) -> R:
         try:
+            if isinstance(request, Undecodable):
+                raise request.invalid()
             return await method(self, request, context)
-        except StreamServerError as exc:
-            await context.abort(exc.status, exc.reason)
-        except StorageError as exc:
-            await context.abort(grpc.StatusCode.INTERNAL, exc.reason)
-        raise AssertionError("unreachable: abort raises")
+        except (StreamServerError, DiffstoreError) as exc:
+            await abort(context, exc)
 
     return wrapper
 
@@ -187,11 +202,11 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
     @_call
     async def Append(self, request: pb.AppendRequest, context: Any) -> bytes:
         """Answers a serialized AppendResponse (``codec.append_response``)."""
+        check_identifier("stream", request.streamName)
         batch = request.records
-        if batch.batchSize < 1 or not batch.payload:
-            raise InvalidArgument("empty batch")
-        if batch.compressionType not in (codec.NONE, codec.GZIP, codec.ZSTD):
-            raise InvalidArgument(f"unknown compression type {batch.compressionType}")
+        # every batch is decoded and counted: a batchSize above what the payload holds would otherwise
+        # build (and store) one RecordId per declared record
+        codec.check_batch(batch, self._config.max_batch_records, self._config.max_batch_bytes)
         if not batch.HasField("publishTime"):
             batch.publishTime.FromMilliseconds(_now_ms())
         item = AppendItem(request.streamName, request.shardId, batch.batchSize, batch.SerializeToString())
@@ -205,6 +220,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
     async def GetTailRecordId(
         self, request: pb.GetTailRecordIdRequest, context: Any
     ) -> pb.GetTailRecordIdResponse:
+        check_identifier("stream", request.streamName)
         shard = self._store.shard(request.shardId)
         if shard.stream_name != request.streamName:
             raise ResourceNotFound(f"shard {request.shardId} is not a shard of {request.streamName}")
@@ -253,7 +269,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
     ) -> pb.CheckSubscriptionExistResponse:
         try:
             self._store.get_subscription(request.subscriptionId)
-        except ResourceNotFound:
+        except (ResourceNotFound, InvalidArgument):  # a name that cannot exist does not exist
             return pb.CheckSubscriptionExistResponse(exists=False)
         return pb.CheckSubscriptionExistResponse(exists=True)
 
@@ -301,32 +317,44 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
         except StopAsyncIteration:
             return
         try:
-            if not first.consumerName:
-                raise InvalidArgument("consumerName is required")
+            if isinstance(first, Undecodable):
+                raise first.invalid()
+            if not 1 <= len(first.consumerName) <= MAX_NAME_LENGTH:
+                raise InvalidArgument(f"consumerName is required, of 1..{MAX_NAME_LENGTH} characters")
             runtime = self._runtime(first.subscriptionId)
             agent = dict(context.invocation_metadata() or ()).get("user-agent", "")
             queue = runtime.join(ConsumerInfo(first.consumerName, context.peer(), str(agent)))
-        except StreamServerError as exc:
-            await context.abort(exc.status, exc.reason)
-        except StorageError as exc:
-            await context.abort(grpc.StatusCode.INTERNAL, exc.reason)
+        except (StreamServerError, DiffstoreError) as exc:
+            await abort(context, exc)
         runtime.ack(list(first.ackIds))
-        reader = asyncio.get_running_loop().create_task(self._read_acks(request_iterator, runtime, queue))
+        refused: list[InvalidArgument] = []
+        reader = asyncio.get_running_loop().create_task(
+            self._read_acks(request_iterator, runtime, queue, refused)
+        )
         try:
             while (response := await queue.get()) is not None:
                 yield response
         finally:
             reader.cancel()
             runtime.leave(first.consumerName)
+        if refused:
+            await abort(context, refused[0])
         if runtime.closed:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {first.subscriptionId} was deleted")
+            await abort(context, ResourceNotFound(f"subscription {first.subscriptionId} was deleted"))
 
     @staticmethod
     async def _read_acks(
-        requests: AsyncIterator[pb.StreamingFetchRequest], runtime: SubscriptionRuntime, queue: Any
+        requests: AsyncIterator[pb.StreamingFetchRequest | Undecodable],
+        runtime: SubscriptionRuntime,
+        queue: Any,
+        refused: list[InvalidArgument],
     ) -> None:
+        """Applies the acks of later requests; an undecodable one ends the call (``refused``)."""
         try:
             async for request in requests:
+                if isinstance(request, Undecodable):
+                    refused.append(request.invalid())
+                    return
                 runtime.ack(list(request.ackIds))
         finally:
             queue.put_nowait(None)

@@ -26,13 +26,19 @@ from . import keys
 from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, ResourceNotFound, StreamServerError
 from .subscription import START, Position, StoredBatch
 
-_IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
+MAX_NAME_LENGTH = 255
+MAX_SHARD_COUNT = 1024
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")  # 1..MAX_NAME_LENGTH characters
 EARLIEST, LATEST = 0, 1
 _MAX_READERS = 126  # LMDB's default
 
 
 def check_identifier(kind: str, name: str) -> None:
-    """Raises InvalidArgument unless ``name`` is a valid stream or subscription name."""
+    """Raises InvalidArgument unless ``name`` is a valid stream or subscription name.
+
+    Every call that names a stream or a subscription checks it first: an empty or overlong name would
+    otherwise reach LMDB as an illegal key (MDB_BAD_VALSIZE, an INTERNAL error).
+    """
     if not _IDENTIFIER.fullmatch(name):
         raise InvalidArgument(f"invalid {kind} name {name!r}")
 
@@ -137,8 +143,10 @@ class StreamStore:
             AlreadyExists: the stream exists.
         """
         check_identifier("stream", name)
-        if replication_factor < 1 or shard_count < 1:
-            raise InvalidArgument("replicationFactor and shardCount must be positive")
+        if replication_factor < 1:
+            raise InvalidArgument("replicationFactor must be positive")
+        if not 1 <= shard_count <= MAX_SHARD_COUNT:
+            raise InvalidArgument(f"shardCount must be within 1..{MAX_SHARD_COUNT}, not {shard_count}")
         with self._txn(write=True) as txn:
             if txn.get(name.encode(), db=self._db["streams"]) is not None:
                 raise AlreadyExists(f"stream {name} exists")
@@ -166,7 +174,8 @@ class StreamStore:
         return StreamInfo(name, v["rf"], v["backlog"], tuple(v["shards"]), v["ctime"])
 
     def get_stream(self, name: str) -> StreamInfo:
-        """Raises ResourceNotFound when the stream does not exist."""
+        """Raises ResourceNotFound when the stream does not exist (InvalidArgument for a bad name)."""
+        check_identifier("stream", name)
         with self._txn() as txn:
             info = self._stream(txn, name)
         if info is None:
@@ -187,7 +196,9 @@ class StreamStore:
         Raises:
             ResourceNotFound: no such stream.
             FailedPrecondition: the stream has subscriptions and ``force`` is false.
+            InvalidArgument: not a valid stream name.
         """
+        check_identifier("stream", name)
         with self._txn(write=True) as txn:
             info = self._stream(txn, name)
             if info is None:
@@ -215,6 +226,7 @@ class StreamStore:
 
     def shards(self, stream_name: str) -> list[StoredShard]:
         """The stream's shards in id order (raises ResourceNotFound for a missing stream)."""
+        check_identifier("stream", stream_name)
         with self._txn() as txn:
             info = self._stream(txn, stream_name)
             if info is None:
@@ -252,6 +264,9 @@ class StreamStore:
         results: list[int | StreamServerError] = []
         with self._txn(write=True) as txn:
             for item in items:
+                if not _IDENTIFIER.fullmatch(item.stream_name):
+                    results.append(InvalidArgument(f"invalid stream name {item.stream_name!r}"))
+                    continue
                 if txn.get(item.stream_name.encode(), db=self._db["streams"]) is None:
                     results.append(ResourceNotFound(f"stream {item.stream_name} not found"))
                     continue
@@ -311,6 +326,7 @@ class StreamStore:
             FailedPrecondition: the stream does not exist.
         """
         check_identifier("subscription", info.subscription_id)
+        check_identifier("stream", info.stream_name)
         if info.ack_timeout_seconds < 1 or info.max_unacked_records < 1:
             raise InvalidArgument("ackTimeoutSeconds and maxUnackedRecords must be positive")
         if info.offset not in (EARLIEST, LATEST):
@@ -352,7 +368,8 @@ class StreamStore:
             return self._subscriptions(txn)
 
     def get_subscription(self, subscription_id: str) -> SubscriptionInfo:
-        """Raises ResourceNotFound when the subscription does not exist."""
+        """Raises ResourceNotFound when the subscription does not exist (InvalidArgument for a bad name)."""
+        check_identifier("subscription", subscription_id)
         with self._txn() as txn:
             raw = txn.get(subscription_id.encode(), db=self._db["subs"])
         if raw is None:
@@ -361,7 +378,8 @@ class StreamStore:
         return SubscriptionInfo(subscription_id, v["stream"], v["ack"], v["max"], v["offset"], v["ctime"])
 
     def delete_subscription(self, subscription_id: str) -> None:
-        """Raises ResourceNotFound when the subscription does not exist."""
+        """Raises ResourceNotFound when the subscription does not exist (InvalidArgument for a bad name)."""
+        check_identifier("subscription", subscription_id)
         with self._txn(write=True) as txn:
             if txn.get(subscription_id.encode(), db=self._db["subs"]) is None:
                 raise ResourceNotFound(f"subscription {subscription_id} not found")
