@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import pytest
 
 from diffstore.streams import cli
 from diffstore.streams._proto import hstream_pb2 as pb
@@ -53,3 +54,52 @@ def test_serve_process_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_map_size_takes_human_sizes_and_refuses_others(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_commands(parser.add_subparsers())
+    assert parser.parse_args(["streams", "serve", "--map-size", "64MiB"]).map_size == 64 << 20
+    assert parser.parse_args(["streams", "serve"]).map_size == 1 << 40
+    ingest = parser.parse_args(
+        ["ingest", "--hstream", "hstream://h", "--subscription", "s", "--collection", "c", "--data", "d"]
+        + ["--map-size", "2GiB"]
+    )
+    assert ingest.map_size == 2 << 30
+    done = subprocess.run(
+        [sys.executable, "-m", "diffstore.streams.cli", "streams", "serve", "--data", str(tmp_path)]
+        + ["--map-size", "12 parsecs"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "not a size" in done.stderr
+    too_small = subprocess.run(
+        [sys.executable, "-m", "diffstore.streams.cli", "streams", "serve", "--data", str(tmp_path)]
+        + ["--map-size", "4KiB"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert too_small.returncode == 2
+    assert too_small.stderr.strip().splitlines() == [too_small.stderr.strip()]  # one line, no traceback
+    assert "map_size" in too_small.stderr
+    assert not (tmp_path / "data.mdb").exists()
+
+
+def test_ingest_map_size_reaches_the_embedded_store(tmp_path: Path) -> None:
+    from diffstore.streams.sinks import EngineSink
+
+    sink = EngineSink.open(tmp_path / "store", "c", create=True, map_size=8 << 20)
+    try:
+        assert sink._closer.config.map_size == 8 << 20  # type: ignore[attr-defined]
+    finally:
+        sink.close()
+
+
+def test_ingest_map_size_needs_the_embedded_store() -> None:
+    from diffstore.streams import ingest_cli
+
+    args = argparse.Namespace(map_size=1 << 30, data=None, url="http://127.0.0.1:1", collection="c")
+    with pytest.raises(ValueError, match="--map-size"):
+        ingest_cli._open_sink(args)
