@@ -1,4 +1,4 @@
-"""A full file system, for real: a small tmpfs of its own, filled up while a store writes to it.
+"""A full file system, for real: a small tmpfs of its own, filled while a store or the stream server writes.
 
 Both durability modes. The store runs in a subprocess (``full_disk_worker.py``) so that a SIGBUS — what an
 unsynced store writing through LMDB's memory map used to die of — fails the test instead of killing pytest.
@@ -96,3 +96,55 @@ def test_starting_on_a_full_disk_says_so_in_one_line(small_fs: Path, command: li
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "no space left" in lines[0] and str(small_fs) in lines[0]
+
+
+def test_the_stream_server_refuses_appends_on_a_full_disk_and_recovers(small_fs: Path) -> None:
+    import grpc
+
+    from diffstore.streams._proto import hstream_pb2 as pb
+    from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
+
+    def batch(payload: bytes) -> pb.BatchedRecord:
+        records = pb.BatchHStreamRecords(records=[pb.HStreamRecord(payload=payload)])
+        return pb.BatchedRecord(batchSize=1, payload=records.SerializeToString())
+
+    command = [sys.executable, "-m", "diffstore.cli", "streams", "serve", "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--data", str(small_fs / "data")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # the server prints its address once it serves (or exits)
+        assert "hstream://" in line, process.stderr.read() if process.stderr else line
+        address = line.split("hstream://", 1)[1].split()[0]
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.HStreamApiStub(channel)
+            stub.CreateStream(pb.Stream(streamName="s", replicationFactor=1, shardCount=1), timeout=20)
+            shard = stub.ListShards(pb.ListShardsRequest(streamName="s"), timeout=20).shards[0].shardId
+            stub.Append(pb.AppendRequest(streamName="s", shardId=shard, records=batch(b"first")), timeout=20)
+
+            def tail() -> int:
+                request = pb.GetTailRecordIdRequest(streamName="s", shardId=shard)
+                return int(stub.GetTailRecordId(request, timeout=20).tailRecordId.batchId)
+
+            before = tail()
+            _fill(small_fs / "filler")
+            big = pb.AppendRequest(streamName="s", shardId=shard, records=batch(os.urandom(1 << 20)))
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Append(big, timeout=20)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+            assert tail() == before
+            (small_fs / "filler").unlink()
+            stub.Append(big, timeout=20)
+            assert tail() > before
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.returncode != -signal.SIGBUS
