@@ -1,11 +1,12 @@
 """Engine work under read load: putMany and query pages through the HTTP server while 32 clients send
-point gets, with and without the engine's writer-first reads (``StoreConfig.read_yield_ms``, see
-``diffstore/engine/priority.py``).
+point gets, with the server in one process or several (``diffstore serve --workers N``), and with and
+without the engine's writer-first reads (``StoreConfig.read_yield_ms``, see ``diffstore/engine/priority.py``).
 
-    .venv/bin/python benchmarks/mixed_load.py [--records 300000] [--rounds 3]
+    .venv/bin/python benchmarks/mixed_load.py [--records 300000] [--rounds 3] [--settings 1:50,1:0,2:50]
 
-For each setting (the default ``read_yield_ms`` and 0, which is how the engine behaved before), on a
-fresh server: putMany of N records in 10k batches alone, then again while 32 keep-alive clients send
+Each setting is ``workers:read_yield_ms`` (default: one process with the default ``read_yield_ms``, one
+with 0, which is how the engine behaved before it, and two worker processes). For each, on a fresh server:
+putMany of N records in 10k batches alone, then again while 32 keep-alive clients send
 point gets as fast as they are answered; the gets' rate alone and during that second putMany; and
 reading the first N records whole in query pages of 10k, alone and under the same gets. Printed: each
 rate with its ratio to the same server's rate alone (medians of rounds; the settings alternate).
@@ -37,9 +38,14 @@ import sys
 from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
 from diffstore.server import ServerConfig
-from diffstore.server.serving import serve_store
-with Store.open(sys.argv[1], StoreConfig(read_yield_ms=float(sys.argv[2]))) as store:
-    serve_store(store, ServerConfig(data_dir=sys.argv[1], port=int(sys.argv[3])))
+from diffstore.server.serving import serve, serve_store
+workers, yield_ms = sys.argv[2].split(":")
+config = ServerConfig(data_dir=sys.argv[1], port=int(sys.argv[3]), workers=int(workers))
+if config.workers > 1:  # each worker opens its store with the default StoreConfig
+    serve(config)
+else:
+    with Store.open(sys.argv[1], StoreConfig(read_yield_ms=float(yield_ms))) as store:
+        serve_store(store, config)
 """
 GET = (
     b"POST /collections/g/get HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -104,10 +110,10 @@ def query_all(url: str, collection: str) -> float:
             )
 
 
-def one_round(root: Path, yield_ms: float, records: int, round_: int) -> dict[str, float]:
-    data = root / f"server-{yield_ms:g}-{round_}"
+def one_round(root: Path, setting: str, records: int, round_: int) -> dict[str, float]:
+    data = root / f"server-{setting.replace(':', '-')}-{round_}"
     result: dict[str, float] = {}
-    with child(SERVE, str(data), str(yield_ms)) as url:
+    with child(SERVE, str(data), setting) as url:
         with httpx.Client(base_url=url) as http:
             http.post("/collections/", json={"collectionName": "g", "isManual": False}).raise_for_status()
             item = {"key": {"value": "k"}, "value": {"value": "v"}}
@@ -141,17 +147,18 @@ def main() -> None:
     )
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--settings", default="1:50,1:0,2:50", help="workers:read_yield_ms, comma-separated")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="diffstore-mixed-bench-"))
-    settings = (50.0, 0.0)
-    results: dict[float, list[dict[str, float]]] = {s: [] for s in settings}
+    settings = tuple(args.settings.split(","))
+    results: dict[str, list[dict[str, float]]] = {s: [] for s in settings}
     try:
         for r in range(args.rounds):
             for setting in settings if r % 2 == 0 else settings[::-1]:
                 got = one_round(root, setting, args.records, r)
                 results[setting].append(got)
                 print(
-                    f"round {r}, read_yield_ms={setting:g}: putMany alone {got['put alone']:,.0f} rec/s,"
+                    f"round {r}, workers:yield_ms={setting}: putMany alone {got['put alone']:,.0f} rec/s,"
                     f" under reads {got['put under reads']:,.0f}; gets alone {got['get alone']:,.0f}/s,"
                     f" during the putMany {got['get during put']:,.0f}/s; query pages alone"
                     f" {got['query alone']:,.0f} rec/s, under reads {got['query under reads']:,.0f}",
@@ -162,7 +169,7 @@ def main() -> None:
     for setting in settings:
         med = {k: statistics.median(r[k] for r in results[setting]) for k in results[setting][0]}
         print(
-            f"read_yield_ms={setting:g} (median of {args.rounds}): putMany under {CLIENTS} reading clients"
+            f"workers:yield_ms={setting} (median of {args.rounds}): putMany under {CLIENTS} reading clients"
             f" {med['put under reads']:,.0f} rec/s, ratio {med['put under reads'] / med['put alone']:.2f} to"
             f" alone ({med['put alone']:,.0f}); gets during it {med['get during put']:,.0f}/s, ratio"
             f" {med['get during put'] / med['get alone']:.2f} to alone ({med['get alone']:,.0f}); query pages"

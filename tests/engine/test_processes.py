@@ -192,3 +192,15 @@ def test_a_failing_automatic_commit_is_retried_and_reported(
         assert bad.get(b"k").value == b"v"  # type: ignore[union-attr]
         health = store.health()
         assert health.ok and health.auto_commit_failures == 2
+
+
+def test_a_registration_left_by_a_dead_process_is_removed_by_the_next_commit(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path, StoreConfig(background=False)) as store:
+        coll = store.create_collection("m", manual=True)
+        (path / "wake").mkdir()
+        stale = path / "wake" / "0123456789abcdef0123456789abcdef"  # no socket of that name exists
+        stale.touch()
+        coll.start_generation(b"1")
+        coll.commit_generation(b"1")
+        assert not stale.exists()
