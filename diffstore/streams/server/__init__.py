@@ -3,7 +3,8 @@ its own LMDB environment.
 
 Modules: ``config`` (:class:`StreamServerConfig`), ``keys`` (LMDB key layout),
 ``store`` (LMDB), ``subscription`` (the pure delivery state machine), ``runtime`` (a subscription's live
-loop), ``codec`` (batch re-encoding for partial resends), ``servicer`` (the RPCs), ``app`` (running it).
+loop), ``codec`` (checking appended batches, re-encoding for partial resends), ``errors`` (the one mapping
+of errors to gRPC statuses), ``servicer`` (the RPCs), ``app`` (running it).
 """
 
 from __future__ import annotations

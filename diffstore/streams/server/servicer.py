@@ -206,7 +206,11 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
         batch = request.records
         # every batch is decoded and counted: a batchSize above what the payload holds would otherwise
         # build (and store) one RecordId per declared record
-        codec.check_batch(batch, self._config.max_batch_records, self._config.max_batch_bytes)
+        limits = (self._config.max_batch_records, self._config.max_batch_bytes)
+        if batch.compressionType == codec.NONE:
+            codec.check_batch(batch, *limits)
+        else:  # inflating may take up to max_batch_bytes of work: off the event loop (zlib/zstd free the GIL)
+            await asyncio.to_thread(codec.check_batch, batch, *limits)
         if not batch.HasField("publishTime"):
             batch.publishTime.FromMilliseconds(_now_ms())
         item = AppendItem(request.streamName, request.shardId, batch.batchSize, batch.SerializeToString())
