@@ -16,20 +16,21 @@ from diffstore.client import Client
 # Bulk pages of 10,000 items on a loaded 2-core machine can take seconds: be generous.
 TIMEOUT_S = 120.0
 
-_clients: dict[tuple[str, str], Client] = {}
+_clients: dict[tuple[str, str, str | None], Client] = {}
 _lock = threading.Lock()
 
 
-def shared_client(url: str, codec: str) -> Client:
-    """The process's client of ``url`` speaking ``codec`` (``msgpack`` or ``json``)."""
-    key = (url, codec)
+def shared_client(url: str, codec: str, token: str | None = None) -> Client:
+    """The process's client of ``url`` speaking ``codec`` (``msgpack`` or ``json``), sending ``token``
+    as a bearer token when given."""
+    key = (url, codec, token)
     with _lock:
         client = _clients.get(key)
         if client is None:
-            client = _clients[key] = new_client(url, codec)
+            client = _clients[key] = new_client(url, codec, token)
         return client
 
 
-def new_client(url: str, codec: str) -> Client:
+def new_client(url: str, codec: str, token: str | None = None) -> Client:
     """A private client (the caller closes it)."""
-    return Client(url, format="json" if codec == "json" else "msgpack", timeout_s=TIMEOUT_S)
+    return Client(url, token=token, format="json" if codec == "json" else "msgpack", timeout_s=TIMEOUT_S)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -29,6 +30,11 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("--watch", action="store_true", help="keep running and follow the sources")
     parser.add_argument("--partitions", type=int, default=4, help="Spark partitions per diff read")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("DIFFSTORE_TOKEN"),
+        help="bearer token of a token-protected server (default: $DIFFSTORE_TOKEN)",
+    )
     parser.set_defaults(func=run_transform)
 
 
@@ -88,7 +94,14 @@ def run_transform(args: argparse.Namespace) -> int:
     with console.status("starting Spark"):
         spark = local_session("diffstore-transform", cores=cores)
     transform = Transform(
-        spark, args.url, args.target, sources, fn, partitions=args.partitions, on_event=on_event
+        spark,
+        args.url,
+        args.target,
+        sources,
+        fn,
+        partitions=args.partitions,
+        on_event=on_event,
+        token=getattr(args, "token", None),
     )
     try:
         transform.run(watch=args.watch)

@@ -63,13 +63,13 @@ def sorted_chunks(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[list
 
 
 def lookup_partition(
-    url: str, codec: str, collection: str, generation_id: bytes
+    url: str, codec: str, collection: str, generation_id: bytes, token: str | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of ``lookup``: sorted keys in, ``(key, value)`` at the generation out
     (``value`` null for a key absent there)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        handle = shared_client(url, codec).collection(collection)
+        handle = shared_client(url, codec, token).collection(collection)
 
         def results() -> Iterator[pa.RecordBatch]:
             for chunk in sorted_chunks(batches, CHUNK):

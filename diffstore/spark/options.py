@@ -3,14 +3,19 @@
 Spark hands options over as a case-insensitive ``str → str`` mapping. Generation ids are bytes, so every
 generation option is read as UTF-8 text unless ``generationIdEncoding`` is ``base64`` (the transform runner
 always passes base64 so that any generation id survives the trip).
+
+Every mode (batch read, batch write, stream read, stream write) has its list of options; an option that
+is not on the mode's list is an error naming the valid ones, so that a misspelling (``fromReadr``) cannot
+silently change what is read.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +24,55 @@ from diffstore.errors import InvalidRequest
 DEFAULT_PARTITIONS = 4
 DEFAULT_PAGE_LIMIT = 10_000
 DEFAULT_BATCH_ROWS = 5_000
+
+
+_CONNECTION_OPTIONS = ("url", "collection", "codec", "token")
+READ_OPTIONS = frozenset(
+    (
+        *_CONNECTION_OPTIONS,
+        "generationIdEncoding",
+        "generationId",
+        "fromGenerationId",
+        "fromReader",
+        "fromReaderCollection",
+        "toGenerationId",
+        "partitions",
+        "pageLimit",
+        "splitKeys",
+    )
+)
+WRITE_OPTIONS = frozenset(
+    (
+        *_CONNECTION_OPTIONS,
+        "generationIdEncoding",
+        "generationId",
+        "commit",
+        "abortOnFailure",
+        "updateReaders",
+        "batchRows",
+    )
+)
+STREAM_READ_OPTIONS = frozenset(
+    (*_CONNECTION_OPTIONS, "startingGeneration", "generationIdEncoding", "readerName", "pageLimit")
+)
+STREAM_WRITE_OPTIONS = frozenset((*_CONNECTION_OPTIONS, "batchRows", "readerName"))
+# Options Spark itself adds to what the user gave (a streaming query's checkpoint; load(path)'s path).
+_SPARK_OPTIONS = frozenset(("checkpointlocation", "path"))
+
+
+def check_known(options: Mapping[str, str], valid: Iterable[str], mode: str) -> None:
+    """Raises ``InvalidRequest`` naming every option of ``options`` that is not in ``valid`` (compared
+    case-insensitively, as Spark does) and listing the valid ones."""
+    names = {name.lower(): name for name in valid}
+    unknown = sorted(key for key in options if key.lower() not in names and key.lower() not in _SPARK_OPTIONS)
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key.lower(), list(names), n=1, cutoff=0.75)
+        hints.append(f"{key!r} (did you mean {names[close[0]]!r}?)" if close else repr(key))
+    valid_list = ", ".join(sorted(names.values()))
+    raise InvalidRequest(f"unknown diffstore {mode} option {', '.join(hints)}; valid options: {valid_list}")
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -58,9 +112,12 @@ def encode_generation(value: bytes | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Connection:
+    """Where the data source talks to: server, collection, wire codec and bearer token (if any)."""
+
     url: str
     collection: str
     codec: str
+    token: str | None = None
 
 
 def _connection(options: Mapping[str, str]) -> Connection:
@@ -70,7 +127,7 @@ def _connection(options: Mapping[str, str]) -> Connection:
     codec = _get(options, "codec") or "msgpack"
     if codec not in ("msgpack", "json"):
         raise InvalidRequest(f"option codec must be msgpack or json, got {codec!r}")
-    return Connection(url, collection, codec)
+    return Connection(url, collection, codec, _get(options, "token") or None)
 
 
 def _generation(options: Mapping[str, str], name: str) -> bytes | None:
@@ -109,6 +166,7 @@ class SparkReadOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SparkReadOptions:
         """Validates the reading options (raises ``InvalidRequest``)."""
+        check_known(options, READ_OPTIONS, "read")
         parsed = cls(
             connection=_connection(options),
             generation_id=_generation(options, "generationId"),
@@ -147,6 +205,7 @@ class SparkWriteOptions:
         ``updateReaders`` is a JSON list of ``{"readerName", "generationId", "expectedGenerationId"?}``
         whose generation ids are strings in ``generationIdEncoding`` (or null).
         """
+        check_known(options, WRITE_OPTIONS, "write")
         generation_id = _generation(options, "generationId")
         if generation_id is None:
             raise InvalidRequest("writing needs the option generationId (an open generation)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,24 +28,17 @@ def prepare_worker_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([package_root, *paths])
 
 
-def local_session(app_name: str = "diffstore", cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
-    """Builds (or returns the existing) local SparkSession with the ``diffstore`` format registered.
+def local_builder(app_name: str = "diffstore", cores: int = 2, shuffle_partitions: int = 2) -> Any:
+    """A ``SparkSession.builder`` with the settings above (nothing registered: a plain session).
 
-    Args:
-        app_name: the Spark application name.
-        cores: the N of ``local[N]``.
-        shuffle_partitions: ``spark.sql.shuffle.partitions``.
-
-    Returns:
-        The session; the caller stops it.
+    Also sets ``spark.sql.execution.pyspark.udf.hideTraceback.enabled``, so that an error raised by the
+    data source reaches the caller as its one-line message instead of a Python traceback.
     """
     prepare_worker_environment()
     from pyspark.sql import SparkSession
 
-    from diffstore.spark.source import register
-
     java_options = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-    spark = (
+    return (
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -57,9 +50,25 @@ def local_session(app_name: str = "diffstore", cores: int = 2, shuffle_partition
         .config("spark.driver.memory", "1g")
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
         .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
     )
+
+
+def local_session(app_name: str = "diffstore", cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
+    """Builds (or returns the existing) local SparkSession with the ``diffstore`` format registered.
+
+    Args:
+        app_name: the Spark application name.
+        cores: the N of ``local[N]``.
+        shuffle_partitions: ``spark.sql.shuffle.partitions``.
+
+    Returns:
+        The session; the caller stops it.
+    """
+    from diffstore.spark.source import register
+
+    spark = local_builder(app_name, cores, shuffle_partitions).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

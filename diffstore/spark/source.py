@@ -20,6 +20,7 @@ generation simply overwrites it.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -183,7 +186,7 @@ class DiffstoreReader(DataSourceReader):
     def __init__(self, options: SparkReadOptions) -> None:
         self.options = options
         connection = options.connection
-        with new_client(connection.url, connection.codec) as client:
+        with new_client(connection.url, connection.codec, connection.token) as client:
             self.pinned = pin(client, options)
             if options.split_keys is not None:
                 self.ranges = ranges_of(list(options.split_keys))
@@ -199,7 +202,9 @@ class DiffstoreReader(DataSourceReader):
         part = partition if isinstance(partition, KeyRange) else KeyRange(None, None)
         connection = self.options.connection
         limit = self.options.page_limit
-        collection = shared_client(connection.url, connection.codec).collection(connection.collection)
+        collection = shared_client(connection.url, connection.codec, connection.token).collection(
+            connection.collection
+        )
         if self.pinned.is_diff:
             pages = read_diff(collection, self.pinned, part, limit)
         else:
@@ -257,14 +262,16 @@ class DiffstoreWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenBatch:
         connection, options = self.options.connection, self.options
-        collection = shared_client(connection.url, connection.codec).collection(connection.collection)
+        collection = shared_client(connection.url, connection.codec, connection.token).collection(
+            connection.collection
+        )
         return put_batches(collection, options.generation_id, options.batch_rows, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if not self.options.commit:
             return
         connection = self.options.connection
-        with new_client(connection.url, connection.codec) as client:
+        with new_client(connection.url, connection.codec, connection.token) as client:
             client.collection(connection.collection).commit_generation(
                 self.options.generation_id, reader_updates(self.options.update_readers)
             )
@@ -273,7 +280,7 @@ class DiffstoreWriter(DataSourceArrowWriter):
         if not self.options.abort_on_failure:
             return
         connection = self.options.connection
-        with new_client(connection.url, connection.codec) as client:
+        with new_client(connection.url, connection.codec, connection.token) as client:
             try:
                 client.collection(connection.collection).abort_generation(self.options.generation_id)
             except GenerationMismatch:
@@ -288,12 +295,21 @@ class DiffstoreDataSource(DataSource):
         self.options = dict(options)
         self.read_options: SparkReadOptions | None = None
         self.write_options: SparkWriteOptions | None = None
+        # Drawn when the source is resolved; the sink's tasks of one run share it (see spark.streaming).
+        self.run_tag = os.urandom(8)
 
     @classmethod
     def name(cls) -> str:
         return "diffstore"
 
     def schema(self) -> StructType:
+        # Spark asks for the schema before telling a stream read from a batch read: a stream read is
+        # recognised by its stream-only option startingGeneration.
+        if any(key.lower() == "startinggeneration" for key in self.options):
+            from diffstore.spark.streaming import STREAM_SCHEMA, SparkStreamReadOptions
+
+            SparkStreamReadOptions.parse(self.options)  # bad options fail load(), not the query's start
+            return STREAM_SCHEMA
         return DIFF_SCHEMA if SparkReadOptions.parse(self.options).is_diff else SNAPSHOT_SCHEMA
 
     def reader(self, schema: StructType) -> DiffstoreReader:
@@ -305,7 +321,33 @@ class DiffstoreDataSource(DataSource):
         names = {field.name: field.dataType for field in schema.fields}
         if not isinstance(names.get("key"), BinaryType) or not isinstance(names.get("value"), BinaryType):
             raise InvalidRequest(f"writing needs binary columns key and value, got {schema.simpleString()}")
-        return DiffstoreWriter(SparkWriteOptions.parse(self.options))
+        options = SparkWriteOptions.parse(self.options)
+        connection = options.connection
+        # Checked here, on the driver, so that a wrong generation fails as one line before any task runs.
+        with new_client(connection.url, connection.codec, connection.token) as client:
+            state = client.collection(connection.collection).state()
+        if state.next_generation_id != options.generation_id:
+            raise GenerationMismatch(
+                f"generation {options.generation_id!r} is not open in {connection.collection!r} "
+                f"(open: {state.next_generation_id!r})"
+            )
+        return DiffstoreWriter(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from diffstore.spark.streaming import STREAM_SCHEMA, DiffstoreStreamReader, SparkStreamReadOptions
+
+        if schema != STREAM_SCHEMA:
+            raise InvalidRequest(
+                "a diffstore stream read needs the option startingGeneration (earliest, latest or an id)"
+            )
+        return DiffstoreStreamReader(SparkStreamReadOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from diffstore.spark.streaming import stream_writer
+
+        if overwrite:
+            raise InvalidRequest("the diffstore sink appends (outputMode append or update)")
+        return stream_writer(self.options, schema, self.run_tag)
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -38,7 +38,7 @@ from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
 from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
 from diffstore.spark.plan import RoundPlan, SourceRange, next_generation, plan_sources, reader_name
-from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates
+from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates, register
 
 TARGET = "@target"
 """Pass as ``lookup``'s first argument to read the target's values as they were before this round."""
@@ -91,6 +91,9 @@ class Transform:
         splits_max_age_s: how long a source's key ranges (``/splits``, a scan of the whole
             collection on the server) are reused by later rounds; they only balance the work, any
             cut points give the same result. 0 asks the server every round.
+        token: bearer token of a token-protected server (driver and executors send it).
+
+    Any session works: the ``diffstore`` format is registered with ``spark`` here.
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class Transform:
         on_event: EventHook | None = None,
         materialize_diffs: bool = True,
         splits_max_age_s: float = 600.0,
+        token: str | None = None,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -126,7 +130,9 @@ class Transform:
         self.materialize_diffs = materialize_diffs
         self.splits_max_age_s = splits_max_age_s
         self._splits: dict[str, tuple[float, list[bytes]]] = {}
-        self._client = new_client(url, codec)
+        self.token = token
+        self._client = new_client(url, codec, token)
+        register(spark)
         self._handles: dict[str, Collection] = {}
 
     def close(self) -> None:
@@ -212,6 +218,8 @@ class Transform:
             .option("toGenerationId", encode_generation(source.to_generation_id))
             .option("partitions", str(self.partitions))
         )
+        if self.token is not None:
+            reader = reader.option("token", self.token)
         if cuts is not None:
             reader = reader.option("splitKeys", encode_split_keys(cuts))
         return reader.load()
@@ -229,7 +237,7 @@ class Transform:
             # a task's sorted keys are then dense in its range and each record is read once.
             ranged = by_key_range(keys.select("key"), "key", cuts).sortWithinPartitions("key")
             return ranged.mapInArrow(
-                lookup_partition(self.url, self.codec, collection, generation), LOOKUP_SCHEMA
+                lookup_partition(self.url, self.codec, collection, generation, self.token), LOOKUP_SCHEMA
             )
 
         return lookup
@@ -265,7 +273,7 @@ class Transform:
         written = Observation(f"diffstore_written_{tag}")
         result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
         result = result.observe(written, F.count(F.lit(1)).alias("rows"))
-        (
+        writer = (
             result.write.format("diffstore")
             .mode("append")
             .option("url", self.url)
@@ -275,8 +283,10 @@ class Transform:
             .option("generationId", encode_generation(plan.generation_id))
             .option("commit", "false")  # the runner commits, so that a lost compare-and-set is seen typed
             .option("abortOnFailure", "false")
-            .save()
         )
+        if self.token is not None:
+            writer = writer.option("token", self.token)
+        writer.save()
         empty = {s.alias for s in plan.sources if s.empty}
         rows_read = {alias: 0 if alias in empty else _observed(obs) for alias, obs in observations.items()}
         return rows_read, _observed(written)

@@ -8,6 +8,7 @@ names (:func:`names`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import socket
 import threading
@@ -21,11 +22,17 @@ import uvicorn
 
 from diffstore import Store
 from diffstore.server import ServerConfig, create_app
-from diffstore.spark.session import local_session
+from diffstore.spark.session import local_builder
 
 # pyspark is an optional extra: without it only the Spark-free tests of this directory run
 if importlib.util.find_spec("pyspark") is None:
-    collect_ignore_glob = ["test_spark_ranges.py", "test_spark_source.py", "test_spark_transform.py"]
+    collect_ignore_glob = [
+        "test_spark_ranges.py",
+        "test_spark_session.py",
+        "test_spark_source.py",
+        "test_spark_streaming.py",
+        "test_spark_transform.py",
+    ]
 
 STARTUP_DEADLINE_S = 30.0
 
@@ -43,11 +50,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
         yield opened
 
 
-@pytest.fixture(scope="session")
-def server_url(store: Store) -> Iterator[str]:
+@contextlib.contextmanager
+def _serve(store: Store, token: str | None = None) -> Iterator[str]:
     port = _free_port()
     config = uvicorn.Config(
-        create_app(store, ServerConfig(port=port)), host="127.0.0.1", port=port, log_level="warning"
+        create_app(store, ServerConfig(port=port, token=token)),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="diffstore-test-server", daemon=True)
@@ -63,8 +73,27 @@ def server_url(store: Store) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def server_url(store: Store) -> Iterator[str]:
+    with _serve(store) as url:
+        yield url
+
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(scope="session")
+def token_server_url(store: Store) -> Iterator[str]:
+    """The same store served by a second server that requires ``Authorization: Bearer`` :data:`TOKEN`."""
+    with _serve(store, TOKEN) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
-    session = local_session("diffstore-tests")
+    """A plain ``SparkSession.builder`` session: nothing registers the ``diffstore`` format in it, so every
+    test also checks that the format is found by itself (``pyspark_diffstore``) or registered on use."""
+    session = local_builder("diffstore-tests").getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 

@@ -69,6 +69,18 @@ def test_read_options() -> None:
             SparkReadOptions.parse(bad)
 
 
+def test_unknown_options_are_refused_with_the_valid_ones() -> None:
+    base = {"url": "u", "collection": "A"}
+    with pytest.raises(
+        InvalidRequest, match=r"unknown diffstore read option 'fromreadr' \(did you mean 'fromReader'\?\)"
+    ):
+        ReadOptions.parse(base | {"fromreadr": "r"})
+    with pytest.raises(InvalidRequest, match="valid options: .*batchRows.*updateReaders"):
+        WriteOptions.parse(base | {"generationId": "g", "bogus": "1"})
+    # Spark's own options and any spelling case pass
+    assert ReadOptions.parse(base | {"PATH": "x", "token": "t"}).connection.token == "t"
+
+
 def test_split_keys_option() -> None:
     base = {"url": "u", "collection": "A"}
     assert SparkReadOptions.parse(base).split_keys is None
