@@ -74,11 +74,11 @@ def test_unknown_options_are_refused_with_the_valid_ones() -> None:
     with pytest.raises(
         InvalidRequest, match=r"unknown diffstore read option 'fromreadr' \(did you mean 'fromReader'\?\)"
     ):
-        ReadOptions.parse(base | {"fromreadr": "r"})
+        SparkReadOptions.parse(base | {"fromreadr": "r"})
     with pytest.raises(InvalidRequest, match="valid options: .*batchRows.*updateReaders"):
-        WriteOptions.parse(base | {"generationId": "g", "bogus": "1"})
+        SparkWriteOptions.parse(base | {"generationId": "g", "bogus": "1"})
     # Spark's own options and any spelling case pass
-    assert ReadOptions.parse(base | {"PATH": "x", "token": "t"}).connection.token == "t"
+    assert SparkReadOptions.parse(base | {"PATH": "x", "token": "t"}).connection.token == "t"
 
 
 def test_split_keys_option() -> None:
