@@ -30,10 +30,16 @@ from diffstore.errors import StorageError, StorageFull
 
 # An EIO from a write on a file system with less free space than this is a full disk (see above).
 FULL_DISK_FREE_BYTES = 1 << 20
-# LMDB's lock file holds a 192-byte header and one 64-byte slot per reader; round up generously
-# (LMDB adopts a larger existing lock file as it is).
-_LOCK_HEADER_BYTES = 4096
+# LMDB's lock file is a 192-byte header (MDB_txninfo) plus one cache-line (64-byte) slot per reader beyond
+# the first (LMDB 0.9 on 64-bit). The file is given exactly that size, so that it never differs from what
+# LMDB would make it: a process that opened it earlier derives its reader count from the size it saw.
+_LOCK_HEADER_BYTES = 192
 _READER_SLOT_BYTES = 64
+
+
+def lock_file_bytes(max_readers: int) -> int:
+    """The size LMDB gives ``lock.mdb`` for ``max_readers`` readers."""
+    return _LOCK_HEADER_BYTES + (max_readers - 1) * _READER_SLOT_BYTES
 
 
 def preallocate_lock_file(path: Path, max_readers: int) -> None:
@@ -45,7 +51,8 @@ def preallocate_lock_file(path: Path, max_readers: int) -> None:
     """
     fd = os.open(path / "lock.mdb", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        os.posix_fallocate(fd, 0, _LOCK_HEADER_BYTES + max_readers * _READER_SLOT_BYTES)
+        # an existing lock file keeps its size (LMDB adopts it as it is); only its holes get blocks
+        os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, lock_file_bytes(max_readers)))
     except OSError as exc:
         if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
             raise

@@ -85,3 +85,20 @@ def test_sizes_parse(text: str, size: int) -> None:
 def test_bad_sizes_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_size(text)
+
+
+@pytest.mark.parametrize("max_readers", [126, 2048])
+def test_the_preallocated_lock_file_has_the_size_lmdb_gives_it(tmp_path: Path, max_readers: int) -> None:
+    import lmdb
+
+    from diffstore.engine.storage import open_environment
+
+    plain = lmdb.open(str(tmp_path / "plain"), max_readers=max_readers)
+    ours = open_environment(tmp_path / "ours", map_size=MAP, sync=True, max_dbs=1, max_readers=max_readers)
+    try:
+        size = (tmp_path / "plain" / "lock.mdb").stat().st_size
+        assert (tmp_path / "ours" / "lock.mdb").stat().st_size == size
+        assert (tmp_path / "ours" / "lock.mdb").stat().st_blocks * 512 >= size  # no holes: real blocks
+    finally:
+        plain.close()
+        ours.close()
