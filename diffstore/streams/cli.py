@@ -31,6 +31,8 @@ def _serve_command(args: argparse.Namespace) -> int:
             assignment_interval=args.assignment_interval,
             ack_timeout_unit=args.ack_timeout_unit,
             map_size=args.map_size,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
         )
     except ValueError as exc:
         print(f"diffstore streams serve: {exc}", file=sys.stderr)
@@ -60,6 +62,8 @@ def _add_serve(commands: Subparsers) -> None:
         "--ack-timeout-unit", type=float, default=1.0, help="seconds per unit of ackTimeoutSeconds (tests)"
     )
     serve.add_argument("--map-size", type=size_argument, default=1 << 40, help=MAP_SIZE_HELP)
+    serve.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate: serve TLS (hstreams://)")
+    serve.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
     serve.set_defaults(func=_serve_command)
 
 

@@ -90,7 +90,8 @@ class StreamServer:
 
     @property
     def url(self) -> str:
-        return f"hstream://{self.address}"
+        scheme = "hstreams" if self.config.tls_cert is not None else "hstream"
+        return f"{scheme}://{self.address}"
 
     async def start(self) -> None:
         """Opens the store, binds the port and starts serving.
@@ -102,9 +103,14 @@ class StreamServer:
         self._servicer = HStreamServicer(self._store, self.config)
         self._server = grpc.aio.server(options=_OPTIONS)
         register(self._servicer, self._server)
+        bind = f"{self.config.host}:{self.config.port}"
         try:
-            self.port = self._server.add_insecure_port(f"{self.config.host}:{self.config.port}")
-        except RuntimeError as exc:
+            credentials = self._tls_credentials()
+            if credentials is None:
+                self.port = self._server.add_insecure_port(bind)
+            else:
+                self.port = self._server.add_secure_port(bind, credentials)
+        except (RuntimeError, OSError) as exc:
             self._store.close()
             raise OSError(f"cannot bind {self.config.host}:{self.config.port}: {exc}") from exc
         if self.port == 0:
@@ -113,6 +119,14 @@ class StreamServer:
         self._servicer.advertise(self.config.public_host, self.port)
         await self._server.start()
         logger.info("hstream-compatible server on %s (data %s)", self.address, self.config.data_dir)
+
+    def _tls_credentials(self) -> grpc.ServerCredentials | None:
+        """Server credentials from the configured PEM files (``None``: plain gRPC)."""
+        if self.config.tls_cert is None or self.config.tls_key is None:
+            return None
+        return grpc.ssl_server_credentials(
+            [(self.config.tls_key.read_bytes(), self.config.tls_cert.read_bytes())]
+        )
 
     async def stop(self, grace: float | None = None) -> None:
         """Stops serving, ends every subscription loop and closes the store."""

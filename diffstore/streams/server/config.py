@@ -34,6 +34,8 @@ class StreamServerConfig:
         max_batch_records: the largest ``batchSize`` an Append may declare.
         max_batch_bytes: the largest payload of an Append once decompressed (decompression stops past it,
             so a zip bomb costs no more than this).
+        tls_cert, tls_key: PEM certificate (chain) and private key; when given the server speaks TLS only
+            (clients dial ``hstreams://``). Both or neither.
     """
 
     data_dir: Path
@@ -49,6 +51,8 @@ class StreamServerConfig:
     max_batch_records: int = 1_000_000
     max_batch_bytes: int = 64 << 20
     server_version: str = field(default="0.1.0-diffstore")
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -63,6 +67,14 @@ class StreamServerConfig:
             raise ValueError("max_batch_records and max_batch_bytes must be at least 1")
         if self.max_batches_per_poll < 1:
             raise ValueError("max_batches_per_poll must be at least 1")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both a certificate and its key (--tls-cert and --tls-key)")
+        for name in ("tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path is not None:
+                object.__setattr__(self, name, Path(path))
+                if not Path(path).is_file():
+                    raise ValueError(f"{name.replace('_', '-')} {path} is not a readable file")
 
     @property
     def public_host(self) -> str:
