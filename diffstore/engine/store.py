@@ -168,9 +168,13 @@ class Store:
             self._worker.join()
         self._wakeup.close()
         with self._write_lock:
-            if not self.config.sync:
-                self.env.sync(True)
-            self.env.close()
+            try:
+                if not self.config.sync:
+                    self.env.sync(True)
+            except lmdb.Error as exc:  # the environment is closed all the same
+                raise self._storage_error(exc, "flushing the store at close failed") from exc
+            finally:
+                self.env.close()
 
     # --- transactions ---------------------------------------------------------------------------
 
