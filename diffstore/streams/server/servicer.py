@@ -31,6 +31,7 @@ from .store import MAX_NAME_LENGTH, AppendItem, StreamInfo, StreamStore, Subscri
 from .subscription import SubscriptionState
 
 PROTOCOL_VERSION = "0.1.0"
+_INLINE_CHECK_BYTES = 1 << 20  # larger or compressed batches are checked on a worker thread
 R = TypeVar("R")
 Handler = Callable[..., Awaitable[R]]
 
@@ -207,7 +208,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
         # every batch is decoded and counted: a batchSize above what the payload holds would otherwise
         # build (and store) one RecordId per declared record
         limits = (self._config.max_batch_records, self._config.max_batch_bytes)
-        if batch.compressionType == codec.NONE:
+        if batch.compressionType == codec.NONE and len(batch.payload) <= _INLINE_CHECK_BYTES:
             codec.check_batch(batch, *limits)
         else:  # inflating may take up to max_batch_bytes of work: off the event loop (zlib/zstd free the GIL)
             await asyncio.to_thread(codec.check_batch, batch, *limits)
