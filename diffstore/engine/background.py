@@ -150,7 +150,8 @@ def _gc_collection(store: Store, name: str) -> bool:
             raw_position = txn.get(position_key, db=tables.due)
             position = layout.read_gc_position(raw_position) if raw_position else None
             start_form = position[1] if position is not None and position[0] == seq else b""
-            last_form = _collect_run(txn, tables, meta, seq, horizon_seq, batch, start_form)
+            last_form, removed = _collect_run(txn, tables, meta, seq, horizon_seq, batch, start_form)
+            scope.gc_versions_removed += removed
             if last_form is None:
                 txn.delete(position_key, db=tables.due)
                 save_meta(txn, tables, meta.with_(gc_done_seq=seq))
@@ -180,17 +181,18 @@ def _collect_run(
     horizon_seq: int,
     batch: int,
     start_form: bytes,
-) -> bytes | None:
+) -> tuple[bytes | None, int]:
     """Removes superseded versions of up to ``batch`` keys written in generation ``seq``.
 
     Returns the last key form handled when the run goes on (the next step resumes after it), None when
-    the run is done. Idempotent, so a crash only repeats work.
+    the run is done; and how many versions it removed. Idempotent, so a crash only repeats work.
     """
     prefix = meta.cid_prefix
     run = layout.change_prefix(prefix, seq)
     changes = txn.cursor(db=tables.changes)
     records = txn.cursor(db=tables.records)
     forms: list[bytes] = []
+    removed = 0
     if changes.set_range(run + start_form):
         for key in changes.iternext(values=False):
             if not key.startswith(run):
@@ -218,7 +220,8 @@ def _collect_run(
         for old in stale:
             txn.delete(layout.record_key(prefix, form, old), db=tables.records)
             txn.delete(layout.change_key(prefix, old, form), db=tables.changes)
-    return forms[-1] if len(forms) >= batch else None
+        removed += len(stale)
+    return (forms[-1] if len(forms) >= batch else None), removed
 
 
 def _purge_expired_phantoms(store: Store) -> bool:
@@ -232,7 +235,9 @@ def _purge_expired_phantoms(store: Store) -> bool:
         for ttl_key in expired[:16]:
             if scope.txn.get(ttl_key, db=tables.phantom_ttl) is None:
                 continue  # another process purged it meanwhile
-            _delete_prefix(scope.txn, tables.phantoms, ttl_key, store.config.gc_batch)
+            scope.phantom_records_purged += _delete_prefix(
+                scope.txn, tables.phantoms, ttl_key, store.config.gc_batch
+            )
             if not _has_prefix(scope.txn, tables.phantoms, ttl_key):
                 scope.txn.delete(ttl_key, db=tables.phantom_ttl)
     return True

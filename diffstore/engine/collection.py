@@ -136,6 +136,8 @@ class Collection:
                 scope.threshold_commits.append(self.name)
             if first_write:
                 scope.first_writes.append(self.name)
+            if result.records:
+                scope.records_written[self.name] = scope.records_written.get(self.name, 0) + result.records
         return result
 
     def put(

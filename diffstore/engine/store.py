@@ -35,6 +35,7 @@ import msgpack
 
 from diffstore.engine import background, layout, storage
 from diffstore.engine.collection import Collection
+from diffstore.engine.events import WriteEvent, WriteListener
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.priority import WriterFirst
 from diffstore.engine.tables import (
@@ -101,6 +102,10 @@ class WriteScope:
     # due) or was committed at its threshold (the due commit is no more): applied to ``due`` in the txn
     first_writes: list[str] = field(default_factory=list)
     threshold_commits: list[str] = field(default_factory=list)
+    # counted for write listeners (see engine/events.py)
+    records_written: dict[str, int] = field(default_factory=dict)
+    gc_versions_removed: int = 0
+    phantom_records_purged: int = 0
 
 
 class Store:
@@ -129,6 +134,7 @@ class Store:
         self._writer_first = WriterFirst(self.config.read_yield_ms)
         self._page_lock = threading.RLock()  # pages are built one at a time (see engine/priority.py)
         self._listeners: list[CommitListener] = []
+        self._write_listeners: list[WriteListener] = []
         self._listeners_lock = threading.Lock()
         self._closed = False
         self.flushes = 0  # how many times the worker flushed an unsynced store (sync=False)
@@ -226,6 +232,8 @@ class Store:
             self._wakeup.notify(scope.commits)
             for name, generation_id in scope.commits:
                 self._announce(name, generation_id)
+        if self._write_listeners:
+            self._tell_writers(scope)
 
     def _schedule(self, scope: WriteScope) -> float | None:
         """Writes the due rows of the scope's automatic commits; the monotonic due time of the first."""
@@ -257,6 +265,32 @@ class Store:
                 # A listener's failure must neither hide the commit from the others nor stop the
                 # thread that committed (the background worker commits non-manual collections).
                 _log.exception("commit listener %r failed for %s", listener, name)
+
+    def _tell_writers(self, scope: WriteScope) -> None:
+        event = WriteEvent(
+            tuple(scope.commits),
+            scope.records_written,
+            scope.gc_versions_removed,
+            scope.phantom_records_purged,
+        )
+        with self._listeners_lock:
+            listeners = list(self._write_listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                _log.exception("write listener %r failed", listener)
+
+    def add_write_listener(self, listener: WriteListener) -> Callable[[], None]:
+        """Calls ``listener(WriteEvent)`` after every write transaction; returns a remover."""
+        with self._listeners_lock:
+            self._write_listeners.append(listener)
+
+        def remove() -> None:
+            with self._listeners_lock, contextlib.suppress(ValueError):
+                self._write_listeners.remove(listener)
+
+        return remove
 
     def add_commit_listener(self, listener: CommitListener) -> Callable[[], None]:
         """Calls ``listener(collection_name, generation_id)`` after every commit; returns a remover."""

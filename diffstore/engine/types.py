@@ -150,6 +150,7 @@ class PutResult:
     generation_id: bytes
     was_put: bool = True
     skipped: bool = False
+    records: int = field(default=0, compare=False)  # records written into the generation (for metrics)
 
 
 @dataclass(frozen=True, slots=True)

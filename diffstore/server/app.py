@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
+from diffstore.server import console, docs, metrics
 from diffstore.server.auth import BearerAuth
 from diffstore.server.config import ServerConfig
 from diffstore.server.errors import install_error_handlers
@@ -47,15 +48,18 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     """
     config = config or ServerConfig()
     hub = CommitHub()
+    server_metrics = metrics.ServerMetrics(store, hub)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # reads on the event loop (the fast lane's point reads) never wait for a writer thread
         store.never_wait_for_writers_here()
         hub.attach(store, asyncio.get_running_loop())
+        server_metrics.attach()
         try:
             yield
         finally:
+            server_metrics.detach()
             hub.close()
             hub.detach()
 
@@ -65,16 +69,27 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         redirect_slashes=False,
+        docs_url=None,  # served by diffstore.server.docs, with assets from the package
+        redoc_url=None,
     )
     app.state.store = store
     app.state.config = config
     app.state.hub = hub
-    for router in ROUTERS:
+    app.state.metrics = server_metrics
+    routers = (*ROUTERS, docs.router, console.router, console.shell, metrics.router)
+    for router in routers:
         app.include_router(router)
     install_error_handlers(app)
     # in front of the router, inside the authentication: the hottest routes skip FastAPI's per-request work
     app.add_middleware(FastLane, store=store, config=config, hub=hub, handlers=FAST_LANE)
     if config.token is not None:
         app.add_middleware(BearerAuth, token=config.token)
+    # outermost: requests the authentication refuses count too
+    app.add_middleware(
+        metrics.HttpMetrics,
+        metrics=server_metrics,
+        routes=[route for router in routers for route in router.routes],
+        fast_lane=frozenset(FAST_LANE),
+    )
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app

@@ -1,4 +1,4 @@
-"""Bearer-token authentication as a pure ASGI middleware (every route but ``/healthz``)."""
+"""Bearer-token authentication as a pure ASGI middleware: every route but ``/healthz`` and the UI shell."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from diffstore.server.negotiation import response_codec
 from diffstore.wire import error_to_wire
 
-OPEN_PATHS = frozenset({"/healthz", "/healthz/"})
+OPEN_PATHS = frozenset({"/healthz", "/healthz/", "/", "/ui"})
+OPEN_PREFIX = "/ui/"  # the console's static shell: it holds no data and asks for the token itself
 
 
 class BearerAuth:
@@ -20,7 +21,7 @@ class BearerAuth:
         self.expected = b"Bearer " + token.encode("utf-8")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIX):
             await self.app(scope, receive, send)
             return
         given = b""

@@ -9,6 +9,7 @@ import argparse
 import os
 from typing import Any
 
+from diffstore import logs
 from diffstore.server.config import ServerConfig
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 
@@ -27,7 +28,10 @@ def _serve_command(args: argparse.Namespace) -> int:
         workers=args.workers,
         header_timeout_s=args.header_timeout_s,
         body_timeout_s=args.body_timeout_s,
+        log_level=args.log_level,
+        log_format=args.log_format,
     )
+    logs.configure_from(args)
     from diffstore.server.serving import serve
 
     return serve(config)
@@ -82,4 +86,5 @@ def add_commands(subparsers: Any) -> None:
         default=30.0,
         help="close a connection whose request body stalls this long between chunks (default 30)",
     )
+    logs.add_arguments(parser)
     parser.set_defaults(func=_serve_command)

@@ -37,6 +37,7 @@ class ServerConfig:
         header_timeout_s: a connection whose request line and headers are not all read this long after
             they began (or after it opened) is closed (0: never).
         body_timeout_s: ... and one whose body stalls this long between two chunks (0: never).
+        log_level, log_format: logging of the server's processes (see :mod:`diffstore.logs`).
     """
 
     data_dir: str = "./data"
@@ -57,6 +58,8 @@ class ServerConfig:
     workers: int = 1
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    log_level: str = "info"
+    log_format: str = "text"
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:

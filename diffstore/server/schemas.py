@@ -223,3 +223,30 @@ class ProducerResponse(BaseModel):
 
 class SplitsResponse(BaseModel):
     keys: list[ES]
+
+
+class OverviewReader(BaseModel):
+    readerName: str
+    target: str
+    targetIsCollection: bool
+    generationId: ES | None
+    lagGenerations: int | None = Field(
+        description="committed generations of the target after the reader's (null: not a collection)"
+    )
+
+
+class OverviewCollection(BaseModel):
+    name: str
+    isManual: bool
+    generationId: ES
+    nextGenerationId: ES | None
+    readers: list[OverviewReader]
+
+
+class Overview(BaseModel):
+    collections: list[OverviewCollection]
+    storeSizeBytes: int
+
+
+class GenerationList(BaseModel):
+    items: list[ES]

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 from fastapi import FastAPI
 
-from diffstore.server import uvicorn_adapter
+from diffstore import logs
+from diffstore.server import metrics, uvicorn_adapter
 from diffstore.server.app import create_app
 from diffstore.server.config import ServerConfig
 
@@ -58,7 +59,7 @@ class GracefulServer(uvicorn.Server):
             "port": config.port,
             "timeout_graceful_shutdown": config.shutdown_timeout_s,
             "lifespan": "on",
-            "log_level": "info",
+            "log_level": config.log_level,
             "access_log": config.access_log,
             "http": uvicorn_adapter.http_protocol(config.header_timeout_s, config.body_timeout_s),
         }
@@ -105,7 +106,8 @@ def serve_store(store: Store, config: ServerConfig, sockets: list[socket.socket]
     # Engine calls run in worker threads; with the default 5 ms switch interval a worker that finishes
     # while the event loop is busy waits up to 5 ms for the GIL, which caps a loaded server's point reads.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    server = GracefulServer(create_app(store, config), config)
+    # uvicorn's loggers go through the handler diffstore.logs set up (text or JSON)
+    server = GracefulServer(create_app(store, config), config, log_config=None)
     # Everything imported so far lives as long as the process: keep it out of the collector's full
     # passes, which otherwise walk FastAPI's and pydantic's whole heap and stall the event loop.
     gc.collect()
@@ -130,6 +132,7 @@ def bind(config: ServerConfig) -> socket.socket:
 def worker_main(config: ServerConfig, sock: socket.socket) -> None:
     """One worker process: its own store over the shared directory, serving on the shared socket."""
     _die_with_parent()
+    logs.configure(config.log_level, config.log_format)  # a spawned process starts without handlers
     with _open_store(config) as store:
         serve_store(store, config, sockets=[sock])
 
@@ -148,6 +151,7 @@ def supervise(config: ServerConfig) -> int:
     with _open_store(config):  # fails here, with one clear error, if the directory cannot be a store
         pass
     sock = bind(config)
+    metrics_dir = metrics.prepare_multiprocess()  # inherited by the workers: a scrape of one sums them all
     context = multiprocessing.get_context("spawn")
     stopping: list[int] = []
 
@@ -171,6 +175,7 @@ def supervise(config: ServerConfig) -> int:
             for sentinel in wait(list(workers), timeout=0.5):
                 process, started = workers.pop(sentinel)  # type: ignore[arg-type]
                 process.join()
+                metrics.worker_exited(process.pid or 0)
                 if stopping:
                     break
                 early_deaths = early_deaths + 1 if time.monotonic() - started < _EARLY_DEATH_S else 0
@@ -196,6 +201,7 @@ def supervise(config: ServerConfig) -> int:
             if process.is_alive():
                 process.kill()
                 process.join()
+        metrics.cleanup_multiprocess(metrics_dir)
         sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,0 +1,130 @@
+"""A whole-store summary in one read snapshot: collections, their readers and how far behind each reader is.
+
+Used by the operator console (one call draws the first page, whatever the number of collections) and by the
+metrics (reader lag, store size). A reader's *lag* is the number of committed generations of its target
+after the reader's generation, up to the target's current one: generation ids are opaque bytes, so the
+distance is counted, not computed. Lag is None when the target is not a collection of this store (an
+``hstream://`` position reader, say).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import lmdb
+
+from diffstore.engine import layout
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.readers import list_readers
+from diffstore.engine.tables import Tables, load_meta, resolve_seq
+
+if TYPE_CHECKING:
+    from diffstore.engine.store import Store
+
+LAG_COUNT_MAX = 1_000_000
+"""Counting stops here: a reader this far behind shows this figure (the walk is one cursor step each)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderState:
+    name: str
+    target: str
+    generation_id: bytes | None
+    lag: int | None
+    target_is_collection: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionState:
+    name: str
+    manual: bool
+    generation_id: bytes
+    next_generation_id: bytes | None
+    readers: tuple[ReaderState, ...]
+
+
+def _metas(txn: lmdb.Transaction, tables: Tables) -> dict[str, CollectionMeta]:
+    found: dict[str, CollectionMeta] = {}
+    for raw_name, raw in txn.cursor(db=tables.collections):
+        if raw_name.startswith(b"\x00"):  # the store's own rows (the next collection id)
+            continue
+        name = raw_name.decode()
+        found[name] = CollectionMeta.unpack(name, raw)
+    return found
+
+
+def committed_between(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, after_seq: int) -> int:
+    """How many committed generations of ``meta`` have a seq in (after_seq, current] (aborts leave gaps)."""
+    if after_seq >= meta.generation_seq:
+        return 0
+    prefix = meta.cid_prefix
+    cursor = txn.cursor(db=tables.gens)
+    count = 0
+    if cursor.set_range(layout.gen_key(prefix, after_seq + 1)):
+        last = layout.gen_key(prefix, meta.generation_seq)
+        for key in cursor.iternext(values=False):
+            if key > last or count >= LAG_COUNT_MAX:
+                break
+            count += 1
+    return count
+
+
+def _reader_lag(
+    txn: lmdb.Transaction, tables: Tables, target: CollectionMeta, generation_id: bytes | None
+) -> int:
+    # null and "" are one stored value (SPEC §7): both stand before the first generation with data
+    return committed_between(txn, tables, target, resolve_seq(txn, tables, target, generation_id or b""))
+
+
+def overview(store: Store) -> list[CollectionState]:
+    """Every collection (sorted by name) with its generations and readers, from one snapshot."""
+    tables = store.tables
+    states: list[CollectionState] = []
+    with store.read() as txn:
+        metas = _metas(txn, tables)
+        for name in sorted(metas, key=str.encode):
+            meta = metas[name]
+            readers: list[ReaderState] = []
+            for reader in list_readers(txn, tables, meta):
+                target = metas.get(reader.collection)
+                lag = None if target is None else _reader_lag(txn, tables, target, reader.generation_id)
+                readers.append(
+                    ReaderState(reader.name, reader.collection, reader.generation_id, lag, target is not None)
+                )
+            states.append(
+                CollectionState(
+                    name,
+                    meta.manual,
+                    meta.generation,
+                    meta.next,
+                    tuple(readers),
+                )
+            )
+    return states
+
+
+def recent_generations(store: Store, name: str, limit: int) -> list[bytes]:
+    """Up to ``limit`` committed generation ids of a collection, newest first."""
+    tables = store.tables
+    found: list[bytes] = []
+    with store.read() as txn:
+        meta = load_meta(txn, tables, name)
+        prefix = meta.cid_prefix
+        cursor = txn.cursor(db=tables.gens)
+        if not cursor.set_range(layout.gen_key(prefix, meta.generation_seq + 1)):
+            if not cursor.last():
+                return found
+        elif not cursor.prev():
+            return found
+        while len(found) < limit and cursor.key().startswith(prefix):
+            found.append(bytes(cursor.value()))
+            if not cursor.prev():
+                break
+    return found
+
+
+def size_bytes(store: Store) -> int:
+    """Bytes of the store's data file in use (pages up to the highest one ever used)."""
+    info = store.env.info()
+    return int((info["last_pgno"] + 1) * store.env.stat()["psize"])

@@ -1,0 +1,89 @@
+"""Process-wide logging of the ``diffstore`` commands: ``--log-level`` and ``--log-format text|json``.
+
+JSON is one object per line: ``time`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``, ``event``
+(the message) and the record's own fields: whatever a caller passed with ``extra=``, and for uvicorn's
+access log the request's ``client``, ``method``, ``path``, ``http_version`` and ``status``. An exception
+adds ``exc_info`` (its formatted traceback). Servers hand uvicorn ``log_config=None`` (see
+:func:`uvicorn_options`) so that its ``uvicorn.error`` and ``uvicorn.access`` loggers go through the same
+handler instead of uvicorn's own.
+
+Logging is the one thing configured per process rather than passed down: the handlers belong to the
+process, and :func:`configure` is called once, by the command that starts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import orjson
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+FORMATS = ("text", "json")
+
+# attributes every LogRecord has; anything else on a record came from ``extra=``
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
+            entry.update(zip(_ACCESS_FIELDS, record.args, strict=True))
+        for name, value in vars(record).items():
+            if name not in _STANDARD and not name.startswith("_") and name not in entry:
+                entry[name] = value
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> None:
+    """Sends every logger's records (uvicorn's too) to one handler on ``stream`` (stderr by default)."""
+    if level not in LEVELS or fmt not in FORMATS:
+        raise ValueError(f"log level must be one of {LEVELS} and format one of {FORMATS}")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+        logger.propagate = True
+        logger.setLevel(level.upper())
+
+
+def uvicorn_options(level: str) -> dict[str, Any]:
+    """What a server passes to uvicorn so that its logs go through :func:`configure`'s handler."""
+    return {"log_config": None, "log_level": level}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--log-level`` and ``--log-format`` to a command."""
+    parser.add_argument("--log-level", choices=LEVELS, default="info", help="least severe level logged")
+    parser.add_argument(
+        "--log-format", choices=FORMATS, default="text", help="text lines, or one JSON object per line"
+    )
+
+
+def configure_from(args: argparse.Namespace) -> None:
+    """:func:`configure` from the arguments :func:`add_arguments` added."""
+    configure(args.log_level, args.log_format)

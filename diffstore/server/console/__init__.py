@@ -1,0 +1,99 @@
+"""The operator console (``GET /ui/``) and the two API routes it needs beyond SPEC §3.
+
+The console is plain HTML, CSS and JavaScript in ``static/`` (package data: a wheel carries it), with no
+build step and nothing loaded from another host; it talks to the JSON API with ``fetch``. Its static shell
+(``/``, ``/ui``, ``/ui/*``) is served without the token -- it holds no data -- and the page asks for the
+token, which it then sends as a bearer header on every API call.
+
+Routes added for it (documented in ``docs/console.md``):
+
+- ``GET /overview``: every collection with its current and next generation and its readers, each with its
+  lag -- the number of committed generations of its target after the reader's generation (generation
+  ids are opaque bytes, so the distance is counted) -- in one call, so the first page needs one request
+  whatever the number of collections.
+- ``GET /collections/{c}/generations?limit=N``: the newest committed generation ids (to browse or diff
+  as of one of them).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi.responses import FileResponse, RedirectResponse
+
+from diffstore.engine import overview
+from diffstore.server import schemas
+from diffstore.server.exchange import Exchange, handle
+from diffstore.server.routing import route
+from diffstore.wire import Body
+
+STATIC = Path(str(resources.files(__name__) / "static"))
+_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css"}
+
+router = APIRouter(tags=["console"])
+shell = APIRouter(include_in_schema=False)
+
+
+@shell.get("/")
+@shell.get("/ui")
+async def to_console() -> RedirectResponse:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@shell.get("/ui/")
+@shell.get("/ui/{name}")
+async def static_file(name: str = "index.html") -> FileResponse:
+    path = STATIC / name
+    if "/" in name or name.startswith(".") or path.suffix not in _TYPES or not path.is_file():
+        raise HTTPException(404)
+    # no-cache: a newer diffstore's console replaces the old one at once (revalidation is cheap)
+    return FileResponse(path, media_type=_TYPES[path.suffix], headers={"cache-control": "no-cache"})
+
+
+def overview_to_wire(x: Exchange) -> Body:
+    es, es_opt = x.out.es, x.out.es_opt
+    return {
+        "collections": [
+            {
+                "name": state.name,
+                "isManual": state.manual,
+                "generationId": es(state.generation_id),
+                "nextGenerationId": es_opt(state.next_generation_id),
+                "readers": [
+                    {
+                        "readerName": reader.name,
+                        "target": reader.target,
+                        "targetIsCollection": reader.target_is_collection,
+                        "generationId": es_opt(reader.generation_id),
+                        "lagGenerations": reader.lag,
+                    }
+                    for reader in state.readers
+                ],
+            }
+            for state in overview.overview(x.store)
+        ],
+        "storeSizeBytes": overview.size_bytes(x.store),
+    }
+
+
+@route(router, "GET", "/overview", answer=schemas.Overview, summary="Collections, readers and reader lag")
+async def get_overview(request: Request) -> Response:
+    return await handle(request, overview_to_wire)
+
+
+@route(
+    router,
+    "GET",
+    "/collections/{c}/generations",
+    answer=schemas.GenerationList,
+    summary="The newest committed generation ids, newest first",
+)
+async def list_generations(
+    request: Request, c: str, limit: int = Query(50, ge=1, le=1000, description="how many (1..1000)")
+) -> Response:
+    def work(x: Exchange) -> Body:
+        return {"items": [x.out.es(g) for g in overview.recent_generations(x.store, c, limit)]}
+
+    return await handle(request, work)

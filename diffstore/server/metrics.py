@@ -1,0 +1,269 @@
+"""Prometheus metrics of ``diffstore serve``: HTTP requests, engine events, reader lag, long-poll waiters.
+
+- HTTP: :class:`HttpMetrics`, the outermost ASGI middleware, counts every request (401s and 404s too) by
+  route *template* (``/collections/{c}/get``, never the raw path, so collection names do not multiply the
+  series; the slash twin of a route counts as the route), method and status, and times it.
+- Engine events reach the metrics through the store's write listener (:mod:`diffstore.engine.events`):
+  commits and records written by collection, GC versions removed, phantom records purged. The engine
+  knows nothing of Prometheus.
+- Reader lag and the store's size are read from the store when ``/metrics`` is scraped (one snapshot,
+  :func:`diffstore.engine.overview.overview`): every worker process opens the same store, so any of them
+  answers for all.
+- Long-poll waiters: each process sets its own count (on every scrape and every
+  :data:`WAITERS_REFRESH_S`); with several processes the scrape shows the sum over the live ones.
+
+Several worker processes: prometheus_client's multiprocess mode. :func:`prepare_multiprocess` (called
+once by the supervisor, before any worker starts) gives the server a fresh directory in
+``PROMETHEUS_MULTIPROC_DIR``; each worker inherits it and must not have imported prometheus_client before
+(the mode is chosen at import). A scrape then merges the files of every worker. Without the variable,
+metrics live in the process, in a registry of their own per app (no global state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from diffstore.engine import overview
+
+if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from diffstore.engine.events import WriteEvent
+    from diffstore.engine.store import Store
+    from diffstore.server.longpoll import CommitHub
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WAITERS_REFRESH_S = 0.5
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UNMATCHED = "<unmatched>"
+_FAST_PATH = re.compile(r"/collections/[^/]+/(.+?)/?")
+
+
+def prepare_multiprocess(directory: str | None = None) -> str:
+    """Makes a fresh, empty metrics directory and exports it for the worker processes started after.
+
+    Call it in the supervisor before it starts the workers (each worker then runs in multiprocess mode).
+    Returns the directory; :func:`cleanup_multiprocess` removes it.
+    """
+    path = directory or tempfile.mkdtemp(prefix="diffstore-metrics-")
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(path)
+    os.environ[MULTIPROC_ENV] = path
+    return path
+
+
+def cleanup_multiprocess(path: str) -> None:
+    """Removes the directory of :func:`prepare_multiprocess` once every worker has stopped."""
+    os.environ.pop(MULTIPROC_ENV, None)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def worker_exited(pid: int) -> None:
+    """Tells the metrics that a worker process is gone (its live gauges stop counting)."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
+
+
+def _multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+class _StoreCollector(Collector):
+    """Reader lag and store size, read from the store at scrape time."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily(
+            "diffstore_reader_lag_generations",
+            "Committed generations of a reader's target collection after the reader's generation",
+            labels=["collection", "reader"],
+        )
+        for state in overview.overview(self.store):
+            for reader in state.readers:
+                if reader.lag is not None:
+                    lag.add_metric([state.name, reader.name], reader.lag)
+        yield lag
+        yield GaugeMetricFamily(
+            "diffstore_store_size_bytes",
+            "Bytes of the store's data file in use",
+            value=overview.size_bytes(self.store),
+        )
+
+
+class ServerMetrics:
+    """The metrics of one app over one store; :meth:`attach` starts listening, :meth:`detach` stops."""
+
+    def __init__(self, store: Store, hub: CommitHub) -> None:
+        self.store = store
+        self.hub = hub
+        self.multiprocess = _multiprocess()
+        self.registry = CollectorRegistry()
+        # In multiprocess mode the values live in the shared files: a scrape reads them through the
+        # MultiProcessCollector, so the metric objects themselves must not be registered as well.
+        own = None if self.multiprocess else self.registry
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            multiprocess.MultiProcessCollector(self.registry)
+        self.registry.register(_StoreCollector(store))
+        self.requests = Counter(
+            "diffstore_http_requests",
+            "HTTP requests by route template, method and status",
+            ["route", "method", "status"],
+            registry=own,
+        )
+        self.request_seconds = Histogram(
+            "diffstore_http_request_seconds",
+            "Time from a request's arrival to the end of its answer, by route template",
+            ["route", "method"],
+            registry=own,
+        )
+        self.commits = Counter("diffstore_commits", "Generations committed", ["collection"], registry=own)
+        self.records_written = Counter(
+            "diffstore_records_written", "Records written into generations", ["collection"], registry=own
+        )
+        self.gc_versions_removed = Counter(
+            "diffstore_gc_versions_removed", "Superseded record versions removed by GC", registry=own
+        )
+        self.phantom_records_purged = Counter(
+            "diffstore_phantom_records_purged", "Records of expired phantoms purged", registry=own
+        )
+        self.longpoll_waiters = Gauge(
+            "diffstore_longpoll_waiters",
+            "Open long polls (generationId/stream) waiting for a commit",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+        self._remove_listener: Any = None
+        self._refresher: asyncio.Task[None] | None = None
+
+    def attach(self) -> None:
+        """Listens to the store's writes and keeps the waiter gauge fresh (call on the event loop)."""
+        self._remove_listener = self.store.add_write_listener(self.on_write)
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh_waiters())
+
+    def detach(self) -> None:
+        if self._remove_listener is not None:
+            self._remove_listener()
+            self._remove_listener = None
+        if self._refresher is not None:
+            self._refresher.cancel()
+            self._refresher = None
+
+    def on_write(self, event: WriteEvent) -> None:
+        for collection, _ in event.commits:
+            self.commits.labels(collection).inc()
+        for collection, count in event.records_written.items():
+            self.records_written.labels(collection).inc(count)
+        if event.gc_versions_removed:
+            self.gc_versions_removed.inc(event.gc_versions_removed)
+        if event.phantom_records_purged:
+            self.phantom_records_purged.inc(event.phantom_records_purged)
+
+    async def _refresh_waiters(self) -> None:
+        last = -1
+        while True:
+            waiting = self.hub.waiting()
+            if waiting != last:
+                self.longpoll_waiters.set(waiting)
+                last = waiting
+            await asyncio.sleep(WAITERS_REFRESH_S)
+
+    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.request_seconds.labels(route, method).observe(seconds)
+
+    def render(self) -> bytes:
+        """The text exposition of every metric (reads the store: call it off the event loop)."""
+        self.longpoll_waiters.set(self.hub.waiting())
+        return generate_latest(self.registry)
+
+
+def route_template(routes: list[BaseRoute], fast_lane: frozenset[tuple[str, str]], scope: Scope) -> str:
+    """The route template a request was (or would have been) served by, without a trailing slash."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if path is None:
+        match = _FAST_PATH.fullmatch(scope["path"])
+        if match is not None and (scope["method"], match.group(1)) in fast_lane:
+            path = "/collections/{c}/" + match.group(1)
+    if path is None:
+        from starlette.routing import Match
+
+        # not routed (refused by the authentication, say): find the route it was meant for
+        for candidate in routes:
+            matched, _ = candidate.matches(scope)
+            if matched is not Match.NONE:
+                path = getattr(candidate, "path", None)
+                break
+    if path is None:
+        return UNMATCHED
+    return path.rstrip("/") or "/"
+
+
+class HttpMetrics:
+    """Counts and times every HTTP request (the outermost middleware, so refusals count too)."""
+
+    def __init__(
+        self, app: ASGIApp, metrics: ServerMetrics, routes: list[BaseRoute], fast_lane: frozenset[Any]
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.routes = routes
+        self.fast_lane = fast_lane
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        # A long poll answered by the commit fan-out is written straight to the connection (see
+        # longpoll), never through this ``send``: such an answer is a 200.
+        status = 200
+
+        async def counting_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        except BaseException:
+            status = 500
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                route = route_template(self.routes, self.fast_lane, scope)
+                self.metrics.observe(route, scope["method"], status, time.perf_counter() - started)
+
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/metrics")
+async def metrics_text(request: Request) -> Response:
+    """The Prometheus text exposition (behind the token like every route)."""
+    server_metrics: ServerMetrics = request.app.state.metrics
+    body = await anyio.to_thread.run_sync(server_metrics.render)
+    return Response(body, media_type=CONTENT_TYPE)

@@ -1,0 +1,116 @@
+"""``--log-format json``: one JSON object per line with time, level, event and the record's fields."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from diffstore import logs
+from tests.helpers import wait_until
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def test_json_lines_carry_time_level_event_and_fields(restore_logging: None) -> None:
+    out = io.StringIO()
+    logs.configure("debug", "json", out)
+    log = logging.getLogger("diffstore.test")
+    log.info("window committed", extra={"collection": "c", "records": 3})
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("it failed")
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert len(lines) == 2
+    first = lines[0]
+    assert first["level"] == "info" and first["event"] == "window committed"
+    assert first["collection"] == "c" and first["records"] == 3 and first["logger"] == "diffstore.test"
+    assert first["time"].endswith("+00:00")
+    assert lines[1]["level"] == "error" and "ValueError: boom" in lines[1]["exc_info"]
+
+
+def test_level_filters(restore_logging: None) -> None:
+    out = io.StringIO()
+    logs.configure("warning", "text", out)
+    logging.getLogger("diffstore.test").info("hidden")
+    logging.getLogger("diffstore.test").warning("shown")
+    assert "shown" in out.getvalue() and "hidden" not in out.getvalue()
+    with pytest.raises(ValueError):
+        logs.configure("loud", "text", out)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path) -> None:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "diffstore.cli",
+            "serve",
+            "--data",
+            str(tmp_path / "d"),
+            "--port",
+            str(port),
+            "--access-log",
+            "--log-format",
+            "json",
+            "--log-level",
+            "info",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "DIFFSTORE_TOKEN": ""},
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(healthy, 30, what="diffstore serve to start")
+        assert httpx.get(f"{url}/collections/").status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    lines = [json.loads(line) for line in output.decode().splitlines() if line.strip()]
+    assert lines, output
+    for line in lines:
+        assert {"time", "level", "event", "logger"} <= line.keys(), line
+    access = [line for line in lines if line["logger"] == "uvicorn.access"]
+    assert any(
+        line["path"] == "/collections/" and line["status"] == 200 and line["method"] == "GET"
+        for line in access
+    )
+    assert any(line["logger"] == "uvicorn.error" and "Uvicorn running" in line["event"] for line in lines), (
+        lines
+    )
