@@ -87,3 +87,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def configure_from(args: argparse.Namespace) -> None:
     """:func:`configure` from the arguments :func:`add_arguments` added."""
     configure(args.log_level, args.log_format)
+
+
+class Reporter:
+    """What a command tells its user: rich text on the console, or, with ``--log-format json``, log records.
+
+    ``say(level, text, event, **fields)``: ``text`` (rich markup) goes to the console in text format; in
+    JSON format a record with message ``event`` and ``fields`` goes to ``logger`` instead, so that the
+    process's output stays one JSON object per line.
+    """
+
+    def __init__(self, console: Any, logger: logging.Logger, fmt: str) -> None:
+        self.console = console
+        self.logger = logger
+        self.json = fmt == "json"
+
+    def say(self, level: int, text: str, event: str, **fields: Any) -> None:
+        if self.json:
+            self.logger.log(level, event, extra=fields)
+        else:
+            self.console.print(text)

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from typing import Any
+
+from diffstore import jobmetrics, logs
+
+_log = logging.getLogger("diffstore.transform")
 
 
 def add_commands(subparsers: Any) -> None:
@@ -35,6 +40,8 @@ def add_commands(subparsers: Any) -> None:
         default=os.environ.get("DIFFSTORE_TOKEN"),
         help="bearer token of a token-protected server (default: $DIFFSTORE_TOKEN)",
     )
+    logs.add_arguments(parser)
+    jobmetrics.add_arguments(parser)
     parser.set_defaults(func=run_transform)
 
 
@@ -66,30 +73,54 @@ def run_transform(args: argparse.Namespace) -> int:
     from diffstore.spark.transform import RoundStats, Transform, TransformError, encode_id
 
     console = Console(stderr=True)
+    logs.configure_from(args)
+    report = logs.Reporter(console, _log, args.log_format)
     sources = _sources(args.source)
     fn = load_job(args.job)
     cores = 2
     if args.master.startswith("local[") and args.master[6:-1].isdigit():
         cores = int(args.master[6:-1])
 
+    metrics, metrics_server = None, None
+    if args.metrics_port is not None:
+        registry = jobmetrics.CollectorRegistry()
+        metrics = jobmetrics.TransformMetrics(registry)
+        metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
+
     def on_event(name: str, details: dict[str, Any]) -> None:
+        if metrics is not None:
+            metrics.on_event(name, details)
         if name == "planned":
             ranges = ", ".join(
                 f"{a} {encode_id(f)}→{encode_id(t)}" for a, (f, t) in details["ranges"].items()
             )
-            console.print(f"[cyan]round[/] {ranges}")
+            report.say(logging.INFO, f"[cyan]round[/] {ranges}", "round planned", ranges=ranges)
         elif name == "failed":
-            console.print(f"[yellow]retry[/] {details['error']}")
+            error = str(details["error"])
+            report.say(logging.WARNING, f"[yellow]retry[/] {error}", "round failed, retrying", error=error)
         elif name == "waiting":
-            console.print("[yellow]another runner holds the target; waiting for its commit[/]")
+            report.say(
+                logging.INFO,
+                "[yellow]another runner holds the target; waiting for its commit[/]",
+                "waiting for another runner's commit",
+            )
         elif name == "committed":
             stats: RoundStats = details["stats"]
-            console.print(
+            report.say(
+                logging.INFO,
                 f"[green]committed[/] {encode_id(stats.generation_id)}: read {stats.rows_read}, "
-                f"wrote {stats.rows_written}, {stats.seconds:.1f}s"
+                f"wrote {stats.rows_written}, {stats.seconds:.1f}s",
+                "round committed",
+                generation=encode_id(stats.generation_id),
+                rows_read=stats.rows_read,
+                rows_written=stats.rows_written,
+                seconds=stats.seconds,
             )
         elif name == "caught_up":
-            console.print(f"[green]caught up[/] after {details['rounds']} round(s)")
+            rounds = details["rounds"]
+            report.say(
+                logging.INFO, f"[green]caught up[/] after {rounds} round(s)", "caught up", rounds=rounds
+            )
 
     with console.status("starting Spark"):
         spark = local_session("diffstore-transform", cores=cores)
@@ -106,11 +137,13 @@ def run_transform(args: argparse.Namespace) -> int:
     try:
         transform.run(watch=args.watch)
     except TransformError as exc:
-        console.print(f"[red]failed[/] {exc}")
+        report.say(logging.ERROR, f"[red]failed[/] {exc}", "transform failed", error=str(exc))
         return 1
     except KeyboardInterrupt:
         return 130
     finally:
         transform.close()
         spark.stop()
+        if metrics_server is not None:
+            metrics_server.stop()
     return 0

@@ -19,6 +19,9 @@ Subparsers = Any  # argparse's _SubParsersAction is private
 
 
 def _serve_command(args: argparse.Namespace) -> int:
+    from diffstore import logs
+
+    logs.configure_from(args)
     from diffstore.streams.server import StreamServerConfig, serve  # grpc is imported only to serve
 
     try:
@@ -64,6 +67,9 @@ def _add_serve(commands: Subparsers) -> None:
     serve.add_argument("--map-size", type=size_argument, default=1 << 40, help=MAP_SIZE_HELP)
     serve.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate: serve TLS (hstreams://)")
     serve.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
+    from diffstore import logs
+
+    logs.add_arguments(serve)
     serve.set_defaults(func=_serve_command)
 
 

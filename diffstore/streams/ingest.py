@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from diffstore.streams.client import StreamClient
@@ -123,6 +123,7 @@ class CommitStats:
     skipped_total: int
     lag_s: float
     positions: dict[int, RecordPosition]
+    shard_lag_s: dict[int, float] = field(default_factory=dict)  # lag of the shards this window read
 
 
 class Ingestor:
@@ -241,7 +242,13 @@ class Ingestor:
         consumer.ack(window.record_ids)  # only now: the generation and the positions are committed
         self.applied_total += len(window.records)
         if on_commit is not None:
-            lag = max(0.0, time.time() - window.newest_publish_ns / 1e9) if window.newest_publish_ns else 0.0
+            now = time.time()
+            lag = max(0.0, now - window.newest_publish_ns / 1e9) if window.newest_publish_ns else 0.0
+            shard_lag = {
+                shard: max(0.0, now - newest / 1e9)
+                for shard, newest in window.newest_publish_ns_by_shard.items()
+                if newest
+            }
             on_commit(
                 CommitStats(
                     generation,
@@ -251,6 +258,7 @@ class Ingestor:
                     self.skipped_total,
                     lag,
                     dict(accumulator.positions),
+                    shard_lag,
                 )
             )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import time
@@ -22,11 +23,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from diffstore import jobmetrics, logs
 from diffstore.errors import DiffstoreError
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams.client import StreamClient, StreamError
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, load_mapper
 from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
+
+_log = logging.getLogger("diffstore.ingest")
 
 
 def add_ingest_command(subparsers: Any) -> None:
@@ -59,6 +63,8 @@ def add_ingest_command(subparsers: Any) -> None:
         help="hold the first window after a start this long (default: automatic, see docs/streams.md)",
     )
     parser.add_argument("--log-commits", action="store_true", help="one JSON line per commit on stdout")
+    logs.add_arguments(parser)
+    jobmetrics.add_arguments(parser)
     parser.set_defaults(func=run_ingest)
 
 
@@ -75,9 +81,12 @@ def _open_sink(args: argparse.Namespace) -> CollectionSink:
 class _Progress:
     """Records/s over the last few seconds and lag (now − publish time of the newest applied record)."""
 
-    def __init__(self, console: Console, log_commits: bool) -> None:
+    def __init__(
+        self, console: Console, log_commits: bool, metrics: jobmetrics.IngestMetrics | None = None
+    ) -> None:
         self.console = console
         self.log_commits = log_commits
+        self.metrics = metrics
         self.started = time.monotonic()
         self.samples: list[tuple[float, int]] = [(self.started, 0)]
         self.last: CommitStats | None = None
@@ -103,6 +112,12 @@ class _Progress:
         self.samples.append((now, stats.applied_total))
         while len(self.samples) > 2 and now - self.samples[0][0] > 5.0:
             self.samples.pop(0)
+        if self.metrics is not None:
+            self.metrics.on_commit(stats, self.rate())
+        _log.debug(
+            "window committed",
+            extra={"generation": stats.generation_id.hex(), "records": stats.records, "lag_s": stats.lag_s},
+        )
         if self.log_commits:
             line = {
                 "generation": stats.generation_id.hex(),
@@ -121,6 +136,8 @@ class _Progress:
 def run_ingest(args: argparse.Namespace) -> int:
     """Runs the ingestor until SIGTERM/SIGINT; returns the exit code."""
     console = Console(stderr=True)
+    logs.configure_from(args)
+    report = logs.Reporter(console, _log, args.log_format)
     try:
         mapper = load_mapper(args.mapper) if args.mapper else None
         config = IngestConfig(
@@ -132,7 +149,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         )
         sink = _open_sink(args)
     except (ValueError, ImportError, AttributeError, DiffstoreError) as exc:
-        console.print(f"[red]ingest: {exc}[/red]")
+        report.say(logging.ERROR, f"[red]ingest: {exc}[/red]", "ingest cannot start", error=str(exc))
         return 2
     client = StreamClient(args.hstream)
     ingestor = Ingestor(client, sink, config)
@@ -141,23 +158,35 @@ def run_ingest(args: argparse.Namespace) -> int:
         ingestor.stop()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    progress = _Progress(console, args.log_commits)
+    metrics, metrics_server = None, None
+    if args.metrics_port is not None:
+        registry = jobmetrics.CollectorRegistry()
+        metrics = jobmetrics.IngestMetrics(registry)
+        metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
+    progress = _Progress(console, args.log_commits, metrics)
     try:
-        if not args.log_commits and console.is_terminal:
+        if not args.log_commits and console.is_terminal and args.log_format == "text":
             with Live(progress.render(), console=console, refresh_per_second=4) as live:
                 progress.live = live
                 ingestor.run(progress.on_commit)
         else:
             ingestor.run(progress.on_commit)
     except (StreamError, DiffstoreError) as exc:
-        console.print(f"[red]ingest stopped: {exc}[/red]")
+        report.say(logging.ERROR, f"[red]ingest stopped: {exc}[/red]", "ingest stopped", error=str(exc))
         return 1
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sink.close()
         client.close()
-    console.print(f"ingest: stopped after {ingestor.applied_total:,} records")
+        if metrics_server is not None:
+            metrics_server.stop()
+    report.say(
+        logging.INFO,
+        f"ingest: stopped after {ingestor.applied_total:,} records",
+        "ingest stopped",
+        applied=ingestor.applied_total,
+    )
     return 0
 
 

@@ -63,6 +63,7 @@ class IngestWindow:
     records: list[StreamRecord]
     positions: dict[int, RecordPosition]
     newest_publish_ns: int
+    newest_publish_ns_by_shard: dict[int, int] = field(default_factory=dict)
 
     @property
     def record_ids(self) -> list[RecordId]:
@@ -186,18 +187,19 @@ class WindowAccumulator:
         self._open = None
         records: list[StreamRecord] = []
         positions: dict[int, RecordPosition] = {}
+        newest_by_shard: dict[int, int] = {}
         for shard_id in sorted(window.shards):
             run = window.shards[shard_id]
             if run.unordered:
                 run.records.sort(key=_RECORD_ID)
             records.extend(run.records)
+            newest_by_shard[shard_id] = max(map(attrgetter("publish_time_ns"), run.records))
             last = run.records[-1].record_id
             positions[shard_id] = RecordPosition(last.batch_id, last.batch_index)
             taken = self._taken.get(shard_id)
             if taken is None or positions[shard_id] > taken:
                 self._taken[shard_id] = positions[shard_id]
-        newest = max(map(attrgetter("publish_time_ns"), records))
-        return IngestWindow(records, positions, newest)
+        return IngestWindow(records, positions, max(newest_by_shard.values()), newest_by_shard)
 
     def committed(self, window: IngestWindow) -> None:
         """The window's generation is committed: its positions are now the stored ones."""

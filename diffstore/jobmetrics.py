@@ -1,0 +1,116 @@
+"""Prometheus metrics of the long-running jobs, ``diffstore ingest`` and ``diffstore transform``.
+
+Each job serves its own registry (no global state) on ``--metrics-port`` (``--metrics-host``, loopback by
+default) while it runs: the same text format as the server's ``/metrics``.
+
+- ingest: records applied and skipped, records/s (over the last seconds), lag per shard (seconds from the
+  publish time of the newest record applied from that shard to its commit), windows committed.
+- transform: rounds committed, round seconds (histogram), rows read per source and rows written, retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+__all__ = ["CollectorRegistry", "IngestMetrics", "TransformMetrics", "MetricsServer", "add_arguments"]
+
+if TYPE_CHECKING:
+    from diffstore.streams.ingest import CommitStats
+
+ROUND_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--metrics-port`` and ``--metrics-host`` to a job's command."""
+    parser.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port (default: off)"
+    )
+    parser.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address of the metrics (default loopback)"
+    )
+
+
+class MetricsServer:
+    """``registry`` served over HTTP by a daemon thread (port 0: any free port, then in :attr:`port`)."""
+
+    def __init__(self, registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> None:
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        self.port: int = self._server.server_port
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class IngestMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.applied = Counter(
+            "diffstore_ingest_records", "Records applied to the collection", registry=registry
+        )
+        self.skipped = Counter(
+            "diffstore_ingest_records_skipped",
+            "Records delivered again and skipped (already applied)",
+            registry=registry,
+        )
+        self.windows = Counter(
+            "diffstore_ingest_windows", "Windows committed as generations", registry=registry
+        )
+        self.rate = Gauge(
+            "diffstore_ingest_records_per_second",
+            "Records applied per second over the last seconds",
+            registry=registry,
+        )
+        self.lag = Gauge(
+            "diffstore_ingest_lag_seconds",
+            "Seconds from the publish time of the newest record applied from a shard to its commit",
+            ["shard"],
+            registry=registry,
+        )
+        self._applied_total = 0
+        self._skipped_total = 0
+
+    def on_commit(self, stats: CommitStats, records_per_second: float) -> None:
+        self.windows.inc()
+        self.applied.inc(stats.applied_total - self._applied_total)
+        self.skipped.inc(stats.skipped_total - self._skipped_total)
+        self._applied_total, self._skipped_total = stats.applied_total, stats.skipped_total
+        self.rate.set(records_per_second)
+        for shard, lag in stats.shard_lag_s.items():
+            self.lag.labels(str(shard)).set(lag)
+
+
+class TransformMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.rounds = Counter("diffstore_transform_rounds", "Rounds committed", registry=registry)
+        self.round_seconds = Histogram(
+            "diffstore_transform_round_seconds",
+            "Seconds of a committed round, from planning to commit",
+            buckets=ROUND_BUCKETS,
+            registry=registry,
+        )
+        self.rows_read = Counter(
+            "diffstore_transform_rows_read", "Diff rows read from a source", ["source"], registry=registry
+        )
+        self.rows_written = Counter(
+            "diffstore_transform_rows_written", "Rows written to the target", registry=registry
+        )
+        self.retries = Counter(
+            "diffstore_transform_retries", "Rounds that failed and were retried", registry=registry
+        )
+
+    def on_event(self, name: str, details: dict[str, Any]) -> None:
+        if name == "committed":
+            stats = details["stats"]
+            self.rounds.inc()
+            self.round_seconds.observe(stats.seconds)
+            for source, rows in stats.rows_read.items():
+                if rows is not None:
+                    self.rows_read.labels(source).inc(rows)
+            if stats.rows_written is not None:
+                self.rows_written.inc(stats.rows_written)
+        elif name == "failed":
+            self.retries.inc()
