@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install clean bench protos
+.PHONY: run test lint install clean bench protos browser
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -24,7 +24,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy diffstore
 
-test: $(STAMP) lint
+# the console's tests drive a real headless Chromium (Debian's package): installed here when missing
+browser:
+	./scripts/install_browser.sh
+
+test: $(STAMP) lint browser
 	$(PY) -m pytest -q tests
 
 bench: $(STAMP)

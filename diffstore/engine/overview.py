@@ -3,12 +3,13 @@
 Used by the operator console (one call draws the first page, whatever the number of collections) and by the
 metrics (reader lag, store size). A reader's *lag* is the number of committed generations of its target
 after the reader's generation, up to the target's current one: generation ids are opaque bytes, so the
-distance is counted, not computed. Lag is None when the target is not a collection of this store (an
-``hstream://`` position reader, say).
+distance is counted, not computed (the empty generation a collection starts at never counts). Lag is None
+when the target is not a collection of this store (an ``hstream://`` position reader, say).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,11 @@ def _metas(txn: lmdb.Transaction, tables: Tables) -> dict[str, CollectionMeta]:
 
 
 def committed_between(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, after_seq: int) -> int:
-    """How many committed generations of ``meta`` have a seq in (after_seq, current] (aborts leave gaps)."""
+    """How many committed generations of ``meta`` have a seq in (after_seq, current] (aborts leave gaps).
+
+    The collection's first generation (seq 0, made when it was created) holds nothing and never counts.
+    """
+    after_seq = max(after_seq, 0)
     if after_seq >= meta.generation_seq:
         return 0
     prefix = meta.cid_prefix
@@ -128,3 +133,14 @@ def size_bytes(store: Store) -> int:
     """Bytes of the store's data file in use (pages up to the highest one ever used)."""
     info = store.env.info()
     return int((info["last_pgno"] + 1) * store.env.stat()["psize"])
+
+
+def version(store: Store) -> str:
+    """A digest of every collection's row and every reader: it changes when anything :func:`overview` shows
+    changes (commits, writes into an open generation, readers created, moved or deleted, collections)."""
+    digest = hashlib.blake2b(digest_size=12)
+    with store.read() as txn:
+        for db in (store.tables.collections, store.tables.readers):
+            for key, value in txn.cursor(db=db):
+                digest.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+    return digest.hexdigest()

@@ -250,3 +250,7 @@ class Overview(BaseModel):
 
 class GenerationList(BaseModel):
     items: list[ES]
+
+
+class OverviewVersion(BaseModel):
+    version: str

@@ -1,0 +1,161 @@
+"""The console's first page on a store of 1,000 collections: the API calls it makes, and a headless browser.
+
+    .venv/bin/python benchmarks/console_first_page.py [--collections 1000] [--rounds 7]
+
+A store of N collections (a third of them auto-committing, every tenth with two readers following others,
+each collection with a few committed generations) behind a real ``diffstore serve`` (uvicorn, in this
+process's thread). Each round measures:
+
+- api: the calls the first page makes, one after the other as the page does: ``/ui/``, ``app.css``,
+  ``app.js``, ``/overview`` (every collection, reader and lag), and the first ``/overview/changes``;
+- browser: headless Chromium (when installed) opening ``/ui/``: from the navigation's start to the mark the
+  page sets once its first screen of rows is drawn (the rest of the N rows follow in the next task; the
+  run waits for all N before the next round);
+- baseline: ``GET /collections/`` (the plain SPEC list of names), the cheapest call that lists them.
+
+Printed: medians over the rounds and the ratio of each to the baseline. The issue's bound is 300 ms for the
+first page. The machine is shared with other jobs, so figures move between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from diffstore.engine.store import Store  # noqa: E402
+from diffstore.engine.types import StoreConfig  # noqa: E402
+from diffstore.server import ServerConfig, create_app  # noqa: E402
+from diffstore.server.serving import GracefulServer  # noqa: E402
+
+FIRST_PAGE_CALLS = ("/ui/", "/ui/app.css", "/ui/app.js", "/overview", "/overview/changes")
+
+
+def fill(store: Store, count: int) -> None:
+    for i in range(count):
+        name = f"collection-{i:04d}"
+        manual = i % 3 != 0
+        collection = store.create_collection(name, manual=manual)
+        if manual:
+            for g in range(3):
+                gen = b"g%02d" % g
+                collection.start_generation(gen)
+                collection.put_many([(b"k%d" % k, b"v%d" % g) for k in range(5)], generation_id=gen)
+                collection.commit_generation(gen)
+        else:
+            collection.put_many([(b"k", b"v")])
+    for i in range(0, count, 10):
+        owner = store.collection(f"collection-{i:04d}")
+        owner.create_reader("from_next", f"collection-{(i + 1) % count:04d}", None)
+        owner.create_reader("from_far", f"collection-{(i + 2) % count:04d}", None)
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def browser_first_page(url: str, count: int, rounds: int) -> list[float] | None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        print("browser: no chromium installed (make browser): skipped")
+        return None
+    from playwright.sync_api import sync_playwright
+
+    samples: list[float] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            for _ in range(rounds + 1):  # the first one warms the browser up and is left out
+                context = browser.new_context()
+                page = context.new_page()
+                page.goto(f"{url}/ui/")
+                rows = "document.querySelectorAll('#collections tbody tr').length"
+                page.wait_for_function(f"{rows} === {count}")
+                page.wait_for_function("performance.getEntriesByName('diffstore:collections-drawn').length")
+                marks = page.evaluate(
+                    "[performance.getEntriesByName('diffstore:collections-drawn')[0].startTime,"
+                    " performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd,"
+                    " performance.getEntriesByType('navigation')[0].responseEnd]"
+                )
+                drawn, loaded, html = marks
+                print(f"  drawn at {drawn:.0f} ms, DOMContentLoaded {loaded:.0f} ms, html at {html:.0f} ms")
+                samples.append(marks[0] / 1000)
+                context.close()
+        finally:
+            browser.close()
+    return samples[1:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--collections", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="diffstore-console-bench-"))
+    store = Store.open(directory, StoreConfig(commit_delay_ms=10))
+    try:
+        started = time.perf_counter()
+        fill(store, args.collections)
+        print(f"store: {args.collections} collections filled in {time.perf_counter() - started:.1f}s")
+        config = ServerConfig()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        server = GracefulServer(create_app(store, config), config, log_level="warning", log_config=None)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            with httpx.Client(base_url=url, timeout=30) as http:
+                deadline = time.monotonic() + 10
+                while not server.started and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                api: list[float] = []
+                baseline: list[float] = []
+                for _ in range(args.rounds + 1):
+                    t0 = time.perf_counter()
+                    for path in FIRST_PAGE_CALLS:
+                        response = http.get(path)
+                        assert response.status_code == 200, (path, response.status_code)
+                    t1 = time.perf_counter()
+                    assert len(http.get("/collections/").json()["items"]) == args.collections
+                    t2 = time.perf_counter()
+                    api.append(t1 - t0)
+                    baseline.append(t2 - t1)
+                api, baseline = api[1:], baseline[1:]
+                overview_bytes = len(http.get("/overview").content)
+            base = median_ms(baseline)
+            print(f"baseline GET /collections/: {base:.1f} ms (median of {args.rounds})")
+            print(
+                f"api calls of the first page ({', '.join(FIRST_PAGE_CALLS)}): {median_ms(api):.1f} ms"
+                f" = {median_ms(api) / base:.1f}x baseline; /overview is {overview_bytes / 1024:.0f} KiB"
+            )
+            browser = browser_first_page(url, args.collections, args.rounds)
+            if browser is not None:
+                print(
+                    "browser: navigation start to the first screen of rows drawn:"
+                    f" {median_ms(browser):.1f} ms"
+                    f" = {median_ms(browser) / base:.1f}x baseline (bound: 300 ms)"
+                )
+        finally:
+            server.should_exit = True
+            thread.join(timeout=15)
+            sock.close()
+    finally:
+        store.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

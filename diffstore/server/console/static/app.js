@@ -1,0 +1,737 @@
+// diffstore console: plain JavaScript, no build step, nothing from another host.
+// It talks to the JSON API of the server that served it (SPEC §3 plus /overview, /overview/changes and
+// /collections/{c}/generations), sending the bearer token kept in this tab's sessionStorage.
+"use strict";
+
+const TOKEN_KEY = "diffstore.token";
+const LONG_POLL_MS = 25000;
+const FIRST_ROWS = 60;
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY),
+  view: null, // {abort: AbortController}
+  overview: null,
+  readerSeen: new Map(), // "owner/reader" -> {gen, movedAt}
+  livePolls: 0,
+};
+const main = () => document.getElementById("view");
+
+// ---- bytes, EncodedStrings and how values are shown -------------------------------------------------
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
+
+function esToBytes(es) {
+  if (es === null || es === undefined) return null;
+  if (es.encoding === "base64") {
+    const bin = atob(es.value);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+  return new TextEncoder().encode(es.value);
+}
+
+function bytesToEs(bytes) {
+  let bin = "";
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return { value: btoa(bin), encoding: "base64" };
+}
+
+function hex(bytes) {
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function asText(bytes) {
+  try {
+    const text = utf8.decode(bytes);
+    return CONTROL.test(text) ? null : text;
+  } catch {
+    return null;
+  }
+}
+
+function esc(text) {
+  return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+// A value as HTML: UTF-8 text when it decodes and is printable, else hex.
+function valueHtml(es) {
+  const bytes = esToBytes(es);
+  if (bytes === null) return '<span class="null">null</span>';
+  const text = asText(bytes);
+  if (text !== null) return `<span class="value">${esc(text)}</span>`;
+  return `<span class="value hex" title="${bytes.length} bytes, not printable UTF-8">0x${hex(bytes)}</span>`;
+}
+
+// Generation ids and keys typed or shown in the console: text, or "hex:..." for other bytes.
+function idLabel(es) {
+  const bytes = esToBytes(es);
+  if (bytes === null) return "null";
+  const text = asText(bytes);
+  if (text === null || text.startsWith("hex:")) return "hex:" + hex(bytes);
+  return text;
+}
+
+function parseLabel(label) {
+  if (label.startsWith("hex:")) {
+    const digits = label.slice(4);
+    if (!/^([0-9a-fA-F]{2})*$/.test(digits)) throw new Error(`not hex: ${label}`);
+    const bytes = new Uint8Array(digits.length / 2);
+    for (let i = 0; i < bytes.length; i++) bytes[i] = parseInt(digits.slice(2 * i, 2 * i + 2), 16);
+    return bytesToEs(bytes);
+  }
+  return { value: label };
+}
+
+function sameEs(a, b) {
+  if (!a || !b) return a === b;
+  return hex(esToBytes(a)) === hex(esToBytes(b));
+}
+
+function labelHtml(es) {
+  if (es === null || es === undefined) return '<span class="null">none</span>';
+  const label = idLabel(es);
+  return label === "" ? '<code class="muted">""</code>' : `<code>${esc(label)}</code>`;
+}
+
+// ---- the API, the token ----------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body && body.reason ? `${body.error}: ${body.reason}` : `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+let tokenRequest = null;
+
+function askToken(refused) {
+  if (tokenRequest) return tokenRequest;
+  tokenRequest = new Promise((resolve) => {
+    const dialog = document.getElementById("token-dialog");
+    const input = document.getElementById("token-input");
+    document.getElementById("token-error").hidden = !refused;
+    input.value = "";
+    const done = (event) => {
+      event.preventDefault();
+      if (!input.value) return;
+      setToken(input.value);
+      dialog.close();
+      document.getElementById("token-form").removeEventListener("submit", done);
+      tokenRequest = null;
+      resolve();
+    };
+    document.getElementById("token-form").addEventListener("submit", done);
+    dialog.addEventListener("cancel", (event) => event.preventDefault(), { once: true });
+    dialog.showModal();
+    input.focus();
+  });
+  return tokenRequest;
+}
+
+function setToken(token) {
+  state.token = token;
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+  document.getElementById("forget-token").hidden = !token;
+}
+
+async function api(method, path, body, signal) {
+  for (;;) {
+    const headers = { accept: "application/json" };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    if (state.token) headers.authorization = "Bearer " + state.token;
+    const response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+    });
+    if (response.status === 401) {
+      await askToken(Boolean(state.token));
+      continue;
+    }
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw new ApiError(response.status, data);
+    return data;
+  }
+}
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    if (signal) signal.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+  });
+
+function showError(error) {
+  if (error && error.name === "AbortError") return;
+  const box = document.getElementById("error");
+  box.textContent = String(error && error.message ? error.message : error);
+  box.hidden = false;
+  clearTimeout(showError.timer);
+  showError.timer = setTimeout(() => { box.hidden = true; }, 6000);
+}
+
+function setLive(delta) {
+  state.livePolls += delta;
+  document.getElementById("live-status").textContent = state.livePolls > 0 ? "● live" : "";
+}
+
+const collectionPath = (name) => "/collections/" + encodeURIComponent(name);
+
+// Follows a collection's commits with the long poll of generationId/stream; calls onCommit(newId).
+async function follow(signal, name, generation, onCommit) {
+  let current = generation;
+  setLive(1);
+  try {
+    while (!signal.aborted) {
+      try {
+        const query = new URLSearchParams({ generationId: current.value, timeoutMs: String(LONG_POLL_MS) });
+        if (current.encoding) query.set("generationIdEncoding", current.encoding);
+        const answer = await api("GET", `${collectionPath(name)}/generationId/stream?${query}`, undefined, signal);
+        if (!sameEs(answer.generationId, current)) {
+          current = answer.generationId;
+          await onCommit(current);
+        }
+      } catch (error) {
+        if (signal.aborted) return;
+        if (error instanceof ApiError && error.status === 404) return; // the collection is gone
+        await sleep(1000, signal);
+      }
+    }
+  } finally {
+    setLive(-1);
+  }
+}
+
+// Follows the store-wide overview (GET /overview/changes, a long poll); calls onChange() on every change.
+async function followOverview(signal, onChange) {
+  let version = null;
+  setLive(1);
+  try {
+    while (!signal.aborted) {
+      try {
+        const query = version === null ? "" : `?since=${version}&timeoutMs=${LONG_POLL_MS}`;
+        const answer = await api("GET", `/overview/changes${query}`, undefined, signal);
+        if (version !== null && answer.version !== version) await onChange();
+        version = answer.version;
+      } catch (error) {
+        if (signal.aborted) return;
+        await sleep(1000, signal);
+      }
+    }
+  } finally {
+    setLive(-1);
+  }
+}
+
+function noteReaders(overview) {
+  const now = Date.now();
+  for (const c of overview.collections) {
+    for (const r of c.readers) {
+      const key = `${c.name}/${r.readerName}`;
+      const gen = r.generationId === null ? null : idLabel(r.generationId);
+      const seen = state.readerSeen.get(key);
+      if (!seen) state.readerSeen.set(key, { gen, movedAt: null });
+      else if (seen.gen !== gen) state.readerSeen.set(key, { gen, movedAt: now });
+    }
+  }
+}
+
+async function loadOverview(signal) {
+  const overview = await api("GET", "/overview", undefined, signal);
+  noteReaders(overview);
+  state.overview = overview;
+  return overview;
+}
+
+function ago(ms) {
+  const s = Math.round((Date.now() - ms) / 1000);
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.round(s / 60)} min ago`;
+  return `${Math.round(s / 3600)} h ago`;
+}
+
+// ---- Collections -----------------------------------------------------------------------------------
+
+function readerHtml(owner, r) {
+  const seen = state.readerSeen.get(`${owner}/${r.readerName}`);
+  const moved = seen && seen.movedAt ? `moved ${ago(seen.movedAt)}` : "";
+  const lag =
+    r.lagGenerations === null
+      ? '<span class="muted">(stream)</span>'
+      : `<span class="${r.lagGenerations === 0 ? "lag0" : "lagN"}" title="committed generations of ${esc(r.target)} after the reader's">lag ${r.lagGenerations}</span>`;
+  const diff = r.targetIsCollection
+    ? ` <a href="#/diff/${encodeURIComponent(r.target)}?reader=${encodeURIComponent(r.readerName)}&in=${encodeURIComponent(owner)}" title="what the reader has not read yet">diff</a>`
+    : "";
+  return `<div class="reader" data-reader="${esc(r.readerName)}"><b>${esc(r.readerName)}</b> ← ${esc(r.target)} @ ${labelHtml(r.generationId)} ${lag} <span class="muted">${moved}</span>${diff}</div>`;
+}
+
+function collectionRows(collections) {
+  return collections
+    .map((c) => {
+      const href = encodeURIComponent(c.name);
+      return `<tr data-name="${esc(c.name)}"><td><a href="#/browse/${href}">${esc(c.name)}</a></td>
+<td>${c.isManual ? '<span class="tag">manual</span>' : '<span class="tag auto">auto</span>'}</td>
+<td class="generation">${labelHtml(c.generationId)}</td><td class="next">${labelHtml(c.nextGenerationId)}</td>
+<td>${c.readers.map((r) => readerHtml(c.name, r)).join("")}</td>
+<td><a href="#/diff/${href}">diff</a></td></tr>`;
+    })
+    .join("");
+}
+
+async function viewCollections(signal) {
+  main().innerHTML = `<h2>Collections <span id="count" class="muted"></span></h2>
+<div class="toolbar"><label>Filter<input id="filter" placeholder="name contains" autocomplete="off"></label>
+<span class="muted">Reader lag counts the committed generations of the target after the reader's generation.
+“Moved” is when this page saw a reader move (the store does not record when readers move).</span></div>
+<table id="collections"><thead><tr><th>Collection</th><th>Kind</th><th>Generation</th><th>Next generation</th>
+<th>Readers</th><th></th></tr></thead><tbody></tbody></table>`;
+  const filter = document.getElementById("filter");
+  const applyFilter = () => {
+    const text = filter.value.toLowerCase();
+    for (const row of document.querySelectorAll("#collections tbody tr")) {
+      row.hidden = Boolean(text) && !row.dataset.name.toLowerCase().includes(text);
+    }
+  };
+  filter.addEventListener("input", applyFilter);
+  const draw = (overview) => {
+    const size = (overview.storeSizeBytes / 1048576).toFixed(1);
+    document.getElementById("count").textContent = `${overview.collections.length} · store ${size} MiB`;
+    const tbody = document.querySelector("#collections tbody");
+    // a screenful at once, the rest right after: the first page shows before thousands of rows are laid out
+    tbody.innerHTML = collectionRows(overview.collections.slice(0, FIRST_ROWS));
+    applyFilter();
+    if (overview.collections.length > FIRST_ROWS) {
+      setTimeout(() => {
+        tbody.insertAdjacentHTML("beforeend", collectionRows(overview.collections.slice(FIRST_ROWS)));
+        applyFilter();
+      }, 0);
+    }
+  };
+  draw(await loadOverview(signal));
+  performance.mark("diffstore:collections-drawn"); // benchmarks/console_first_page.py reads it
+  followOverview(signal, async () => draw(await loadOverview(signal)));
+}
+
+// ---- Pipeline graph --------------------------------------------------------------------------------
+
+function layoutGraph(overview) {
+  const names = new Set(overview.collections.map((c) => c.name));
+  const edges = [];
+  const nodes = new Map();
+  const node = (id, stream) => {
+    if (!nodes.has(id)) nodes.set(id, { id, stream, preds: [], depth: 0 });
+    return nodes.get(id);
+  };
+  for (const c of overview.collections) {
+    for (const r of c.readers) {
+      const stream = !r.targetIsCollection || !names.has(r.target);
+      node(r.target, stream);
+      node(c.name, false).preds.push(r.target);
+      edges.push({ from: r.target, to: c.name, reader: r.readerName, lag: r.lagGenerations });
+    }
+  }
+  // depth = the longest path from a source (bounded, so a cycle cannot loop forever)
+  for (let round = 0; round < nodes.size; round++) {
+    let changed = false;
+    for (const n of nodes.values()) {
+      for (const p of n.preds) {
+        const depth = nodes.get(p).depth + 1;
+        if (p !== n.id && depth > n.depth && depth < nodes.size) { n.depth = depth; changed = true; }
+      }
+    }
+    if (!changed) break;
+  }
+  const columns = [];
+  for (const n of [...nodes.values()].sort((a, b) => a.id.localeCompare(b.id))) {
+    (columns[n.depth] ||= []).push(n);
+  }
+  const W = 190, H = 40, DX = 270, DY = 64;
+  columns.forEach((column, depth) => column.forEach((n, i) => { n.x = 20 + depth * DX; n.y = 20 + i * DY; }));
+  const width = Math.max(400, 40 + (columns.length - 1) * DX + W);
+  const height = Math.max(120, 40 + Math.max(0, ...columns.map((c) => c.length)) * DY);
+  const isolated = overview.collections.filter((c) => !nodes.has(c.name)).map((c) => c.name);
+  return { nodes, edges, width, height, W, H, isolated };
+}
+
+function graphSvg(g) {
+  const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${g.width}" height="${g.height}" role="img" aria-label="pipeline graph">
+<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="#98a2b3"/></marker></defs>`];
+  for (const e of g.edges) {
+    const a = g.nodes.get(e.from), b = g.nodes.get(e.to);
+    const x1 = a.x + g.W, y1 = a.y + g.H / 2, x2 = b.x, y2 = b.y + g.H / 2;
+    const mid = (x1 + x2) / 2;
+    const behind = e.lag !== null && e.lag > 0;
+    parts.push(`<path class="edge${behind ? " behind" : ""}" d="M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}" marker-end="url(#arrow)"><title>${esc(e.to)} reads ${esc(e.from)} (reader ${esc(e.reader)})</title></path>`);
+    const lag = e.lag === null ? "" : ` · lag ${e.lag}`;
+    // near the source: the arrows of one target converge, their sources are apart
+    parts.push(`<text class="edge-label" x="${x1 + 8}" y="${y1 - 5}">${esc(e.reader)}${lag}</text>`);
+  }
+  for (const n of g.nodes.values()) {
+    const label = n.id.length > 26 ? n.id.slice(0, 25) + "…" : n.id;
+    const inner = `<rect width="${g.W}" height="${g.H}"/><text x="10" y="25">${esc(label)}</text><title>${esc(n.id)}</title>`;
+    const link = n.stream ? inner : `<a href="#/browse/${encodeURIComponent(n.id)}">${inner}</a>`;
+    parts.push(`<g class="node${n.stream ? " stream" : ""}" data-node="${esc(n.id)}" transform="translate(${n.x},${n.y})">${link}</g>`);
+  }
+  parts.push("</svg>");
+  return parts.join("");
+}
+
+async function viewGraph(signal) {
+  main().innerHTML = `<h2>Pipeline</h2><p class="muted">An arrow A → C: a reader of C follows A (C is computed from A).
+Dashed boxes are stream sources (readers whose target is not a collection, such as <code>hstream://…</code>).
+Orange arrows: the reader is behind.</p><div id="graph"></div><p id="isolated" class="muted"></p>`;
+  const draw = (overview) => {
+    const g = layoutGraph(overview);
+    document.getElementById("graph").innerHTML = g.edges.length ? graphSvg(g) : '<p class="muted">No readers yet: nothing reads anything.</p>';
+    const shown = g.isolated.slice(0, 50).map(esc).join(", ");
+    document.getElementById("isolated").innerHTML = g.isolated.length
+      ? `Not in any pipeline (${g.isolated.length}): ${shown}${g.isolated.length > 50 ? ", …" : ""}`
+      : "";
+  };
+  draw(await loadOverview(signal));
+  followOverview(signal, async () => draw(await loadOverview(signal)));
+}
+
+// ---- shared pieces of Browse and Diff --------------------------------------------------------------
+
+async function pickCollection(signal, route) {
+  const list = await api("GET", "/collections/", undefined, signal);
+  const items = list.items.map((c) => `<li><a href="#/${route}/${encodeURIComponent(c.name)}">${esc(c.name)}</a></li>`);
+  main().innerHTML = `<h2>${route === "browse" ? "Browse" : "Diff"}: pick a collection</h2><ul>${items.join("") || '<li class="muted">no collections</li>'}</ul>`;
+}
+
+async function generationOptions(signal, name) {
+  try {
+    const list = await api("GET", `${collectionPath(name)}/generations?limit=200`, undefined, signal);
+    return list.items.map((g) => `<option value="${esc(idLabel(g))}">`).join("");
+  } catch (error) {
+    showError(error);
+    return "";
+  }
+}
+
+function banner(text) {
+  const box = document.getElementById("banner");
+  if (!box) return;
+  box.textContent = text;
+  box.hidden = false;
+  box.classList.remove("flash");
+  void box.offsetWidth; // restart the animation
+  box.classList.add("flash");
+}
+
+function setHashQuery(route, name, params) {
+  const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v));
+  const text = query.toString();
+  history.replaceState(null, "", `#/${route}/${encodeURIComponent(name)}${text ? "?" + text : ""}`);
+}
+
+// ---- Browse ----------------------------------------------------------------------------------------
+
+async function viewBrowse(signal, name, params) {
+  if (!name) return pickCollection(signal, "browse");
+  const collection = await api("GET", collectionPath(name), undefined, signal);
+  main().innerHTML = `<h2>Browse <code>${esc(name)}</code> <span class="tag${collection.isManual ? "" : " auto"}">${collection.isManual ? "manual" : "auto"}</span></h2>
+<form class="toolbar" id="browse-form">
+<label>As of generation <input id="generation" list="generations" placeholder="current" value="${esc(params.get("g") || "")}"></label>
+<datalist id="generations"></datalist>
+<label>Phantom id <input id="phantom" placeholder="none" value="${esc(params.get("p") || "")}"></label>
+<label>Jump to key <input id="jump" placeholder="key or hex:…" value="${esc(params.get("k") || "")}"></label>
+<label>Page size <select id="limit"><option>50</option><option selected>100</option><option>500</option></select></label>
+<button type="submit">Show</button>
+<a href="#/diff/${encodeURIComponent(name)}">diff this collection</a></form>
+<p id="banner" class="banner" hidden></p><p id="around" class="muted"></p><p id="asof" class="muted"></p>
+<table id="records"><thead><tr><th>Key</th><th>Value</th></tr></thead><tbody></tbody></table>
+<div class="pager"><button type="button" class="secondary" id="prev">Previous</button><button type="button" class="secondary" id="next">Next</button><span id="page" class="muted"></span></div>`;
+  generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
+  const form = document.getElementById("browse-form");
+  let starts = []; // fromKey (ES or null) of every page before the current one
+  let start = null; // fromKey of the current page
+  let pinned = null; // the generation the pages are read at (the answer of the first page)
+  let found = null; // the key jumped to, highlighted
+  let cursorMore = false;
+  let last = null;
+
+  const common = () => {
+    const body = {};
+    const g = document.getElementById("generation").value.trim();
+    const p = document.getElementById("phantom").value.trim();
+    if (pinned) body.generationId = pinned;
+    else if (g) body.generationId = parseLabel(g);
+    if (p) body.phantomId = parseLabel(p);
+    return body;
+  };
+
+  const load = async () => {
+    const limit = Number(document.getElementById("limit").value);
+    const body = { ...common(), limit };
+    if (start) body.fromKey = start;
+    const page = await api("POST", `${collectionPath(name)}/query/`, body, signal);
+    pinned = page.generationId;
+    cursorMore = Boolean(page.cursorId);
+    last = page.items.length ? page.items[page.items.length - 1].key : null;
+    const foundHex = found ? hex(esToBytes(found)) : null;
+    document.querySelector("#records tbody").innerHTML =
+      page.items
+        .map((item) => {
+          const mark = foundHex !== null && hex(esToBytes(item.key)) === foundHex ? ' class="found"' : "";
+          return `<tr${mark}><td>${valueHtml(item.key)}</td><td>${valueHtml(item.value)}</td></tr>`;
+        })
+        .join("") || '<tr><td colspan="2" class="muted">no records</td></tr>';
+    document.getElementById("asof").innerHTML = `As of generation ${labelHtml(page.generationId)} · ${page.items.length} records on this page`;
+    document.getElementById("page").textContent = `page ${starts.length + 1}`;
+    document.getElementById("prev").disabled = starts.length === 0;
+    document.getElementById("next").disabled = !cursorMore;
+  };
+
+  const jump = async (label) => {
+    const key = parseLabel(label);
+    const around = await api("POST", `${collectionPath(name)}/getKeysAround`, { ...common(), key, requireKeyExistance: false, limit: 5 }, signal);
+    pinned = around.generationId;
+    found = key;
+    document.getElementById("around").innerHTML = around.foundKey
+      ? `Key ${valueHtml(key)} found (highlighted), shown with the ${around.left.length} keys before it.`
+      : `Key ${valueHtml(key)} is not there; the page starts at the keys around where it would be.`;
+    starts = [];
+    start = around.left.length ? around.left[around.left.length - 1] : key;
+  };
+
+  const show = async () => {
+    const g = document.getElementById("generation").value.trim();
+    const k = document.getElementById("jump").value.trim();
+    setHashQuery("browse", name, { g, p: document.getElementById("phantom").value.trim(), k });
+    pinned = null;
+    found = null;
+    starts = [];
+    start = null;
+    document.getElementById("around").textContent = "";
+    if (k) await jump(k);
+    await load();
+  };
+
+  form.addEventListener("submit", (event) => { event.preventDefault(); show().catch(showError); });
+  document.getElementById("next").addEventListener("click", () => {
+    if (!last) return;
+    starts.push(start);
+    const bytes = esToBytes(last);
+    const next = new Uint8Array(bytes.length + 1); // the smallest key after the page's last
+    next.set(bytes);
+    start = bytesToEs(next);
+    load().catch(showError);
+  });
+  document.getElementById("prev").addEventListener("click", () => {
+    start = starts.pop() || null;
+    load().catch(showError);
+  });
+  await show();
+  // Live: a page read at the current generation follows the commits.
+  follow(signal, name, collection.generationId, async (generation) => {
+    if (document.getElementById("generation").value.trim()) return; // pinned by the user
+    pinned = null;
+    await load();
+    banner(`Generation ${idLabel(generation)} committed: page updated at ${new Date().toLocaleTimeString()}`);
+  });
+}
+
+// ---- Diff ------------------------------------------------------------------------------------------
+
+async function viewDiff(signal, name, params) {
+  if (!name) return pickCollection(signal, "diff");
+  const [collection, overview] = await Promise.all([
+    api("GET", collectionPath(name), undefined, signal),
+    loadOverview(signal),
+  ]);
+  const readers = [];
+  for (const c of overview.collections) {
+    for (const r of c.readers) if (r.target === name) readers.push({ owner: c.name, reader: r.readerName });
+  }
+  const readerOptions = readers
+    .map(({ owner, reader }) => {
+      const selected = params.get("reader") === reader && (params.get("in") || name) === owner ? " selected" : "";
+      return `<option value="${esc(JSON.stringify([owner, reader]))}"${selected}>${esc(reader)} (in ${esc(owner)})</option>`;
+    })
+    .join("");
+  main().innerHTML = `<h2>Diff <code>${esc(name)}</code></h2>
+<form class="toolbar" id="diff-form">
+<label>From reader <select id="reader"><option value="">— a generation —</option>${readerOptions}</select></label>
+<label>From generation <input id="from" list="generations" placeholder='"" = the beginning' value="${esc(params.get("from") || "")}"></label>
+<label>To generation <input id="to" list="generations" placeholder="current" value="${esc(params.get("to") || "")}"></label>
+<datalist id="generations"></datalist>
+<label>Page size <select id="limit"><option>100</option><option selected>200</option><option>1000</option></select></label>
+<button type="submit">Diff</button><a href="#/browse/${encodeURIComponent(name)}">browse</a></form>
+<p id="banner" class="banner" hidden></p><p id="range" class="muted"></p>
+<table id="diff"><thead><tr><th>Key</th><th>From</th><th>To</th><th></th></tr></thead><tbody></tbody></table>
+<div class="pager"><button type="button" class="secondary" id="prev">Previous</button><button type="button" class="secondary" id="next">Next</button><span id="page" class="muted"></span></div>`;
+  generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
+  let pages = []; // how to read each page again: {cursor} or {body}
+  let index = -1;
+  let current = null; // the page shown
+  let wantedTo = null; // the "to" asked for (null: the current generation when the diff started)
+  let seen = 0;
+
+  const firstBody = () => {
+    const limit = Number(document.getElementById("limit").value);
+    const body = { limit };
+    const choice = document.getElementById("reader").value;
+    if (choice) {
+      const [owner, reader] = JSON.parse(choice);
+      body.fromReader = { readerName: reader, collectionName: owner };
+    } else {
+      body.fromGenerationId = parseLabel(document.getElementById("from").value.trim());
+    }
+    const to = document.getElementById("to").value.trim();
+    if (to) body.toGenerationId = parseLabel(to);
+    return body;
+  };
+
+  const fetchPage = (how) =>
+    how.cursor
+      ? api("GET", `${collectionPath(name)}/diff/${how.cursor}`, undefined, signal)
+      : api("POST", `${collectionPath(name)}/diff/`, how.body, signal);
+
+  const render = (page) => {
+    current = page;
+    const rows = page.items.map((item, i) => {
+      const kind = item.fromValue === null ? "added" : item.toValue === null ? "removed" : "changed";
+      return `<tr class="${kind}" data-i="${i}"><td>${valueHtml(item.key)}</td><td class="from">${valueHtml(item.fromValue)}</td><td class="to">${valueHtml(item.toValue)}</td><td><button type="button" class="secondary between" data-i="${i}" title="values of the generations in between">between</button></td></tr>`;
+    });
+    const tbody = document.querySelector("#diff tbody");
+    tbody.innerHTML = rows.join("") || '<tr><td colspan="4" class="muted">no changes in this range</td></tr>';
+    document.getElementById("range").innerHTML = `Changes after ${labelHtml(page.fromGenerationId)} up to ${labelHtml(page.toGenerationId)} · ${page.items.length} on this page`;
+    document.getElementById("page").textContent = `page ${index + 1} · ${seen} items so far`;
+    document.getElementById("prev").disabled = index <= 0;
+    document.getElementById("next").disabled = !nextHow(page);
+  };
+
+  // The next page: the cursor, or, when the server cut a long range short, the rest of the range.
+  const nextHow = (page) => {
+    if (page.cursorId) return { cursor: page.cursorId };
+    if (wantedTo && !sameEs(page.toGenerationId, wantedTo)) {
+      const body = { ...pages[0].body, fromGenerationId: page.toGenerationId };
+      delete body.fromReader;
+      return { body };
+    }
+    return null;
+  };
+
+  const go = async (i, how) => {
+    const page = await fetchPage(how);
+    if (i === pages.length) {
+      pages.push(how);
+      seen += page.items.length;
+    }
+    index = i;
+    if (i === 0 && !wantedTo) wantedTo = page.toGenerationId;
+    render(page);
+  };
+
+  const run = async () => {
+    const choice = document.getElementById("reader").value;
+    const [owner, reader] = choice ? JSON.parse(choice) : [null, null];
+    setHashQuery("diff", name, {
+      reader,
+      in: owner,
+      from: choice ? "" : document.getElementById("from").value.trim(),
+      to: document.getElementById("to").value.trim(),
+    });
+    const body = firstBody();
+    wantedTo = body.toGenerationId || null;
+    pages = [];
+    seen = 0;
+    await go(0, { body });
+  };
+
+  document.getElementById("diff-form").addEventListener("submit", (event) => { event.preventDefault(); run().catch(showError); });
+  document.getElementById("next").addEventListener("click", () => {
+    const how = index + 1 < pages.length ? pages[index + 1] : nextHow(current);
+    if (how) go(index + 1, how).catch(showError);
+  });
+  document.getElementById("prev").addEventListener("click", () => { if (index > 0) go(index - 1, pages[index - 1]).catch(showError); });
+  document.querySelector("#diff tbody").addEventListener("click", async (event) => {
+    const button = event.target.closest("button.between");
+    if (!button) return;
+    const item = current.items[Number(button.dataset.i)];
+    const key = esToBytes(item.key);
+    const after = new Uint8Array(key.length + 1);
+    after.set(key);
+    try {
+      const page = await api("POST", `${collectionPath(name)}/diff/`, {
+        fromGenerationId: current.fromGenerationId,
+        toGenerationId: current.toGenerationId,
+        omitIntermediateValues: false,
+        fromKey: item.key,
+        toKey: bytesToEs(after),
+        limit: 1,
+      }, signal);
+      const values = page.items.length ? page.items[0].intermediateValues : [];
+      const row = button.closest("tr");
+      const extra = document.createElement("tr");
+      extra.className = "between-values";
+      extra.innerHTML = `<td></td><td colspan="3">${values.length ? "In between, oldest first: " + values.map(valueHtml).join(" → ") : '<span class="muted">no values in between</span>'}</td>`;
+      row.after(extra);
+      button.disabled = true;
+    } catch (error) {
+      showError(error);
+    }
+  });
+  await run();
+  // Live: a diff up to the current generation follows the commits (on its first page; else a notice).
+  follow(signal, name, collection.generationId, async (generation) => {
+    if (document.getElementById("to").value.trim()) return;
+    if (index <= 0) {
+      await run();
+      banner(`Generation ${idLabel(generation)} committed: diff updated at ${new Date().toLocaleTimeString()}`);
+    } else {
+      banner(`Generation ${idLabel(generation)} committed: press Diff to see it`);
+    }
+  });
+}
+
+// ---- routing ---------------------------------------------------------------------------------------
+
+function takeTokenFromFragment() {
+  // /ui/#token=T (or …&token=T): the token never reaches the server's logs; it is removed from the address.
+  const match = location.hash.match(/(^#|[?&])token=([^&]*)/);
+  if (!match) return;
+  setToken(decodeURIComponent(match[2]));
+  let rest = location.hash.replace(/([?&])token=[^&]*&?/, "$1").replace(/^#token=[^&]*&?/, "#").replace(/[?&]$/, "");
+  if (rest === "#") rest = "";
+  history.replaceState(null, "", location.pathname + location.search + rest);
+}
+
+async function render() {
+  if (state.view) state.view.abort();
+  const controller = new AbortController();
+  state.view = controller;
+  const hash = location.hash.replace(/^#\/?/, "");
+  const [path, query] = hash.split("?");
+  const [route, ...rest] = path.split("/");
+  const name = rest.length ? decodeURIComponent(rest.join("/")) : "";
+  const params = new URLSearchParams(query || "");
+  const view = route || "collections";
+  for (const link of document.querySelectorAll("header nav a")) {
+    link.classList.toggle("active", link.dataset.view === view);
+  }
+  try {
+    if (view === "graph") await viewGraph(controller.signal);
+    else if (view === "browse") await viewBrowse(controller.signal, name, params);
+    else if (view === "diff") await viewDiff(controller.signal, name, params);
+    else await viewCollections(controller.signal);
+  } catch (error) {
+    if (!controller.signal.aborted) {
+      showError(error);
+      main().insertAdjacentHTML("beforeend", `<p class="error">${esc(error.message || error)}</p>`);
+    }
+  }
+}
+
+window.addEventListener("hashchange", render);
+document.addEventListener("DOMContentLoaded", () => {
+  takeTokenFromFragment();
+  setToken(state.token);
+  document.getElementById("forget-token").addEventListener("click", () => { setToken(null); location.reload(); });
+  render();
+});

@@ -1,0 +1,74 @@
+"""The API routes the console needs: ``GET /overview`` and ``GET /collections/{c}/generations``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from diffstore.server import ServerConfig
+
+from .conftest import Live, es, live_server, unes
+
+
+def _commit(live: Live, name: str, generation: str) -> None:
+    live.ok("POST", f"/collections/{name}/generation/start", {"generationId": es(generation)})
+    live.ok("POST", f"/collections/{name}/generation/commit", {"generationId": es(generation)})
+
+
+def test_overview_lists_collections_readers_and_lag(live: Live) -> None:
+    live.ok("POST", "/collections/", {"collectionName": "a", "isManual": True})
+    live.ok("POST", "/collections/", {"collectionName": "auto", "isManual": False})
+    live.ok("POST", "/collections/", {"collectionName": "c", "isManual": True})
+    _commit(live, "a", "g1")
+    live.ok("POST", "/collections/c/readers/", {"readerName": "from_a", "collectionName": "a"})
+    live.ok("POST", "/collections/c/readers/", {"readerName": "pos", "collectionName": "hstream://s"})
+    _commit(live, "a", "g2")
+    answer = live.ok("GET", "/overview")
+    by_name = {c["name"]: c for c in answer["collections"]}
+    assert [c["name"] for c in answer["collections"]] == ["a", "auto", "c"]
+    assert by_name["a"]["isManual"] and unes(by_name["a"]["generationId"]) == b"g2"
+    assert by_name["a"]["nextGenerationId"] is None and by_name["a"]["readers"] == []
+    assert not by_name["auto"]["isManual"] and unes(by_name["auto"]["nextGenerationId"]) == bytes(7) + b"\x01"
+    readers = {r["readerName"]: r for r in by_name["c"]["readers"]}
+    assert readers["from_a"]["target"] == "a" and readers["from_a"]["targetIsCollection"]
+    assert readers["from_a"]["generationId"] is None and readers["from_a"]["lagGenerations"] == 2
+    assert readers["pos"]["lagGenerations"] is None and not readers["pos"]["targetIsCollection"]
+    assert answer["storeSizeBytes"] > 0
+
+
+def test_generations_newest_first(live: Live) -> None:
+    live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+    for g in ("g1", "g2", "g3"):
+        _commit(live, "m", g)
+    live.ok("POST", "/collections/m/generation/start", {"generationId": es("g4")})  # open: not listed
+    items = live.ok("GET", "/collections/m/generations", params={"limit": 2})["items"]
+    assert [unes(i) for i in items] == [b"g3", b"g2"]
+    every = live.ok("GET", "/collections/m/generations/")["items"]
+    assert [unes(i) for i in every] == [b"g3", b"g2", b"g1", b""]
+
+
+def test_generations_bad_input(live: Live) -> None:
+    live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+    _commit(live, "m", "g1")
+    live.fail("GET", "/collections/nope/generations", status=404, code="noSuchCollection")
+    live.fail("GET", "/collections/m/generations", status=400, code="invalidRequest", params={"limit": 0})
+    live.fail("GET", "/collections/m/generations", status=400, code="invalidRequest", params={"limit": "x"})
+    live.fail("POST", "/overview", status=405, code="methodNotAllowed")
+    assert [unes(i) for i in live.ok("GET", "/collections/m/generations")["items"]] == [b"g1", b""]
+
+
+def test_console_shell_is_open_and_the_api_is_not(tmp_path: Path) -> None:
+    with live_server(tmp_path / "data", ServerConfig(token="tok")) as live:
+        bare = httpx.Client(base_url=live.url)
+        for path in ("/ui/", "/ui/app.js", "/ui/app.css"):
+            response = bare.get(path)
+            assert response.status_code == 200, path
+        assert bare.get("/ui", follow_redirects=False).headers["location"] == "/ui/"
+        assert bare.get("/", follow_redirects=False).headers["location"] == "/ui/"
+        for path in ("/overview", "/collections/", "/metrics", "/docs", "/openapi.json"):
+            refused = bare.get(path)
+            assert refused.status_code == 401 and refused.json()["error"] == "unauthorized", path
+        assert bare.get("/ui/../collections/").status_code in (401, 404)
+        assert bare.get("/ui/nothing.js").status_code == 404
+        assert live.ok("GET", "/overview")["collections"] == []
