@@ -28,7 +28,7 @@ LAG_COUNT_MAX = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
-class ReaderState:
+class ReaderOverview:
     name: str
     target: str
     generation_id: bytes | None
@@ -37,12 +37,12 @@ class ReaderState:
 
 
 @dataclass(frozen=True, slots=True)
-class CollectionState:
+class CollectionOverview:
     name: str
     manual: bool
     generation_id: bytes
     next_generation_id: bytes | None
-    readers: tuple[ReaderState, ...]
+    readers: tuple[ReaderOverview, ...]
 
 
 def _metas(txn: lmdb.Transaction, tables: Tables) -> dict[str, CollectionMeta]:
@@ -82,23 +82,25 @@ def _reader_lag(
     return committed_between(txn, tables, target, resolve_seq(txn, tables, target, generation_id or b""))
 
 
-def overview(store: Store) -> list[CollectionState]:
+def overview(store: Store) -> list[CollectionOverview]:
     """Every collection (sorted by name) with its generations and readers, from one snapshot."""
     tables = store.tables
-    states: list[CollectionState] = []
+    states: list[CollectionOverview] = []
     with store.read() as txn:
         metas = _metas(txn, tables)
         for name in sorted(metas, key=str.encode):
             meta = metas[name]
-            readers: list[ReaderState] = []
+            readers: list[ReaderOverview] = []
             for reader in list_readers(txn, tables, meta):
                 target = metas.get(reader.collection)
                 lag = None if target is None else _reader_lag(txn, tables, target, reader.generation_id)
                 readers.append(
-                    ReaderState(reader.name, reader.collection, reader.generation_id, lag, target is not None)
+                    ReaderOverview(
+                        reader.name, reader.collection, reader.generation_id, lag, target is not None
+                    )
                 )
             states.append(
-                CollectionState(
+                CollectionOverview(
                     name,
                     meta.manual,
                     meta.generation,
