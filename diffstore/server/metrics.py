@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -51,6 +52,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WAITERS_REFRESH_S = 0.5
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 UNMATCHED = "<unmatched>"
+_log = logging.getLogger("diffstore.server.metrics")
 _FAST_PATH = re.compile(r"/collections/[^/]+/(.+?)/?")
 
 
@@ -83,7 +85,19 @@ def worker_exited(pid: int) -> None:
 
 
 def _multiprocess() -> bool:
-    return bool(os.environ.get(MULTIPROC_ENV))
+    """Whether this process's metrics live in the shared directory.
+
+    prometheus_client picks its value storage when it is first imported: a directory exported later (in a
+    process that had imported it already) cannot be used, and the metrics then stay in the process.
+    """
+    from prometheus_client import values
+
+    shared = values.ValueClass is not values.MutexValue
+    if os.environ.get(MULTIPROC_ENV) and not shared:
+        _log.warning(
+            "%s is set but prometheus_client was imported before: metrics stay in-process", MULTIPROC_ENV
+        )
+    return shared
 
 
 class _StoreCollector(Collector):

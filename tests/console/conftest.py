@@ -40,7 +40,9 @@ def live(tmp_path: Path) -> Iterator[Live]:
         yield running
 
 
-@pytest.fixture(scope="session")
+# module scope: playwright's sync API keeps an event loop running in this thread while it is started,
+# and tests of other modules call asyncio.run
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     path = _chromium()
     if path is None:

@@ -1,0 +1,125 @@
+"""Metrics with several server processes over one store: prometheus_client's multiprocess mode.
+
+Two ``diffstore serve`` processes share a data directory and a metrics directory (what the supervisor of
+``serve --workers`` sets up with ``prepare_multiprocess``); a scrape of either counts the work of both.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from diffstore.server import metrics
+from tests.helpers import wait_until
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _value(url: str, name: str, **labels: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    saved = os.environ.get(metrics.MULTIPROC_ENV)
+    directory = metrics.prepare_multiprocess(str(tmp_path / "metrics"))
+    processes: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    try:
+        for _ in range(2):
+            port = _free_port()
+            command = [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(tmp_path / "data"),
+                       "--port", str(port), "--log-level", "warning"]  # fmt: skip
+            processes.append(subprocess.Popen(command, env={**os.environ, "DIFFSTORE_TOKEN": ""}))
+            url = f"http://127.0.0.1:{port}"
+
+            def healthy(url: str = url) -> bool:
+                try:
+                    return httpx.get(f"{url}/healthz").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_until(healthy, 30, what="a worker to start")
+            urls.append(url)
+        yield urls[0], urls[1]
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            metrics.worker_exited(process.pid)
+        metrics.cleanup_multiprocess(directory)
+        if saved is not None:
+            os.environ[metrics.MULTIPROC_ENV] = saved
+    assert not Path(directory).exists()
+
+
+def test_a_scrape_of_one_worker_counts_the_work_of_every_worker(two_workers: tuple[str, str]) -> None:
+    a, b = two_workers
+    assert httpx.post(f"{a}/collections/", json={"collectionName": "m", "isManual": True}).status_code == 200
+    for generation in ("g1", "g2"):
+        gen = {"value": generation}
+        assert (
+            httpx.post(f"{a}/collections/m/generation/start", json={"generationId": gen}).status_code == 200
+        )
+        items = [{"key": {"value": "k"}, "value": {"value": generation}}]
+        put = httpx.post(f"{a}/collections/m/putMany", json={"generationId": gen, "items": items})
+        assert put.status_code == 200
+        assert (
+            httpx.post(f"{a}/collections/m/generation/commit", json={"generationId": gen}).status_code == 200
+        )
+    assert httpx.get(f"{b}/collections/m").status_code == 200
+    # worker B answers for both: A's commits and writes, B's own request
+    assert _value(b, "diffstore_commits_total", collection="m") == 2
+    assert _value(b, "diffstore_records_written_total", collection="m") == 2
+    route = {"route": "/collections/{c}", "method": "GET", "status": "200"}
+    assert _value(a, "diffstore_http_requests_total", **route) == 1
+    created = {"route": "/collections", "method": "POST", "status": "200"}
+    assert _value(b, "diffstore_http_requests_total", **created) == 1
+    # a long poll waiting on worker B shows in a scrape of worker A, and goes when A commits
+    answers: list[int] = []
+
+    def poll() -> None:
+        params = {"generationId": "g2", "timeoutMs": "30000"}
+        answers.append(
+            httpx.get(f"{b}/collections/m/generationId/stream", params=params, timeout=60).status_code
+        )
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    try:
+        wait_until(lambda: _value(a, "diffstore_longpoll_waiters") == 1, 10, what="B's waiter in A's scrape")
+        gen = {"value": "g3"}
+        assert (
+            httpx.post(f"{a}/collections/m/generation/start", json={"generationId": gen}).status_code == 200
+        )
+        assert (
+            httpx.post(f"{a}/collections/m/generation/commit", json={"generationId": gen}).status_code == 200
+        )
+        wait_until(lambda: answers == [200], 10, what="the long poll on B to be answered by A's commit")
+        wait_until(lambda: _value(a, "diffstore_longpoll_waiters") == 0, 10, what="the waiter to go")
+    finally:
+        thread.join(timeout=60)
