@@ -66,7 +66,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path, workers: str) -> None:
+    """One process, or a supervisor whose spawned workers set up their own logging from the config."""
     port = _free_port()
     process = subprocess.Popen(
         [
@@ -83,6 +85,8 @@ def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path) -> None:
             "json",
             "--log-level",
             "info",
+            "--workers",
+            workers,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -111,6 +115,6 @@ def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path) -> None:
         line["path"] == "/collections/" and line["status"] == 200 and line["method"] == "GET"
         for line in access
     )
-    assert any(line["logger"] == "uvicorn.error" and "Uvicorn running" in line["event"] for line in lines), (
+    assert any(line["logger"] == "uvicorn.error" and "Started server process" in line["event"] for line in lines), (
         lines
     )

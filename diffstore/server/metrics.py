@@ -12,9 +12,10 @@
 - Long-poll waiters: each process sets its own count (on every scrape and every
   :data:`WAITERS_REFRESH_S`); with several processes the scrape shows the sum over the live ones.
 
-Several worker processes: prometheus_client's multiprocess mode. The supervisor runs its workers inside
-:func:`shared_metrics` (a fresh directory in ``PROMETHEUS_MULTIPROC_DIR`` per server start) and calls
-:func:`worker_exited` for each worker that stops; each worker inherits the directory and must not have
+Several worker processes (``serve --workers N``): prometheus_client's multiprocess mode. The supervisor
+calls :func:`prepare_multiprocess` before it starts workers (a fresh directory in
+``PROMETHEUS_MULTIPROC_DIR`` per server start), :func:`worker_exited` for each worker that stops and
+:func:`cleanup_multiprocess` at the end; each worker inherits the directory and must not have
 imported prometheus_client before (the mode is chosen at import: spawned workers have not). A scrape
 then merges the files of every worker. Without the variable,
 metrics live in the process, in a registry of their own per app (no global state).
@@ -75,19 +76,6 @@ def cleanup_multiprocess(path: str) -> None:
     """Removes the directory of :func:`prepare_multiprocess` once every worker has stopped."""
     os.environ.pop(MULTIPROC_ENV, None)
     shutil.rmtree(path, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def shared_metrics() -> Iterator[str]:
-    """For a supervisor: a fresh metrics directory for the workers started inside, removed afterwards.
-
-    Usage: ``with shared_metrics(): start the workers; on each exit: worker_exited(pid)``.
-    """
-    path = prepare_multiprocess()
-    try:
-        yield path
-    finally:
-        cleanup_multiprocess(path)
 
 
 def worker_exited(pid: int) -> None:

@@ -1,7 +1,8 @@
 """Metrics with several server processes over one store: prometheus_client's multiprocess mode.
 
-Two ``diffstore serve`` processes share a data directory and a metrics directory (what the supervisor of
-``serve --workers`` sets up with ``prepare_multiprocess``); a scrape of either counts the work of both.
+Two ``diffstore serve --workers 1`` processes share a data directory and a metrics directory (what the
+supervisor of ``serve --workers N`` sets up): a scrape of either counts the work of both, deterministically.
+Then ``serve --workers 2`` itself: its workers' counts add up in every scrape, and its directory goes away.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[str, str]]:
         for _ in range(2):
             port = _free_port()
             command = [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(tmp_path / "data"),
-                       "--port", str(port), "--log-level", "warning"]  # fmt: skip
+                       "--port", str(port), "--log-level", "warning", "--workers", "1"]  # fmt: skip
             processes.append(subprocess.Popen(command, env={**os.environ, "DIFFSTORE_TOKEN": ""}))
             url = f"http://127.0.0.1:{port}"
 
@@ -123,3 +124,46 @@ def test_a_scrape_of_one_worker_counts_the_work_of_every_worker(two_workers: tup
         wait_until(lambda: _value(a, "diffstore_longpoll_waiters") == 0, 10, what="the waiter to go")
     finally:
         thread.join(timeout=60)
+
+
+def test_serve_with_two_workers_sums_them_in_every_scrape(tmp_path: Path) -> None:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(tmp_path / "data"), "--port",
+               str(port), "--workers", "2", "--log-level", "warning"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != metrics.MULTIPROC_ENV}
+    process = subprocess.Popen(command, env={**env, "DIFFSTORE_TOKEN": "", "TMPDIR": str(tmp_path)})
+    try:
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{url}/healthz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(healthy, 60, what="the workers to start")
+        directories = list(tmp_path.glob("diffstore-metrics-*"))
+        assert len(directories) == 1, directories
+        directory = directories[0]
+        requests = 0
+
+        def both_workers_counted() -> bool:
+            nonlocal requests
+            # a new connection each time: the kernel hands connections to either worker
+            assert httpx.get(f"{url}/collections/").status_code == 200
+            requests += 1
+            return len(list(directory.glob("counter_*.db"))) >= 2
+
+        wait_until(both_workers_counted, 60, what="requests served by both workers")
+        route = {"route": "/collections", "method": "GET", "status": "200"}
+        for _ in range(4):  # whichever worker answers the scrape counts every worker's requests
+            assert _value(url, "diffstore_http_requests_total", **route) == requests
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    assert not list(tmp_path.glob("diffstore-metrics-*")), "the supervisor removes its metrics directory"
