@@ -115,6 +115,6 @@ def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path, workers: str
         line["path"] == "/collections/" and line["status"] == 200 and line["method"] == "GET"
         for line in access
     )
-    assert any(line["logger"] == "uvicorn.error" and "Started server process" in line["event"] for line in lines), (
-        lines
-    )
+    assert any(
+        line["logger"] == "uvicorn.error" and "Started server process" in line["event"] for line in lines
+    ), lines
