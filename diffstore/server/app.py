@@ -84,12 +84,12 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.add_middleware(FastLane, store=store, config=config, hub=hub, handlers=FAST_LANE)
     if config.token is not None:
         app.add_middleware(BearerAuth, token=config.token)
-    # outermost: requests the authentication refuses count too
-    app.add_middleware(
-        metrics.HttpMetrics,
-        metrics=server_metrics,
-        routes=[route for router in routers for route in router.routes],
-        fast_lane=frozenset(FAST_LANE),
-    )
+    if config.metrics:  # outermost: requests the authentication refuses count too
+        app.add_middleware(
+            metrics.HttpMetrics,
+            metrics=server_metrics,
+            routes=[route for router in routers for route in router.routes],
+            fast_lane=frozenset(FAST_LANE),
+        )
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app

@@ -28,6 +28,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         workers=args.workers,
         header_timeout_s=args.header_timeout_s,
         body_timeout_s=args.body_timeout_s,
+        metrics=args.metrics,
         log_level=args.log_level,
         log_format=args.log_format,
     )
@@ -85,6 +86,12 @@ def add_commands(subparsers: Any) -> None:
         type=float,
         default=30.0,
         help="close a connection whose request body stalls this long between chunks (default 30)",
+    )
+    parser.add_argument(
+        "--no-request-metrics",
+        dest="metrics",
+        action="store_false",
+        help="do not count and time each request in /metrics (engine metrics stay)",
     )
     logs.add_arguments(parser)
     parser.set_defaults(func=_serve_command)

@@ -37,6 +37,8 @@ class ServerConfig:
         header_timeout_s: a connection whose request line and headers are not all read this long after
             they began (or after it opened) is closed (0: never).
         body_timeout_s: ... and one whose body stalls this long between two chunks (0: never).
+        metrics: count and time every request for ``/metrics`` (about 5-20 us per request, see
+            ``benchmarks/metrics_overhead.py``); without it ``/metrics`` still shows engine events.
         log_level, log_format: logging of the server's processes (see :mod:`diffstore.logs`).
     """
 
@@ -58,6 +60,7 @@ class ServerConfig:
     workers: int = 1
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    metrics: bool = True
     log_level: str = "info"
     log_format: str = "text"
 

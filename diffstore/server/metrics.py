@@ -24,7 +24,6 @@ metrics live in the process, in a registry of their own per app (no global state
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import re
@@ -170,6 +169,8 @@ class ServerMetrics:
             registry=own,
             multiprocess_mode="livesum",
         )
+        # (route, method, status) -> the two labelled children: labels() costs more than the update itself
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._remove_listener: Any = None
         self._refresher: asyncio.Task[None] | None = None
 
@@ -206,8 +207,16 @@ class ServerMetrics:
             await asyncio.sleep(WAITERS_REFRESH_S)
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.request_seconds.labels(route, method).observe(seconds)
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(route, method, str(status)),
+                self.request_seconds.labels(route, method),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         """The text exposition of every metric (reads the store: call it off the event loop)."""
@@ -269,9 +278,15 @@ class HttpMetrics:
             status = 500
             raise
         finally:
-            with contextlib.suppress(Exception):
-                route = route_template(self.routes, self.fast_lane, scope)
-                self.metrics.observe(route, scope["method"], status, time.perf_counter() - started)
+            self._count(scope, status, time.perf_counter() - started)
+
+    def _count(self, scope: Scope, status: int, seconds: float) -> None:
+        try:
+            self.metrics.observe(
+                route_template(self.routes, self.fast_lane, scope), scope["method"], status, seconds
+            )
+        except Exception:  # counting must never turn an answered request into an error
+            _log.exception("counting a request failed")
 
 
 router = APIRouter(include_in_schema=False)

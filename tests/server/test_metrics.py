@@ -203,3 +203,12 @@ def test_metrics_are_behind_the_token(tmp_path: Path) -> None:
         assert (
             value(samples, "diffstore_http_requests_total", route="/metrics", method="GET", status="401") == 1
         )
+
+
+def test_request_metrics_can_be_switched_off(tmp_path: Path) -> None:
+    with live_server(tmp_path / "data", ServerConfig(metrics=False)) as live:
+        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+        commit(live, "m", "g1", {"a": "1"})
+        samples = scrape(live)
+        assert not any(name == "diffstore_http_requests_total" for name, _ in samples)
+        assert value(samples, "diffstore_commits_total", collection="m") == 1
