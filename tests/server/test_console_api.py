@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import httpx
 
 from diffstore.server import ServerConfig
 
-from .conftest import Live, es, live_server, unes
+from .conftest import Live, es, live_server, unes, wait_until
 
 
 def _commit(live: Live, name: str, generation: str) -> None:
@@ -72,3 +73,30 @@ def test_console_shell_is_open_and_the_api_is_not(tmp_path: Path) -> None:
         assert bare.get("/ui/../collections/").status_code in (401, 404)
         assert bare.get("/ui/nothing.js").status_code == 404
         assert live.ok("GET", "/overview")["collections"] == []
+
+
+def test_overview_changes_is_a_long_poll(live: Live) -> None:
+    first = live.ok("GET", "/overview/changes")["version"]
+    # nothing changes: the same version comes back at the timeout
+    assert live.ok("GET", "/overview/changes", params={"since": first, "timeoutMs": 50})["version"] == first
+    answers: list[str] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(
+            live.ok("GET", "/overview/changes", params={"since": first, "timeoutMs": 30000})["version"]
+        )
+    )
+    thread.start()
+    try:
+        live.ok("POST", "/collections/", {"collectionName": "new", "isManual": True})
+        wait_until(lambda: bool(answers), 10, "the long poll to answer the change")
+    finally:
+        thread.join(timeout=30)
+    assert answers[0] != first
+    # a reader moving changes it too, with no commit
+    live.ok("POST", "/collections/new/readers/", {"readerName": "r", "collectionName": "new"})
+    assert (
+        live.ok("GET", "/overview/changes", params={"since": answers[0], "timeoutMs": 5000})["version"]
+        != answers[0]
+    )
+    live.fail("GET", "/overview/changes", status=400, code="invalidRequest", params={"timeoutMs": 60001})
+    live.fail("GET", "/overview/changes", status=400, code="invalidRequest", params={"timeoutMs": -1})

@@ -47,8 +47,8 @@ def _fit(value: Any) -> Any:
     return value
 
 
-# the long poll would wait for its timeout on every example; it has its own tests
-schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path_regex=r"generationId/stream")
+# the long polls would wait for their timeout on every example; they have their own tests
+schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path_regex=r"generationId/stream|overview/changes")
 
 
 @pytest.fixture(scope="module")

@@ -344,11 +344,17 @@ function layoutGraph(overview) {
     }
     if (!changed) break;
   }
+  // a source sits just left of the first collection that reads it (not always in the first column)
+  for (const n of nodes.values()) {
+    if (n.preds.length) continue;
+    const next = edges.filter((e) => e.from === n.id).map((e) => nodes.get(e.to).depth);
+    if (next.length) n.depth = Math.max(0, Math.min(...next) - 1);
+  }
   const columns = [];
   for (const n of [...nodes.values()].sort((a, b) => a.id.localeCompare(b.id))) {
     (columns[n.depth] ||= []).push(n);
   }
-  const W = 190, H = 40, DX = 270, DY = 64;
+  const W = 190, H = 40, DX = 330, DY = 64;
   columns.forEach((column, depth) => column.forEach((n, i) => { n.x = 20 + depth * DX; n.y = 20 + i * DY; }));
   const width = Math.max(400, 40 + (columns.length - 1) * DX + W);
   const height = Math.max(120, 40 + Math.max(0, ...columns.map((c) => c.length)) * DY);
