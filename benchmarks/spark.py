@@ -1,6 +1,9 @@
 """A+B→C on Spark: a round over N changed records in A, diffstore vs the same job over parquet.
 
-    python benchmarks/spark.py [--records 1000000]
+    python benchmarks/spark.py [--records 1000000] [--workers N]
+
+The server is ``diffstore serve --workers N`` in its own processes (default: as ``serve``'s default, the
+number of CPUs, at most 8), so Spark's driver and executors do not share its interpreter.
 
 Setup (untimed): B holds N users' amounts, A N users' countries; one transform round brings C up to
 date. Then every user of A moves to another country (N changed records in one generation) and we time:
@@ -12,18 +15,21 @@ date. Then every user of A moves to another country (N changed records in one ge
 * parquet: the same ``country_totals`` job in the same session over the same inputs exported to parquet
   (A's and B's diffs; A, B and C as lookup tables joined in Spark), writing its result to parquet.
 
-Prints both wall times, the ratio (goal ≤ 2.0) and rows/s.
+Prints both wall times, the ratio (goal ≤ 1.5 with the default workers) and rows/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -32,6 +38,7 @@ sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 from job import country_totals  # noqa: E402
 
 from diffstore.client import Client  # noqa: E402
+from diffstore.server.cli import default_workers  # noqa: E402
 
 COUNTRIES = [b"DE", b"FR", b"JP", b"US", b"BR", b"IN", b"CN", b"GB"]
 BATCH = 10_000
@@ -56,28 +63,29 @@ def main() -> int:
     )
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=default_workers(), help="diffstore serve --workers")
     args = parser.parse_args()
     n = args.records
 
-    import uvicorn
-
-    from diffstore import Store
-    from diffstore.server import ServerConfig, create_app
     from diffstore.spark import TARGET, Transform, local_session
 
-    with tempfile.TemporaryDirectory() as tmp, Store.open(Path(tmp) / "store") as store:
+    with tempfile.TemporaryDirectory() as tmp:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(store, ServerConfig(port=port)), host="127.0.0.1", port=port, log_level="warning"
-            )
+        server = subprocess.Popen(
+            [str(Path(sys.executable).with_name("diffstore")), "serve", "--data", str(Path(tmp) / "store")]
+            + ["--port", str(port), "--workers", str(args.workers)],
+            stderr=subprocess.DEVNULL,
         )
-        threading.Thread(target=server.run, daemon=True).start()
-        while not server.started:
-            time.sleep(0.01)
         url = f"http://127.0.0.1:{port}"
+        while True:
+            try:
+                if httpx.get(url + "/healthz").is_success:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        print(f"diffstore serve --workers {args.workers}")
         spark = local_session("diffstore-bench")
         client = Client(url, timeout_s=120.0)
         for name in ("A", "B", "C"):
@@ -138,11 +146,12 @@ def main() -> int:
         print(f"changed records in A: {n:,}")
         print(f"diffstore round: {diffstore_s:.2f}s  ({n / diffstore_s:,.0f} rows/s)")
         print(f"parquet job:     {parquet_s:.2f}s  ({n / parquet_s:,.0f} rows/s)")
-        print(f"ratio: {ratio:.2f}x (goal <= 2.0x)")
+        print(f"ratio: {ratio:.2f}x (goal <= 1.5x with the default workers)")
         transform.close()
         client.close()
         spark.stop()
-        server.should_exit = True
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
     return 0
 
 
