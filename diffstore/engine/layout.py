@@ -162,29 +162,24 @@ def split_record_key(raw: bytes) -> tuple[bytes, int]:
 
 def short_rows(
     cid_prefix: bytes, seq: int, latest: dict[bytes, bytes | None]
-) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
-    """The ``records`` and ``changes`` rows of short keys written in generation ``seq``.
+) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """Keys of ``records``, their stored values, and keys of ``changes`` for short keys written in ``seq``.
 
-    The bulk path of writes: comprehensions, no function call per key (key_form and encode_value
-    inlined; measured faster than chains of C-level maps, which pay a method call per step).
+    The bulk path of writes: comprehensions with no function call per key (key_form and encode_value
+    inlined; faster than chains of C-level maps, which pay a method call per step), and lists of bytes
+    rather than of (key, value) tuples, which the cyclic GC would track by the thousand.
     """
     tail = _SHORT_END + _U64.pack(seq)
     run = change_prefix(cid_prefix, seq)
     escaped = [key.replace(b"\x00", b"\x00\xff") for key in latest]
-    records = [
-        (cid_prefix + key + tail, TOMBSTONE if value is None else b"\x01" + value)
-        for key, value in zip(escaped, latest.values(), strict=True)
-    ]
-    return records, [(run + key + _SHORT_END, b"") for key in escaped]
+    record_keys = [cid_prefix + key + tail for key in escaped]
+    stored = [TOMBSTONE if value is None else b"\x01" + value for value in latest.values()]
+    return record_keys, stored, [run + key + _SHORT_END for key in escaped]
 
 
-def ascending(rows: list[tuple[bytes, bytes]]) -> bool:
-    """Whether the rows' keys strictly ascend (C-level comparisons; stops at the first that does not)."""
-    keys = list(map(_first, rows))
+def ascending(keys: list[bytes]) -> bool:
+    """Whether the keys strictly ascend (C-level comparisons; stops at the first that does not)."""
     return all(map(operator.lt, keys, itertools.islice(keys, 1, None)))
-
-
-_first = operator.itemgetter(0)
 
 
 # --- changes: cid | seq | K ------------------------------------------------------------------

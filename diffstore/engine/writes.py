@@ -13,6 +13,7 @@ A non-manual collection always has next = cur + 1 open; its writes are committed
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 
 import lmdb
@@ -211,19 +212,19 @@ def _phantom_write(
     return PutResult(generation_id) if wrote else PutResult(found_gen, was_put=False)
 
 
-def _put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
+def _put_rows(cursor: lmdb.Cursor, keys: list[bytes], values: Iterable[bytes], ascending: bool) -> None:
     """``putmulti`` of rows, in LMDB's append mode when they ascend past the table's last key.
 
     That is a bulk load of sorted new keys into the newest collection: append mode skips the B-tree
-    descent per row and fills pages whole. Both checks are made here, in this transaction: a row that
-    is not past the last key would be skipped silently by append mode.
+    descent per row and fills pages whole. Both checks hold in this transaction (``ascending`` is
+    the caller's): a row that is not past the last key would be skipped silently by append mode.
     """
-    if len(rows) > 1 and (not cursor.last() or cursor.key() < rows[0][0]) and layout.ascending(rows):
-        _, added = cursor.putmulti(rows, append=True)
-        if added == len(rows):
+    if ascending and (not cursor.last() or cursor.key() < keys[0]):
+        _, added = cursor.putmulti(zip(keys, values, strict=False), append=True)
+        if added == len(keys):
             return
         # cannot happen after the checks; the plain put rewrites the rows added (same values) and the rest
-    cursor.putmulti(rows)
+    cursor.putmulti(zip(keys, values, strict=False))
 
 
 def put_many(
@@ -287,20 +288,21 @@ def put_many(
         latest = kept
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
-    records: list[tuple[bytes, bytes]]
-    changes: list[tuple[bytes, bytes]]
     if max(map(len, latest)) <= layout.LONG_KEY_PREFIX:
-        records, changes = layout.short_rows(prefix, seq, latest)
+        record_keys, stored, change_keys = layout.short_rows(prefix, seq, latest)
     else:
-        records, changes = [], []
+        record_keys, stored, change_keys = [], [], []
         for key, value in latest.items():
             form = layout.key_form(key)
-            records.append((prefix + form + suffix, layout.encode_value(key, value)))
-            changes.append((run + form, b""))
-    _put_rows(txn.cursor(db=tables.records), records)
-    _put_rows(txn.cursor(db=tables.changes), changes)
+            record_keys.append(prefix + form + suffix)
+            stored.append(layout.encode_value(key, value))
+            change_keys.append(run + form)
+    # Both tables' rows come in the same order (that of the key forms): one check serves both.
+    ascending = len(record_keys) > 1 and layout.ascending(record_keys)
+    _put_rows(txn.cursor(db=tables.records), record_keys, stored, ascending)
+    _put_rows(txn.cursor(db=tables.changes), change_keys, itertools.repeat(b""), ascending)
     first_write = meta.next_count == 0
-    meta = meta.with_(next_count=meta.next_count + len(records))
+    meta = meta.with_(next_count=meta.next_count + len(record_keys))
     if not meta.manual and meta.next_count >= max_generation_records:
         meta = commit_automatic(txn, tables, meta)
         save_meta(txn, tables, meta)
