@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,3 +52,18 @@ def test_next_prefix_bounds_every_extension(prefix: bytes) -> None:
     else:
         assert prefix < bound and not bound.startswith(prefix)
         assert prefix + b"\xff" * 8 < bound
+
+
+@pytest.mark.parametrize("cid", [1, 0x25, 0x2525, 0x25252525])  # 0x25 is "%": the bulk path formats keys
+@pytest.mark.parametrize("seq", [1, 0x25, 0x2525252525])
+def test_bulk_rows_equal_the_one_key_encoders(cid: int, seq: int) -> None:
+    prefix = layout.cid_bytes(cid)
+    for latest in (
+        {b"a%b": b"1", b"\x00%\x00": None, b"": b"", b"%s%%": b"x"},  # a key with 00: every key escaped
+        {b"a%b": b"1", b"%s": None, b"": b""},
+    ):
+        record_keys, stored, change_keys = layout.short_rows(prefix, seq, latest)
+        forms = [layout.key_form(key) for key in latest]
+        assert record_keys == [layout.record_key(prefix, form, seq) for form in forms]
+        assert change_keys == [layout.change_key(prefix, seq, form) for form in forms]
+        assert stored == [layout.encode_value(key, value) for key, value in latest.items()]
