@@ -54,6 +54,7 @@ import hashlib
 import itertools
 import operator
 import struct
+from collections.abc import Callable, Iterable
 
 LONG_KEY_PREFIX = 200
 MAX_KEY_LENGTH = (1 << 24) - 1
@@ -162,8 +163,9 @@ def split_record_key(raw: bytes) -> tuple[bytes, int]:
 
 def short_rows(
     cid_prefix: bytes, seq: int, latest: dict[bytes, bytes | None]
-) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    """Keys of ``records``, their stored values, and keys of ``changes`` for short keys written in ``seq``.
+) -> tuple[list[bytes], Callable[[], Iterable[bytes]], list[bytes]]:
+    """Keys of ``records``, their stored values (each call: a new pass over them), and keys of ``changes``
+    for short keys written in ``seq``.
 
     The bulk path of writes: comprehensions with no function call per key (key_form and encode_value
     inlined; faster than chains of C-level maps, which pay a method call per step), and lists of bytes
@@ -178,7 +180,14 @@ def short_rows(
         else list(latest)
     )
     record_keys = [record_format % key for key in escaped]
-    stored = [TOMBSTONE if value is None else b"\x01" + value for value in latest.values()]
+    values = latest.values()
+
+    def stored() -> Iterable[bytes]:
+        if None in values:
+            return [TOMBSTONE if value is None else b"\x01" + value for value in values]
+        # built one at a time as LMDB copies them: no batch of value copies held at once
+        return map(b"\x01".__add__, values)  # type: ignore[arg-type]
+
     return record_keys, stored, [change_format % key for key in escaped]
 
 

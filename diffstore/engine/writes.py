@@ -13,8 +13,9 @@ A non-manual collection always has next = cur + 1 open; its writes are committed
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import lmdb
 import msgpack
@@ -212,7 +213,9 @@ def _phantom_write(
     return PutResult(generation_id) if wrote else PutResult(found_gen, was_put=False)
 
 
-def _put_rows(cursor: lmdb.Cursor, keys: list[bytes], values: Iterable[bytes], ascending: bool) -> None:
+def _put_rows(
+    cursor: lmdb.Cursor, keys: list[bytes], values: Callable[[], Iterable[bytes]], ascending: bool
+) -> None:
     """``putmulti`` of rows, in LMDB's append mode when they ascend past the table's last key.
 
     That is a bulk load of sorted new keys into the newest collection: append mode skips the B-tree
@@ -220,11 +223,11 @@ def _put_rows(cursor: lmdb.Cursor, keys: list[bytes], values: Iterable[bytes], a
     the caller's): a row that is not past the last key would be skipped silently by append mode.
     """
     if ascending and (not cursor.last() or cursor.key() < keys[0]):
-        _, added = cursor.putmulti(zip(keys, values, strict=False), append=True)
+        _, added = cursor.putmulti(zip(keys, values(), strict=False), append=True)
         if added == len(keys):
             return
         # cannot happen after the checks; the plain put rewrites the rows added (same values) and the rest
-    cursor.putmulti(zip(keys, values, strict=False))
+    cursor.putmulti(zip(keys, values(), strict=False))
 
 
 def put_many(
@@ -291,16 +294,17 @@ def put_many(
     if max(map(len, latest)) <= layout.LONG_KEY_PREFIX:
         record_keys, stored, change_keys = layout.short_rows(prefix, seq, latest)
     else:
-        record_keys, stored, change_keys = [], [], []
+        record_keys, values, change_keys = [], [], []
         for key, value in latest.items():
             form = layout.key_form(key)
             record_keys.append(prefix + form + suffix)
-            stored.append(layout.encode_value(key, value))
+            values.append(layout.encode_value(key, value))
             change_keys.append(run + form)
+        stored = functools.partial(iter, values)
     # Both tables' rows come in the same order (that of the key forms): one check serves both.
     ascending = len(record_keys) > 1 and layout.ascending(record_keys)
     _put_rows(txn.cursor(db=tables.records), record_keys, stored, ascending)
-    _put_rows(txn.cursor(db=tables.changes), change_keys, itertools.repeat(b""), ascending)
+    _put_rows(txn.cursor(db=tables.changes), change_keys, functools.partial(itertools.repeat, b""), ascending)
     first_write = meta.next_count == 0
     meta = meta.with_(next_count=meta.next_count + len(record_keys))
     if not meta.manual and meta.next_count >= max_generation_records:
