@@ -310,6 +310,6 @@ def put_many(
     if not meta.manual and meta.next_count >= max_generation_records:
         meta = commit_automatic(txn, tables, meta)
         save_meta(txn, tables, meta)
-        return meta, PutResult(target, records=len(records)), False
+        return meta, PutResult(target, records=len(record_keys)), False
     save_meta(txn, tables, meta)
-    return meta, PutResult(target, records=len(records)), first_write and not meta.manual
+    return meta, PutResult(target, records=len(record_keys)), first_write and not meta.manual
