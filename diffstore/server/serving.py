@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import wait
@@ -129,21 +130,34 @@ def bind(config: ServerConfig) -> socket.socket:
     return sock
 
 
-def worker_main(config: ServerConfig, sock: socket.socket) -> None:
+def worker_main(config: ServerConfig, sock: socket.socket, supervisor: int) -> None:
     """One worker process: its own store over the shared directory, serving on the shared socket."""
-    _die_with_parent()
+    if not _die_with_parent(supervisor):
+        return  # the supervisor died while this worker was starting
     logs.configure(config.log_level, config.log_format)  # a spawned process starts without handlers
     with _open_store(config) as store:
         serve_store(store, config, sockets=[sock])
 
 
-def _die_with_parent() -> None:
-    """Asks Linux to send SIGTERM to this worker if the supervisor dies (``kill -9`` included)."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+def _die_with_parent(supervisor: int) -> bool:
+    """Makes this worker get SIGTERM when the supervisor dies (``kill -9`` included); False if it has.
+
+    On Linux the kernel sends it (``PR_SET_PDEATHSIG``); a supervisor that died before that was asked for
+    is seen in the parent pid checked just after. Elsewhere a thread checks the parent every second.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+    else:
+
+        def watch() -> None:
+            while os.getppid() == supervisor:
+                time.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="diffstore-supervisor-watch", daemon=True).start()
+    return os.getppid() == supervisor
 
 
 def supervise(config: ServerConfig) -> int:
@@ -163,7 +177,9 @@ def supervise(config: ServerConfig) -> int:
     early_deaths = 0
 
     def start() -> None:
-        process = context.Process(target=worker_main, args=(config, sock), name="diffstore-worker")
+        process = context.Process(
+            target=worker_main, args=(config, sock, os.getpid()), name="diffstore-worker"
+        )
         process.start()
         workers[process.sentinel] = (process, time.monotonic())
 

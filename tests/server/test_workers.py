@@ -4,6 +4,7 @@ nothing acknowledged lost and nothing half-written visible."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -205,3 +206,28 @@ def test_a_worker_killed_mid_write_is_replaced_and_loses_nothing(tmp_path: Path,
     assert set(acked) <= set(rows)
     for batch, keys in rows.items():
         assert keys == {f"b{batch:06d}-{i:02d}".encode() for i in range(batch_size)}, batch
+
+
+@pytest.mark.parametrize("when", ["starting", "serving"])
+def test_workers_end_when_the_supervisor_is_killed(tmp_path: Path, when: str) -> None:
+    server = Served(tmp_path / "data", 2)
+    procs: list[psutil.Process] = []
+    try:
+        if when == "serving":
+            wait_healthy(server.url, "diffstore serve --workers to start")
+        # spawned; while "starting" they are most likely still importing, before they could ask to be told
+        wait_until(lambda: len(server.workers()) == 2, DEADLINE_S, "both workers to be spawned")
+        for pid in server.workers():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                procs.append(psutil.Process(pid))
+        server.process.kill()
+        server.process.wait(DEADLINE_S)
+        _, alive = psutil.wait_procs(procs, timeout=DEADLINE_S)
+        assert not alive, f"workers outlived their supervisor: {alive}"
+    finally:
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
