@@ -365,8 +365,8 @@ class DiffRequest:
             from_reader = FromReader(r.text("readerName"), r.text_opt("collectionName"))
         if from_generation is None and from_reader is None:
             raise InvalidRequest("a diff needs fromGenerationId or fromReader")
-        if from_generation is not None and from_reader is not None:
-            raise InvalidRequest("give fromGenerationId or fromReader, not both")
+        if from_generation is not None:
+            from_reader = None  # both named: fromGenerationId wins (SPEC §3, as in diffbelt)
         return cls(
             from_generation,
             from_reader,

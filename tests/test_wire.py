@@ -174,6 +174,8 @@ def test_request_defaults_and_absent_vs_null() -> None:
     assert UpdateReaderRequest.from_wire({}, JSON) == UpdateReaderRequest(None, UNSET)
     assert UpdateReaderRequest.from_wire({"expectedGenerationId": None}, JSON).expected is None
     assert DiffRequest.from_wire({"fromGenerationId": None}, JSON).from_generation_id == b""
+    both = DiffRequest.from_wire({"fromGenerationId": None, "fromReader": {"readerName": "r"}}, JSON)
+    assert both.from_generation_id == b"" and both.from_reader is None  # SPEC §3: fromGenerationId wins
     assert StartPhantomRequest.from_wire(None, JSON).ttl_seconds == 3600
     assert PutRequest.from_wire({"item": {"key": {"value": "k"}, "value": None}}, JSON).item == (
         b"k",
@@ -208,7 +210,6 @@ def test_request_defaults_and_absent_vs_null() -> None:
         (QueryRequest, {"limit": 10_001}),
         (QueryRequest, []),
         (DiffRequest, {}),
-        (DiffRequest, {"fromGenerationId": None, "fromReader": {"readerName": "r"}}),
         (DiffRequest, {"fromReader": {}}),
         (GenerationRequest, {"generationId": {"value": "g"}, "updateReaders": [{"readerName": "r"}]}),
         (GenerationRequest, {"generationId": {"value": "g"}, "updateReaders": {}}),

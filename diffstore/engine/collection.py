@@ -202,6 +202,7 @@ class Collection:
                 to_key=to_key,
                 limit=limit,
                 cursor=cursor,
+                cursors=self._store.cursors,
                 default_limit=config.default_page_limit,
                 max_limit=config.max_page_limit,
             )
@@ -273,6 +274,8 @@ class Collection:
                 to_key=to_key,
                 limit=limit or config.default_page_limit,
                 cursor=cursor,
+                cursors=self._store.cursors,
+                max_limit=config.max_page_limit,
                 max_generations=config.max_diff_generations,
             )
 

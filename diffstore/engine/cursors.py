@@ -1,26 +1,66 @@
-"""Self-contained page cursors: an opaque, URL-safe token that carries its own resume position.
+"""Self-contained page cursors: an opaque, URL-safe, authenticated token carrying its own resume position.
 
 A token needs no server memory and survives restarts: it pins the read (or the diff's range) by
 generation and seq, names the collection by its id (a deleted and re-created collection does not
 accept old tokens), and holds the last key returned. Reading the same token twice gives the same page.
-A checksum turns a mangled token into ``noSuchCursor`` rather than a wrong page.
+
+Invariants:
+    * A token is ``MAC || body``: ``body`` is msgpack ``[version, kind, *fields]`` and ``MAC`` is an
+      HMAC-SHA256 (first 16 bytes) of the body under the store's secret (:class:`CursorSecret`). Only the
+      server can make a token; a forged, edited or truncated one fails the MAC and is ``noSuchCursor``.
+    * Every decoded field is checked again (type and range, ``limit`` within 1..the store's maximum) even
+      behind a good MAC, so a token of an older format or another configuration is ``noSuchCursor`` too,
+      never a ``TypeError`` deep in a read nor a page above the limit.
+    * The secret lives in the data directory (``cursor.secret``), made once with an atomic link, so every
+      process serving the directory, before and after a restart, signs and checks with the same key.
+
+This module knows tokens and the secret's file, nothing of LMDB: whether a pinned generation still
+exists (an aborted open generation) is checked by the reads that resume a cursor.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
+import os
+import secrets
+import threading
 from dataclasses import astuple, dataclass
+from pathlib import Path
 
 import msgpack
 
-from diffstore.errors import NoSuchCursor
+from diffstore.errors import NoSuchCursor, StorageError
 
-_VERSION = 1
+_VERSION = 2
+_MAC_BYTES = 16
+_SECRET_BYTES = 32
+SECRET_FILE = "cursor.secret"
+_MAX_KEY = (1 << 24) - 1  # layout.MAX_KEY_LENGTH (kept here so that this module stays import-light)
+_MAX_ID = 255  # generation and phantom ids
+_MAX_SEQ = (1 << 64) - 1
+_MAX_CID = (1 << 32) - 1
+# the longest token worth decoding: three keys of the largest size in base64, plus the fields
+MAX_TOKEN_CHARS = 4 * (3 * _MAX_KEY + 4096) // 3
+
+
+def _check_int(value: object, low: int, high: int, what: str) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{what} out of range")
+
+
+def _check_bytes(value: object, high: int, what: str, *, optional: bool = False, low: int = 0) -> None:
+    if value is None and optional:
+        return
+    if type(value) is not bytes or not low <= len(value) <= high:
+        raise ValueError(f"{what} is not bytes of {low}..{high}")
 
 
 @dataclass(frozen=True, slots=True)
 class QueryCursor:
+    """Where a query resumes: the pinned read point, its key range, page size and the last key sent."""
+
     cid: int
     generation_id: bytes
     seq: int
@@ -30,9 +70,21 @@ class QueryCursor:
     limit: int
     after_key: bytes
 
+    def __post_init__(self) -> None:
+        _check_int(self.cid, 0, _MAX_CID, "cid")
+        _check_bytes(self.generation_id, _MAX_ID, "generation_id")
+        _check_int(self.seq, -1, _MAX_SEQ, "seq")
+        _check_bytes(self.phantom_id, _MAX_ID, "phantom_id", optional=True, low=1)
+        _check_bytes(self.from_key, _MAX_KEY, "from_key", optional=True)
+        _check_bytes(self.to_key, _MAX_KEY, "to_key", optional=True)
+        _check_int(self.limit, 1, _MAX_SEQ, "limit")
+        _check_bytes(self.after_key, _MAX_KEY, "after_key")
+
 
 @dataclass(frozen=True, slots=True)
 class DiffCursor:
+    """Where a diff resumes: the pinned range (from, to], options, page size and the last key sent."""
+
     cid: int
     from_generation_id: bytes
     from_seq: int
@@ -44,30 +96,120 @@ class DiffCursor:
     limit: int
     after_key: bytes
 
+    def __post_init__(self) -> None:
+        _check_int(self.cid, 0, _MAX_CID, "cid")
+        _check_bytes(self.from_generation_id, _MAX_ID, "from_generation_id")
+        _check_bytes(self.to_generation_id, _MAX_ID, "to_generation_id")
+        _check_int(self.from_seq, -1, _MAX_SEQ, "from_seq")
+        _check_int(self.to_seq, self.from_seq, _MAX_SEQ, "to_seq")
+        if self.from_generation_id > self.to_generation_id:
+            raise ValueError("from_generation_id above to_generation_id")
+        if type(self.include_intermediate) is not bool:
+            raise ValueError("include_intermediate is not a bool")
+        _check_bytes(self.from_key, _MAX_KEY, "from_key", optional=True)
+        _check_bytes(self.to_key, _MAX_KEY, "to_key", optional=True)
+        _check_int(self.limit, 1, _MAX_SEQ, "limit")
+        _check_bytes(self.after_key, _MAX_KEY, "after_key")
 
+
+Cursor = QueryCursor | DiffCursor
 _KINDS: dict[str, type[QueryCursor] | type[DiffCursor]] = {"q": QueryCursor, "d": DiffCursor}
+_FIELD_COUNTS = {"q": len(QueryCursor.__dataclass_fields__), "d": len(DiffCursor.__dataclass_fields__)}
 
 
-def _checksum(body: bytes) -> bytes:
-    return hashlib.blake2b(body, digest_size=6).digest()
+class CursorSecret:
+    """The store's token key, read from (or made once in) ``directory/cursor.secret`` on first use.
+
+    Made lazily so that opening a store never needs to write a file (a full disk keeps it readable);
+    several processes making it at once agree, because the file appears whole by ``os.link`` or not at
+    all, and the loser of the race reads the winner's.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.path = Path(directory) / SECRET_FILE
+        self._key: bytes | None = None
+        self._lock = threading.Lock()
+
+    def key(self) -> bytes:
+        key = self._key
+        if key is None:
+            with self._lock:
+                if self._key is None:
+                    self._key = self._load_or_create()
+                key = self._key
+        return key
+
+    def _load_or_create(self) -> bytes:
+        try:
+            try:
+                return self._read()
+            except FileNotFoundError:
+                pass
+            staging = self.path.with_name(f"{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(secrets.token_bytes(_SECRET_BYTES))
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(staging, self.path)  # atomic; fails if another process made it first
+                except FileExistsError:
+                    pass
+            finally:
+                staging.unlink(missing_ok=True)
+            return self._read()
+        except OSError as exc:
+            raise StorageError(f"cannot read or create the cursor secret {self.path}: {exc}") from exc
+
+    def _read(self) -> bytes:
+        key = self.path.read_bytes()
+        if len(key) != _SECRET_BYTES:
+            raise OSError(f"{self.path} holds {len(key)} bytes, not {_SECRET_BYTES}")
+        return key
 
 
-def encode_cursor(cursor: QueryCursor | DiffCursor) -> str:
-    kind = "q" if isinstance(cursor, QueryCursor) else "d"
-    body = msgpack.packb([_VERSION, kind, *astuple(cursor)], use_bin_type=True)
-    return base64.urlsafe_b64encode(_checksum(body) + body).rstrip(b"=").decode()
+class CursorCodec:
+    """Encodes cursors into signed tokens and decodes tokens back, refusing anything not made here."""
 
+    def __init__(self, secret: CursorSecret) -> None:
+        self.secret = secret
 
-def decode_cursor(token: str, kind: type[QueryCursor] | type[DiffCursor]) -> QueryCursor | DiffCursor:
-    """Parses a token of the given kind; anything else is ``noSuchCursor``."""
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        check, body = raw[:6], raw[6:]
-        if _checksum(body) != check:
-            raise ValueError("checksum")
-        version, tag, *fields = msgpack.unpackb(body, raw=False)
-        if version != _VERSION or _KINDS.get(tag) is not kind:
-            raise ValueError("kind")
-        return kind(*fields)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise NoSuchCursor("unknown or malformed cursor") from exc
+    def _mac(self, body: bytes) -> bytes:
+        return hmac.new(self.secret.key(), body, hashlib.sha256).digest()[:_MAC_BYTES]
+
+    def encode(self, cursor: Cursor) -> str:
+        kind = "q" if isinstance(cursor, QueryCursor) else "d"
+        body = msgpack.packb([_VERSION, kind, *astuple(cursor)], use_bin_type=True)
+        return base64.urlsafe_b64encode(self._mac(body) + body).rstrip(b"=").decode()
+
+    def decode(self, token: str, kind: type[QueryCursor] | type[DiffCursor], max_limit: int) -> Cursor:
+        """A token of ``kind`` whose page size is at most ``max_limit``.
+
+        Raises:
+            NoSuchCursor: anything else -- malformed, forged, edited, another kind, another format.
+        """
+        cursor = self._decode(token, kind)
+        if cursor.limit > max_limit:
+            raise NoSuchCursor("unknown or malformed cursor")
+        return cursor
+
+    def _decode(self, token: str, kind: type[QueryCursor] | type[DiffCursor]) -> Cursor:
+        try:
+            if not isinstance(token, str) or not 0 < len(token) <= MAX_TOKEN_CHARS:
+                raise ValueError("length")
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            mac, body = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
+            if not hmac.compare_digest(mac, self._mac(body)):
+                raise ValueError("mac")
+            decoded = msgpack.unpackb(body, raw=False, strict_map_key=True)
+            if type(decoded) is not list or len(decoded) < 2:
+                raise ValueError("shape")
+            version, tag, *fields = decoded
+            if version != _VERSION or type(tag) is not str or _KINDS.get(tag) is not kind:
+                raise ValueError("kind")
+            if len(fields) != _FIELD_COUNTS[tag]:
+                raise ValueError("fields")
+            return kind(*fields)
+        except (ValueError, TypeError, UnicodeError, msgpack.UnpackException) as exc:
+            raise NoSuchCursor("unknown or malformed cursor") from exc

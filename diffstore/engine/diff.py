@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import lmdb
 
 from diffstore.engine import layout
-from diffstore.engine.cursors import DiffCursor, decode_cursor, encode_cursor
+from diffstore.engine.cursors import CursorCodec, DiffCursor
 from diffstore.engine.layout import decode_value
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import load_reader, readable_floor
@@ -57,8 +57,11 @@ def resolve_from(
     from_generation_id: bytes | None,
     from_reader: str | FromReader | None,
 ) -> bytes:
-    """The diff's start: a reader's generation (null reader: ``""``) or the given id (None: ``""``)."""
-    if from_reader is None:
+    """The diff's start: the given id, else a reader's generation (null reader: ``""``), else ``""``.
+
+    Naming both, the id wins (SPEC §3, as in diffbelt) and the reader is not even looked up.
+    """
+    if from_generation_id is not None or from_reader is None:
         return bytes(from_generation_id or b"")
     if isinstance(from_reader, str):
         from_reader = FromReader(from_reader)
@@ -452,11 +455,13 @@ def diff_page(
     to_key: bytes | None,
     limit: int,
     cursor: str | None,
+    cursors: CursorCodec,
+    max_limit: int,
     max_generations: int,
 ) -> DiffPage:
     """One page of a diff; ``cursor`` (when given) carries everything else."""
     if cursor is not None:
-        state = decode_cursor(cursor, DiffCursor)
+        state = cursors.decode(cursor, DiffCursor, max_limit)
         assert isinstance(state, DiffCursor)
         if state.cid != meta.cid:
             raise NoSuchCursor("the cursor belongs to another collection")
@@ -488,7 +493,7 @@ def diff_page(
         items.append(item)
     token = None
     if more:
-        token = encode_cursor(
+        token = cursors.encode(
             DiffCursor(
                 meta.cid,
                 span.from_generation_id,
@@ -496,7 +501,7 @@ def diff_page(
                 span.to_generation_id,
                 span.to_seq,
                 include_intermediate,
-                from_key,
+                None,  # no from_key: the resume key is above it (a token carrying fewer keys stays shorter)
                 to_key,
                 limit,
                 items[-1].key,

@@ -3,6 +3,10 @@
 A target is a collection name or anything else (``hstream://stream``); the ``targets`` reverse index
 lets GC compute a collection's minimum and lets collection deletion find the readers that target it.
 Reader updates may carry a compare-and-set expectation (``badVersion`` on mismatch).
+
+A reader's generation ``""`` and null are one value (SPEC §7, as in diffbelt: both mean "from the very
+beginning"): it is stored, listed and compared as null, so re-creating a reader with the other form is
+"same data" and a CAS expecting either matches.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from diffstore.errors import BadVersion, InvalidRequest, NoSuchReader, ReaderExi
 MAX_READER_NAME = 255
 
 
+def normalize_generation(generation_id: bytes | None) -> bytes | None:
+    """A reader's generation as stored: ``""`` is null (see the module)."""
+    return None if generation_id is None or generation_id == b"" else generation_id
+
+
 def validate_reader_name(name: str) -> None:
     if not isinstance(name, str) or not 1 <= len(name.encode()) <= MAX_READER_NAME:
         raise InvalidRequest("reader name must be 1..255 bytes of UTF-8")
@@ -36,7 +45,7 @@ def load_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, na
     if raw is None:
         return None
     target, generation_id = msgpack.unpackb(raw, raw=False)
-    return Reader(name, target, generation_id)
+    return Reader(name, target, normalize_generation(generation_id))
 
 
 def _store_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, reader: Reader) -> None:
@@ -74,7 +83,7 @@ def list_readers(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta) -
             if not key.startswith(prefix):
                 break
             target, generation_id = msgpack.unpackb(raw, raw=False)
-            found.append(Reader(key[4:].decode(), target, generation_id))
+            found.append(Reader(key[4:].decode(), target, normalize_generation(generation_id)))
     return found
 
 
@@ -90,7 +99,7 @@ def create_reader(
     validate_target(target)
     if generation_id is not None:
         validate_generation_id(generation_id)
-    wanted = Reader(name, target, generation_id)
+    wanted = Reader(name, target, normalize_generation(generation_id))
     existing = load_reader(txn, tables, owner, name)
     if existing is not None:
         if existing != wanted:
@@ -112,12 +121,17 @@ def apply_updates(
         current = staged.get(update.name) or load_reader(txn, tables, owner, update.name)
         if current is None:
             raise NoSuchReader(f"collection {owner.name!r} has no reader {update.name!r}")
-        if update.expected is not UNSET and current.generation_id != update.expected:
+        expected = update.expected
+        if expected is not UNSET and normalize_generation(current.generation_id) != normalize_generation(
+            expected  # type: ignore[arg-type]
+        ):
             raise BadVersion(
                 f"reader {update.name!r} is at {current.generation_id!r}, expected {update.expected!r}"
             )
         _check_target_horizon(txn, tables, current.collection, update.generation_id)
-        staged[update.name] = Reader(update.name, current.collection, update.generation_id)
+        staged[update.name] = Reader(
+            update.name, current.collection, normalize_generation(update.generation_id)
+        )
     for reader in staged.values():
         _store_reader(txn, tables, owner, reader)
 

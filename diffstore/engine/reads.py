@@ -9,7 +9,7 @@ import itertools
 import lmdb
 
 from diffstore.engine import layout
-from diffstore.engine.cursors import QueryCursor, decode_cursor, encode_cursor
+from diffstore.engine.cursors import CursorCodec, QueryCursor
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import readable_floor
 from diffstore.engine.tables import (
@@ -109,18 +109,21 @@ def query_page(
     to_key: bytes | None,
     limit: int | None,
     cursor: str | None,
+    cursors: CursorCodec,
     default_limit: int,
     max_limit: int,
 ) -> QueryPage:
     """One page of the records visible at a generation, in key order, within [from_key, to_key)."""
     if cursor is not None:
-        state = decode_cursor(cursor, QueryCursor)
+        state = cursors.decode(cursor, QueryCursor, max_limit)
         assert isinstance(state, QueryCursor)
         if state.cid != meta.cid:
             raise NoSuchCursor("the cursor belongs to another collection")
         floor = readable_floor(txn, tables, meta)
         if floor is not None and state.generation_id < floor:
             raise CursorExpired("the cursor's generation was garbage-collected")
+        if not pinned_seq_exists(txn, tables, meta, state.seq):
+            raise CursorExpired("the cursor's generation was aborted")
         point = ReadPoint(
             meta, state.generation_id, state.seq, live_phantom(txn, tables, meta, state.phantom_id)
         )
@@ -157,12 +160,25 @@ def query_page(
         items.append(_new_record((key, value, name)))
     token = None
     if more:
-        token = encode_cursor(
+        # no from_key: the resume key is above it (a token carrying fewer keys stays shorter)
+        token = cursors.encode(
             QueryCursor(
-                meta.cid, point.generation_id, point.seq, phantom_id, from_key, to_key, limit, items[-1].key
+                meta.cid, point.generation_id, point.seq, phantom_id, None, to_key, limit, items[-1].key
             )
         )
     return QueryPage(point.generation_id, items, token)
+
+
+def pinned_seq_exists(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int) -> bool:
+    """Whether a cursor's pinned seq still means what it meant: committed, or still the open generation.
+
+    An aborted open generation is unregistered and its seq never reused, so its cursors see it gone.
+    """
+    if seq == -1:
+        return True
+    if seq > meta.generation_seq and seq != meta.next_seq:
+        return False
+    return txn.get(layout.gen_key(meta.cid_prefix, seq), db=tables.gens) is not None
 
 
 def keys_around(

@@ -35,6 +35,7 @@ import msgpack
 
 from diffstore.engine import background, layout, storage
 from diffstore.engine.collection import Collection
+from diffstore.engine.cursors import CursorCodec, CursorSecret
 from diffstore.engine.events import WriteEvent, WriteListener
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.priority import WriterFirst
@@ -130,6 +131,7 @@ class Store:
         except lmdb.Error as exc:
             self.env.close()
             raise self._storage_error(exc, f"cannot open the store at {self.path}") from exc
+        self.cursors = CursorCodec(CursorSecret(self.path))  # signs page tokens (one secret per directory)
         self._write_lock = threading.RLock()
         self._writer_first = WriterFirst(self.config.read_yield_ms)
         self._page_lock = threading.RLock()  # pages are built one at a time (see engine/priority.py)

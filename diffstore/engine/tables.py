@@ -52,8 +52,10 @@ def validate_collection_name(name: str) -> None:
     raw = name.encode("utf-8", "surrogatepass") if isinstance(name, str) else b""
     if not isinstance(name, str) or not 1 <= len(raw) <= MAX_NAME_BYTES:
         raise InvalidRequest("collection name must be 1..255 bytes of UTF-8")
-    if "/" in name or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
-        raise InvalidRequest("collection name must not contain '/', NUL or control characters")
+    if "/" in name or any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in name):
+        raise InvalidRequest("collection name must not contain '/', NUL or control characters (C0, C1)")
+    if name in (".", ".."):  # clients remove dot segments from URLs: such a collection could not be named
+        raise InvalidRequest("collection name must not be '.' or '..'")
     try:
         name.encode("utf-8")
     except UnicodeEncodeError as exc:

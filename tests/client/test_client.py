@@ -36,6 +36,8 @@ from diffstore.errors import (
     StorageError,
     Unauthorized,
 )
+from diffstore.server import ServerConfig
+from diffstore.server.config import Limit
 
 from .conftest import DEADLINE_S, LiveServer, running_server, wait_until
 
@@ -192,16 +194,18 @@ def test_readers_with_compare_and_set(client: Client) -> None:
     c.create_reader("self")  # same data again: OK
     with pytest.raises(ReaderExists):
         c.create_reader("self", generation_id=b"x")
-    assert c.readers() == [Reader("other", "T", b""), Reader("self", "R", None)]
+    # a reader's "" and null are one value (SPEC §7): stored and listed as null, equal under CAS
+    assert c.readers() == [Reader("other", "T", None), Reader("self", "R", None)]
     c.update_reader("self", b"", expected=None)
+    c.update_reader("self", b"", expected=b"")
     with pytest.raises(BadVersion):
-        c.update_reader("self", b"", expected=None)
+        c.update_reader("self", b"", expected=b"x")
     c.start_generation(b"1")
     with pytest.raises(BadVersion):
         c.commit_generation(
             b"1", update_readers=[("other", b"1"), ReaderUpdate("self", b"1", expected=b"zz")]
         )
-    assert c.generation_id == b"" and c.readers() == [Reader("other", "T", b""), Reader("self", "R", b"")]
+    assert c.generation_id == b"" and c.readers() == [Reader("other", "T", None), Reader("self", "R", None)]
     c.commit_generation(b"1", update_readers=[ReaderUpdate("self", b"1", expected=b"")])
     assert Reader("self", "R", b"1") in c.readers()
     c.delete_reader("self")
@@ -278,8 +282,8 @@ def test_payload_limits_tokens_and_unreachable_servers(tmp_path: Path) -> None:
             c = client.create_collection("P")
             c.start_generation(b"1")
             with pytest.raises(PayloadTooLarge) as too_large:
-                c.put(b"k", b"x" * (5 << 20), generation_id=b"1")
-            assert too_large.value.bytes_max == 4 << 20
+                c.put(b"k", b"x" * (27 << 20), generation_id=b"1")
+            assert too_large.value.bytes_max == ServerConfig().limit(Limit.PUT)  # 4 MiB + the largest key
             assert c.get(b"k", generation_id=b"1") is None
         url = live.url
     with Client(url, timeout_s=5) as gone, pytest.raises(StorageError) as failure:

@@ -45,7 +45,10 @@ def test_create_existing_is_collection_exists(store: Store) -> None:
     assert raw_state(store) == before
 
 
-@pytest.mark.parametrize("name", ["", "a/b", "nul\x00", "tab\t", "del\x7f", "x" * 256, "é" * 128])
+@pytest.mark.parametrize(
+    "name",
+    ["", "a/b", "nul\x00", "tab\t", "del\x7f", "x" * 256, "é" * 128, ".", "..", "c1\x85", "\x80", "\x9f"],
+)
 def test_bad_collection_names_are_invalid(store: Store, name: str) -> None:
     before = raw_state(store)
     with pytest.raises(InvalidRequest) as info:
@@ -55,10 +58,10 @@ def test_bad_collection_names_are_invalid(store: Store, name: str) -> None:
 
 
 def test_names_are_not_paths(store: Store, tmp_path) -> None:
-    for name in ("..", ".", "x" * 255, "é" * 127, "data.mdb", "lock.mdb"):
+    for name in ("...", ".a", "x" * 255, "é" * 127, "data.mdb", "lock.mdb"):
         c = store.create_collection(name)
         commit(c, b"1", [(b"k", name.encode())])
-    for name in ("..", "data.mdb"):
+    for name in ("...", "data.mdb"):
         assert store.collection(name).get(b"k").value == name.encode()  # type: ignore[union-attr]
     assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["data.mdb", "lock.mdb"]
 

@@ -89,8 +89,8 @@ def test_delete_missing_reader_is_ok(store: Store) -> None:
         (b"1", b"2", False),
         (b"1", None, False),
         (None, None, True),
-        (None, b"", False),
-        (b"", None, False),
+        (None, b"", True),  # a reader's "" and null are one value (SPEC §7)
+        (b"", None, True),
         (b"", b"", True),
     ],
 )
@@ -127,7 +127,7 @@ def test_commit_applies_reader_updates_atomically(store: Store) -> None:
         ([("from_a", b"ga"), ("nope", b"g")], NoSuchReader),
         ([ReaderUpdate("from_a", b"ga", None), ReaderUpdate("from_b", b"gb", b"y")], BadVersion),
         ([ReaderUpdate("from_b", b"gb", b"x"), ReaderUpdate("from_a", b"ga", b"q")], BadVersion),
-        ([ReaderUpdate("from_a", b"ga", expected=b"")], BadVersion),
+        ([ReaderUpdate("from_a", b"ga", expected=b"ga")], BadVersion),
     ],
 )
 def test_commit_with_bad_reader_update_changes_nothing(store: Store, updates, error) -> None:

@@ -217,12 +217,12 @@ class StoreMachine(RuleBasedStateMachine):
             current = staged.get(u.name) or owner.readers.get(u.name)
             if current is None:
                 return NoSuchReader
-            if u.expected is not UNSET and current[1] != u.expected:
-                return BadVersion
+            if u.expected is not UNSET and (current[1] or None) != (u.expected or None):
+                return BadVersion  # a reader's "" and null are one value (SPEC §7)
             floor = self._floor(current[0]) if current[0] in self.model else None
             if u.generation_id not in (None, b"") and floor is not None and u.generation_id < floor:  # type: ignore[operator]
                 return GenerationCollected
-            staged[u.name] = (current[0], u.generation_id)
+            staged[u.name] = (current[0], u.generation_id or None)
         owner.readers.update(staged)
         return None
 
@@ -420,14 +420,14 @@ class StoreMachine(RuleBasedStateMachine):
         m = self.model[owner]
         error: type[DiffstoreError] | None = None
         if reader in m.readers:
-            if m.readers[reader] != (tgt, gen):
+            if m.readers[reader] != (tgt, gen or None):
                 error = ReaderExists
         else:
             floor = self._floor(tgt) if tgt in self.model else None
             if gen not in (None, b"") and floor is not None and gen < floor:
                 error = GenerationCollected
             else:
-                m.readers[reader] = (tgt, gen)
+                m.readers[reader] = (tgt, gen or None)
         with self.expect(error):
             self.c(owner).create_reader(reader, collection=tgt, generation_id=gen)
 
