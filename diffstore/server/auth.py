@@ -14,11 +14,16 @@ OPEN_PREFIX = "/ui/"  # the console's static shell: it holds no data and asks fo
 
 
 class BearerAuth:
-    """Answers 401 ``unauthorized`` unless ``Authorization: Bearer <token>`` matches (constant time)."""
+    """Answers 401 ``unauthorized`` unless ``Authorization: Bearer <token>`` matches (constant time).
+
+    The scheme is matched in any case (RFC 7235 §2.1: ``bearer`` and ``BEARER`` are ``Bearer``).
+    """
 
     def __init__(self, app: ASGIApp, token: str) -> None:
+        if not token:
+            raise ValueError("an empty token would let every request in")
         self.app = app
-        self.expected = b"Bearer " + token.encode("utf-8")
+        self.expected = token.encode("utf-8")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIX):
@@ -31,7 +36,8 @@ class BearerAuth:
                 given = value
             elif name == b"accept":
                 accept = value.decode("latin-1")
-        if hmac.compare_digest(given, self.expected):
+        scheme, _, credentials = given.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(b" "), self.expected):
             await self.app(scope, receive, send)
             return
         codec = response_codec(accept)

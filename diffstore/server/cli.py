@@ -7,31 +7,42 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from diffstore import logs
+from diffstore.errors import InvalidRequest
 from diffstore.server.config import ServerConfig
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 
 
 def _serve_command(args: argparse.Namespace) -> int:
-    token = args.token if args.token is not None else os.environ.get("DIFFSTORE_TOKEN") or None
-    config = ServerConfig(
-        data_dir=args.data,
-        host=args.host,
-        port=args.port,
-        token=token,
-        commit_delay_ms=args.commit_delay_ms,
-        sync=args.sync,
-        map_size=args.map_size,
-        access_log=args.access_log,
-        workers=args.workers,
-        header_timeout_s=args.header_timeout_s,
-        body_timeout_s=args.body_timeout_s,
-        metrics=args.metrics,
-        log_level=args.log_level,
-        log_format=args.log_format,
-    )
+    # an empty token is refused, never read as "no token": DIFFSTORE_TOKEN="" must not turn auth off
+    token = args.token if args.token is not None else os.environ.get("DIFFSTORE_TOKEN")
+    if token is not None and not token.strip():
+        source = "--token" if args.token is not None else "DIFFSTORE_TOKEN"
+        print(f"diffstore serve: error: {source} is empty; give a token or unset it", file=sys.stderr)
+        return 2
+    try:
+        config = ServerConfig(
+            data_dir=args.data,
+            host=args.host,
+            port=args.port,
+            token=token,
+            commit_delay_ms=args.commit_delay_ms,
+            sync=args.sync,
+            map_size=args.map_size,
+            access_log=args.access_log,
+            workers=args.workers,
+            header_timeout_s=args.header_timeout_s,
+            body_timeout_s=args.body_timeout_s,
+            metrics=args.metrics,
+            log_level=args.log_level,
+            log_format=args.log_format,
+        )
+    except InvalidRequest as exc:
+        print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
+        return 2
     logs.configure_from(args)
     from diffstore.server.serving import serve
 

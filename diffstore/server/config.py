@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 from diffstore.errors import InvalidRequest
 
+MAX_KEY_BYTES = (1 << 24) - 1  # SPEC §1: the largest key
+# What the largest key takes in a body: as base64 text in JSON (msgpack carries it raw, in less)
+KEY_ALLOWANCE_BYTES = 4 * -(-MAX_KEY_BYTES // 3)
+
 
 class Limit(enum.Enum):
     """Which body limit of SPEC §1 a route enforces."""
@@ -28,7 +32,12 @@ class ServerConfig:
         commit_delay_ms: passed to the store (auto-commit delay of non-manual collections).
         sync: passed to the store: flush every commit to disk before answering (see ``StoreConfig.sync``).
         map_size: passed to the store: upper bound of its file in bytes (see ``StoreConfig.map_size``).
-        create_collection_max_bytes, put_max_bytes, put_many_max_bytes, body_max_bytes: body limits (413).
+        create_collection_max_bytes: the body limit of collection creation (413 beyond it).
+        put_max_bytes, put_many_max_bytes, body_max_bytes: the body limits of put, putMany and every other
+            route, each *plus* :data:`KEY_ALLOWANCE_BYTES` (SPEC §1: a key that can be written can always
+            be read, looked around, and used as ``fromKey``/``toKey``).
+        inflight_body_max_bytes: the request body bytes all requests together may hold at once; past it a
+            request is answered 503 ``overloaded`` with ``Retry-After`` (a request alone is always let in).
         long_poll_default_ms, long_poll_max_ms: ``timeoutMs`` of ``generationId/stream``.
         shutdown_timeout_s: how long a graceful shutdown waits for open requests.
         access_log: log every request (off by default: it costs throughput).
@@ -53,6 +62,7 @@ class ServerConfig:
     put_max_bytes: int = 4 * 1024 * 1024
     put_many_max_bytes: int = 32 * 1024 * 1024
     body_max_bytes: int = 64 * 1024
+    inflight_body_max_bytes: int = 128 * 1024 * 1024
     long_poll_default_ms: int = 60_000
     long_poll_max_ms: int = 300_000
     shutdown_timeout_s: float = 10.0
@@ -71,14 +81,17 @@ class ServerConfig:
             raise InvalidRequest("read timeouts must be >= 0")
         if not 0 <= self.port <= 65535:
             raise InvalidRequest("port must be within 0..65535")
-        if self.token is not None and not self.token:
-            raise InvalidRequest("token must not be empty")
+        if self.token is not None and not self.token.strip():
+            raise InvalidRequest("token must not be empty (leave it unset for no authentication)")
+        if self.inflight_body_max_bytes < 1:
+            raise InvalidRequest("inflight_body_max_bytes must be >= 1")
         if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:
             raise InvalidRequest("long_poll_default_ms must be within 0..long_poll_max_ms")
 
     def limit(self, kind: Limit) -> int:
-        """The body limit in bytes of one kind of route."""
-        return getattr(self, _LIMIT_FIELDS[kind])  # type: ignore[no-any-return]
+        """The body limit in bytes of one kind of route (the room for the largest key included)."""
+        room: int = getattr(self, _LIMIT_FIELDS[kind])
+        return room if kind is Limit.CREATE_COLLECTION else room + KEY_ALLOWANCE_BYTES
 
 
 _LIMIT_FIELDS = {

@@ -47,6 +47,21 @@ async def read_body(request: Request, limit: int) -> bytes:
     return raw
 
 
+def decode_body(raw: bytes | None, codec: Codec) -> Any:
+    """The decoded body, ``None`` without one.
+
+    Raises:
+        InvalidJson: the body does not parse.
+        InvalidRequest: the body is null (JSON ``null`` or msgpack nil): every body is an object.
+    """
+    if not raw:
+        return None
+    body = codec.loads(raw)
+    if body is None:
+        raise InvalidRequest("body: expected an object, got null")
+    return body
+
+
 def store_of(request: Request) -> Store:
     return request.app.state.store  # type: ignore[no-any-return]
 
@@ -63,7 +78,7 @@ async def handle(request: Request, work: Callable[[Exchange], Body], limit: Limi
     """Runs one route: body (when ``limit`` is given) -> ``work`` in a thread -> serialized response.
 
     An empty body decodes as ``None``: request classes whose fields are all optional accept it, the
-    others answer 400.
+    others answer 400. A body that *is* null (JSON ``null``, msgpack nil) is a 400 everywhere (SPEC §2).
     """
     out = response_codec(request.headers.get("accept"))
     store = store_of(request)
@@ -74,7 +89,7 @@ async def handle(request: Request, work: Callable[[Exchange], Body], limit: Limi
         raw = await read_body(request, config_of(request).limit(limit))
 
     def run() -> bytes:
-        body = codec.loads(raw) if raw else None
+        body = decode_body(raw, codec)
         return out.dumps(work(Exchange(store, body, codec, out)))
 
     return respond(await anyio.to_thread.run_sync(run), out)

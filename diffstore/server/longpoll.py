@@ -40,7 +40,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from diffstore.server.uvicorn_adapter import Rendered, direct_cycle, finish_directly, write_directly
-from diffstore.wire import Codec, generation_to_wire
+from diffstore.wire import Codec, error_to_wire, generation_to_wire
 
 if TYPE_CHECKING:
     from starlette.types import Message, Send
@@ -57,6 +57,16 @@ def encode_answer(generation_id: bytes, codec: Codec) -> Answer:
     headers = [(b"content-type", codec.content_type.encode()), (b"content-length", b"%d" % len(body))]
     return (
         {"type": "http.response.start", "status": 200, "headers": headers},
+        {"type": "http.response.body", "body": body},
+    )
+
+
+def encode_deleted(collection: str, codec: Codec) -> Answer:
+    """The two ASGI messages of the 404 ``noSuchCollection`` that waiters of a deleted collection get."""
+    body = codec.dumps(error_to_wire("noSuchCollection", f"collection {collection!r} was deleted"))
+    headers = [(b"content-type", codec.content_type.encode()), (b"content-length", b"%d" % len(body))]
+    return (
+        {"type": "http.response.start", "status": 404, "headers": headers},
         {"type": "http.response.body", "body": body},
     )
 
@@ -229,6 +239,14 @@ class CommitHub:
         finally:
             if collecting:
                 gc.enable()
+
+    def deleted(self, collection: str) -> None:
+        """Answers every waiter of ``collection`` with 404 ``noSuchCollection`` at once (SPEC §7).
+
+        Called by the delete route of this process, on the event loop.
+        """
+        for waiter in self._waiters.pop(collection, ()):
+            waiter.deliver(encode_deleted(collection, waiter.codec))
 
     def close(self) -> None:
         """Answers every waiter (with the id it was given) and refuses new ones; runs on the event loop."""

@@ -11,6 +11,7 @@ import msgpack
 import pytest
 
 from diffstore.server import ServerConfig
+from diffstore.server.config import Limit
 
 from .conftest import Live, es, live_server
 
@@ -45,10 +46,11 @@ def test_declared_length_over_limit_is_refused_before_reading(live: Live) -> Non
     status, headers, body = raw_request(live, head, [b'{"item": '])  # 999,999,991 bytes never sent
     assert status == 413
     assert headers["connection"] == "close"
+    limit = ServerConfig().limit(Limit.PUT)  # 4 MiB + the largest key
     assert httpx.Response(413, content=body).json() == {
         "error": "payloadTooLarge",
-        "reason": "body of 1000000000 bytes exceeds 4194304",
-        "bytesMax": 4 * MiB,
+        "reason": f"body of 1000000000 bytes exceeds {limit}",
+        "bytesMax": limit,
     }
 
 
@@ -78,7 +80,7 @@ def test_streamed_body_over_limit_is_refused_without_buffering(live: Live) -> No
     while not data.endswith(b"}") and (part := sock.recv(65536)):
         data += part
     assert data.startswith(b"HTTP/1.1 413 "), data[:200]
-    assert b'"bytesMax":33554432' in data
+    assert b'"bytesMax":%d' % ServerConfig().limit(Limit.PUT_MANY) in data
     sender.join(timeout=60)
     assert not sender.is_alive()
     assert sent["error"] is not None and sent["bytes"] < 256 * MiB
@@ -87,10 +89,15 @@ def test_streamed_body_over_limit_is_refused_without_buffering(live: Live) -> No
 
 
 @pytest.mark.parametrize(
-    ("path", "limit"),
-    [("/collections/", 4096), ("/collections/m/get", 64 * 1024), ("/collections/m/put", 4 * MiB)],
+    ("path", "kind"),
+    [
+        ("/collections/", Limit.CREATE_COLLECTION),
+        ("/collections/m/get", Limit.OTHER),
+        ("/collections/m/put", Limit.PUT),
+    ],
 )
-def test_limit_is_inclusive(live: Live, path: str, limit: int) -> None:
+def test_limit_is_inclusive(live: Live, path: str, kind: Limit) -> None:
+    limit = ServerConfig().limit(kind)
     live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
     body = {"collectionName": "n", "isManual": True, "key": es("k"), "item": {"key": es("k"), "value": None}}
     raw = httpx.Request("POST", "/", json=body).content

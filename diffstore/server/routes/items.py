@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request, Response
 from diffstore.errors import DiffstoreError
 from diffstore.server import schemas
 from diffstore.server.config import Limit
-from diffstore.server.exchange import Exchange, handle
+from diffstore.server.exchange import Exchange, decode_body, handle
 from diffstore.server.fastlane import INLINE_MAX_BYTES, header, read_body, send_body, send_error
 from diffstore.server.negotiation import request_codec, response_codec
 from diffstore.server.routing import route
@@ -44,7 +44,7 @@ async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Rece
         raw = await read_body(scope, receive, lane.config.limit(Limit.OTHER))
         if raw is None:
             return  # the client left
-        req = GetRequest.from_wire(codec.loads(raw) if raw else None, codec)
+        req = GetRequest.from_wire(decode_body(raw, codec), codec)
         result = lane.store.collection(collection).get_result(
             req.key, generation_id=req.at.generation_id, phantom_id=req.at.phantom_id
         )
