@@ -16,6 +16,7 @@ import anyio.to_thread
 from fastapi import Request, Response
 from starlette.requests import ClientDisconnect
 
+from diffstore.errors import InvalidRequest
 from diffstore.server import fastlane
 from diffstore.server.config import Limit, ServerConfig
 from diffstore.server.negotiation import request_codec, response_codec
