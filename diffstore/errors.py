@@ -28,6 +28,7 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   ├── GenerationCollected
     │   └── CursorExpired
     ├── PayloadTooLarge ........... 413
+    ├── Overloaded ................ 503 (with Retry-After)
     └── StorageError .............. (an I/O failure underneath; the server answers 500)
         └── StorageFull ........... 507 (the map or the file system is full; the store stays readable)
 """
@@ -137,6 +138,13 @@ class PayloadTooLarge(DiffstoreError):
     def __init__(self, reason: str = "", bytes_max: int = 0) -> None:
         super().__init__(reason)
         self.bytes_max = bytes_max
+
+
+class Overloaded(DiffstoreError):
+    """The server's budget of request bodies in flight is spent; the same request may succeed later."""
+
+    code = "overloaded"
+    retry_after_s: ClassVar[int] = 1
 
 
 class StorageError(DiffstoreError):

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from diffstore.engine.types import UNSET, Expected, FromReader, PutItem, ReaderUpdate
-from diffstore.errors import InvalidRequest
+from diffstore.errors import InvalidJson, InvalidRequest
 from diffstore.wire import MAX_KEYS_AROUND_LIMIT, MAX_PAGE_LIMIT, Body, Codec, Fields, set_if_given
 
 
@@ -144,8 +146,49 @@ def _parse_item(obj: Any, codec: Codec, where: str) -> FlaggedItem:
     return f.es("key"), f.es_opt("value"), f.flag("ifNotPresent", False)
 
 
+def _pair_or_map(pairs: list[tuple[Any, Any]]) -> Any:
+    """The ``object_pairs_hook`` of :func:`decode_put_many`: ``{"key": bin, "value": bin | nil}`` becomes
+    the pair ``(key, value)`` itself, any other map a dict."""
+    if len(pairs) == 2:
+        (name, key), (other, value) = pairs
+        if name == "value" and other == "key":
+            name, key, other, value = other, value, name, key
+        if (
+            name == "key"
+            and other == "value"
+            and type(key) is bytes
+            and (value is None or type(value) is bytes)
+        ):
+            return (key, value)
+    return dict(pairs)
+
+
+def decode_put_many(raw: bytes, codec: Codec) -> Any:
+    """A putMany body, decoded so that its items cost as little memory as they can.
+
+    msgpack items of the common shape are decoded straight into ``(key, value)`` pairs -- what the engine
+    takes -- instead of a dict per item that is then copied into a pair: a 1M-item body peaked at 145 MiB
+    of Python objects instead of 329 MiB, and decodes no slower (``benchmarks/put_many_memory.py``).
+    Lists never decode to tuples, so a tuple in the result is always such an item.
+
+    Raises:
+        InvalidJson: the body does not parse.
+    """
+    if not codec.binary:
+        return codec.loads(raw)
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False, object_pairs_hook=_pair_or_map)
+    except Exception as exc:  # msgpack raises a zoo of exception types for bad input
+        raise InvalidJson(f"malformed {codec.name} body: {exc}") from exc
+
+
 def _msgpack_items_fast(raw: list[Any]) -> list[PutItem] | None:
-    """``(key, value)`` pairs if every item is ``{"key": bin, "value": bin | nil}``; None: not that shape."""
+    """``(key, value)`` pairs if every item is ``{"key": bin, "value": bin | nil}``; None: not that shape.
+
+    Items that :func:`decode_put_many` made pairs already are taken as they are (no copy of the list).
+    """
+    if all(type(item) is tuple for item in raw):
+        return raw
     items: list[PutItem] = []
     append = items.append
     try:
@@ -194,7 +237,12 @@ def parse_items(raw: list[Any], codec: Codec) -> list[PutItem]:
     fast = _msgpack_items_fast(raw) if codec.binary else _json_items_fast(raw)
     if fast is not None:
         return fast
-    return [_parse_item(item, codec, f"body.items[{index}]") for index, item in enumerate(raw)]
+    return [
+        _parse_item(
+            {"key": item[0], "value": item[1]} if type(item) is tuple else item, codec, f"body.items[{i}]"
+        )
+        for i, item in enumerate(raw)
+    ]
 
 
 def _item_to_wire(item: PutItem, codec: Codec) -> Body:

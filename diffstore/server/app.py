@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from diffstore.server import console, docs, metrics
 from diffstore.server.auth import BearerAuth
+from diffstore.server.budget import BodyBudget, Budget
 from diffstore.server.config import ServerConfig
 from diffstore.server.errors import install_error_handlers
 from diffstore.server.fastlane import FastLane
@@ -56,6 +57,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
         store.never_wait_for_writers_here()
         hub.attach(store, asyncio.get_running_loop())
         server_metrics.attach()
+        app.state.large_bodies = asyncio.Semaphore(1)  # bound to this loop
         try:
             yield
         finally:
@@ -75,6 +77,8 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.store = store
     app.state.config = config
     app.state.hub = hub
+    app.state.budget = Budget(config.inflight_body_max_bytes)
+    app.state.large_bodies = asyncio.Semaphore(1)  # see exchange.handle
     app.state.metrics = server_metrics
     routers = (*ROUTERS, docs.router, console.router, console.shell, metrics.router)
     for router in routers:
@@ -82,6 +86,9 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     install_error_handlers(app)
     # in front of the router, inside the authentication: the hottest routes skip FastAPI's per-request work
     app.add_middleware(FastLane, store=store, config=config, hub=hub, handlers=FAST_LANE)
+    # outside the fast lane, so that its bodies count too; inside the authentication, so that a refused
+    # client holds nothing
+    app.add_middleware(BodyBudget, budget=app.state.budget)
     if config.token is not None:
         app.add_middleware(BearerAuth, token=config.token)
     if config.metrics:  # outermost: requests the authentication refuses count too

@@ -38,6 +38,9 @@ class ServerConfig:
             be read, looked around, and used as ``fromKey``/``toKey``).
         inflight_body_max_bytes: the request body bytes all requests together may hold at once; past it a
             request is answered 503 ``overloaded`` with ``Retry-After`` (a request alone is always let in).
+        large_body_bytes: a body larger than this is parsed and applied while no other such body is: it
+            would wait for the store's write lock anyway, and waiting parsed it holds several times its size
+            (three 1M-item putManys at once peaked at 1.7 GiB RSS, see ``benchmarks/put_many_memory.py``).
         long_poll_default_ms, long_poll_max_ms: ``timeoutMs`` of ``generationId/stream``.
         shutdown_timeout_s: how long a graceful shutdown waits for open requests.
         access_log: log every request (off by default: it costs throughput).
@@ -63,6 +66,7 @@ class ServerConfig:
     put_many_max_bytes: int = 32 * 1024 * 1024
     body_max_bytes: int = 64 * 1024
     inflight_body_max_bytes: int = 128 * 1024 * 1024
+    large_body_bytes: int = 1024 * 1024
     long_poll_default_ms: int = 60_000
     long_poll_max_ms: int = 300_000
     shutdown_timeout_s: float = 10.0

@@ -43,6 +43,7 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.GenerationCollected: 410,
     e.CursorExpired: 410,
     e.PayloadTooLarge: 413,
+    e.Overloaded: 503,
     e.StorageError: 500,
     e.StorageFull: 507,
 }
@@ -66,13 +67,22 @@ def encode_error(exc: e.DiffstoreError, codec: Codec, method: str, path: str) ->
     return status, codec.dumps(error_to_wire(exc.code, exc.reason, bytes_max))
 
 
+def error_headers(exc: e.DiffstoreError) -> dict[str, str]:
+    """The headers an error answer needs beyond the content type."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, e.PayloadTooLarge | e.Overloaded):
+        # the rest of the body is left unread: the connection cannot carry another request
+        headers["connection"] = "close"
+    if isinstance(exc, e.Overloaded):
+        headers["retry-after"] = str(exc.retry_after_s)
+    return headers
+
+
 def error_response(request: Request, exc: e.DiffstoreError) -> Response:
     """Renders an error in the format the client accepts (JSON unless it asked for msgpack)."""
     codec = response_codec(request.headers.get("accept"))
     status, body = encode_error(exc, codec, request.method, request.url.path)
-    # a 413 leaves the rest of the body unread: the connection cannot carry another request
-    headers = {"connection": "close"} if isinstance(exc, e.PayloadTooLarge) else None
-    return Response(body, status_code=status, media_type=codec.content_type, headers=headers)
+    return Response(body, status_code=status, media_type=codec.content_type, headers=error_headers(exc))
 
 
 def _routing_error(request: Request, exc: Exception) -> Response:

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from diffstore.engine.store import Store
 
 
+Loads = Callable[[bytes, Codec], Any]
+
+
 @dataclass(frozen=True, slots=True)
 class Exchange:
     """What ``work`` sees: the store, the decoded body (``None`` without one) and both codecs."""
@@ -48,8 +51,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     return raw
 
 
-def decode_body(raw: bytes | None, codec: Codec) -> Any:
-    """The decoded body, ``None`` without one.
+def decode_body(raw: bytes | None, codec: Codec, loads: Loads | None = None) -> Any:
+    """The decoded body (by ``loads``, default the codec's own), ``None`` without one.
 
     Raises:
         InvalidJson: the body does not parse.
@@ -57,7 +60,7 @@ def decode_body(raw: bytes | None, codec: Codec) -> Any:
     """
     if not raw:
         return None
-    body = codec.loads(raw)
+    body = codec.loads(raw) if loads is None else loads(raw, codec)
     if body is None:
         raise InvalidRequest("body: expected an object, got null")
     return body
@@ -75,8 +78,12 @@ def respond(payload: bytes, codec: Codec) -> Response:
     return Response(payload, media_type=codec.content_type)
 
 
-async def handle(request: Request, work: Callable[[Exchange], Body], limit: Limit | None = None) -> Response:
+async def handle(
+    request: Request, work: Callable[[Exchange], Body], limit: Limit | None = None, loads: Loads | None = None
+) -> Response:
     """Runs one route: body (when ``limit`` is given) -> ``work`` in a thread -> serialized response.
+
+    ``loads(raw, codec)`` decodes the body when the codec's own way will not do (see putMany).
 
     An empty body decodes as ``None``: request classes whose fields are all optional accept it, the
     others answer 400. A body that *is* null (JSON ``null``, msgpack nil) is a 400 everywhere (SPEC §2).
@@ -90,9 +97,13 @@ async def handle(request: Request, work: Callable[[Exchange], Body], limit: Limi
         raw = await read_body(request, config_of(request).limit(limit))
 
     def run() -> bytes:
-        body = decode_body(raw, codec)
+        body = decode_body(raw, codec, loads)
         return out.dumps(work(Exchange(store, body, codec, out)))
 
+    if raw is not None and len(raw) > config_of(request).large_body_bytes:
+        # one large body at a time (ServerConfig.large_body_bytes): its parsed form is several times its size
+        async with request.app.state.large_bodies:
+            return respond(await anyio.to_thread.run_sync(run), out)
     return respond(await anyio.to_thread.run_sync(run), out)
 
 

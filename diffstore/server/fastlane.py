@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from diffstore.errors import DiffstoreError, InvalidRequest, PayloadTooLarge
-from diffstore.server.errors import encode_error
+from diffstore.server.errors import encode_error, error_headers
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -122,16 +122,26 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def send_body(send: Send, body: bytes, codec: Codec, status: int = 200, close: bool = False) -> None:
+async def send_body(
+    send: Send,
+    body: bytes,
+    codec: Codec,
+    status: int = 200,
+    close: bool = False,
+    extra: dict[str, str] | None = None,
+) -> None:
     """A complete response: ``body`` in ``codec``'s media type (``close``: the connection ends after it)."""
     headers = [(b"content-type", codec.content_type.encode()), (b"content-length", b"%d" % len(body))]
     if close:
         headers.append((b"connection", b"close"))
+    for name, value in (extra or {}).items():
+        headers.append((name.encode(), value.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
 async def send_error(send: Send, exc: DiffstoreError, codec: Codec, scope: Scope) -> None:
-    """The SPEC §2 error answer; a 413 closes the connection (the rest of the body is unread)."""
+    """The SPEC §2 error answer, with the headers it needs (a 413 or 503 closes the connection: the rest
+    of the body is unread)."""
     status, body = encode_error(exc, codec, scope["method"], scope["path"])
-    await send_body(send, body, codec, status, close=isinstance(exc, PayloadTooLarge))
+    await send_body(send, body, codec, status, extra=error_headers(exc))

@@ -20,7 +20,7 @@ from diffstore.server.fastlane import INLINE_MAX_BYTES, header, read_body, send_
 from diffstore.server.negotiation import request_codec, response_codec
 from diffstore.server.routing import route
 from diffstore.wire import Body, get_result_to_wire, keys_around_to_wire, put_result_to_wire
-from diffstore.wire_requests import GetRequest, KeysAroundRequest, PutManyRequest, PutRequest
+from diffstore.wire_requests import GetRequest, KeysAroundRequest, PutManyRequest, PutRequest, decode_put_many
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -100,4 +100,4 @@ async def put_many(request: Request, c: str) -> Response:
         del body["wasPut"]  # SPEC §3: putMany answers {generationId, skipped?}
         return body
 
-    return await handle(request, work, Limit.PUT_MANY)
+    return await handle(request, work, Limit.PUT_MANY, decode_put_many)
