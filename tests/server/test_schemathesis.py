@@ -1,5 +1,9 @@
 """schemathesis against ``/openapi.json`` of a live server: no 500s, answers match the documented schema.
 
+Every operation gets ``max_examples`` generated requests (bodies in JSON and in msgpack, as schemathesis
+draws the media type) for each ``Accept`` (JSON, msgpack): bounded by count, derandomized, so it runs in
+``make test`` in the same time on every run. ``TRIED`` counts the inputs per (body media type, Accept).
+
 schemathesis' lazy fixture loader does not work with this pytest (it reads a private attribute), so the
 document is built at import from an app over no store (the schema never touches the store), and a test
 checks that it is exactly what the live server publishes at ``/openapi.json``.
@@ -7,6 +11,7 @@ checks that it is exactly what the live server publishes at ``/openapi.json``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -67,6 +72,15 @@ def test_published_document_is_the_one_tested(module_live: Live) -> None:
         "$ref": "#/components/schemas/PutOne"
     }
     assert "item" in DOCUMENT["components"]["schemas"]["PutOne"]["required"]
+    # msgpack answers are described with EncodedStrings as binary strings, not in the JSON shape
+    answer = DOCUMENT["paths"]["/collections/{c}/get"]["post"]["responses"]["200"]["content"]
+    assert answer["application/json"]["schema"] == {"$ref": "#/components/schemas/GetResponse"}
+    assert answer["application/msgpack"]["schema"] == {"$ref": "#/components/schemas/GetResponseMsgpack"}
+    twin = DOCUMENT["components"]["schemas"]["GetResponseMsgpack"]["properties"]
+    assert twin["generationId"]["type"] == "string" and twin["generationId"]["format"] == "binary"
+    assert DOCUMENT["components"]["schemas"]["GetResponse"]["properties"]["generationId"] == {
+        "$ref": "#/components/schemas/ES"
+    }
 
 
 @schema.parametrize()
@@ -81,5 +95,19 @@ def test_published_document_is_the_one_tested(module_live: Live) -> None:
         HealthCheck.function_scoped_fixture,
     ],
 )
-def test_api_conforms(case: Any, module_live: Live) -> None:
-    case.call_and_validate(base_url=module_live.url, checks=CHECKS)
+@pytest.mark.parametrize("accept", ["application/json", "application/msgpack"])
+def test_api_conforms(case: Any, module_live: Live, accept: str) -> None:
+    TRIED[(case.media_type or "-", accept)] += 1
+    case.call_and_validate(base_url=module_live.url, checks=CHECKS, headers={"accept": accept})
+
+
+TRIED: Counter[tuple[str, str]] = Counter()
+
+
+def test_both_body_media_types_were_tried() -> None:
+    """Runs after the generated cases (file order); prints what they tried (``pytest -s`` shows it)."""
+    if not TRIED:
+        pytest.skip("the generated cases did not run in this session")
+    print(f"\nschemathesis inputs by (body media type, Accept): {dict(TRIED)}, {sum(TRIED.values())} in all")
+    assert TRIED[("application/msgpack", "application/msgpack")] > 0
+    assert TRIED[("application/json", "application/json")] > 0
