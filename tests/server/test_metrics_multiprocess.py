@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -22,6 +22,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from diffstore.server import metrics
 from tests.helpers import wait_until
+
+
+def _without_token(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment without ``DIFFSTORE_TOKEN`` (an empty one is refused: it never turns auth off)."""
+    return {name: value for name, value in env.items() if name != "DIFFSTORE_TOKEN"}
 
 
 def _free_port() -> int:
@@ -50,7 +55,7 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[str, str]]:
             port = _free_port()
             command = [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(tmp_path / "data"),
                        "--port", str(port), "--log-level", "warning", "--workers", "1"]  # fmt: skip
-            processes.append(subprocess.Popen(command, env={**os.environ, "DIFFSTORE_TOKEN": ""}))
+            processes.append(subprocess.Popen(command, env=_without_token(os.environ)))
             url = f"http://127.0.0.1:{port}"
 
             def healthy(url: str = url) -> bool:
@@ -132,7 +137,7 @@ def test_serve_with_two_workers_sums_them_in_every_scrape(tmp_path: Path) -> Non
     command = [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(tmp_path / "data"), "--port",
                str(port), "--workers", "2", "--log-level", "warning"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != metrics.MULTIPROC_ENV}
-    process = subprocess.Popen(command, env={**env, "DIFFSTORE_TOKEN": "", "TMPDIR": str(tmp_path)})
+    process = subprocess.Popen(command, env={**_without_token(env), "TMPDIR": str(tmp_path)})
     try:
 
         def healthy() -> bool:
