@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from diffstore.server import console, docs, metrics
 from diffstore.server.auth import BearerAuth
 from diffstore.server.budget import BodyBudget, Budget
-from diffstore.server.config import ServerConfig
+from diffstore.server.config import Limit, ServerConfig
 from diffstore.server.errors import install_error_handlers
 from diffstore.server.fastlane import FastLane
 from diffstore.server.longpoll import RAW_SEND, CommitHub
@@ -88,7 +88,8 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.add_middleware(FastLane, store=store, config=config, hub=hub, handlers=FAST_LANE)
     # outside the fast lane, so that its bodies count too; inside the authentication, so that a refused
     # client holds nothing
-    app.add_middleware(BodyBudget, budget=app.state.budget)
+    largest = max(config.limit(kind) for kind in Limit)
+    app.add_middleware(BodyBudget, budget=app.state.budget, largest_body=largest)
     if config.token is not None:
         app.add_middleware(BearerAuth, token=config.token)
     if config.metrics:  # outermost: requests the authentication refuses count too

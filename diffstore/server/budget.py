@@ -12,6 +12,8 @@ Invariants:
       the budget makes ``receive`` raise :class:`~diffstore.errors.Overloaded`, which the routes answer.
     * A request alone in flight is always admitted (within its route's limit), so a budget smaller than
       a route's limit slows that route down to one body at a time but never refuses it forever.
+    * A declared length above every route's limit reserves nothing: its route answers 413 before reading
+      a byte, which tells the client more than a 503 it would retry in vain.
     * Runs on the event loop only: the counter needs no lock. Each worker process has its own budget.
 """
 
@@ -42,9 +44,10 @@ class Budget:
 class BodyBudget:
     """ASGI middleware holding the in-flight body bytes of every request within ``budget``."""
 
-    def __init__(self, app: ASGIApp, budget: Budget) -> None:
+    def __init__(self, app: ASGIApp, budget: Budget, largest_body: int) -> None:
         self.app = app
         self.budget = budget
+        self.largest_body = largest_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,6 +55,9 @@ class BodyBudget:
             return
         budget = self.budget
         declared = _declared_length(scope)
+        if declared is not None and declared > self.largest_body:
+            await self.app(scope, receive, send)  # refused by its route's limit (413), nothing read
+            return
         if declared is not None and not budget.fits(declared, 0):
             budget.refused += 1
             await _refuse(scope, send, budget.max_bytes)

@@ -11,6 +11,7 @@ import msgpack
 import pytest
 
 from diffstore.server import ServerConfig
+from diffstore.server.config import Limit
 from tests.engine.util import raw_state
 
 from .conftest import Live, es, live_server, wait_until
@@ -96,6 +97,22 @@ def test_a_chunked_body_is_counted_as_it_arrives(tight: Live, path: str) -> None
     assert budget.in_flight == 8_000  # the refused request gave back what it had taken
     assert _finish(held, 8_000).startswith(b"HTTP/1.1 200 ")
     wait_until(lambda: budget.in_flight == 0, what="the share to be given back")
+
+
+def test_a_body_above_every_limit_gets_413_not_503(tight: Live) -> None:
+    """Retrying would not help it: its route refuses it before reading, whatever else is in flight."""
+    budget = tight.app.state.budget
+    held = _hold(tight, 8_000)
+    wait_until(lambda: budget.in_flight == 8_000, what="the first body to hold its share")
+    declared = tight.app.state.config.limit(Limit.PUT_MANY) + 1
+    head = (
+        b"POST /collections/m/put HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % declared
+    )
+    status, _, body = raw_request(tight, head, [])
+    assert status == 413 and json.loads(body)["error"] == "payloadTooLarge"
+    assert budget.in_flight == 8_000 and budget.refused == 0
+    assert _finish(held, 8_000).startswith(b"HTTP/1.1 200 ")
 
 
 def test_a_request_alone_is_let_in_whatever_its_size(tight: Live) -> None:
