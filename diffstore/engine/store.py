@@ -10,8 +10,9 @@ Invariants:
   a thread marked with :meth:`Store.never_wait_for_writers_here` (an event loop).
   A commit is durable when its transaction returns (``StoreConfig.sync``, the default); without it the
   worker flushes every ``sync_interval_ms``.
-- Commit listeners run after the transaction that committed, outside the lock: in the committing thread
-  for commits of this process, in the wake-up thread for commits of others (:mod:`diffstore.engine.wakeup`).
+- Commit (and delete) listeners run after the transaction that committed, outside the lock: in the
+  committing thread for events of this process, in the wake-up thread for those of others
+  (:mod:`diffstore.engine.wakeup`).
 - Background work (automatic commits, GC steps, phantom purges, purges of deleted collections) is due
   in LMDB (the ``due`` table, ``dropped``, ``phantom_ttl``, reader positions), not in memory: any process's
   worker may do it, each item is taken inside the write transaction that does it (so it is done once),
@@ -52,6 +53,7 @@ from diffstore.engine.wakeup import Wakeup
 from diffstore.errors import CollectionExists, DiffstoreError, InvalidRequest, StorageError
 
 CommitListener = Callable[[str, bytes], None]
+DeleteListener = Callable[[str], None]
 _log = logging.getLogger("diffstore.engine")
 _NEXT_CID = b"\x00next_cid"  # not a legal collection name, so it cannot collide with one
 _RETRY_FIRST_S = 0.05
@@ -99,6 +101,7 @@ class WriteScope:
 
     txn: lmdb.Transaction
     commits: list[tuple[str, bytes]] = field(default_factory=list)
+    deletions: list[str] = field(default_factory=list)
     # non-manual collections whose open generation got its first write (an automatic commit becomes
     # due) or was committed at its threshold (the due commit is no more): applied to ``due`` in the txn
     first_writes: list[str] = field(default_factory=list)
@@ -136,6 +139,7 @@ class Store:
         self._writer_first = WriterFirst(self.config.read_yield_ms)
         self._page_lock = threading.RLock()  # pages are built one at a time (see engine/priority.py)
         self._listeners: list[CommitListener] = []
+        self._delete_listeners: list[DeleteListener] = []
         self._write_listeners: list[WriteListener] = []
         self._listeners_lock = threading.Lock()
         self._closed = False
@@ -230,10 +234,12 @@ class Store:
                 if due < self._next_due:
                     self._next_due = due
                     self._wake.notify_all()
-        if scope.commits:
-            self._wakeup.notify(scope.commits)
+        if scope.commits or scope.deletions:
+            self._wakeup.notify([*scope.commits, *((name, None) for name in scope.deletions)])
             for name, generation_id in scope.commits:
                 self._announce(name, generation_id)
+            for name in scope.deletions:
+                self._announce_deleted(name)
         if self._write_listeners:
             self._tell_writers(scope)
 
@@ -268,6 +274,22 @@ class Store:
                 # thread that committed (the background worker commits non-manual collections).
                 _log.exception("commit listener %r failed for %s", listener, name)
 
+    def _announce_deleted(self, name: str) -> None:
+        with self._listeners_lock:
+            listeners = list(self._delete_listeners)
+        for listener in listeners:
+            try:
+                listener(name)
+            except Exception:
+                _log.exception("delete listener %r failed for %s", listener, name)
+
+    def _on_notice(self, name: str, generation_id: bytes | None) -> None:
+        """An event of another process (see :mod:`diffstore.engine.wakeup`)."""
+        if generation_id is None:
+            self._announce_deleted(name)
+        else:
+            self._announce(name, generation_id)
+
     def _tell_writers(self, scope: WriteScope) -> None:
         event = WriteEvent(
             tuple(scope.commits),
@@ -298,11 +320,23 @@ class Store:
         """Calls ``listener(collection_name, generation_id)`` after every commit; returns a remover."""
         with self._listeners_lock:
             self._listeners.append(listener)
-        self._wakeup.listen(self._announce)  # commits of other processes too (once per store)
+        self._wakeup.listen(self._on_notice)  # events of other processes too (once per store)
 
         def remove() -> None:
             with self._listeners_lock, contextlib.suppress(ValueError):
                 self._listeners.remove(listener)
+
+        return remove
+
+    def add_delete_listener(self, listener: DeleteListener) -> Callable[[], None]:
+        """Calls ``listener(name)`` once a collection is deleted (by any process); returns a remover."""
+        with self._listeners_lock:
+            self._delete_listeners.append(listener)
+        self._wakeup.listen(self._on_notice)
+
+        def remove() -> None:
+            with self._listeners_lock, contextlib.suppress(ValueError):
+                self._delete_listeners.remove(listener)
 
         return remove
 
@@ -395,6 +429,7 @@ class Store:
             txn.delete(layout.auto_commit_due_key(name), db=tables.due)
             txn.delete(layout.gc_position_key(prefix), db=tables.due)
             txn.put(prefix, b"", db=tables.dropped)
+            scope.deletions.append(name)
         with self._wake:
             self._failures.pop(name, None)
 

@@ -5,8 +5,10 @@ Any number of processes may open one data directory (``serve`` workers, ``ingest
 binds a datagram socket and registers it as an empty file ``<data>/wake/<id>``; on Linux the socket
 itself is in the abstract namespace (``\\0diffstore-wake-<id>``), so the data directory's path length
 does not matter and nothing is left on disk by a process that dies. After every write transaction
-that committed generations -- once it is durable -- the committing process sends one datagram per commit
-(msgpack ``[collection, generation id]``) to every registered socket but its own::
+that committed generations or deleted a collection -- once it is durable -- the committing process sends
+one datagram per event (msgpack ``[collection, generation id]`` for a commit, ``[collection, nil]`` for a
+deletion, so that long polls of a deleted collection answer at once in every process) to every
+registered socket but its own::
 
     committer (any process)                     listener (each process with commit listeners)
     ------------------------                    ---------------------------------------------
@@ -29,7 +31,7 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgpack
@@ -40,7 +42,8 @@ _RECEIVE_BUFFER = 1 << 20
 _MAX_DATAGRAM = 64 * 1024
 _STOP = b""
 
-Deliver = Callable[[str, bytes], None]
+# (collection, generation id) of a commit, or (collection, None) of a deleted collection
+Deliver = Callable[[str, bytes | None], None]
 
 
 class Wakeup:
@@ -69,12 +72,15 @@ class Wakeup:
         own = self._id
         return [name for name in names if name != own and not name.endswith(".sock")]
 
-    def notify(self, commits: list[tuple[str, bytes]]) -> None:
-        """Sends ``commits`` (collection, generation id) to every other listening process; never waits."""
+    def notify(self, events: Sequence[tuple[str, bytes | None]]) -> None:
+        """Sends ``events`` to every other listening process; never waits.
+
+        An event is (collection, generation id) for a commit, (collection, None) for a deletion.
+        """
         peers = self._peers()
-        if not peers or not commits:
+        if not peers or not events:
             return
-        payloads = [msgpack.packb([name, generation], use_bin_type=True) for name, generation in commits]
+        payloads = [msgpack.packb([name, generation], use_bin_type=True) for name, generation in events]
         with self._sender_lock:
             if self._sender is None:
                 self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -99,7 +105,7 @@ class Wakeup:
             os.unlink(self.directory / peer)
 
     def listen(self, deliver: Deliver) -> None:
-        """Starts hearing other processes' commits: ``deliver(collection, generation_id)``, in a thread."""
+        """Hears other processes' events, in a thread: ``deliver(collection, generation_id or None)``."""
         if self._listener is not None:
             return
         peer = uuid.uuid4().hex
@@ -128,7 +134,7 @@ class Wakeup:
                 _log.warning("ignored a malformed commit notice of %d bytes", len(data))
                 continue
             self.received += 1
-            deliver(str(name), bytes(generation_id))
+            deliver(str(name), None if generation_id is None else bytes(generation_id))
 
     def close(self) -> None:
         """Unregisters and stops listening; a later call is a no-op."""

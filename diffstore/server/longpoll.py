@@ -173,7 +173,14 @@ class CommitHub:
         """Starts listening to ``store``'s commits; wake-ups are delivered on ``loop``."""
         self._loop = loop
         self.closed = False
-        self._unsubscribe = store.add_commit_listener(self._on_commit)
+        unsubscribe_commits = store.add_commit_listener(self._on_commit)
+        unsubscribe_deletes = store.add_delete_listener(self._on_delete)
+
+        def unsubscribe() -> None:
+            unsubscribe_commits()
+            unsubscribe_deletes()
+
+        self._unsubscribe = unsubscribe
 
     def detach(self) -> None:
         if self._unsubscribe is not None:
@@ -213,6 +220,11 @@ class CommitHub:
         if loop is not None and collection in self._waiters and not loop.is_closed():
             loop.call_soon_threadsafe(self._wake, collection, generation_id)
 
+    def _on_delete(self, collection: str) -> None:
+        loop = self._loop
+        if loop is not None and collection in self._waiters and not loop.is_closed():
+            loop.call_soon_threadsafe(self.deleted, collection)
+
     def _wake(self, collection: str, generation_id: bytes | None) -> None:
         """Answers every waiter of ``collection`` with ``generation_id`` (``None``: with its own id)."""
         group = self._waiters.pop(collection, None)
@@ -243,7 +255,7 @@ class CommitHub:
     def deleted(self, collection: str) -> None:
         """Answers every waiter of ``collection`` with 404 ``noSuchCollection`` at once (SPEC §7).
 
-        Called by the delete route of this process, on the event loop.
+        Runs on the event loop when the store says the collection was deleted, by any process.
         """
         for waiter in self._waiters.pop(collection, ()):
             waiter.deliver(encode_deleted(collection, waiter.codec))

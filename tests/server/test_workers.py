@@ -77,34 +77,58 @@ def post(url: str, path: str, body: Any) -> httpx.Response:
     return httpx.post(url + path, json=body, timeout=DEADLINE_S, headers={"connection": "close"})
 
 
+def open_long_polls(server: Served, data: Path, collection: str, count: int = 6) -> list[socket.socket]:
+    """``count`` long polls (300 s) on new connections, each read by a worker that listens for commits."""
+    wait_until(lambda: len(list((data / "wake").iterdir())) == 2, DEADLINE_S, "both workers to listen")
+    polls = []
+    for _ in range(count):  # new connections: spread over the workers as the kernel hands them out
+        poll = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE_S)
+        poll.sendall(
+            f"GET /collections/{collection}/generationId/stream?generationId=&timeoutMs=300000 HTTP/1.1\r\n"
+            "Host: x\r\nConnection: close\r\n\r\n".encode()
+        )
+        polls.append(poll)
+    for poll in polls:  # each request was read by a worker (see test_cli.server_rx_queue)
+        read = partial(server_rx_queue, server.port, poll.getsockname()[1])
+        wait_until(lambda: read() == 0, DEADLINE_S, "the poll read")  # noqa: B023 (used at once)
+    return polls
+
+
+def answers(polls: list[socket.socket]) -> list[bytes]:
+    """Every poll's whole answer; a poll that missed the event would wait past the socket's deadline."""
+    found = []
+    for poll in polls:
+        answer = b""
+        while chunk := poll.recv(65536):
+            answer += chunk
+        poll.close()
+        found.append(answer)
+    return found
+
+
 def test_a_commit_by_another_process_wakes_long_polls(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with served(data) as server:
         assert post(server.url, "/collections/", {"collectionName": "m", "isManual": True}).status_code == 200
-        wait_until(lambda: len(list((data / "wake").iterdir())) == 2, DEADLINE_S, "both workers to listen")
-        polls = []
-        for _ in range(6):  # new connections: spread over the workers as the kernel hands them out
-            poll = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE_S)
-            poll.sendall(
-                b"GET /collections/m/generationId/stream?generationId=&timeoutMs=300000 HTTP/1.1\r\n"
-                b"Host: x\r\nConnection: close\r\n\r\n"
-            )
-            polls.append(poll)
-        for poll in polls:  # each request was read by a worker (see test_cli.server_rx_queue)
-            read = partial(server_rx_queue, server.port, poll.getsockname()[1])
-            wait_until(lambda: read() == 0, DEADLINE_S, "the poll read")  # noqa: B023 (used at once)
+        polls = open_long_polls(server, data, "m")
         with Store.open(data, StoreConfig(background=False)) as store:  # an embedded store, as a script's
             coll = store.collection("m")
             coll.start_generation(b"1")
             coll.put(b"k", b"v", generation_id=b"1")
             coll.commit_generation(b"1")
-        # a poll that missed the commit would wait its 300 s timeout, past the socket's deadline
-        for poll in polls:
-            answer = b""
-            while chunk := poll.recv(65536):
-                answer += chunk
-            poll.close()
+        for answer in answers(polls):
             assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"generationId":{"value":"1"}}')
+
+
+def test_a_deletion_by_another_process_answers_long_polls_404(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with served(data) as server:
+        assert post(server.url, "/collections/", {"collectionName": "m", "isManual": True}).status_code == 200
+        polls = open_long_polls(server, data, "m")
+        with Store.open(data, StoreConfig(background=False)) as store:
+            store.delete_collection("m")
+        for answer in answers(polls):
+            assert answer.startswith(b"HTTP/1.1 404 ") and b'"error":"noSuchCollection"' in answer
 
 
 def test_a_non_manual_collection_written_through_several_workers(tmp_path: Path) -> None:

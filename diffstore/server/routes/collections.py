@@ -68,6 +68,4 @@ async def delete_collection(request: Request, c: str) -> Response:
         x.store.delete_collection(c)
         return {}
 
-    response = await handle(request, work)
-    request.app.state.hub.deleted(c)  # long polls on it answer 404 now, not at their timeout
-    return response
+    return await handle(request, work)
