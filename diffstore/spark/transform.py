@@ -38,6 +38,7 @@ from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
 from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
 from diffstore.spark.plan import RoundPlan, SourceRange, next_generation, plan_sources, reader_name
+from diffstore.spark.small_rounds import driver_lookup, read_small_diff, write_small_result
 from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates, register
 
 TARGET = "@target"
@@ -92,6 +93,9 @@ class Transform:
             collection on the server) are reused by later rounds; they only balance the work, any
             cut points give the same result. 0 asks the server every round.
         token: bearer token of a token-protected server (driver and executors send it).
+        local_diff_max_rows: a source's diff with at most this many changes (one HTTP page, at most
+            10,000) is read on the driver and handed to Spark as local data, instead of by Spark tasks
+            that are then checkpointed: small rounds skip two Spark jobs per source. 0 turns it off.
 
     Any session works: the ``diffstore`` format is registered with ``spark`` here.
     """
@@ -113,6 +117,7 @@ class Transform:
         materialize_diffs: bool = True,
         splits_max_age_s: float = 600.0,
         token: str | None = None,
+        local_diff_max_rows: int = 10_000,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -131,6 +136,7 @@ class Transform:
         self.splits_max_age_s = splits_max_age_s
         self._splits: dict[str, tuple[float, list[bytes]]] = {}
         self.token = token
+        self.local_diff_max_rows = min(local_diff_max_rows, 10_000)
         self._client = new_client(url, codec, token)
         register(spark)
         self._handles: dict[str, Collection] = {}
@@ -253,7 +259,11 @@ class Transform:
     def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
         self._activate_session()
         tag = uuid.uuid4().hex[:12]
-        cuts = self._cuts(plan)
+        local = {s.alias: read_small_diff(self, s) for s in plan.sources if not s.empty}
+        counted = {alias: len(table) for alias, table in local.items() if table is not None}
+        # A round whose every diff was small stays small: one key range, and its result written from here.
+        small = len(counted) == len(local)
+        cuts = [] if small else self._cuts(plan)
         first = next((s.alias for s in plan.sources if not s.empty), None)
         observations = {alias: Observation(f"diffstore_read_{alias}_{tag}") for alias in self.sources}
         diffs = {
@@ -261,6 +271,7 @@ class Transform:
                 observations[s.alias], F.count(F.lit(1)).alias("rows")
             )
             for s in plan.sources
+            if local.get(s.alias) is None
         }
         if self.materialize_diffs:
             # Read each diff over HTTP exactly once: jobs use a diff several times (joins, lookups'
@@ -270,8 +281,17 @@ class Transform:
                 alias: frame if alias in empty else frame.localCheckpoint(eager=True)
                 for alias, frame in diffs.items()
             }
+        for alias, table in local.items():
+            if table is not None:  # already in driver memory: no read job, no checkpoint
+                diffs[alias] = self.spark.createDataFrame(table, DIFF_SCHEMA)
+        diffs = {s.alias: diffs[s.alias] for s in plan.sources}
+        empty = {s.alias for s in plan.sources if s.empty}
+        lookup = driver_lookup(self, plan) if small else self._lookup(plan, cuts)
+        result = self.fn(self.spark, diffs, lookup).select("key", "value")
+        if small:
+            rows_read: dict[str, int | None] = {alias: counted.get(alias, 0) for alias in self.sources}
+            return rows_read, write_small_result(self, plan.generation_id, result)
         written = Observation(f"diffstore_written_{tag}")
-        result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
         result = result.observe(written, F.count(F.lit(1)).alias("rows"))
         writer = (
             result.write.format("diffstore")
@@ -287,8 +307,10 @@ class Transform:
         if self.token is not None:
             writer = writer.option("token", self.token)
         writer.save()
-        empty = {s.alias for s in plan.sources if s.empty}
-        rows_read = {alias: 0 if alias in empty else _observed(obs) for alias, obs in observations.items()}
+        rows_read = {
+            alias: 0 if alias in empty else counted[alias] if alias in counted else _observed(obs)
+            for alias, obs in observations.items()
+        }
         return rows_read, _observed(written)
 
     # -- rounds ---------------------------------------------------------------------------------------
@@ -394,15 +416,16 @@ class Transform:
         return rounds
 
     def _wait_for_sources(self) -> None:
-        """One long poll per source in turn, each short, so that any source moving ends the wait soon."""
+        """One long poll on every source at once: the first commit to any of them ends the wait, so a round
+        starts as soon as a source moves (the polls that lose the race are cancelled)."""
         readers = self._readers()
-        per_source = max(200, self.poll_timeout_ms // len(self.sources))
+        positions: dict[str, bytes] = {}
         for alias, collection in self.sources.items():
             current = self._state(collection)[0]
             if current != (readers[alias] or b""):
                 return
-            if self._client.wait_for_change({collection: current}, per_source):
-                return
+            positions[collection] = current
+        self._client.wait_for_change(positions, self.poll_timeout_ms)
 
 
 def _observed(observation: Observation) -> int | None:

@@ -1,0 +1,96 @@
+"""Small rounds without Spark reads: a source's diff that fits one HTTP page is read on the driver.
+
+Reading a diff through the data source costs a Spark job (plan, tasks, Python workers) and the runner
+then checkpoints it (a second job), per source and round. For a few thousand changes that is most of a
+round's time, while one ``diff`` page answers them in milliseconds. So the runner first asks the server
+for one page of at most ``local_diff_max_rows`` changes over the round's pinned range; when that page
+holds the whole range (no cursor, the full ``toGenerationId``), its columns become the diff DataFrame as
+local data (``createDataFrame`` of an Arrow table: already in memory, nothing to checkpoint). Otherwise the
+page is dropped and the diff is read by Spark tasks as before — one extra page request for a large round.
+
+A round whose every diff was read this way is a small round through and through: its lookups run on the
+driver (the keys collected, their values fetched with range queries, handed back as local data, which
+Spark then joins by broadcast), and its result is collected to the driver (``toArrow``) and written with
+putMany from here, instead of by a Python data source write (planning processes, tasks, a commit
+process: about a second even for a handful of rows). The result of a small round is assumed to be small
+too — a job that turns a few changes into millions of rows should set ``local_diff_max_rows=0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from diffstore.errors import InvalidRequest
+from diffstore.spark.lookup import CHUNK, fetch
+from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
+from diffstore.spark.plan import RoundPlan, SourceRange
+
+if TYPE_CHECKING:
+    from diffstore.spark.transform import Transform
+
+DIFF_ARROW = pa.schema(
+    [
+        pa.field("key", pa.binary(), False),
+        pa.field("fromValue", pa.binary()),
+        pa.field("toValue", pa.binary()),
+    ]
+)
+
+
+def read_small_diff(transform: Transform, source: SourceRange) -> pa.Table | None:
+    """The whole diff of ``source``'s pinned range as an Arrow table, or ``None`` when it is larger than
+    ``transform.local_diff_max_rows`` (or that is 0)."""
+    limit = transform.local_diff_max_rows
+    if limit <= 0 or source.empty:
+        return None
+    page = transform._handle(source.collection).diff_page_columns(
+        source.from_generation_id or b"", source.to_generation_id, limit=limit
+    )
+    if page.cursor is not None or page.to_generation_id != source.to_generation_id:
+        return None
+    columns = [pa.array(column, pa.binary()) for column in (page.keys, page.from_values, page.to_values)]
+    return pa.Table.from_arrays(columns, schema=DIFF_ARROW)
+
+
+PUT_BATCH = 5_000
+
+
+def write_small_result(transform: Transform, generation_id: bytes, result: DataFrame) -> int:
+    """Collects a small round's result (``key``, ``value``) and puts it into the open generation from the
+    driver; returns the number of rows."""
+    table = result.toArrow()
+    keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+    if any(key is None for key in keys):
+        raise InvalidRequest("a diffstore key must not be null")
+    target = transform._handle(transform.target)
+    items = list(zip(keys, values, strict=True))
+    for start in range(0, len(items), PUT_BATCH):
+        target.put_many(items[start : start + PUT_BATCH], generation_id=generation_id)
+    return len(items)
+
+
+def driver_lookup(transform: Transform, plan: RoundPlan) -> Callable[[str, DataFrame], DataFrame]:
+    """``lookup`` of a small round: keys collected to the driver, values fetched from here."""
+    from diffstore.spark.transform import TARGET
+
+    pinned = {s.alias: (s.collection, s.to_generation_id) for s in plan.sources}
+    pinned[TARGET] = (transform.target, plan.base_generation_id)
+
+    def lookup(alias: str, keys: DataFrame) -> DataFrame:
+        if alias not in pinned:
+            raise KeyError(f"unknown source {alias!r}; known: {sorted(pinned)}")
+        collection, generation = pinned[alias]
+        wanted = sorted({k for k in keys.select("key").toArrow().column("key").to_pylist() if k is not None})
+        handle = transform._handle(collection)
+        found: dict[bytes, bytes] = {}
+        for start in range(0, len(wanted), CHUNK):
+            found |= fetch(handle, generation, wanted[start : start + CHUNK])
+        columns = [pa.array(wanted, pa.binary()), pa.array([found.get(k) for k in wanted], pa.binary())]
+        table = pa.Table.from_arrays(columns, names=["key", "value"])
+        return transform.spark.createDataFrame(table, LOOKUP_SCHEMA)
+
+    return lookup
