@@ -22,7 +22,7 @@ from pyspark.sql.types import BinaryType
 from diffstore import Store
 from diffstore.spark.streaming import batch_generation, committed_batch, is_batch_generation
 
-WAIT_S = 120.0
+WAIT_S = 300.0
 
 
 def _wait_until(condition: Callable[[], bool], what: str) -> None:
@@ -30,6 +30,12 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+def _finish(query: Any) -> None:
+    """Waits for an availableNow query to end, and says how far it got when it did not end well."""
+    assert query.awaitTermination(WAIT_S), f"still running: {query.status} {query.lastProgress}"
+    assert query.exception() is None, str(query.exception())[:2000]
 
 
 def _counter(generation: bytes) -> int:
@@ -86,8 +92,7 @@ def test_stream_mirrors_a_collection_exactly_once(spark, server_url, store: Stor
     commit_items(store, a, [(user_key(i), b"v2-%d" % i) for i in range(0, 30, 3)])  # updates
 
     query = _mirror_query(spark, server_url, a, c, checkpoint)
-    query.awaitTermination(WAIT_S)
-    assert query.exception() is None
+    _finish(query)
     assert snapshot(store, c) == snapshot(store, a)
     batches = _counter(store.collection(c).generation_id)
     assert batches == 1 and committed_batch(_marker(store, c)) == 0
@@ -99,8 +104,7 @@ def test_stream_mirrors_a_collection_exactly_once(spark, server_url, store: Stor
     commit_items(store, a, [(user_key(i), None) for i in range(0, 30, 5)] + [(user_key(40), b"new")])
     commit_items(store, a, [(user_key(1), b"v3")])
     query = _mirror_query(spark, server_url, a, c, checkpoint)
-    query.awaitTermination(WAIT_S)
-    assert query.exception() is None
+    _finish(query)
     assert snapshot(store, c) == snapshot(store, a)
     assert _counter(store.collection(c).generation_id) == 2 and committed_batch(_marker(store, c)) == 1
 
@@ -112,8 +116,7 @@ def test_stream_mirrors_a_collection_exactly_once(spark, server_url, store: Stor
     last_commit.unlink()
     (last_commit.parent / f".{last_commit.name}.crc").unlink(missing_ok=True)
     query = _mirror_query(spark, server_url, a, c, checkpoint)
-    query.awaitTermination(WAIT_S)
-    assert query.exception() is None
+    _finish(query)
     assert store.collection(c).generation_id == before and store.collection(c).next_generation_id is None
     assert snapshot(store, c) == snapshot(store, a)
 
@@ -133,8 +136,7 @@ def test_stream_mirrors_a_collection_exactly_once(spark, server_url, store: Stor
     assert leftover is None or is_batch_generation(leftover, 2)
     flag.unlink()
     query = _mirror_query(spark, server_url, a, c, checkpoint, fail_flag=flag)
-    query.awaitTermination(WAIT_S)
-    assert query.exception() is None
+    _finish(query)
     assert snapshot(store, c) == snapshot(store, a)
     assert _counter(store.collection(c).generation_id) == 3 and committed_batch(_marker(store, c)) == 2
     assert store.collection(c).next_generation_id is None
