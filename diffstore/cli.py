@@ -2,6 +2,10 @@
 
 A front exposes ``add_commands(subparsers)`` which adds sub-parsers whose ``func`` attribute takes the
 parsed ``argparse.Namespace`` and returns an exit code.
+
+Expected failures are turned into one line on stderr (what failed, what to do) and a non-zero exit code
+here, in :func:`main` only: a command raises :class:`DiffstoreError` (or ``OSError`` for a directory or a
+port) and never prints a traceback for them.
 """
 
 from __future__ import annotations
@@ -10,21 +14,44 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
 
-from diffstore.errors import DiffstoreError
+from diffstore.errors import DiffstoreError, StorageError, Unauthorized
 
 # Modules that contribute sub-commands; each may be missing while its front is optional (spark).
 _FRONTS = (
     "diffstore.server.cli",
     "diffstore.client.cli",
+    "diffstore.client.commands",
     "diffstore.streams.cli",
     "diffstore.spark.cli",
 )
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A sub-command's parser: an unknown flag prints this sub-command's usage, not the top one's.
+
+    (argparse hands a sub-parser's unknown arguments up to the top parser, whose usage says nothing of
+    the sub-command's flags.) Sub-parsers of sub-parsers inherit the class.
+    """
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="diffstore", description="A generational key-value diff store.")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = argparse.ArgumentParser(
+        prog="diffstore",
+        description="A generational key-value diff store.",
+        epilog="Run 'diffstore COMMAND --help' for a command's options. The HTTP protocol, its error codes "
+        "and limits are described in docs/protocol.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"diffstore {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     for module_name in _FRONTS:
         try:
             module = importlib.import_module(module_name)
@@ -44,9 +71,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
     except DiffstoreError as exc:  # e.g. a store that cannot be opened (a full disk): one line, no traceback
-        print(f"diffstore {args.command}: {exc.reason}", file=sys.stderr)
+        print(f"{_command(args)}: {one_line(exc, args)}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a data directory that cannot be created, a port in use, a file not found
+        print(f"{_command(args)}: {exc.strerror or exc}{_filename(exc)}", file=sys.stderr)
+        return 1
+
+
+def one_line(exc: DiffstoreError, args: argparse.Namespace) -> str:
+    """What failed and, for the failures a user can fix from the shell, what to do."""
+    url = getattr(args, "url", None)
+    if isinstance(exc, Unauthorized):
+        return f"{exc.reason} ({exc.code}): pass the server's token with --token or DIFFSTORE_TOKEN"
+    cause = exc.__cause__
+    if isinstance(exc, StorageError) and url and type(cause).__module__.startswith("httpx"):
+        # the client's transport failure (refused connection, timeout): the server is not reachable
+        return (
+            f"cannot reach a diffstore server at {url} ({type(cause).__name__}: {cause or 'no answer'}): "
+            "start one with 'diffstore serve' or point --url / DIFFSTORE_URL at it"
+        )
+    return f"{exc.reason} ({exc.code})"
+
+
+def _command(args: argparse.Namespace) -> str:
+    action = getattr(args, "action", None)
+    return " ".join(["diffstore", args.command] + ([action] if isinstance(action, str) else []))
+
+
+def _filename(exc: OSError) -> str:
+    return f": {exc.filename}" if exc.filename else ""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("diffstore")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ EncodedStrings (SPEC §2), so the output can be fed to ``jq`` or back to the HTT
     {"event":"generation","collection":"A","fromGenerationId":{...},"generationId":{...}}
     {"event":"item","collection":"A","generationId":{...},"key":{...},"fromValue":{...}|null,"toValue":...}
 
-Runs until Ctrl-C (exit 0) or until the server fails (a message on stderr, exit 1).
+Runs until Ctrl-C (exit 0) or until the server fails (one line on stderr from ``diffstore.cli``, exit 1).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any, TextIO
 
 import orjson
 
+from diffstore import shell
 from diffstore.client._sync import Client, Collection
 from diffstore.client._transport import DEFAULT_URL
 from diffstore.engine.types import DiffItem
-from diffstore.errors import DiffstoreError
 from diffstore.wire import JSON
 
 _LINE = orjson.OPT_APPEND_NEWLINE
@@ -38,7 +38,8 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument(
         "--since",
         metavar="GENERATION",
-        help="start after this generation id (UTF-8 text; default: the current generation)",
+        help="start after this generation id, as other commands print it (printable text, else "
+        "'base64:...'; default: the current generation)",
     )
     parser.set_defaults(func=run_watch)
 
@@ -46,13 +47,10 @@ def add_commands(subparsers: Any) -> None:
 def run_watch(args: argparse.Namespace) -> int:
     try:
         with Client(args.url, token=args.token, format=args.format) as client:
-            since = None if args.since is None else args.since.encode("utf-8")
+            since = None if args.since is None else shell.parse(args.since)
             watch(client.collection(args.collection), args.diff, sys.stdout, since)
     except KeyboardInterrupt:
         return 0
-    except DiffstoreError as exc:
-        print(f"diffstore watch: {type(exc).__name__}: {exc.reason}", file=sys.stderr)
-        return 1
     return 0
 
 

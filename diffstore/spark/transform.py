@@ -20,7 +20,6 @@ each other; if the other one commits first, this one's commit fails on the compa
 
 from __future__ import annotations
 
-import base64
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from diffstore import shell
 from diffstore.client import Collection
 from diffstore.errors import Conflict, DiffstoreError, NoSuchCollection, ReaderExists
 from diffstore.spark._clients import new_client
@@ -443,12 +443,10 @@ def _observed(observation: Observation) -> int | None:
 
 
 def encode_id(value: bytes | None) -> str:
-    """A generation id as short printable text (for logs and the CLI)."""
+    """A generation id in the command line's one text form (:mod:`diffstore.shell`), for logs and the CLI."""
     if value is None:
         return "null"
-    if all(0x20 <= b < 0x7F for b in value):
-        return value.decode("ascii") or '""'
-    return base64.b16encode(value).decode("ascii").lower()
+    return shell.show(value) or '""'
 
 
 __all__ = ["TARGET", "RoundStats", "Transform", "TransformError", "lookup_partition"]

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from diffstore import jobmetrics, logs
+from diffstore import jobmetrics, logs, shell
 from diffstore.errors import DiffstoreError
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams.client import StreamClient, StreamError
@@ -49,9 +49,7 @@ def add_ingest_command(subparsers: Any) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--data", metavar="DIR", help="an embedded store directory")
     target.add_argument("--url", help="a remote diffstore server (http://host:port)")
-    parser.add_argument(
-        "--map-size", type=size_argument, default=None, help=f"with --data: {MAP_SIZE_HELP}"
-    )
+    parser.add_argument("--map-size", type=size_argument, default=None, help=f"with --data: {MAP_SIZE_HELP}")
     parser.add_argument("--window-records", type=int, default=10_000, help="records per generation (max)")
     parser.add_argument("--window-ms", type=float, default=500.0, help="age at which a window commits")
     parser.add_argument("--mapper", metavar="MODULE:FUNCTION", help="record → (key, value) pairs")
@@ -103,7 +101,7 @@ class _Progress:
         table.add_row("skipped (already applied)", f"{stats.skipped_total if stats else 0:,}")
         table.add_row("records/s", f"{self.rate():,.0f}")
         table.add_row("lag", f"{stats.lag_s:.2f} s" if stats else "-")
-        table.add_row("generation", stats.generation_id.hex() if stats else "-")
+        table.add_row("generation", shell.show(stats.generation_id) if stats else "-")
         return table
 
     def on_commit(self, stats: CommitStats) -> None:
@@ -116,11 +114,15 @@ class _Progress:
             self.metrics.on_commit(stats, self.rate())
         _log.debug(
             "window committed",
-            extra={"generation": stats.generation_id.hex(), "records": stats.records, "lag_s": stats.lag_s},
+            extra={
+                "generation": shell.show(stats.generation_id),
+                "records": stats.records,
+                "lag_s": stats.lag_s,
+            },
         )
         if self.log_commits:
             line = {
-                "generation": stats.generation_id.hex(),
+                "generation": shell.show(stats.generation_id),
                 "records": stats.records,
                 "items": stats.items,
                 "applied": stats.applied_total,

@@ -1,0 +1,336 @@
+"""The data commands of ``diffstore``, over the HTTP API through :class:`diffstore.client.Client`.
+
+``collections ls|create|rm|show``, ``get``, ``put``, ``query``, ``diff`` and ``readers ls``. Each takes
+``--url``/``DIFFSTORE_URL``, ``--token``/``DIFFSTORE_TOKEN`` and ``--format text|json``. Keys, values and
+generation ids are printed in the one text form of :mod:`diffstore.shell` (printable UTF-8 as is, else
+``base64:...``), and every option taking one accepts that form back. ``--format json`` prints one JSON
+object (one per line for ``query`` and ``diff``) with the same text forms as strings.
+
+Failures are raised as :class:`~diffstore.errors.DiffstoreError`; ``diffstore.cli.main`` turns them into
+one line on stderr and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from diffstore import shell
+from diffstore.client import _calls
+from diffstore.client._sync import Client
+from diffstore.client._transport import DEFAULT_URL
+from diffstore.errors import NotManual, StorageError
+
+PROTOCOL_DOC = "docs/protocol.md"
+
+
+def server_options() -> argparse.ArgumentParser:
+    """The options of every command that talks to a server (an argparse parent parser)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("server")
+    group.add_argument(
+        "--url",
+        default=os.environ.get("DIFFSTORE_URL", DEFAULT_URL),
+        help=f"the server's base URL (env DIFFSTORE_URL; default {DEFAULT_URL})",
+    )
+    group.add_argument(
+        "--token",
+        default=os.environ.get("DIFFSTORE_TOKEN"),
+        help="bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
+    )
+    return parent
+
+
+def output_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default: text)"
+    )
+    return parent
+
+
+_EPILOG = (
+    "Keys, values and generation ids are UTF-8 text when printable, else 'base64:' and their base64; "
+    f"every option accepts that form back. The protocol is described in {PROTOCOL_DOC}."
+)
+
+
+def add_commands(subparsers: Any) -> None:
+    """Registers the data commands on the ``diffstore`` command."""
+    parents = [server_options(), output_options()]
+
+    def command(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = sub.add_parser(
+            name, help=help, description=help[:1].upper() + help[1:] + ".", parents=parents, epilog=_EPILOG
+        )
+        return parser
+
+    collections = subparsers.add_parser(
+        "collections", help="list, create, remove or show collections", description="Manage collections."
+    )
+    collections_sub = collections.add_subparsers(dest="action", metavar="ACTION", required=True)
+    parser = command(collections_sub, "ls", "list the collections")
+    parser.set_defaults(func=collections_ls)
+    parser = command(collections_sub, "create", "create a collection")
+    parser.add_argument("name", metavar="NAME")
+    parser.add_argument(
+        "--manual",
+        action="store_true",
+        help="generations are started and committed by the caller (default: each put commits on its own)",
+    )
+    parser.set_defaults(func=collections_create)
+    parser = command(collections_sub, "rm", "remove a collection and all its data")
+    parser.add_argument("name", metavar="NAME")
+    parser.set_defaults(func=collections_rm)
+    parser = command(collections_sub, "show", "show a collection's mode and generations")
+    parser.add_argument("name", metavar="NAME")
+    parser.set_defaults(func=collections_show)
+
+    parser = command(subparsers, "get", "print the value of a key")
+    parser.add_argument("collection", metavar="COLLECTION")
+    parser.add_argument("key", metavar="KEY")
+    parser.add_argument("--generation", metavar="G", help="read as of this generation (default: current)")
+    parser.set_defaults(func=get)
+
+    parser = command(subparsers, "put", "store a value under a key (a collection that is not --manual)")
+    parser.add_argument("collection", metavar="COLLECTION")
+    parser.add_argument("key", metavar="KEY")
+    parser.add_argument("value", metavar="VALUE")
+    parser.set_defaults(func=put)
+
+    parser = command(subparsers, "query", "print the records of a collection in key order")
+    parser.add_argument("collection", metavar="COLLECTION")
+    parser.add_argument("--from-key", metavar="K", help="first key (inclusive)")
+    parser.add_argument("--to-key", metavar="K", help="last key (exclusive)")
+    parser.add_argument("--limit", metavar="N", type=_positive, help="print at most N records")
+    parser.add_argument("--generation", metavar="G", help="read as of this generation (default: current)")
+    parser.set_defaults(func=query)
+
+    parser = command(subparsers, "diff", "print the keys that changed between two generations")
+    parser.add_argument("collection", metavar="COLLECTION")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="from_generation", metavar="G", help="changes after generation G")
+    start.add_argument("--from-reader", metavar="R", help="changes after reader R's generation")
+    parser.add_argument(
+        "--to", dest="to_generation", metavar="G", help="up to generation G (default: current)"
+    )
+    parser.set_defaults(func=diff)
+
+    readers = subparsers.add_parser(
+        "readers", help="list the readers of a collection", description="Readers."
+    )
+    readers_sub = readers.add_subparsers(dest="action", metavar="ACTION", required=True)
+    parser = command(readers_sub, "ls", "list the readers of a collection")
+    parser.add_argument("collection", metavar="COLLECTION")
+    parser.set_defaults(func=readers_ls)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.url, token=args.token or None)
+
+
+def _opt(text: str | None) -> bytes | None:
+    return None if text is None else shell.parse(text)
+
+
+def _emit(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE).decode())
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def _emit_all(args: argparse.Namespace, rows: Iterable[tuple[dict[str, Any], str]]) -> None:
+    for obj, text in rows:
+        _emit(args, obj, text)
+    sys.stdout.flush()
+
+
+# --- collections -----------------------------------------------------------------------------------
+
+
+def collections_ls(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        infos = client.collections()
+    if args.format == "json":
+        _emit(args, {"collections": [{"name": i.name, "manual": i.manual} for i in infos]}, "")
+    else:
+        for info in infos:
+            print(f"{info.name}\t{'manual' if info.manual else 'auto'}")
+    return 0
+
+
+def collections_create(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.create_collection(args.name, manual=args.manual)
+    mode = "manual" if args.manual else "auto"
+    _emit(args, {"created": args.name, "manual": args.manual}, f"created collection {args.name} ({mode})")
+    return 0
+
+
+def collections_rm(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.delete_collection(args.name)
+    _emit(args, {"removed": args.name}, f"removed collection {args.name}")
+    return 0
+
+
+def collections_show(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        state = client.collection(args.name).state()
+    generation = shell.show_opt(state.generation_id)
+    next_generation = shell.show_opt(state.next_generation_id)
+    obj = {
+        "name": args.name,
+        "manual": state.manual,
+        "generationId": generation,
+        "nextGenerationId": next_generation,
+    }
+    text = "\n".join(
+        [
+            f"name\t{args.name}",
+            f"mode\t{'manual' if state.manual else 'auto'}",
+            f"generation\t{generation if generation is not None else '-'}",
+            f"next generation\t{next_generation if next_generation is not None else '-'}",
+        ]
+    )
+    _emit(args, obj, text)
+    return 0
+
+
+# --- data ------------------------------------------------------------------------------------------
+
+
+def get(args: argparse.Namespace) -> int:
+    """Prints the value (text) or ``{"key","value","generationId"}`` (json); exit 1 when the key is absent."""
+    key = shell.parse(args.key)
+    with _client(args) as client:
+        result = client.collection(args.collection).get_result(key, _opt(args.generation))
+    value = None if result.record is None else shell.show(result.record.value)
+    generation = shell.show(result.generation_id)
+    if args.format == "json":
+        _emit(args, {"key": shell.show(key), "value": value, "generationId": generation}, "")
+    elif value is not None:
+        _emit(args, {}, value)
+    if value is None:
+        print(
+            f"diffstore get: no key {shell.show(key)} in {args.collection} at generation {generation}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def put(args: argparse.Namespace) -> int:
+    key, value = shell.parse(args.key), shell.parse(args.value)
+    with _client(args) as client:
+        collection = client.collection(args.collection)
+        if collection.manual:
+            raise NotManual(
+                f"collection {args.collection} is manual: its writer starts and commits each generation "
+                "(write with the Python client or the HTTP API, or create a collection without --manual)"
+            )
+        result = collection.put(key, value)
+        wait_for_commit(client, args.collection, result.generation_id)
+    generation = shell.show(result.generation_id)
+    _emit(
+        args,
+        {"key": shell.show(key), "generationId": generation},
+        f"put {shell.show(key)} in {args.collection} (generation {generation})",
+    )
+    return 0
+
+
+COMMIT_WAIT_S = 30.0
+"""How long ``put`` waits for the server to commit the generation it wrote into."""
+
+
+def wait_for_commit(client: Client, name: str, generation_id: bytes) -> None:
+    """Returns once ``generation_id`` is committed, so that the id ``put`` prints can be read at once.
+
+    A non-manual collection commits a write a short delay after it (``commit_delay_ms``); the long poll
+    answers as soon as the current generation moves.
+    """
+    deadline = time.monotonic() + COMMIT_WAIT_S
+    current = client.execute(_calls.generation_stream(name, None))
+    while current < generation_id:
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            raise StorageError(
+                f"generation {shell.show(generation_id)} of {name} was not committed within "
+                f"{COMMIT_WAIT_S:.0f} s: the write is stored and will be visible once it commits"
+            )
+        current = client.execute(_calls.generation_stream(name, current, min(left_ms, 5_000)))
+
+
+def query(args: argparse.Namespace) -> int:
+    """One line per record: ``KEY<TAB>VALUE`` (text) or ``{"key","value"}`` (json)."""
+    with _client(args) as client:
+        records = client.collection(args.collection).query(
+            generation_id=_opt(args.generation),
+            from_key=_opt(args.from_key),
+            to_key=_opt(args.to_key),
+            limit=min(args.limit, 1000) if args.limit else None,
+        )
+        rows = []
+        for count, record in enumerate(records, 1):
+            key, value = shell.show(record.key), shell.show(record.value)
+            rows.append(({"key": key, "value": value}, f"{key}\t{value}"))
+            if args.limit and count >= args.limit:
+                break
+    _emit_all(args, rows)
+    return 0
+
+
+def diff(args: argparse.Namespace) -> int:
+    """One line per changed key: ``+ KEY<TAB>NEW``, ``- KEY<TAB>OLD`` or ``~ KEY<TAB>OLD<TAB>NEW``."""
+    with _client(args) as client:
+        items = client.collection(args.collection).diff(
+            from_generation_id=_opt(args.from_generation),
+            to_generation_id=_opt(args.to_generation),
+            from_reader=args.from_reader,
+        )
+        rows = []
+        for item in items:
+            key = shell.show(item.key)
+            old, new = shell.show_opt(item.from_value), shell.show_opt(item.to_value)
+            if old is None:
+                text = f"+ {key}\t{new}"
+            elif new is None:
+                text = f"- {key}\t{old}"
+            else:
+                text = f"~ {key}\t{old}\t{new}"
+            rows.append(({"key": key, "fromValue": old, "toValue": new}, text))
+    _emit_all(args, rows)
+    return 0
+
+
+def readers_ls(args: argparse.Namespace) -> int:
+    """One line per reader: ``NAME<TAB>TARGET<TAB>GENERATION`` (``-`` when the reader has none)."""
+    with _client(args) as client:
+        readers = client.collection(args.collection).readers()
+    rows = []
+    for reader in readers:
+        generation = shell.show_opt(reader.generation_id)
+        obj = {"name": reader.name, "collection": reader.collection, "generationId": generation}
+        rows.append(
+            (obj, f"{reader.name}\t{reader.collection}\t{generation if generation is not None else '-'}")
+        )
+    _emit_all(args, rows)
+    return 0
