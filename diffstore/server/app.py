@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from diffstore.engine.store import Store
 
 DESCRIPTION = """\
-The diffstore collection API, wire-compatible with diffbelt (SPEC §2-§3).
+The diffstore collection API, wire-compatible with diffbelt.
+
+The protocol (semantics of generations, readers, diffs and phantoms; error codes; limits) is described in
+`docs/protocol.md` of the diffstore repository.
 
 Bodies are JSON (`application/json`) or msgpack (`application/msgpack`, every EncodedString a raw `bin`);
 answers are msgpack when `Accept` asks for it. Errors are `{"error": code, "reason": text}` with a 4xx status.

@@ -49,7 +49,7 @@ def _add_serve(commands: Subparsers) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the embedded HStream-compatible server",
-        description="Serve the HStreamDB gRPC API (SPEC §4) from a local LMDB directory.",
+        description="Serve the HStreamDB gRPC API (docs/streams-server.md) from a local LMDB directory.",
     )
     serve.add_argument("--data", type=Path, default=Path("./hstream-data"), help="data directory")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
