@@ -52,7 +52,7 @@ def route(
         extra["requestBody"] = {"required": body_required, "content": _content(body)}
     responses: dict[int | str, dict[str, Any]] = {
         200: {"description": "OK", "content": _content(answer)},
-        "default": {"description": "an error (its codes are described in docs/protocol.md)", "content": _content(schemas.Error)},
+        "default": {"description": "an error (codes: docs/protocol.md)", "content": _content(schemas.Error)},
     }
     twin = path[:-1] if path.endswith("/") else path + "/"
 
