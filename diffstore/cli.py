@@ -97,7 +97,7 @@ def one_line(exc: DiffstoreError, args: argparse.Namespace) -> str:
 
 
 def _command(args: argparse.Namespace) -> str:
-    action = getattr(args, "action", None)
+    action = getattr(args, "action", None) or getattr(args, "streams_command", None)
     return " ".join(["diffstore", args.command] + ([action] if isinstance(action, str) else []))
 
 

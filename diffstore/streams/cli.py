@@ -73,15 +73,25 @@ def _add_serve(commands: Subparsers) -> None:
     serve.set_defaults(func=_serve_command)
 
 
+def _add_client_commands(commands: Subparsers) -> None:
+    from diffstore.streams.commands import add_stream_commands  # create, ls, rm, subscribe, produce, consume
+
+    add_stream_commands(commands)
+
+
 # `diffstore streams <command>`: add new sub-command builders here.
-STREAMS_COMMANDS: list[Callable[[Subparsers], None]] = [_add_serve]
+STREAMS_COMMANDS: list[Callable[[Subparsers], None]] = [_add_serve, _add_client_commands]
 # `diffstore <command>` contributed by this front (e.g. ingest): add builders taking the top-level subparsers.
 TOP_LEVEL_COMMANDS: list[Callable[[Subparsers], None]] = []
 
 
 def add_commands(subparsers: Subparsers) -> None:
     """Adds ``diffstore streams …`` and this front's top-level commands to the ``diffstore`` parser."""
-    streams = subparsers.add_parser("streams", help="HStream streams: the embedded server")
+    streams = subparsers.add_parser(
+        "streams",
+        help="HStream streams: the embedded server, streams, subscriptions and records",
+        description="Serve HStream streams, or manage streams and produce/consume records from the shell.",
+    )
     commands = streams.add_subparsers(dest="streams_command", metavar="COMMAND")
 
     def _usage(args: argparse.Namespace) -> int:

@@ -108,11 +108,12 @@ def test_get_of_an_absent_key_exits_1(capsys: pytest.CaptureFixture[str], server
 
 
 def test_readers_ls_and_diff_from_reader(capsys: pytest.CaptureFixture[str], server: LiveServer) -> None:
+    assert run(capsys, server, "collections", "create", "c")[0] == 0
+    code, out, _ = run(capsys, server, "put", "c", "a", "1", "--format", "json")
+    first = shell.parse(json.loads(out)["generationId"])
     with server.client() as client:
-        collection = client.create_collection("c", manual=False)
-        first = collection.put(b"a", b"1").generation_id
-        collection.create_reader("indexer", generation_id=first)
-        collection.put(b"b", b"2")
+        client.collection("c").create_reader("indexer", generation_id=first)
+    assert run(capsys, server, "put", "c", "b", "2")[0] == 0  # waits for its generation to commit
     assert run(capsys, server, "readers", "ls", "c") == (0, f"indexer\tc\t{shell.show(first)}\n", "")
     code, out, _ = run(capsys, server, "readers", "ls", "c", "--format", "json")
     assert json.loads(out) == {"name": "indexer", "collection": "c", "generationId": shell.show(first)}

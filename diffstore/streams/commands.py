@@ -1,0 +1,260 @@
+"""``diffstore streams create|ls|rm|subscribe|produce|consume``: streams and records from the shell.
+
+Each command talks to an HStream-compatible server (``diffstore streams serve`` or HStreamDB) at
+``--hstream``/``HSTREAM_URL`` (default ``hstream://127.0.0.1:6570``) and takes ``--format text|json``.
+Payloads are printed in the text form of :mod:`diffstore.shell` (printable UTF-8 as is, else
+``base64:...``). Failures are raised as :class:`~diffstore.errors.DiffstoreError` (see
+:func:`stream_errors`); ``diffstore.cli.main`` prints them as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from diffstore import shell
+from diffstore.errors import (
+    BadRequest,
+    Conflict,
+    DiffstoreError,
+    InvalidRequest,
+    NotFound,
+    StorageError,
+)
+from diffstore.streams.client import (
+    DEFAULT_PORT,
+    StreamAlreadyExists,
+    StreamClient,
+    StreamClientConfig,
+    StreamError,
+    StreamInvalidArgument,
+    StreamNotFound,
+    StreamPreconditionFailed,
+    StreamUnavailable,
+    StreamUrl,
+)
+
+DEFAULT_HSTREAM_URL = f"hstream://127.0.0.1:{DEFAULT_PORT}"
+
+
+def hstream_options() -> argparse.ArgumentParser:
+    """``--hstream`` and ``--format``, shared by every stream command (an argparse parent parser)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--hstream",
+        metavar="URL",
+        default=os.environ.get("HSTREAM_URL", DEFAULT_HSTREAM_URL),
+        help=f"hstream://host[:port] or hstreams:// (env HSTREAM_URL; default {DEFAULT_HSTREAM_URL})",
+    )
+    parent.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the server on each call (default 10)",
+    )
+    parent.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default: text)"
+    )
+    return parent
+
+
+def add_stream_commands(commands: Any) -> None:
+    """Adds the client commands to ``diffstore streams``."""
+    parents = [hstream_options()]
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = commands.add_parser(
+            name, help=help, description=help[:1].upper() + help[1:] + ".", parents=parents
+        )
+        return parser
+
+    parser = command("create", "create a stream")
+    parser.add_argument("name", metavar="NAME")
+    parser.add_argument("--shards", type=_positive, default=1, metavar="N", help="shards (default 1)")
+    parser.set_defaults(func=create)
+    parser = command("ls", "list the streams")
+    parser.set_defaults(func=ls)
+    parser = command("rm", "remove a stream and its records")
+    parser.add_argument("name", metavar="NAME")
+    parser.add_argument("--force", action="store_true", help="also when subscriptions still read it")
+    parser.set_defaults(func=rm)
+    parser = command("subscribe", "create a subscription that reads a stream from its first record")
+    parser.add_argument("stream", metavar="STREAM")
+    parser.add_argument("--subscription", required=True, metavar="S", help="the subscription's name")
+    parser.set_defaults(func=subscribe)
+    parser = command("produce", "append one record per line of stdin to a stream")
+    parser.add_argument("stream", metavar="STREAM")
+    parser.add_argument(
+        "--key", default="", metavar="K", help="partition key of every record (picks the shard)"
+    )
+    parser.set_defaults(func=produce)
+    parser = command("consume", "print (and acknowledge) the records of a subscription")
+    parser.add_argument("subscription", metavar="S")
+    parser.add_argument("--count", type=_positive, metavar="N", help="stop after N records")
+    parser.add_argument(
+        "--idle", type=float, metavar="SECONDS", help="stop when no record came for SECONDS (default: never)"
+    )
+    parser.set_defaults(func=consume)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+@contextlib.contextmanager
+def stream_errors(url: str) -> Iterator[None]:
+    """Turns stream failures into diffstore errors whose message says what to do (one place)."""
+    try:
+        yield
+    except StreamUnavailable as exc:
+        raise StorageError(
+            f"cannot reach an HStream server at {url} ({exc}): start one with 'diffstore streams serve' "
+            "or point --hstream / HSTREAM_URL at it"
+        ) from exc
+    except StreamNotFound as exc:
+        raise NotFound(str(exc)) from exc
+    except (StreamAlreadyExists, StreamPreconditionFailed) as exc:
+        raise Conflict(str(exc)) from exc
+    except StreamInvalidArgument as exc:
+        raise BadRequest(str(exc)) from exc
+    except StreamError as exc:
+        raise DiffstoreError(f"{exc} ({exc.code})") from exc
+
+
+@contextlib.contextmanager
+def connected(args: argparse.Namespace) -> Iterator[StreamClient]:
+    try:
+        StreamUrl.parse(args.hstream)
+    except ValueError as exc:
+        raise InvalidRequest(f"--hstream {args.hstream}: {exc}") from None
+    if args.timeout <= 0:
+        raise InvalidRequest(f"--timeout {args.timeout}: must be above 0")
+    config = StreamClientConfig(args.hstream, timeout_s=args.timeout)
+    with stream_errors(args.hstream), StreamClient(config) as client:
+        yield client
+
+
+def _emit(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE).decode())
+    else:
+        sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def create(args: argparse.Namespace) -> int:
+    with connected(args) as client:
+        client.create_stream(args.name, shard_count=args.shards)
+    _emit(
+        args,
+        {"created": args.name, "shards": args.shards},
+        f"created stream {args.name} ({args.shards} shards)",
+    )
+    return 0
+
+
+def ls(args: argparse.Namespace) -> int:
+    """One line per stream: ``NAME<TAB>SHARDS``."""
+    with connected(args) as client:
+        streams = client.list_streams()
+    for stream in sorted(streams, key=lambda s: s.streamName):
+        _emit(
+            args,
+            {"name": stream.streamName, "shards": stream.shardCount},
+            f"{stream.streamName}\t{stream.shardCount}",
+        )
+    return 0
+
+
+def rm(args: argparse.Namespace) -> int:
+    with connected(args) as client:
+        client.delete_stream(args.name, force=args.force)
+    _emit(args, {"removed": args.name}, f"removed stream {args.name}")
+    return 0
+
+
+def subscribe(args: argparse.Namespace) -> int:
+    with connected(args) as client:
+        client.create_subscription(args.subscription, args.stream)
+    _emit(
+        args,
+        {"subscription": args.subscription, "stream": args.stream},
+        f"created subscription {args.subscription} on stream {args.stream}",
+    )
+    return 0
+
+
+def produce(args: argparse.Namespace) -> int:
+    """Appends each line of stdin (without its line break) as one raw record; prints how many."""
+    from diffstore.streams.producer import BufferedProducer, ProducerError
+
+    count = 0
+    with connected(args) as client:
+        client.get_stream(args.stream)  # a missing stream or a server that is down fails before stdin is read
+        producer = BufferedProducer(client, args.stream)
+        try:
+            for line in sys.stdin.buffer:
+                producer.append(line.rstrip(b"\r\n"), key=args.key)
+                count += 1
+            producer.flush()
+        except ProducerError as exc:
+            first = exc.errors[0] if getattr(exc, "errors", None) else exc
+            if isinstance(first, StreamError):
+                raise first from exc
+            raise StorageError(f"appending to {args.stream} failed: {first}") from exc
+        finally:
+            with contextlib.suppress(Exception):  # the failure above is the one to report
+                producer.close()
+    _emit(args, {"stream": args.stream, "records": count}, f"produced {count} records to {args.stream}")
+    return 0
+
+
+def consume(args: argparse.Namespace) -> int:
+    """One line per record, acknowledged once printed: ``KEY<TAB>PAYLOAD`` (text) or a JSON object."""
+    from diffstore.streams.consumer import StreamConsumer
+
+    printed = 0
+    with connected(args) as client:
+        client.get_subscription(args.subscription)  # a missing subscription fails here, not in a retry loop
+        consumer = StreamConsumer(client, args.subscription)
+        try:
+            last = time.monotonic()
+            while args.count is None or printed < args.count:
+                batch = consumer.poll(timeout=0.2)
+                if batch is None:
+                    if args.idle is not None and time.monotonic() - last >= args.idle:
+                        break
+                    continue
+                last = time.monotonic()
+                taken = batch.records[: None if args.count is None else args.count - printed]
+                for record in taken:
+                    # a JSON record (a protobuf Struct on the wire) is shown as its JSON text
+                    payload: Any = record.json() if record.is_json else shell.show(record.payload)
+                    text = orjson.dumps(payload).decode() if record.is_json else payload
+                    obj = {
+                        "key": record.partition_key,
+                        "payload": payload,
+                        "recordId": list(record.record_id),
+                    }
+                    _emit(args, obj, f"{record.partition_key}\t{text}")
+                printed += len(taken)
+                consumer.ack(r.record_id for r in taken)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            consumer.close()
+    return 0

@@ -1,0 +1,93 @@
+"""``diffstore streams create|ls|rm|subscribe|produce|consume`` against a real embedded stream server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diffstore.cli import main
+from diffstore.streams.server import ServerThread, StreamServerConfig
+
+WAIT_S = 20.0  # upper bound of any wait; tests never sleep for a fixed time
+
+
+def run(capsys: pytest.CaptureFixture[str], server: ServerThread, *argv: str) -> tuple[int, str, str]:
+    code = main(["streams", *argv, "--hstream", server.url])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diffstore", "streams", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+    )
+
+
+def test_create_ls_subscribe_produce_consume_rm(
+    capsys: pytest.CaptureFixture[str], stream_server: ServerThread
+) -> None:
+    assert run(capsys, stream_server, "create", "orders", "--shards", "2") == (
+        0,
+        "created stream orders (2 shards)\n",
+        "",
+    )
+    assert run(capsys, stream_server, "ls") == (0, "orders\t2\n", "")
+    code, out, _ = run(capsys, stream_server, "ls", "--format", "json")
+    assert json.loads(out) == {"name": "orders", "shards": 2}
+    assert run(capsys, stream_server, "subscribe", "orders", "--subscription", "s1")[0] == 0
+    produced = cli(
+        "produce", "orders", "--key", "k", "--hstream", stream_server.url, stdin="one\ntwo\n\xff\n"
+    )
+    assert produced.returncode == 0, produced.stderr
+    assert produced.stdout == "produced 3 records to orders\n"
+    code, out, _ = run(capsys, stream_server, "consume", "s1", "--count", "3")
+    # one partition key: one shard, so the records come in the order produced
+    assert (code, out) == (0, "k\tone\nk\ttwo\nk\tÿ\n")
+    # consumed records were acknowledged: nothing is left for the subscription
+    code, out, _ = run(capsys, stream_server, "consume", "s1", "--idle", "0.5", "--format", "json")
+    assert (code, out) == (0, "")
+    assert run(capsys, stream_server, "rm", "orders", "--force") == (0, "removed stream orders\n", "")
+    assert run(capsys, stream_server, "ls") == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("create", "dup"), "(conflict)"),
+        (("subscribe", "missing", "--subscription", "s"), "stream missing not found"),
+        (("consume", "nosub", "--count", "1"), "(notFound)"),
+        (("produce", "missing"), "(notFound)"),
+    ],
+)
+def test_failures_are_one_line(
+    capsys: pytest.CaptureFixture[str], stream_server: ServerThread, argv: tuple[str, ...], expected: str
+) -> None:
+    assert run(capsys, stream_server, "create", "dup")[0] == 0
+    code, out, err = run(capsys, stream_server, *argv)
+    assert code == 1 and out == ""
+    assert expected in err and err.count("\n") == 1 and err.startswith(f"diffstore streams {argv[0]}: ")
+    assert run(capsys, stream_server, "ls")[1] == "dup\t1\n"
+
+
+def test_a_bad_or_unreachable_url_is_one_line(tmp_path: Path) -> None:
+    wrong = cli("ls", "--hstream", "http://127.0.0.1:6570")
+    assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
+    assert wrong.stderr.startswith(
+        "diffstore streams ls: --hstream http://127.0.0.1:6570: not an hstream URL"
+    )
+    server = ServerThread(
+        StreamServerConfig(data_dir=tmp_path / "h", host="127.0.0.1", port=0, sync=False)
+    ).start()
+    url = server.url
+    server.stop()
+    down = cli("ls", "--hstream", url, "--timeout", "1")
+    assert down.returncode == 1 and "Traceback" not in down.stderr
+    assert f"cannot reach an HStream server at {url}" in down.stderr and down.stderr.count("\n") == 1
