@@ -11,6 +11,7 @@ port) and never prints a traceback for them.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -77,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{_command(args)}: {one_line(exc, args)}", file=sys.stderr)
         return 1
     except OSError as exc:  # a data directory that cannot be created, a port in use, a file not found
-        print(f"{_command(args)}: {exc.strerror or exc}{_filename(exc)}", file=sys.stderr)
+        hint = ": stop what listens there or pick another --port" if exc.errno == errno.EADDRINUSE else ""
+        print(f"{_command(args)}: {exc.strerror or exc}{_filename(exc)}{hint}", file=sys.stderr)
         return 1
 
 

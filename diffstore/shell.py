@@ -1,4 +1,6 @@
-"""How bytes (keys, values, generation ids) are written and read on the command line: one text form.
+"""What every command-line front shares: one text form for bytes, and loading a user's ``module:function``.
+
+How bytes (keys, values, generation ids) are written and read on the command line: one text form.
 
 Every command prints bytes the same way and accepts that form back (``--generation``, ``--from``,
 ``watch --since``, keys and values):
@@ -17,8 +19,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any
 
-from diffstore.errors import InvalidEncoding
+from diffstore.errors import InvalidEncoding, InvalidRequest
 
 PREFIX = "base64:"
 
@@ -46,3 +52,34 @@ def parse(text: str) -> bytes:
         return base64.b64decode(text[len(PREFIX) :], validate=True)
     except (binascii.Error, ValueError) as exc:
         raise InvalidEncoding(f"{text!r} is not valid base64 after 'base64:'") from exc
+
+
+def load_callable(spec: str, option: str) -> Callable[..., Any]:
+    """Imports ``module:function`` (``function`` may be dotted) for ``option`` (``--mapper``, ``--job``).
+
+    The current directory is importable, as with ``python -m``, so a ``mapper.py`` beside the caller
+    works. Every failure is an :class:`InvalidRequest` whose message names the option and what to fix.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidRequest(f"{option} {spec}: expected MODULE:FUNCTION, e.g. mymapper:to_items")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidRequest(
+            f"{option} {spec}: cannot import {module_name} ({exc}); run from the directory that holds "
+            f"{module_name.replace('.', '/')}.py or add it to PYTHONPATH"
+        ) from exc
+    except Exception as exc:  # the module itself failed while importing: say so in one line
+        raise InvalidRequest(
+            f"{option} {spec}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise InvalidRequest(f"{option} {spec}: {module_name} has no {attr}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise InvalidRequest(f"{option} {spec}: {attr} is not a function")
+    return target

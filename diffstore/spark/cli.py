@@ -6,13 +6,11 @@ pyspark is imported only when the command runs, so the ``diffstore`` command wor
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
-import sys
 from typing import Any
 
-from diffstore import jobmetrics, logs
+from diffstore import jobmetrics, logs, shell
 
 _log = logging.getLogger("diffstore.transform")
 
@@ -56,13 +54,11 @@ def _sources(specs: list[str]) -> dict[str, str]:
 
 
 def load_job(spec: str) -> Any:
-    """Imports ``module:function`` (the current directory is importable, like ``python -m``)."""
-    module_name, sep, function_name = spec.partition(":")
-    if not sep or not module_name or not function_name:
-        raise SystemExit(f"--job wants module:function, got {spec!r}")
-    if "" not in sys.path:
-        sys.path.insert(0, "")
-    return getattr(importlib.import_module(module_name), function_name)
+    """Imports ``module:function`` (the current directory is importable, like ``python -m``).
+
+    Raises :class:`~diffstore.errors.InvalidRequest` (one line from ``diffstore.cli``) when it cannot.
+    """
+    return shell.load_callable(spec, "--job")
 
 
 def run_transform(args: argparse.Namespace) -> int:

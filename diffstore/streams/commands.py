@@ -162,7 +162,7 @@ def create(args: argparse.Namespace) -> int:
     _emit(
         args,
         {"created": args.name, "shards": args.shards},
-        f"created stream {args.name} ({args.shards} shards)",
+        f"created stream {args.name} ({args.shards} shard{'s' if args.shards > 1 else ''})",
     )
     return 0
 

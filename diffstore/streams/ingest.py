@@ -18,7 +18,6 @@ plus a second otherwise).
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from diffstore import shell
 from diffstore.streams.client import StreamClient
 from diffstore.streams.consumer import ConsumerConfig, StreamConsumer
 from diffstore.streams.records import RecordFlag, RecordPosition, StreamRecord, compact_json
@@ -54,16 +54,11 @@ def default_mapper(record: StreamRecord) -> tuple[bytes, bytes]:
 
 
 def load_mapper(spec: str) -> Mapper:
-    """Resolves ``module:function`` to a callable."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"mapper must be module:function, got {spec!r}")
-    target: object = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"{spec} is not callable")
-    return target  # type: ignore[return-value]
+    """Resolves ``module:function`` to a callable (the current directory is importable).
+
+    Raises :class:`~diffstore.errors.InvalidRequest` with a one-line message naming ``--mapper``.
+    """
+    return shell.load_callable(spec, "--mapper")
 
 
 def map_records(mapper: Mapper, records: Iterable[StreamRecord]) -> list[PutItem]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from diffstore.errors import InvalidRequest
 from diffstore.streams.ingest import default_mapper, load_mapper, map_records
 from diffstore.streams.records import (
     RecordFlag,
@@ -104,7 +105,7 @@ def test_user_mapper_may_drop_rename_and_tombstone() -> None:
         mapper, [rec(1, 1, 0, "a", b"drop"), rec(1, 1, 1, "b", b"delete"), rec(1, 1, 2, "c", b"v")]
     )
     assert items == [(b"b", None), (b"c", b"v"), (b"copy/c", b"v")]
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidRequest):
         load_mapper("no_colon")
 
 
