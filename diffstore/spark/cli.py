@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from diffstore import jobmetrics, logs, shell
+from diffstore.client import DEFAULT_URL
 
 _log = logging.getLogger("diffstore.transform")
 
@@ -22,7 +23,11 @@ def add_commands(subparsers: Any) -> None:
         help="keep a manual collection equal to a Spark function of other collections (exactly once)",
         description="Runs rounds of the A+B→C transform until the target has caught up with its sources.",
     )
-    parser.add_argument("--url", required=True, help="the diffstore server, e.g. http://127.0.0.1:3030")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("DIFFSTORE_URL", DEFAULT_URL),
+        help=f"the diffstore server (env DIFFSTORE_URL; default {DEFAULT_URL})",
+    )
     parser.add_argument(
         "--job", required=True, help="module:function with signature fn(spark, diffs, lookup)"
     )

@@ -1,4 +1,4 @@
-"""``diffstore ingest``: one HStream subscription into one manual collection, exactly once (SPEC §5).
+"""``diffstore ingest``: one HStream subscription into one manual collection, exactly once (docs/streams.md).
 
     diffstore ingest --hstream hstream://127.0.0.1:6570 --subscription S --collection C \\
         (--data DIR [--map-size SIZE] | --url http://host:port) [--window-records N] [--window-ms M] \\
