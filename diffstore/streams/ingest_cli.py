@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -49,6 +50,11 @@ def add_ingest_command(subparsers: Any) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--data", metavar="DIR", help="an embedded store directory")
     target.add_argument("--url", help="a remote diffstore server (http://host:port)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("DIFFSTORE_TOKEN"),
+        help="with --url: bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
+    )
     parser.add_argument("--map-size", type=size_argument, default=None, help=f"with --data: {MAP_SIZE_HELP}")
     parser.add_argument("--window-records", type=int, default=10_000, help="records per generation (max)")
     parser.add_argument("--window-ms", type=float, default=500.0, help="age at which a window commits")
@@ -73,7 +79,7 @@ def _open_sink(args: argparse.Namespace) -> CollectionSink:
         return EngineSink.open(
             args.data, args.collection, create=args.create_collection, map_size=args.map_size
         )
-    return HttpSink.open(args.url, args.collection, create=args.create_collection)
+    return HttpSink.open(args.url, args.collection, create=args.create_collection, token=args.token or None)
 
 
 class _Progress:

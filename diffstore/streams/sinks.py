@@ -121,11 +121,14 @@ class HttpSink(_CollectionSinkBase):
         return state.generation_id or b"", state.next_generation_id
 
     @classmethod
-    def open(cls, url: str, collection: str, create: bool = False) -> HttpSink:
-        """Connects to ``url`` (closed with the sink) and opens the collection, creating it if asked."""
+    def open(cls, url: str, collection: str, create: bool = False, token: str | None = None) -> HttpSink:
+        """Connects to ``url`` (closed with the sink) and opens the collection, creating it if asked.
+
+        ``token`` is the bearer token of a server started with ``--token``.
+        """
         from diffstore.client import Client
 
-        client = Client(url)
+        client = Client(url, token=token)
         try:
             return cls(_collection_or_create(client, collection, create), closer=client)
         except BaseException:

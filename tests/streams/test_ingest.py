@@ -131,10 +131,10 @@ def test_user_mapper_renames_and_tombstones(client: StreamClient, tmp_path: Path
 
 
 @contextmanager
-def http_server(data_dir: Path) -> Iterator[str]:
-    """A real uvicorn diffstore server on a free loopback port."""
+def http_server(data_dir: Path, token: str | None = None) -> Iterator[str]:
+    """A real uvicorn diffstore server on a free loopback port (wanting ``token`` when given)."""
     store = Store.open(data_dir, StoreConfig(commit_delay_ms=10))
-    app = create_app(store, ServerConfig())
+    app = create_app(store, ServerConfig(token=token))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -178,7 +178,7 @@ def test_ingest_through_the_http_client(client: StreamClient, tmp_path: Path) ->
             sink.close()
 
 
-@pytest.mark.parametrize("target", ["data", "url"])
+@pytest.mark.parametrize("target", ["data", "url", "url-token"])
 def test_cli_ingests_and_stops_cleanly_on_sigterm(
     client: StreamClient, stream_server: Any, tmp_path: Path, target: str
 ) -> None:
@@ -188,8 +188,15 @@ def test_cli_ingests_and_stops_cleanly_on_sigterm(
     with contextlib.ExitStack() as stack:
         if target == "data":
             destination = ["--data", str(tmp_path / "db")]
-        else:
+        elif target == "url":
             destination = ["--url", stack.enter_context(http_server(tmp_path / "db"))]
+        else:  # a token-protected server: ingest sends the token it is given
+            destination = [
+                "--url",
+                stack.enter_context(http_server(tmp_path / "db", "s3cret")),
+                "--token",
+                "s3cret",
+            ]
         command = [
             sys.executable, "-m", "diffstore.cli", "ingest", "--hstream", stream_server.url,
             "--subscription", "sub", "--collection", "C", *destination, "--create-collection",
@@ -212,8 +219,8 @@ def test_cli_ingests_and_stops_cleanly_on_sigterm(
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        if target == "url":
-            with Client(destination[1]) as http:
+        if target != "data":
+            with Client(destination[1], token="s3cret" if target == "url-token" else None) as http:
                 record = http.collection("C").get(b"k")
             assert record is not None and record.value == b"99"
     if target == "data":
