@@ -111,3 +111,23 @@ def test_a_bad_mapper_module_is_one_line(tmp_path: Path) -> None:
     # ingest reports through rich, which wraps at the terminal's width: one message, maybe two lines
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "--mapper nomodule:f: cannot import nomodule" in " ".join(done.stderr.split())
+
+
+@pytest.mark.parametrize("hstream", ["http://127.0.0.1:9", "hstream://127.0.0.1:9"])
+def test_ingest_creates_nothing_when_the_stream_side_fails(tmp_path: Path, hstream: str) -> None:
+    data = tmp_path / "data"
+    done = cli(
+        "ingest",
+        "--hstream",
+        hstream,
+        "--subscription",
+        "s",
+        "--collection",
+        "c",
+        "--data",
+        str(data),
+        "--create-collection",
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "ingest:" in done.stderr
+    assert not data.exists()  # neither the store nor the collection was created

@@ -27,7 +27,7 @@ from rich.table import Table
 from diffstore import jobmetrics, logs, shell
 from diffstore.errors import DiffstoreError
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
-from diffstore.streams.client import StreamClient, StreamError
+from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, load_mapper
 from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
 
@@ -70,6 +70,18 @@ def add_ingest_command(subparsers: Any) -> None:
     logs.add_arguments(parser)
     jobmetrics.add_arguments(parser)
     parser.set_defaults(func=run_ingest)
+
+
+PROBE_TIMEOUT_S = 10.0
+"""How long the start-up check waits for the stream server."""
+
+
+def _check_subscription(url: str, subscription: str) -> None:
+    """Fails before anything is opened or created (``--create-collection``) when the stream side cannot work:
+    a malformed ``--hstream`` (ValueError), a server that does not answer or a missing subscription
+    (StreamError)."""
+    with StreamClient(StreamClientConfig(url, timeout_s=PROBE_TIMEOUT_S)) as probe:
+        probe.get_subscription(subscription)
 
 
 def _open_sink(args: argparse.Namespace) -> CollectionSink:
@@ -155,8 +167,9 @@ def run_ingest(args: argparse.Namespace) -> int:
             mapper=mapper,
             recovery_hold_ms=args.recovery_hold_ms,
         )
+        _check_subscription(args.hstream, args.subscription)
         sink = _open_sink(args)
-    except (ValueError, ImportError, AttributeError, DiffstoreError) as exc:
+    except (ValueError, ImportError, AttributeError, DiffstoreError, StreamError) as exc:
         report.say(logging.ERROR, f"[red]ingest: {exc}[/red]", "ingest cannot start", error=str(exc))
         return 2
     client = StreamClient(args.hstream)
