@@ -54,6 +54,10 @@ class Collection(Protocol):
         """The open generation, if any."""
         ...
 
+    def generation_state(self) -> tuple[bytes, bytes | None]:
+        """The current and the open generation (``None``: none is open), read together."""
+        ...
+
     # --- generations --------------------------------------------------------------------------
 
     def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None: ...

@@ -42,12 +42,13 @@ def parse_size(text: str) -> int:
     scale = _UNITS[unit]
     if "." in number:
         whole, fraction = number.split(".")
-        numerator = int(whole + fraction) * scale
-        denominator = 10 ** len(fraction)
+        numerator: int = int(whole + fraction) * scale
+        denominator: int = 10 ** len(fraction)
         if numerator % denominator:
             raise ValueError(f"not a whole number of bytes: {text!r}")
         return numerator // denominator
-    return int(number) * scale
+    size: int = int(number) * scale
+    return size
 
 
 def size_argument(text: str) -> int:

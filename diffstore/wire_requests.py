@@ -1,20 +1,36 @@
-"""Request shapes of the HTTP API (SPEC §3) as frozen dataclasses, shared by the server and the client.
+"""One frozen request object per operation of the HTTP API (SPEC §3), shared by the server and the client.
 
 ``XxxRequest.from_wire(obj, codec)`` validates a decoded body (the server's side) and raises only
 :class:`~diffstore.errors.BadRequest` subclasses; ``to_wire(codec)`` builds the body (the client's side).
-Both directions live together so that a round-trip test pins them to each other.
+Both directions live together so that a round-trip test pins them to each other. ``run(collection)``
+performs the request on any :class:`~diffstore.collection.Collection` -- a route runs it on the engine's
+handle (parse → run → render), and the client's handle builds the same object from its arguments.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from diffstore.engine.types import UNSET, Expected, FromReader, PutItem, ReaderUpdate
+from diffstore.engine.types import (
+    UNSET,
+    DiffPage,
+    Expected,
+    FromReader,
+    GetResult,
+    KeysAround,
+    PutItem,
+    PutResult,
+    QueryPage,
+    ReaderUpdate,
+)
 from diffstore.errors import InvalidJson, InvalidRequest
 from diffstore.wire import MAX_KEYS_AROUND_LIMIT, MAX_PAGE_LIMIT, Body, Codec, Fields, set_if_given
+
+if TYPE_CHECKING:
+    from diffstore.collection import Collection
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +84,9 @@ class GetRequest:
     def to_wire(self, codec: Codec) -> Body:
         return self.at.fill({"key": codec.es(self.key)}, codec)
 
+    def run(self, collection: Collection) -> GetResult:
+        return collection.get_result(self.key, self.at.generation_id, self.at.phantom_id)
+
 
 @dataclass(frozen=True, slots=True)
 class KeysAroundRequest:
@@ -93,6 +112,12 @@ class KeysAroundRequest:
             "limit": self.limit,
         }
         return self.at.fill(body, codec)
+
+    def run(self, collection: Collection) -> KeysAround:
+        at = self.at
+        return collection.keys_around(
+            self.key, self.limit, self.require_key_existence, at.generation_id, at.phantom_id
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +290,10 @@ class PutRequest:
     def to_wire(self, codec: Codec) -> Body:
         return self.options.fill({"item": _item_to_wire(self.item, codec)}, codec)
 
+    def run(self, collection: Collection) -> PutResult:
+        key, value, if_not_present = self.item
+        return collection.put(key, value, if_not_present=if_not_present, **self.options.kwargs())
+
 
 @dataclass(frozen=True, slots=True)
 class PutManyRequest:
@@ -278,6 +307,9 @@ class PutManyRequest:
 
     def to_wire(self, codec: Codec) -> Body:
         return self.options.fill({"items": [_item_to_wire(item, codec) for item in self.items]}, codec)
+
+    def run(self, collection: Collection) -> PutResult:
+        return collection.put_many(self.items, **self.options.kwargs())
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +419,11 @@ class QueryRequest:
         set_if_given(body, "limit", self.limit)
         return self.at.fill(body, codec)
 
+    def run(self, collection: Collection) -> QueryPage:
+        """The first page (the next ones follow the answer's cursor)."""
+        at = self.at
+        return collection.query_page(at.generation_id, at.phantom_id, self.from_key, self.to_key, self.limit)
+
 
 @dataclass(frozen=True, slots=True)
 class DiffRequest:
@@ -440,3 +477,33 @@ class DiffRequest:
         set_if_given(body, "toKey", codec.es_opt(self.to_key))
         set_if_given(body, "limit", self.limit)
         return body
+
+    def run(self, collection: Collection) -> DiffPage:
+        """The first page (the next ones follow the answer's cursor)."""
+        return collection.diff_page(
+            self.from_generation_id,
+            self.to_generation_id,
+            self.from_reader,
+            self.include_intermediate,
+            self.from_key,
+            self.to_key,
+            self.limit,
+        )
+
+    @classmethod
+    def of(
+        cls,
+        from_generation_id: bytes | None,
+        to_generation_id: bytes | None,
+        from_reader: str | FromReader | None,
+        include_intermediate: bool,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        limit: int | None,
+    ) -> DiffRequest:
+        """The engine's diff arguments as a request (no start at all means "from the beginning")."""
+        if isinstance(from_reader, str):
+            from_reader = FromReader(from_reader)
+        return cls(
+            from_generation_id, from_reader, to_generation_id, include_intermediate, from_key, to_key, limit
+        )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -25,3 +26,11 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate!r}")
         time.sleep(interval)
+
+
+def close_pipes(process: subprocess.Popen[Any]) -> None:
+    """Closes a finished subprocess's pipes: left to the garbage collector, each is a ResourceWarning,
+    which this suite turns into an error (``filterwarnings = error``)."""
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()

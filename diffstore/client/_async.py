@@ -33,7 +33,7 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.wire import CollectionState
-from diffstore.wire_requests import QueryRequest, ReadAt, WriteOptions
+from diffstore.wire_requests import DiffRequest, QueryRequest, ReadAt, WriteOptions
 
 T = TypeVar("T")
 
@@ -156,6 +156,11 @@ class AsyncCollection:
     async def state(self) -> CollectionState:
         """Manual flag, current and next generation in one request."""
         return await self._run(_calls.collection_state(self.name))
+
+    async def generation_state(self) -> tuple[bytes, bytes | None]:
+        """The current and the open generation, in one request."""
+        state = await self.state()
+        return state.generation_id or b"", state.next_generation_id
 
     # --- generations ---------------------------------------------------------------------------
 
@@ -280,7 +285,7 @@ class AsyncCollection:
         cursor: str | None = None,
     ) -> DiffPage:
         """One page; its ``to_generation_id`` may be lower than asked (repeat from it)."""
-        request = _calls.diff_request(
+        request = DiffRequest.of(
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return await self._run(_calls.diff_page(self.name, request, cursor))
@@ -296,7 +301,7 @@ class AsyncCollection:
         cursor: str | None = None,
     ) -> DiffColumns:
         """:meth:`diff_page` as columns of raw bytes (no intermediate values): the bulk readers' path."""
-        request = _calls.diff_request(
+        request = DiffRequest.of(
             from_generation_id, to_generation_id, from_reader, False, from_key, to_key, limit
         )
         return await self._run(_columns.diff_columns(self.name, request, cursor))
@@ -315,7 +320,7 @@ class AsyncCollection:
 
         Follows cursors and repeats split ranges, so it yields every item; ``limit`` is the page size.
         """
-        request = _calls.diff_request(
+        request = DiffRequest.of(
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive_async(_plans.diff_items(self.name, request), self.client.execute)

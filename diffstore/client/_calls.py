@@ -22,7 +22,6 @@ from diffstore.engine.types import (
     CollectionInfo,
     DiffPage,
     Expected,
-    FromReader,
     GetResult,
     KeysAround,
     PutItem,
@@ -265,23 +264,6 @@ def query_page(name: str, request: QueryRequest, cursor: str | None) -> Call[Que
 
 def diff_page(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffPage]:
     return page_call(name, "diff", request, cursor, diff_page_from_wire)
-
-
-def diff_request(
-    from_generation_id: bytes | None,
-    to_generation_id: bytes | None,
-    from_reader: str | FromReader | None,
-    include_intermediate: bool,
-    from_key: bytes | None,
-    to_key: bytes | None,
-    limit: int | None,
-) -> DiffRequest:
-    """The engine's diff arguments as a request (no start at all means "from the beginning")."""
-    if isinstance(from_reader, str):
-        from_reader = FromReader(from_reader)
-    return DiffRequest(
-        from_generation_id, from_reader, to_generation_id, include_intermediate, from_key, to_key, limit
-    )
 
 
 # -------------------------------------------------------------------------------------------- readers

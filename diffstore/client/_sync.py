@@ -41,7 +41,7 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.wire import CollectionState
-from diffstore.wire_requests import QueryRequest, ReadAt, WriteOptions
+from diffstore.wire_requests import DiffRequest, QueryRequest, ReadAt, WriteOptions
 
 T = TypeVar("T")
 
@@ -198,6 +198,11 @@ class Collection:
     def next_generation_id(self) -> bytes | None:
         return self.state().next_generation_id
 
+    def generation_state(self) -> tuple[bytes, bytes | None]:
+        """The current and the open generation, in one request."""
+        state = self.state()
+        return state.generation_id or b"", state.next_generation_id
+
     # --- generations ---------------------------------------------------------------------------
 
     def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None:
@@ -325,7 +330,7 @@ class Collection:
         cursor: str | None = None,
     ) -> DiffPage:
         """One page; its ``to_generation_id`` may be lower than asked (repeat from it)."""
-        request = _calls.diff_request(
+        request = DiffRequest.of(
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return self._run(_calls.diff_page(self.name, request, cursor))
@@ -344,7 +349,7 @@ class Collection:
 
         Its ``to_generation_id`` may be lower than asked, as with :meth:`diff_page`.
         """
-        request = _calls.diff_request(
+        request = DiffRequest.of(
             from_generation_id, to_generation_id, from_reader, False, from_key, to_key, limit
         )
         return self._run(_columns.diff_columns(self.name, request, cursor))
@@ -363,7 +368,7 @@ class Collection:
 
         Follows cursors and repeats split ranges, so it yields every item; ``limit`` is the page size.
         """
-        request = _calls.diff_request(
+        request = DiffRequest.of(
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)

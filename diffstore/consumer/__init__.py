@@ -44,7 +44,6 @@ from diffstore.consumer._loop import (
     ConsumerStalled,
     ConsumerStore,
     WindowListener,
-    next_checkpoint_generation,
 )
 from diffstore.consumer._window import (
     DataEvent,
@@ -72,5 +71,4 @@ __all__ = [
     "StartWindow",
     "WindowListener",
     "WindowMachine",
-    "next_checkpoint_generation",
 ]

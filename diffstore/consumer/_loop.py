@@ -7,12 +7,12 @@ or an embedded engine ``Store``; waiting when caught up uses the client's long p
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from diffstore import rounds
 from diffstore.collection import Collection
 from diffstore.consumer._window import (
     Action,
@@ -35,7 +35,7 @@ from diffstore.consumer._window import (
     WriteCheckpoint,
 )
 from diffstore.engine.types import ReaderUpdate
-from diffstore.errors import Conflict, DiffstoreError, InvalidRequest, ReaderExists
+from diffstore.errors import Conflict
 
 
 class WindowListener:
@@ -108,11 +108,6 @@ class CommitWaiter:
 
 class ConsumerStalled(RuntimeError):
     """The same window was rolled back ``max_rollbacks`` times in a row; ``__cause__`` is the last error."""
-
-
-def next_checkpoint_generation(current: bytes) -> bytes:
-    """The checkpoint collection's generations: big-endian counters of at least 8 bytes."""
-    return (int.from_bytes(current, "big") + 1).to_bytes(max(8, len(current)), "big")
 
 
 class Consumer:
@@ -268,37 +263,18 @@ class Consumer:
         return self._collections[name]
 
     def _load_checkpoint(self) -> dict[str, bytes | None]:
-        checkpoint = self._checkpoint()
-        readers = {r.name: r for r in checkpoint.readers()}
-        for source in self.machine.sources:
-            if source not in readers:
-                with contextlib.suppress(ReaderExists):
-                    checkpoint.create_reader(source, collection=source, generation_id=None)
-        readers = {r.name: r for r in checkpoint.readers()}
-        stored: dict[str, bytes | None] = {}
-        for source in self.machine.sources:
-            reader = readers[source]
-            if reader.collection != source:
-                raise InvalidRequest(f"checkpoint reader {source!r} targets {reader.collection!r}")
-            stored[source] = reader.generation_id
-        return stored
+        names = {source: rounds.checkpoint_reader(source) for source in self.machine.sources}
+        stored = rounds.ensure_readers(self._checkpoint(), {names[s]: s for s in self.machine.sources})
+        return {source: stored[names[source]].generation_id for source in self.machine.sources}
 
     def _write_checkpoint(self, action: WriteCheckpoint) -> int:
         """One generation of the checkpoint collection moves every reader, with CAS, or none."""
-        checkpoint = self._checkpoint()
         updates = [
-            ReaderUpdate(source, action.new[source], expected=action.expected[source])
-            for source in self.machine.sources
+            ReaderUpdate(rounds.checkpoint_reader(s), action.new[s], expected=action.expected[s])
+            for s in self.machine.sources
         ]
-        generation_id = next_checkpoint_generation(checkpoint.generation_id)
         try:
-            checkpoint.start_generation(generation_id, abort_outdated=True)
-            try:
-                checkpoint.commit_generation(generation_id, update_readers=updates)
-            except DiffstoreError:
-                with contextlib.suppress(DiffstoreError):
-                    checkpoint.abort_generation(generation_id)
-                raise
+            rounds.Round.next(self._checkpoint()).run(updates)
         except Conflict:
             self.machine.checkpoint_rejected()  # another consumer moved it: continue from there
             return 0

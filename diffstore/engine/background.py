@@ -15,7 +15,8 @@ tombstone) stays, so reads at or above the horizon, and diffs from the very begi
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
@@ -26,7 +27,24 @@ from diffstore.engine.tables import Tables, load_meta, resolve_seq, save_meta
 from diffstore.errors import NoSuchCollection
 
 if TYPE_CHECKING:
-    from diffstore.engine.store import Store
+    from diffstore.engine.store import WriteScope
+    from diffstore.engine.types import StoreConfig
+
+
+class StoreAccess(Protocol):
+    """All background work sees of a :class:`~diffstore.engine.store.Store`: its transactions, tables and
+    configuration. It changes nothing of the store's own state (the GC positions and due times live in
+    LMDB), so the store calls into this module and never the other way round."""
+
+    @property
+    def config(self) -> StoreConfig: ...
+
+    @property
+    def tables(self) -> Tables: ...
+
+    def read(self) -> AbstractContextManager[lmdb.Transaction]: ...
+
+    def write(self) -> AbstractContextManager[WriteScope]: ...
 
 _ALL_TABLES_WITH_CID = (
     "gens",
@@ -49,7 +67,7 @@ def collection_metas(txn: lmdb.Transaction, tables: Tables) -> list[CollectionMe
     ]
 
 
-def due_auto_commits(store: Store, now_ms: int) -> tuple[list[str], int | None]:
+def due_auto_commits(store: StoreAccess, now_ms: int) -> tuple[list[str], int | None]:
     """Collections whose automatic commit is due at ``now_ms`` (unix ms), and the next due time after it.
 
     A due time further ahead than the commit delay (the wall clock went back) counts as due.
@@ -72,7 +90,7 @@ def due_auto_commits(store: Store, now_ms: int) -> tuple[list[str], int | None]:
     return due, later
 
 
-def auto_commit(store: Store, name: str, now_ms: int) -> bool:
+def auto_commit(store: StoreAccess, name: str, now_ms: int) -> bool:
     """Takes and does the automatic commit of ``name`` if it is still due; False if it is not (any more).
 
     Taking it (deleting its due row) and committing are one transaction: whichever process gets there
@@ -100,7 +118,7 @@ def auto_commit(store: Store, name: str, now_ms: int) -> bool:
     return True
 
 
-def collect_step(store: Store) -> bool:
+def collect_step(store: StoreAccess) -> bool:
     """One bounded step of each kind of garbage; True if anything was removed."""
     worked = False
     with store.read() as txn:
@@ -126,7 +144,7 @@ def _gc_due(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bool
     return _next_run(txn, tables, meta, resolve_seq(txn, tables, meta, horizon)) is not None
 
 
-def _gc_collection(store: Store, name: str) -> bool:
+def _gc_collection(store: StoreAccess, name: str) -> bool:
     tables, batch = store.tables, store.config.gc_batch
     try:
         with store.write() as scope:
@@ -224,7 +242,7 @@ def _collect_run(
     return (forms[-1] if len(forms) >= batch else None), removed
 
 
-def _purge_expired_phantoms(store: Store) -> bool:
+def _purge_expired_phantoms(store: StoreAccess) -> bool:
     now_ms = int(time.time() * 1000)
     tables = store.tables
     with store.read() as txn:
@@ -243,7 +261,7 @@ def _purge_expired_phantoms(store: Store) -> bool:
     return True
 
 
-def _purge_dropped(store: Store) -> bool:
+def _purge_dropped(store: StoreAccess) -> bool:
     tables = store.tables
     with store.read() as txn:
         dropped = list(txn.cursor(db=tables.dropped).iternext(values=False))

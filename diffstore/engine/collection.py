@@ -23,6 +23,7 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    PutItem,
     PutResult,
     QueryPage,
     Reader,
@@ -68,6 +69,11 @@ class Collection:
         """The open generation, if any."""
         return self._meta().next
 
+    def generation_state(self) -> tuple[bytes, bytes | None]:
+        """The current and the open generation (``None``: none is open), read together."""
+        meta = self._meta()
+        return meta.generation, meta.next
+
     # --- generation lifecycle -----------------------------------------------------------------
 
     def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None:
@@ -101,7 +107,7 @@ class Collection:
 
     def put_many(
         self,
-        items: Iterable[writes.PutItem],
+        items: Iterable[PutItem],
         *,
         generation_id: bytes | None = None,
         phantom_id: bytes | None = None,

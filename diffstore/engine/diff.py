@@ -168,7 +168,7 @@ def _merged_forms(
         key = cursor.key()
         if not key.startswith(run):
             return None
-        form = key[len(run) :]
+        form: bytes = key[len(run) :]
         if upper is not None and form >= upper:
             return None
         return form

@@ -42,7 +42,7 @@ class CollectionMeta:
         return replace(self, **changes)
 
     def pack(self) -> bytes:
-        return msgpack.packb(
+        return msgpack.packb(  # type: ignore[no-any-return]
             [
                 self.cid,
                 self.manual,

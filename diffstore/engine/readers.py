@@ -123,7 +123,7 @@ def apply_updates(
             raise NoSuchReader(f"collection {owner.name!r} has no reader {update.name!r}")
         expected = update.expected
         if expected is not UNSET and normalize_generation(current.generation_id) != normalize_generation(
-            expected  # type: ignore[arg-type]
+            expected
         ):
             raise BadVersion(
                 f"reader {update.name!r} is at {current.generation_id!r}, expected {update.expected!r}"

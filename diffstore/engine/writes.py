@@ -154,7 +154,7 @@ def _normalize(
                 raise InvalidRequest("an item is (key, value) or (key, value, if_not_present)") from None
             key, value = item[0], item[1]
             latest[key] = value
-            if item[2] if len(item) == 3 else if_not_present:  # type: ignore[misc]
+            if item[2] if len(item) == 3 else if_not_present:
                 flagged.add(key)
             else:
                 flagged.discard(key)

@@ -52,7 +52,7 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
 def status_for(exc: e.DiffstoreError) -> int:
     """The HTTP status of an error: its own class's, else its nearest mapped ancestor's."""
     for cls in type(exc).__mro__:
-        status = STATUS_BY_ERROR.get(cls)  # type: ignore[call-overload]
+        status = STATUS_BY_ERROR.get(cls)
         if status is not None:
             return status
     return 500

@@ -17,8 +17,8 @@ from fastapi import Request, Response
 from starlette.requests import ClientDisconnect
 
 from diffstore.errors import InvalidRequest
-from diffstore.server import fastlane
 from diffstore.server.config import Limit, ServerConfig
+from diffstore.server.fastlane import read_body
 from diffstore.server.negotiation import request_codec, response_codec
 from diffstore.wire import Body, Codec
 
@@ -37,18 +37,6 @@ class Exchange:
     body: Any
     codec: Codec
     out: Codec
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """Reads the whole body under ``limit`` (see :func:`diffstore.server.fastlane.read_body`).
-
-    Raises:
-        ClientDisconnect: the client left before sending it all.
-    """
-    raw = await fastlane.read_body(request.scope, request.receive, limit)
-    if raw is None:
-        raise ClientDisconnect()
-    return raw
 
 
 def decode_body(raw: bytes | None, codec: Codec, loads: Loads | None = None) -> Any:
@@ -94,7 +82,9 @@ async def handle(
     codec = out
     if limit is not None:
         codec = request_codec(request.headers.get("content-type"))
-        raw = await read_body(request, config_of(request).limit(limit))
+        raw = await read_body(request.scope, request.receive, config_of(request).limit(limit))
+        if raw is None:
+            raise ClientDisconnect()  # the client left; Starlette sends nothing more
 
     def run() -> bytes:
         body = decode_body(raw, codec, loads)

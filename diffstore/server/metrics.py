@@ -82,7 +82,7 @@ def worker_exited(pid: int) -> None:
     if os.environ.get(MULTIPROC_ENV):
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(pid)
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 def _multiprocess() -> bool:
@@ -139,7 +139,7 @@ class ServerMetrics:
         if self.multiprocess:
             from prometheus_client import multiprocess
 
-            multiprocess.MultiProcessCollector(self.registry)
+            multiprocess.MultiProcessCollector(self.registry)  # type: ignore[no-untyped-call]
         self.registry.register(_StoreCollector(store))
         self.requests = Counter(
             "diffstore_http_requests",

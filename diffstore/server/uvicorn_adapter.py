@@ -100,7 +100,7 @@ def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type:
     """uvicorn's httptools protocol writing through a coalescing transport, with read timeouts."""
     base: type = httptools_impl.HttpToolsProtocol
 
-    class Protocol(base):  # type: ignore[valid-type, misc]
+    class Protocol(base):  # type: ignore[misc]
         _read_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -3,49 +3,28 @@
 No Spark and no I/O here: the runner feeds in what it read from the server and gets back a
 :class:`RoundPlan` (or ``None`` when every reader has caught up), so the arithmetic is tested alone.
 
+The round itself (generation ids, reader names, start/commit/abort) is :mod:`diffstore.rounds`.
+
 Invariants:
     * The new generation ``g`` is strictly above C's current and open generations, so
       ``generation/start g`` with ``abortOutdated`` always discards a leftover (crashed) generation.
-    * ``g`` ends with a nonce unique to the attempt. Two runners that read the same state therefore never
-      share a generation (sharing would mix their writes); the later start wins and the other one fails.
+    * ``g`` ends with a nonce of ``NONCE_BYTES`` random bytes, unique to the attempt. Two runners that
+      read the same state therefore never share a generation (sharing would mix their writes); the
+      later start wins and the other one fails.
     * Every reader update carries the reader's value as read, as its compare-and-set expectation, so a
       commit computed from stale readers is refused as a whole (``badVersion``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-COUNTER_BYTES = 8
+from diffstore.rounds import source_reader
+
 NONCE_BYTES = 8
-
-
-def reader_name(alias: str) -> str:
-    """The name of the reader, stored in the target, that tracks how far source ``alias`` was applied."""
-    return f"from_{alias}"
-
-
-def next_generation(current: bytes, next_open: bytes | None, nonce: bytes | None = None) -> bytes:
-    """A generation id above both ``current`` and ``next_open``: an 8-byte big-endian counter + a nonce.
-
-    Args:
-        current: the target's committed generation.
-        next_open: the target's open generation, if any.
-        nonce: ``NONCE_BYTES`` bytes that make the id unique to this attempt (random when omitted).
-
-    Returns:
-        ``counter + 1`` of the larger id's first 8 bytes (zero-padded), followed by the nonce. The counter
-        prefix alone already sorts above the base, whatever the base's length.
-    """
-    base = max(current, next_open) if next_open is not None else current
-    counter = int.from_bytes(base[:COUNTER_BYTES].ljust(COUNTER_BYTES, b"\0"), "big") + 1
-    if counter >= 1 << (8 * COUNTER_BYTES):
-        raise OverflowError("the target's generation counter is exhausted")
-    suffix = nonce if nonce is not None else os.urandom(NONCE_BYTES)
-    return counter.to_bytes(COUNTER_BYTES, "big") + suffix
+"""The random suffix of a round's generation id (see :func:`diffstore.rounds.next_generation_id`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +53,7 @@ class RoundPlan:
         """The commit's ``updateReaders``: every reader moves to its range's end, if still at its start."""
         return [
             {
-                "readerName": reader_name(s.alias),
+                "readerName": source_reader(s.alias),
                 "generationId": s.to_generation_id,
                 "expectedGenerationId": s.from_generation_id,
             }

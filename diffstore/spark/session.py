@@ -71,4 +71,4 @@ def local_session(app_name: str = "diffstore", cores: int = 2, shuffle_partition
     spark = local_builder(app_name, cores, shuffle_partitions).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    return spark
+    return spark  # type: ignore[no-any-return]

@@ -55,6 +55,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from diffstore.client import Client, Collection
 from diffstore.engine.types import ReaderUpdate
 from diffstore.errors import InvalidRequest, NotManual, ReaderExists
+from diffstore.rounds import ensure_readers, next_generation_id
 from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark.options import (
     STREAM_READ_OPTIONS,
@@ -66,7 +67,6 @@ from diffstore.spark.options import (
     _int,
     check_known,
 )
-from diffstore.spark.plan import next_generation
 from diffstore.spark.source import KeyRange, PinnedRange, put_batches, read_diff
 
 STREAM_SCHEMA = StructType(
@@ -156,7 +156,7 @@ def batch_generation(current: bytes, open_generation: bytes | None, batch_id: in
     """
     if open_generation is not None and is_batch_generation(open_generation, batch_id, run_tag):
         return open_generation
-    return next_generation(current, open_generation, batch_tag(batch_id) + run_tag)
+    return next_generation_id(current, open_generation, batch_tag(batch_id) + run_tag)
 
 
 def batch_tag(batch_id: int) -> bytes:
@@ -287,14 +287,8 @@ class DiffstoreStreamWriter(DataSourceStreamArrowWriter):
         return client.collection(self.options.connection.collection)
 
     def _marker(self, collection: Collection) -> bytes | None:
-        found = [r for r in collection.readers() if r.name == self.marker_name]
-        if found:
-            return found[0].generation_id
-        try:
-            collection.create_reader(self.marker_name, f"spark-sink://{self.options.reader_name}", None)
-        except ReaderExists:
-            pass  # another task created it
-        return None
+        target = f"spark-sink://{self.options.reader_name}"
+        return ensure_readers(collection, {self.marker_name: target})[self.marker_name].generation_id
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkBatch:
         context = TaskContext.get()

@@ -20,6 +20,7 @@ each other; if the other one commits first, this one's commit fails on the compa
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,13 +32,14 @@ from pyspark.sql import functions as F
 
 from diffstore import shell
 from diffstore.client import Collection
-from diffstore.errors import Conflict, DiffstoreError, NoSuchCollection, ReaderExists
+from diffstore.errors import Conflict, DiffstoreError, NoSuchCollection
+from diffstore.rounds import Round, ensure_readers, source_reader
 from diffstore.spark._clients import new_client
 from diffstore.spark._ranges import by_key_range
 from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
 from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
-from diffstore.spark.plan import RoundPlan, SourceRange, next_generation, plan_sources, reader_name
+from diffstore.spark.plan import NONCE_BYTES, RoundPlan, SourceRange, plan_sources
 from diffstore.spark.small_rounds import driver_lookup, read_small_diff, write_small_result
 from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates, register
 
@@ -154,8 +156,7 @@ class Transform:
 
     def _state(self, name: str) -> tuple[bytes, bytes | None]:
         """A collection's current and open generations."""
-        state = self._handle(name).state()
-        return state.generation_id or b"", state.next_generation_id
+        return self._handle(name).generation_state()
 
     def _event(self, name: str, **details: Any) -> None:
         if self._on_event is not None:
@@ -168,21 +169,11 @@ class Transform:
         target = self._handle(self.target)
         if not target.state().manual:
             raise NoSuchCollection(f"the target {self.target!r} must be a manual collection")
-        stored = {r.name: r for r in target.readers()}
-        readers: dict[str, bytes | None] = {}
-        for alias, collection in self.sources.items():
-            name = reader_name(alias)
-            if name not in stored:
-                try:
-                    target.create_reader(name, collection, None)
-                except ReaderExists:
-                    pass  # a racing runner created it first
-                readers[alias] = None
-            else:
-                readers[alias] = stored[name].generation_id
-        return readers
+        names = {alias: source_reader(alias) for alias in self.sources}
+        stored = ensure_readers(target, {names[alias]: c for alias, c in self.sources.items()})
+        return {alias: stored[names[alias]].generation_id for alias in self.sources}
 
-    def _plan(self) -> RoundPlan | None:
+    def _plan(self) -> tuple[Round, RoundPlan] | None:
         readers = self._readers()
         ends = {
             alias: self._handle(collection).diff_page_columns(readers[alias] or b"", limit=1).to_generation_id
@@ -192,8 +183,8 @@ class Transform:
         if ranges is None:
             return None
         self._event("planned", ranges={r.alias: (r.from_generation_id, r.to_generation_id) for r in ranges})
-        current, next_open = self._state(self.target)
-        return RoundPlan(next_generation(current, next_open), current, ranges)
+        round_ = Round.next(self._handle(self.target), os.urandom(NONCE_BYTES))
+        return round_, RoundPlan(round_.generation_id, round_.base_generation_id, ranges)
 
     def _cuts(self, plan: RoundPlan) -> list[bytes]:
         """The key ranges of this round: ``/splits`` of its first non-empty source at its range's end.
@@ -252,9 +243,9 @@ class Transform:
         """Makes the session the JVM thread's active one: the ``diffstore`` format is registered per
         session, and a Python thread other than the one that built the session gets a fresh JVM thread
         with no active session, where the format would not be found."""
-        jvm = self.spark._jvm  # type: ignore[attr-defined]
+        jvm = self.spark._jvm
         if jvm is not None:
-            jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)  # type: ignore[attr-defined]
+            jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
 
     def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
         self._activate_session()
@@ -339,18 +330,19 @@ class Transform:
         attempts = conflicts = 0
         while True:
             attempts += 1
-            plan = self._plan()
-            if plan is None:
+            planned = self._plan()
+            if planned is None:
                 return None
+            round_, plan = planned
             g = plan.generation_id
             try:
-                self._handle(self.target).start_generation(g, abort_outdated=True)
+                round_.start()
                 self._event("started", generation=g, attempt=attempts)
                 rows_read, rows_written = self._run_job(plan)
                 self._event("written", generation=g, rows_read=rows_read, rows_written=rows_written)
-                self._handle(self.target).commit_generation(g, reader_updates(plan.reader_updates()))
+                round_.commit(reader_updates(plan.reader_updates()))
             except Exception as exc:  # noqa: BLE001 - every failure aborts the round; the cause decides the retry
-                lost = self._abort_if_mine(g) or isinstance(exc, Conflict)
+                lost = not round_.abort() or isinstance(exc, Conflict)
                 failures.append(describe_failure(exc))
                 self._event("failed", generation=g, error=failures[-1], conflict=lost)
                 if lost:
@@ -374,16 +366,6 @@ class Transform:
             )
             self._event("committed", stats=stats)
             return stats
-
-    def _abort_if_mine(self, generation: bytes) -> bool:
-        """Aborts ``generation`` if it is still the target's open one; True when someone else took over."""
-        try:
-            if self._state(self.target)[1] != generation:
-                return True
-            self._handle(self.target).abort_generation(generation)
-        except DiffstoreError:
-            return True  # it changed under us: another runner is at work
-        return False
 
     def run(
         self,
@@ -430,7 +412,7 @@ class Transform:
 
 def _observed(observation: Observation) -> int | None:
     """The count an Observation collected, without blocking when the frame was never executed."""
-    future = observation._jo.future() if observation._jo is not None else None  # type: ignore[attr-defined]
+    future = observation._jo.future() if observation._jo is not None else None
     deadline = time.monotonic() + 2.0
     while future is not None and not future.isCompleted() and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -1,11 +1,11 @@
 """Exactly-once ingestion of one HStream subscription into one manual collection (SPEC §5).
 
-Per window: start the next generation of C; put_many the window's mapped records; commit the generation
-together with the reader updates ``hstream/<subscriptionId>/<shardId>`` → last applied RecordId (12 bytes
-big-endian); only then ack the window's records. A crash anywhere before the commit leaves C unchanged
-(the open generation is aborted at the next start) and the records unacked (they come again); a crash
-after the commit but before the acks is harmless: the records come again and are at or below the
-committed positions, so they are acked and skipped.
+Per window, one round of :mod:`diffstore.rounds`: start the next generation of C; put_many the window's
+mapped records; commit the generation together with the reader updates
+``hstream/<subscriptionId>/<shardId>`` → last applied RecordId (12 bytes big-endian); only then ack the
+window's records. A crash anywhere before the commit leaves C unchanged (the open generation is aborted at
+the next start) and the records unacked (they come again); a crash after the commit but before the acks is
+harmless: the records come again and are at or below the committed positions, so they are acked and skipped.
 
 Recovery hold: the positions only say "everything up to here was applied", so after a restart (or a
 reconnect, which may lose records in flight) the records sent to the previous consumer and not committed
@@ -26,17 +26,12 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from diffstore import shell
+from diffstore.rounds import Round, ensure_readers, shard_reader, shard_reader_target
 from diffstore.streams.client import StreamClient
 from diffstore.streams.consumer import ConsumerConfig, StreamConsumer
 from diffstore.streams.records import RecordFlag, RecordPosition, StreamRecord, compact_json
 from diffstore.streams.sinks import CollectionSink, PutItem
-from diffstore.streams.window import (
-    IngestWindow,
-    WindowAccumulator,
-    next_generation_id,
-    reader_name,
-    reader_target,
-)
+from diffstore.streams.window import IngestWindow, WindowAccumulator
 
 MapperResult = tuple[bytes | str, bytes | None] | Iterable[tuple[bytes | str, bytes | None]] | None
 Mapper = Callable[[StreamRecord], MapperResult]
@@ -76,7 +71,7 @@ def map_records(mapper: Mapper, records: Iterable[StreamRecord]) -> list[PutItem
         if result is None:
             continue
         pairs = [result] if isinstance(result, tuple) else result
-        for key, value in pairs:  # type: ignore[misc]
+        for key, value in pairs:
             items.append((key.encode() if isinstance(key, str) else key, value))
     return items
 
@@ -149,20 +144,19 @@ class Ingestor:
         """Aborts a dead ingestor's open generation, ensures the position readers, loads positions."""
         subscription = self.client.get_subscription(self.config.subscription_id).subscription
         self.stream_name = subscription.streamName
-        _, open_next = self.sink.generation_state()
+        collection = self.sink.collection
+        _, open_next = collection.generation_state()
         if open_next is not None:
-            self.sink.abort_generation(open_next)  # an uncommitted window of a dead ingestor
-        existing = self.sink.readers()
-        positions: dict[int, RecordPosition] = {}
+            collection.abort_generation(open_next)  # an uncommitted window of a dead ingestor
         for shard in self.client.list_shards(self.stream_name):
-            name = reader_name(self.config.subscription_id, shard.shard_id)
-            self._readers[shard.shard_id] = name
-            if name not in existing:
-                self.sink.create_reader(name, reader_target(self.stream_name))
-            else:
-                stored = existing[name][1]
-                if stored:
-                    positions[shard.shard_id] = RecordPosition.from_bytes(stored)
+            self._readers[shard.shard_id] = shard_reader(self.config.subscription_id, shard.shard_id)
+        target = shard_reader_target(self.stream_name)
+        stored = ensure_readers(collection, {name: target for name in self._readers.values()})
+        positions: dict[int, RecordPosition] = {}
+        for shard_id, name in self._readers.items():
+            generation = stored[name].generation_id
+            if generation:
+                positions[shard_id] = RecordPosition.from_bytes(generation)
         return WindowAccumulator(self.config.window_records, self.config.window_ms, positions)
 
     def _recovery_hold_s(self) -> float:
@@ -258,21 +252,10 @@ class Ingestor:
             )
 
     def _write_generation(self, window: IngestWindow) -> tuple[bytes, int]:
-        """Start, put_many, commit with the position readers (abort on failure) → (generation, items)."""
+        """One round: start, put_many, commit with the position readers (abort on failure)."""
         items = map_records(self.mapper, window.records)
-        current, _ = self.sink.generation_state()
-        generation = next_generation_id(current)
-        self.sink.start_generation(generation)
-        try:
-            if items:
-                self.sink.put_many(items, generation)
-            positions = sorted(window.positions.items())
-            updates = [(self._readers[shard], pos.to_bytes()) for shard, pos in positions]
-            self.sink.commit_generation(generation, updates)
-        except BaseException:
-            try:
-                self.sink.abort_generation(generation)
-            except Exception:  # noqa: S110 - the original error matters; the next start aborts anyway
-                pass
-            raise
-        return generation, len(items)
+        positions = sorted(window.positions.items())
+        updates = [(self._readers[shard], pos.to_bytes()) for shard, pos in positions]
+        round_ = Round.next(self.sink.collection)
+        round_.run(updates, (lambda g: self.sink.put_many(items, g)) if items else None)
+        return round_.generation_id, len(items)

@@ -175,7 +175,8 @@ def encode_header(flag: RecordFlag, partition_key: str, attributes: Mapping[str,
     header = pb.HStreamRecordHeader(flag=cast(Any, int(flag)), key=partition_key)
     if attributes:
         header.attributes.update(attributes)
-    return header.SerializeToString()
+    serialized: bytes = header.SerializeToString()
+    return serialized
 
 
 class _RecordPrefixes(dict[int, bytes]):
@@ -307,7 +308,8 @@ def python_to_struct_bytes(value: Mapping[str, Any]) -> bytes:
     """A dict as a binary ``google.protobuf.Struct`` (the JSON record payload)."""
     message = struct_pb2.Struct()
     message.update(value)
-    return message.SerializeToString()
+    serialized: bytes = message.SerializeToString()
+    return serialized
 
 
 def _value_to_python(value: struct_pb2.Value) -> Any:

@@ -1,84 +1,51 @@
 """Where ingestion writes: a manual collection, embedded (engine) or remote (HTTP client).
 
-Both sinks expose the few calls SPEC §5 needs — generation state, start, put_many, commit with reader
-updates, abort, readers — so :class:`~diffstore.streams.ingest.Ingestor` is written once.
+Both sinks hold a :class:`~diffstore.collection.Collection` (the ingestor runs its rounds on it, see
+:mod:`diffstore.rounds`) and write a window's items in chunks sized for their transport.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from diffstore.collection import Collection
 from diffstore.errors import InvalidRequest, NoSuchCollection
+
+if TYPE_CHECKING:
+    from diffstore.client import Client
+    from diffstore.engine.store import Store
 
 PutItem = tuple[bytes, bytes | None]
 
 
 class CollectionSink(Protocol):
-    """The target collection of an ingestor."""
+    """The target collection of an ingestor: the collection, and how to write a window into it."""
 
-    name: str
-
-    def generation_state(self) -> tuple[bytes, bytes | None]:
-        """``(current, next or None)``."""
-        ...
-
-    def start_generation(self, generation_id: bytes) -> None: ...
-
-    def abort_generation(self, generation_id: bytes) -> None: ...
+    collection: Collection
 
     def put_many(self, items: Sequence[PutItem], generation_id: bytes) -> None: ...
-
-    def commit_generation(self, generation_id: bytes, reader_updates: Sequence[tuple[str, bytes]]) -> None:
-        """Commits the generation and the reader updates in one transaction."""
-        ...
-
-    def readers(self) -> dict[str, tuple[str, bytes | None]]:
-        """Reader name → (target, generation id)."""
-        ...
-
-    def create_reader(self, name: str, target: str) -> None:
-        """Creates a reader with a null generation (an existing identical reader is fine)."""
-        ...
 
     def close(self) -> None: ...
 
 
 class _CollectionSinkBase:
-    """Shared adapter over a Collection-like object (engine or HTTP client: same method names)."""
+    """Shared adapter over a :class:`~diffstore.collection.Collection` (the engine's or the client's)."""
 
     put_chunk_records = 10_000
 
-    def __init__(self, collection: Any, closer: Any = None) -> None:
-        self._collection = collection
+    def __init__(self, collection: Collection, closer: Any = None) -> None:
+        self.collection = collection
         self._closer = closer
-        self.name: str = collection.name
+        self.name = collection.name
         if not collection.manual:
             raise InvalidRequest(f"collection {self.name!r} is not manual; ingestion needs a manual one")
-
-    def generation_state(self) -> tuple[bytes, bytes | None]:
-        return self._collection.generation_id, self._collection.next_generation_id
-
-    def start_generation(self, generation_id: bytes) -> None:
-        self._collection.start_generation(generation_id, abort_outdated=True)
-
-    def abort_generation(self, generation_id: bytes) -> None:
-        self._collection.abort_generation(generation_id)
 
     def put_many(self, items: Sequence[PutItem], generation_id: bytes) -> None:
         step = self.put_chunk_records
         for start in range(0, len(items), step):
-            self._collection.put_many(items[start : start + step], generation_id=generation_id)
-
-    def commit_generation(self, generation_id: bytes, reader_updates: Sequence[tuple[str, bytes]]) -> None:
-        self._collection.commit_generation(generation_id, update_readers=list(reader_updates))
-
-    def readers(self) -> dict[str, tuple[str, bytes | None]]:
-        return {r.name: (r.collection, r.generation_id) for r in self._collection.readers()}
-
-    def create_reader(self, name: str, target: str) -> None:
-        self._collection.create_reader(name, collection=target, generation_id=None)
+            self.collection.put_many(items[start : start + step], generation_id=generation_id)
 
     def close(self) -> None:
         if self._closer is not None:
@@ -116,10 +83,6 @@ class HttpSink(_CollectionSinkBase):
 
     put_chunk_records = 5_000
 
-    def generation_state(self) -> tuple[bytes, bytes | None]:
-        state = self._collection.state()  # one request for both ids
-        return state.generation_id or b"", state.next_generation_id
-
     @classmethod
     def open(cls, url: str, collection: str, create: bool = False, token: str | None = None) -> HttpSink:
         """Connects to ``url`` (closed with the sink) and opens the collection, creating it if asked.
@@ -136,7 +99,7 @@ class HttpSink(_CollectionSinkBase):
             raise
 
 
-def _collection_or_create(owner: Any, name: str, create: bool) -> Any:
+def _collection_or_create(owner: Store | Client, name: str, create: bool) -> Collection:
     try:
         return owner.collection(name)
     except NoSuchCollection:

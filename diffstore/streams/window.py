@@ -1,4 +1,4 @@
-"""The pure half of ingestion (SPEC §5): windows of records, stored positions, generation ids.
+"""The pure half of ingestion (SPEC §5): windows of records and stored positions.
 
 :class:`WindowAccumulator` is fed decoded records and the clock, and says what to ack at once, when a window
 is complete, and what a window commits. It never touches a socket or a store.
@@ -14,7 +14,7 @@ Invariants:
   commit, records at or below the taken window's positions are ignored (not acked: the commit may fail);
   they are acked with that window.
 
-Generation ids of the target collection: see :func:`next_generation_id`.
+Generation ids and reader names of the target collection: see :mod:`diffstore.rounds`.
 """
 
 from __future__ import annotations
@@ -26,34 +26,6 @@ from itertools import repeat
 from operator import attrgetter
 
 from diffstore.streams.records import RecordId, RecordPosition, StreamRecord
-
-COUNTER_SIZE = 8
-
-
-def next_generation_id(current: bytes) -> bytes:
-    """The generation id after ``current``: always bytewise greater, hence monotonic.
-
-    The last 8 bytes are a big-endian counter: ``""`` → ``00..01``, ``00..07`` → ``00..08``, and a
-    prefix is kept as is (``b"v1" + 00..03`` → ``b"v1" + 00..04``). A current id shorter than 8 bytes
-    (a user-chosen initial id) gets the counter appended, which sorts after it because a prefix sorts first;
-    a saturated counter gets another counter appended for the same reason.
-    """
-    if len(current) < COUNTER_SIZE:
-        return current + (1).to_bytes(COUNTER_SIZE, "big")
-    counter = int.from_bytes(current[-COUNTER_SIZE:], "big")
-    if counter == (1 << (8 * COUNTER_SIZE)) - 1:
-        return current + (1).to_bytes(COUNTER_SIZE, "big")
-    return current[:-COUNTER_SIZE] + (counter + 1).to_bytes(COUNTER_SIZE, "big")
-
-
-def reader_name(subscription_id: str, shard_id: int) -> str:
-    """The reader of the target collection holding a shard's position: ``hstream/<sub>/<shard>``."""
-    return f"hstream/{subscription_id}/{shard_id}"
-
-
-def reader_target(stream_name: str) -> str:
-    """The target of the position readers: ``hstream://<stream>``."""
-    return f"hstream://{stream_name}"
 
 
 @dataclass(frozen=True, slots=True)

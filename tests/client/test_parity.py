@@ -9,10 +9,21 @@ from typing import Any
 
 import pytest
 
+from diffstore import Collection as AnyCollection
 from diffstore.client import AsyncClient, AsyncCollection, Client, Collection
 from diffstore.engine.collection import Collection as EngineCollection
 from diffstore.engine.store import Store
 from diffstore.engine.types import ReaderUpdate, StoreConfig
+from diffstore.wire_requests import (
+    DiffRequest,
+    GetRequest,
+    KeysAroundRequest,
+    PutManyRequest,
+    PutRequest,
+    QueryRequest,
+    ReadAt,
+    WriteOptions,
+)
 
 
 def scenario(store: Any) -> list[Any]:
@@ -97,3 +108,30 @@ def test_the_client_collection_has_every_engine_method_with_its_parameters() -> 
         engine_params = [p for p in _shape(signature) if p[0] != "self"]
         client_params = [p for p in _shape(client[name]) if p[0] != "self"]
         assert client_params[: len(engine_params)] == engine_params, name
+
+
+def request_scenario(c: AnyCollection) -> list[Any]:
+    """The same request objects run on an engine or a client handle (routes run them on the engine's)."""
+    c.start_generation(b"1")
+    options = WriteOptions(generation_id=b"1")
+    out: list[Any] = [
+        PutManyRequest([(b"a", b"1"), (b"b", b"2"), (b"c", None)], options).run(c),
+        PutRequest((b"a", b"kept", True), options).run(c),
+    ]
+    c.commit_generation(b"1")
+    out += [
+        GetRequest(b"a").run(c),
+        GetRequest(b"zz", ReadAt(generation_id=b"0")).run(c),
+        KeysAroundRequest(b"a", True, 5).run(c),
+        QueryRequest(from_key=b"b").run(c),
+        DiffRequest(from_generation_id=b"", include_intermediate=True).run(c),
+        DiffRequest.of(None, b"1", None, False, None, None, 1).run(c).items,
+    ]
+    return out
+
+
+def test_one_request_object_runs_on_both_collections(tmp_path: Path, server: Any) -> None:
+    with Store.open(tmp_path / "engine", StoreConfig(commit_delay_ms=10)) as store:
+        expected = request_scenario(store.create_collection("R", manual=True, initial_generation_id=b"0"))
+    with Client(server.url) as client:
+        assert request_scenario(client.create_collection("R", initial_generation_id=b"0")) == expected

@@ -11,6 +11,7 @@ import threading
 from typing import IO, Any
 
 from diffstore.client import Client
+from tests.helpers import close_pipes
 
 from .conftest import DEADLINE_S, LiveServer
 
@@ -71,3 +72,4 @@ def test_watch_prints_generations_and_diffs(server: LiveServer) -> None:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+            close_pipes(process)

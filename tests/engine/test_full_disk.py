@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import close_pipes
+
 WORKER = Path(__file__).with_name("full_disk_worker.py")
 FS_SIZE = "8m"
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,4 +149,5 @@ def test_the_stream_server_refuses_appends_on_a_full_disk_and_recovers(small_fs:
         if process.poll() is None:
             process.kill()
             process.wait()
+        close_pipes(process)
         assert process.returncode != -signal.SIGBUS

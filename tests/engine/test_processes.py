@@ -16,6 +16,7 @@ import pytest
 from diffstore import Store, StoreConfig
 from diffstore.engine import writes
 from diffstore.errors import StorageError
+from tests.helpers import close_pipes
 
 WORKER = Path(__file__).with_name("proc_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,6 +153,7 @@ def test_a_dead_process_reader_slot_is_cleared(tmp_path: Path) -> None:
         assert str(holder.pid) in store.env.readers()
         holder.send_signal(signal.SIGKILL)
         holder.wait(DEADLINE_S)
+        close_pipes(holder)
         # its snapshot would keep every page freed since from being reused, so the file would only grow
         wait_for(lambda: str(holder.pid) not in store.env.readers(), "the dead reader's slot cleared")
         assert store.stale_readers_cleared >= 1

@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 
 from diffstore.engine.store import Store
+from tests.helpers import close_pipes
 
 from .conftest import wait_until
 
@@ -119,6 +120,7 @@ def test_serve_token_and_graceful_shutdown(tmp_path: Path) -> None:
             process.kill()
             process.wait()
     output = process.stdout.read().decode() if process.stdout else ""
+    close_pipes(process)
     assert "Shutting down" in output
     with Store.open(data) as store:  # closed cleanly, reopens with the committed record
         record = store.collection("m").get(b"k")
@@ -150,6 +152,7 @@ def test_serve_no_sync_commits_survive_a_killed_server(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+        close_pipes(process)
     with Store.open(data) as store:
         coll = store.collection("m")
         assert coll.generation_id == b"1"

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.helpers import close_pipes
+
 from .conftest import es, unes
 from .test_cli import DRIVER, free_port, wait_healthy
 
@@ -56,6 +58,7 @@ def test_a_write_past_the_map_is_507_and_changes_nothing(tmp_path: Path) -> None
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
+        close_pipes(process)
 
 
 def test_a_bad_map_size_is_a_usage_error(tmp_path: Path) -> None:

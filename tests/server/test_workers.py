@@ -23,6 +23,7 @@ import pytest
 
 from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
+from tests.helpers import close_pipes
 
 from .conftest import es, wait_until
 from .test_cli import DRIVER, free_port, server_rx_queue, wait_healthy
@@ -57,6 +58,7 @@ class Served:
                 self.process.kill()
                 self.process.wait()
         output = self.process.stdout.read().decode() if self.process.stdout else ""
+        close_pipes(self.process)
         assert code == 0, output
         return output
 

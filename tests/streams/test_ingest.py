@@ -26,6 +26,7 @@ from diffstore.streams.client import StreamClient
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
 from diffstore.streams.records import StreamRecord
 from diffstore.streams.sinks import EngineSink, HttpSink
+from tests.helpers import close_pipes
 
 WAIT_S = 30.0
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def test_stop_commits_the_open_window(
         thread.join(WAIT_S)
         assert not thread.is_alive()
         assert [c.records for c in commits] == [10]
-        collection = sink._collection
+        collection = sink.collection
         assert {r.key: r.value for r in collection.query()} == {b"k%d" % i: b"v%d" % i for i in range(10)}
         stored = {r.name: r.generation_id for r in collection.readers()}
         assert {stored[f"hstream/sub/{s}"] for s in last_positions(ids)} == {
@@ -84,7 +85,7 @@ def test_ingest_into_embedded_collection_exactly_once(client: StreamClient, tmp_
     try:
         config = IngestConfig("ing", window_records=40, window_ms=20)
         commits = ingest_until(client, sink, config, last_positions(ids))
-        store_collection = sink._collection
+        store_collection = sink.collection
         assert store_collection.get(b"k3").value == b"v%d" % max(i for i in range(200) if i % 7 == 3)
         assert store_collection.get(b"json").value == b'{"a":[1,"x"],"b":2}'
         generations = [c.generation_id for c in commits]
@@ -106,7 +107,7 @@ def test_ingest_into_embedded_collection_exactly_once(client: StreamClient, tmp_
     try:
         commits = ingest_until(client, sink, IngestConfig("ing", window_ms=10), last_positions(ids + more))
         assert sum(c.records for c in commits) == 1
-        assert sink._collection.get(b"k0").value == b"later"
+        assert sink.collection.get(b"k0").value == b"later"
     finally:
         sink.close()
 
@@ -122,7 +123,7 @@ def test_user_mapper_renames_and_tombstones(client: StreamClient, tmp_path: Path
     try:
         config = IngestConfig("sub", window_records=2, window_ms=10, mapper=upper_mapper)
         ingest_until(client, sink, config, last_positions(ids))
-        collection = sink._collection
+        collection = sink.collection
         assert collection.get(b"user/a") is None
         assert collection.get(b"user/b").value == b"TWO"
         assert collection.get(b"a") is None
@@ -168,7 +169,7 @@ def test_ingest_through_the_http_client(client: StreamClient, tmp_path: Path) ->
         try:
             config = IngestConfig("sub", window_records=64, window_ms=20)
             ingest_until(client, sink, config, last_positions(ids))
-            collection = sink._collection
+            collection = sink.collection
             assert collection.get(b"k5").value == b"%d" % max(i for i in range(300) if i % 11 == 5)
             readers = {r.name: r.generation_id for r in collection.readers()}
             assert {readers[f"hstream/sub/{s}"] for s in last_positions(ids)} == {
@@ -219,6 +220,7 @@ def test_cli_ingests_and_stops_cleanly_on_sigterm(
             if process.poll() is None:
                 process.kill()
                 process.wait()
+            close_pipes(process)
         if target != "data":
             with Client(destination[1], token="s3cret" if target == "url-token" else None) as http:
                 record = http.collection("C").get(b"k")

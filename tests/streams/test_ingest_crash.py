@@ -31,6 +31,7 @@ from diffstore.streams.ingest import IngestConfig, Ingestor
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
 from diffstore.streams.records import RecordId, RecordPosition, StreamRecord
 from diffstore.streams.sinks import EngineSink
+from tests.helpers import close_pipes
 
 TOTAL = 50_000
 KEYS = 40
@@ -101,6 +102,7 @@ def test_sigkilled_ingestor_applies_every_record_exactly_once(stream_server: Any
                 if process.poll() is None:
                     process.kill()
                 process.wait()
+                close_pipes(process)
         producer.close()
         assert len(ids) == TOTAL and kills >= 10
 

@@ -14,7 +14,7 @@ from ingest_helpers import produce
 from prometheus_client.parser import text_string_to_metric_families
 
 from diffstore.streams.client import StreamClient
-from tests.helpers import wait_until
+from tests.helpers import close_pipes, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,6 +73,7 @@ def test_ingest_serves_its_metrics_and_logs_json(stream_server: Any, tmp_path: P
                 process.wait()
     assert process.stderr is not None
     lines = [json.loads(line) for line in process.stderr.read().splitlines() if line.strip()]
+    close_pipes(process)
     assert any(line["event"] == "window committed" and "records" in line for line in lines), lines
     assert lines[-1]["event"] == "ingest stopped" and lines[-1]["applied"] == 100
     assert all({"time", "level", "event"} <= line.keys() for line in lines)

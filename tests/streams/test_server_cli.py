@@ -14,6 +14,7 @@ import pytest
 from diffstore.streams import cli
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
+from tests.helpers import close_pipes
 
 
 def test_streams_serve_is_registered_with_its_options() -> None:
@@ -54,6 +55,7 @@ def test_serve_process_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+        close_pipes(process)
 
 
 def test_map_size_takes_human_sizes_and_refuses_others(tmp_path: Path) -> None:

@@ -17,16 +17,7 @@ router = APIRouter(tags=["diff"])
 @route(router, "POST", "/collections/{c}/diff/", body=schemas.StartDiff, answer=schemas.DiffResponse)
 async def start_diff(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
-        req = DiffRequest.from_wire(x.body, x.codec)
-        page = x.store.collection(c).diff_page(
-            from_generation_id=req.from_generation_id,
-            to_generation_id=req.to_generation_id,
-            from_reader=req.from_reader,
-            include_intermediate=req.include_intermediate,
-            from_key=req.from_key,
-            to_key=req.to_key,
-            limit=req.limit,
-        )
+        page = DiffRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
         return diff_page_to_wire(page, x.out)
 
     return await handle(request, work, Limit.OTHER)

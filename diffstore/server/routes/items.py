@@ -45,9 +45,7 @@ async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Rece
         if raw is None:
             return  # the client left
         req = GetRequest.from_wire(decode_body(raw, codec), codec)
-        result = lane.store.collection(collection).get_result(
-            req.key, generation_id=req.at.generation_id, phantom_id=req.at.phantom_id
-        )
+        result = req.run(lane.store.collection(collection))
         if result.record is not None and len(result.record.value) > INLINE_MAX_BYTES:
             payload = await anyio.to_thread.run_sync(lambda: out.dumps(get_result_to_wire(result, out)))
         else:
@@ -67,14 +65,7 @@ async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Rece
 )
 async def get_keys_around(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
-        req = KeysAroundRequest.from_wire(x.body, x.codec)
-        result = x.store.collection(c).keys_around(
-            req.key,
-            req.limit,
-            require_key_existence=req.require_key_existence,
-            generation_id=req.at.generation_id,
-            phantom_id=req.at.phantom_id,
-        )
+        result = KeysAroundRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
         return keys_around_to_wire(result, x.out)
 
     return await handle(request, work, Limit.OTHER)
@@ -83,9 +74,7 @@ async def get_keys_around(request: Request, c: str) -> Response:
 @route(router, "POST", "/collections/{c}/put", body=schemas.PutOne, answer=schemas.PutResponse)
 async def put(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
-        req = PutRequest.from_wire(x.body, x.codec)
-        key, value, if_not_present = req.item
-        result = x.store.collection(c).put(key, value, if_not_present=if_not_present, **req.options.kwargs())
+        result = PutRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
         return put_result_to_wire(result, x.out)
 
     return await handle(request, work, Limit.PUT)
@@ -94,8 +83,7 @@ async def put(request: Request, c: str) -> Response:
 @route(router, "POST", "/collections/{c}/putMany", body=schemas.PutMany, answer=schemas.PutResponse)
 async def put_many(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
-        req = PutManyRequest.from_wire(x.body, x.codec)
-        result = x.store.collection(c).put_many(req.items, **req.options.kwargs())
+        result = PutManyRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
         body = put_result_to_wire(result, x.out)
         del body["wasPut"]  # SPEC §3: putMany answers {generationId, skipped?}
         return body

@@ -24,14 +24,7 @@ router = APIRouter(tags=["query"])
 )
 async def start_query(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
-        req = QueryRequest.from_wire(x.body, x.codec)
-        page = x.store.collection(c).query_page(
-            generation_id=req.at.generation_id,
-            phantom_id=req.at.phantom_id,
-            from_key=req.from_key,
-            to_key=req.to_key,
-            limit=req.limit,
-        )
+        page = QueryRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
         return query_page_to_wire(page, x.out)
 
     return await handle(request, work, Limit.OTHER)

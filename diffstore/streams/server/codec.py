@@ -99,7 +99,7 @@ def check_batch(record: pb.BatchedRecord, max_records: int, max_bytes: int) -> N
 def parse_stored(raw: bytes) -> pb.BatchedRecord:
     """A stored ``BatchedRecord`` (raises InvalidArgument if its bytes are not one)."""
     try:
-        return pb.BatchedRecord.FromString(raw)
+        return pb.BatchedRecord.FromString(raw)  # type: ignore[no-any-return]
     except DecodeError as exc:
         raise InvalidArgument(f"a stored batch is not a BatchedRecord: {exc}") from exc
 

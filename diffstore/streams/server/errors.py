@@ -63,7 +63,7 @@ def grpc_status(exc: StreamServerError | e.DiffstoreError) -> grpc.StatusCode:
     if isinstance(exc, StreamServerError):
         return exc.status
     for cls in type(exc).__mro__:
-        status = _STATUS_BY_ENGINE_ERROR.get(cls)  # type: ignore[call-overload]
+        status = _STATUS_BY_ENGINE_ERROR.get(cls)
         if status is not None:
             return status
     return grpc.StatusCode.INTERNAL

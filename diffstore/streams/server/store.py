@@ -82,7 +82,7 @@ class SubscriptionInfo:
 
 
 def _pack(value: dict[str, Any]) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def _unpack(raw: bytes) -> dict[str, Any]:
