@@ -8,7 +8,7 @@
   knows nothing of Prometheus.
 - Reader lag and the store's size are read from the store when ``/metrics`` is scraped (one snapshot,
   :func:`diffstore.engine.overview.overview`): every worker process opens the same store, so any of them
-  answers for all.
+  answers for all. Failing automatic commits come from the scraped process's ``Store.health()``.
 - Long-poll waiters: each process sets its own count (on every scrape and every
   :data:`WAITERS_REFRESH_S`); with several processes the scrape shows the sum over the live ones.
 
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from diffstore.engine import overview
@@ -122,6 +122,22 @@ class _StoreCollector(Collector):
             "diffstore_store_size_bytes",
             "Bytes of the store's data file in use",
             value=overview.size_bytes(self.store),
+        )
+        # Automatic commits are retried by the process that took them: with several workers these two
+        # describe the scraped process (a failure that persists shows in every process that retries it).
+        health = self.store.health()
+        failing = GaugeMetricFamily(
+            "diffstore_auto_commit_failing_attempts",
+            "Failed attempts of an automatic commit that is still being retried, by collection",
+            labels=["collection"],
+        )
+        for failure in health.failing_auto_commits:
+            failing.add_metric([failure.collection], failure.attempts)
+        yield failing
+        yield CounterMetricFamily(
+            "diffstore_auto_commit_failures",
+            "Failed attempts of automatic commits since this process opened the store",
+            value=health.auto_commit_failures,
         )
 
 

@@ -11,6 +11,7 @@ from diffstore.engine.types import StoreConfig
 from diffstore.errors import StorageError
 
 from .conftest import es, live_server, wait_until
+from .test_metrics import scrape, value
 
 
 def test_failing_automatic_commits_make_healthz_degraded_until_they_succeed(
@@ -41,7 +42,13 @@ def test_failing_automatic_commits_make_healthz_degraded_until_they_succeed(
             "value": "AAAAAAAAAAA=",
             "encoding": "base64",
         }
+        samples = scrape(live)
+        assert value(samples, "diffstore_auto_commit_failing_attempts", collection="n") >= 1
+        assert value(samples, "diffstore_auto_commit_failures_total") >= 1
         failing[0] = False  # the disk has room again: the retry commits the acknowledged write
         wait_until(lambda: live.ok("GET", "/healthz") == {"ok": True}, 30, "healthz to recover")
+        samples = scrape(live)
+        assert ("diffstore_auto_commit_failing_attempts", frozenset({("collection", "n")})) not in samples
+        assert value(samples, "diffstore_auto_commit_failures_total") >= 1
         answer = live.ok("POST", "/collections/n/get", {"key": es("k")})
         assert answer["item"]["value"] == {"value": "v"}
