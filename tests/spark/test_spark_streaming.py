@@ -138,7 +138,10 @@ def test_stream_mirrors_a_collection_exactly_once(spark, server_url, store: Stor
     query = _mirror_query(spark, server_url, a, c, checkpoint, fail_flag=flag)
     _finish(query)
     assert snapshot(store, c) == snapshot(store, a)
-    assert _counter(store.collection(c).generation_id) == 3 and committed_batch(_marker(store, c)) == 2
+    # generation counters count above the open generation too: a leftover (counter 3) pushes the retry to 4
+    expected_counter = 3 if leftover is None else 4
+    assert _counter(store.collection(c).generation_id) == expected_counter
+    assert committed_batch(_marker(store, c)) == 2
     assert store.collection(c).next_generation_id is None
     shutil.rmtree(checkpoint)
 
