@@ -1,5 +1,7 @@
-# diffstore HTTP server: `docker build -t diffstore . && docker run -p 3030:3030 -v diffstore-data:/data diffstore`
-# Set DIFFSTORE_TOKEN to require `Authorization: Bearer <token>` on every route but /healthz.
+# diffstore HTTP server:
+#   docker build -t diffstore . && docker run -p 3030:3030 -e DIFFSTORE_TOKEN=... -v diffstore-data:/data diffstore
+# It binds 0.0.0.0, so it refuses to start without DIFFSTORE_TOKEN (every route but /healthz and the
+# console's static shell then needs `Authorization: Bearer <token>`).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -8,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY diffstore ./diffstore
 # The base package only: no spark extra, no dev tools.
 RUN pip install . \

@@ -6,6 +6,7 @@ Keeping FastAPI and uvicorn out of this module keeps every ``diffstore`` command
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 from typing import Any
@@ -22,6 +23,13 @@ def _serve_command(args: argparse.Namespace) -> int:
     if token is not None and not token.strip():
         source = "--token" if args.token is not None else "DIFFSTORE_TOKEN"
         print(f"diffstore serve: error: {source} is empty; give a token or unset it", file=sys.stderr)
+        return 2
+    if token is None and not args.allow_unauthenticated and not is_loopback(args.host):
+        print(
+            f"diffstore serve: error: --host {args.host} is reachable from other machines and no token is"
+            " set; give --token (or DIFFSTORE_TOKEN), bind 127.0.0.1, or pass --allow-unauthenticated",
+            file=sys.stderr,
+        )
         return 2
     try:
         config = ServerConfig(
@@ -49,6 +57,16 @@ def _serve_command(args: argparse.Namespace) -> int:
     return serve(config)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
 def default_workers() -> int:
     """The number of CPUs this process may run on, at most 8."""
     try:
@@ -66,6 +84,11 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("--port", type=int, default=3030, help="port (default 3030)")
     parser.add_argument(
         "--token", default=None, help="require 'Authorization: Bearer TOKEN' (default: $DIFFSTORE_TOKEN)"
+    )
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve without a token on an address other machines can reach (refused otherwise)",
     )
     parser.add_argument(
         "--commit-delay-ms", type=int, default=50, help="auto-commit delay of non-manual collections"

@@ -20,6 +20,7 @@ import msgpack
 import pytest
 
 from diffstore.server import ServerConfig
+from diffstore.server.cli import is_loopback
 from diffstore.server.config import Limit
 from tests.engine.util import raw_state
 
@@ -346,3 +347,29 @@ def test_an_empty_token_is_refused_in_one_line(
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1 and source in done.stderr and "Traceback" not in done.stderr
     assert not data.exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "example.org"])
+def test_a_reachable_host_without_a_token_is_refused_in_one_line(tmp_path: Path, host: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DIFFSTORE_TOKEN"}
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, "serve", "--data", str(data), "--port", "0", "--host", host],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "--allow-unauthenticated" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not data.exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("::1", True), ("[::1]", True),
+     ("0.0.0.0", False), ("::", False), ("192.0.2.1", False), ("example.org", False)],
+)
+def test_which_hosts_count_as_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
