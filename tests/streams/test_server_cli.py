@@ -48,6 +48,12 @@ def test_serve_process_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
             stub = pb_grpc.HStreamApiStub(channel)
             assert stub.Echo(pb.EchoRequest(msg="ping"), timeout=20).msg == "ping"
             stub.CreateStream(pb.Stream(streamName="s", replicationFactor=1, shardCount=1), timeout=20)
+            # a second server on the same directory refuses to start, and the first one keeps serving
+            second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            assert second.returncode == 1 and second.stdout == ""
+            assert second.stderr.count("\n") == 1 and "already served" in second.stderr, second.stderr
+            names = [s.streamName for s in stub.ListStreams(pb.ListStreamsRequest(), timeout=20).streams]
+            assert names == ["s"]
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         assert (tmp_path / "data.mdb").exists()

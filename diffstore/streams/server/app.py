@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -200,8 +202,31 @@ class ServerThread:
         self.stop()
 
 
+LOCK_FILE = "serve.lock"
+
+
 def serve(config: StreamServerConfig) -> int:
-    """Runs a server in the foreground until SIGINT or SIGTERM; returns the exit code."""
+    """Runs a server in the foreground until SIGINT or SIGTERM; returns the exit code.
+
+    One server per data directory: a second one on the same directory refuses to start (exit 1), since
+    two would hand out the same record ids and subscriptions twice. The lock is an ``flock`` on
+    ``<data>/serve.lock``, released by the kernel however the first server ends.
+    """
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    with open(config.data_dir / LOCK_FILE, "a+b") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"diffstore streams serve: error: {config.data_dir} is already served by another"
+                " 'diffstore streams serve'; stop it or give another --data",
+                file=sys.stderr,
+            )
+            return 1
+        return _serve_locked(config)
+
+
+def _serve_locked(config: StreamServerConfig) -> int:
 
     async def main() -> None:
         server = StreamServer(config)
