@@ -17,6 +17,7 @@ Every command prints bytes the same way and accepts that form back (``--generati
 
 from __future__ import annotations
 
+import argparse
 import base64
 import binascii
 import importlib
@@ -83,3 +84,14 @@ def load_callable(spec: str, option: str) -> Callable[..., Any]:
     if not callable(target):
         raise InvalidRequest(f"{option} {spec}: {attr} is not a function")
     return target
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value

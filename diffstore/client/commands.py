@@ -108,7 +108,7 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("collection", metavar="COLLECTION")
     parser.add_argument("--from-key", metavar="K", help="first key (inclusive)")
     parser.add_argument("--to-key", metavar="K", help="last key (exclusive)")
-    parser.add_argument("--limit", metavar="N", type=_positive, help="print at most N records")
+    parser.add_argument("--limit", metavar="N", type=shell.positive_int, help="print at most N records")
     parser.add_argument("--generation", metavar="G", help="read as of this generation (default: current)")
     parser.set_defaults(func=query)
 
@@ -129,16 +129,6 @@ def add_commands(subparsers: Any) -> None:
     parser = command(readers_sub, "ls", "list the readers of a collection")
     parser.add_argument("collection", metavar="COLLECTION")
     parser.set_defaults(func=readers_ls)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def _client(args: argparse.Namespace) -> Client:

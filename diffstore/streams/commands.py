@@ -78,7 +78,9 @@ def add_stream_commands(commands: Any) -> None:
 
     parser = command("create", "create a stream")
     parser.add_argument("name", metavar="NAME")
-    parser.add_argument("--shards", type=_positive, default=1, metavar="N", help="shards (default 1)")
+    parser.add_argument(
+        "--shards", type=shell.positive_int, default=1, metavar="N", help="shards (default 1)"
+    )
     parser.set_defaults(func=create)
     parser = command("ls", "list the streams")
     parser.set_defaults(func=ls)
@@ -98,21 +100,11 @@ def add_stream_commands(commands: Any) -> None:
     parser.set_defaults(func=produce)
     parser = command("consume", "print (and acknowledge) the records of a subscription")
     parser.add_argument("subscription", metavar="S")
-    parser.add_argument("--count", type=_positive, metavar="N", help="stop after N records")
+    parser.add_argument("--count", type=shell.positive_int, metavar="N", help="stop after N records")
     parser.add_argument(
         "--idle", type=float, metavar="SECONDS", help="stop when no record came for SECONDS (default: never)"
     )
     parser.set_defaults(func=consume)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 @contextlib.contextmanager
