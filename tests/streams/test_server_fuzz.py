@@ -14,13 +14,13 @@ import grpc
 from google.protobuf import message_factory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_server_hardening import raw_call
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 from diffstore.streams.server import ServerThread, StreamServerConfig
 
 EXAMPLES_PER_METHOD = 100
-SERVICE = "/hstream.server.HStreamApi/"
 ANSWERS_OF_DECODABLE = {
     grpc.StatusCode.OK,
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -28,19 +28,6 @@ ANSWERS_OF_DECODABLE = {
     grpc.StatusCode.ALREADY_EXISTS,
     grpc.StatusCode.FAILED_PRECONDITION,
 }
-
-
-def _raw_call(channel: grpc.Channel, method: Any, raw: bytes) -> grpc.StatusCode:
-    path = SERVICE + method.name
-    try:
-        if method.client_streaming:
-            for _ in channel.stream_stream(path)(iter([raw]), timeout=20):
-                pass
-        else:
-            channel.unary_unary(path)(raw, timeout=20)
-    except grpc.RpcError as exc:
-        return exc.code()  # type: ignore[attr-defined, no-any-return]
-    return grpc.StatusCode.OK
 
 
 def _decodes(method: Any, raw: bytes) -> bool:
@@ -75,7 +62,7 @@ def _fuzz_one(channel: grpc.Channel, method: Any, tried: dict[str, int]) -> None
     )
     @given(raw=INPUTS)
     def fuzz(raw: bytes) -> None:
-        code = _raw_call(channel, method, raw)
+        code = raw_call(channel, method, raw)
         if _decodes(method, raw):
             tried["decodable"] += 1
             assert code in ANSWERS_OF_DECODABLE, (method.name, raw, code)

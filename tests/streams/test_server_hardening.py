@@ -212,7 +212,7 @@ def test_an_undecodable_request_is_invalid_argument(
     make_stream(hstream_stub)
     before = state(hstream_stub)
     with grpc.insecure_channel(stream_server.address) as channel:
-        code = _raw_call(channel, method, UNDECODABLE)
+        code = raw_call(channel, method, UNDECODABLE)
     assert code == INVALID
     assert state(hstream_stub) == before
 
@@ -234,7 +234,7 @@ def test_an_undecodable_ack_ends_the_fetch_with_invalid_argument(
     assert list(consumers) == []
 
 
-def _raw_call(channel: grpc.Channel, method: Any, raw: bytes) -> grpc.StatusCode:
+def raw_call(channel: grpc.Channel, method: Any, raw: bytes) -> grpc.StatusCode:
     """Sends ``raw`` as the request of ``method``; returns the status (OK when it succeeded)."""
     path = SERVICE + method.name
     try:
