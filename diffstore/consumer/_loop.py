@@ -2,7 +2,10 @@
 
 The store is anything satisfying :class:`ConsumerStore` — the HTTP :class:`~diffstore.client.Client`
 or an embedded engine ``Store``; waiting when caught up uses the client's long poll
-(``wait_for_change``) or, for the engine, :class:`CommitWaiter` on its commit listener.
+(``wait_for_change``) or, for the engine, :class:`CommitWaiter` on its commit listener. With
+``workers`` > 1 the data events go to a :class:`~diffstore.consumer._pool.WorkerPool` (partitioned by
+key, see :mod:`diffstore.consumer._partitions`) and the loop waits for its barrier before
+``on_end_source``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any, Protocol
 
 from diffstore import rounds
 from diffstore.collection import Collection
+from diffstore.consumer._partitions import Failure
+from diffstore.consumer._pool import WorkerPool
 from diffstore.consumer._window import (
     Action,
     DataEvent,
@@ -35,7 +40,11 @@ from diffstore.consumer._window import (
     WriteCheckpoint,
 )
 from diffstore.engine.types import ReaderUpdate
-from diffstore.errors import Conflict
+from diffstore.errors import Conflict, InvalidRequest
+
+# tasks queued or in flight per worker: enough to keep every worker busy while the next page is fetched,
+# few enough that a window's memory stays about one diff page
+PENDING_PER_WORKER = 64
 
 
 class WindowListener:
@@ -125,6 +134,13 @@ class Consumer:
         wait_timeout_ms: one wait's length; :meth:`run` checks its stop event this often at worst.
         max_rollbacks: consecutive rollbacks before :class:`ConsumerStalled` is raised.
         replay_delay_s: pause before a window is replayed.
+        workers: threads calling ``on_data_event`` (default 1: every callback on the calling thread).
+            With N > 1, a window's data events are partitioned by key (``crc32(key) % N``): callbacks
+            for different keys run concurrently, callbacks for one key one after the other in window
+            order; every other callback runs on the calling thread after a barrier (``on_end_source``
+            once every data event of the source finished). A failure in any partition drops the
+            window's remaining events, waits for the callbacks in flight and rolls the whole window
+            back (it is replayed; nothing is checkpointed). ``on_data_event`` must then be thread-safe.
     """
 
     def __init__(
@@ -139,7 +155,10 @@ class Consumer:
         wait_timeout_ms: int = 30_000,
         max_rollbacks: int = 10,
         replay_delay_s: float = 0.5,
+        workers: int = 1,
     ) -> None:
+        if workers < 1:
+            raise InvalidRequest("workers must be 1 or more")
         self.store = store
         self.listener = listener
         self.machine = WindowMachine(sources)
@@ -148,6 +167,8 @@ class Consumer:
         self.wait_timeout_ms = wait_timeout_ms
         self.max_rollbacks = max_rollbacks
         self.replay_delay_s = replay_delay_s
+        self.workers = workers
+        self._pool: WorkerPool | None = None
         self._owned_waiter: CommitWaiter | None = None
         if waiter is None:
             if hasattr(store, "wait_for_change"):
@@ -170,6 +191,20 @@ class Consumer:
         self._loop(stop or threading.Event(), wait=True)
 
     def _loop(self, stop: threading.Event | None, wait: bool) -> int:
+        if self.workers == 1:
+            return self._run_machine(stop, wait)
+        self._pool = WorkerPool(self.workers, self._call_data, capacity=PENDING_PER_WORKER * self.workers)
+        try:
+            return self._run_machine(stop, wait)
+        except BaseException as exc:
+            # the pool is closed below and drops its queue: a window in progress must be replayed whole
+            self.machine.abandon(exc)
+            raise
+        finally:
+            self._pool.close()
+            self._pool = None
+
+    def _run_machine(self, stop: threading.Event | None, wait: bool) -> int:
         checkpoints = 0
         if self.machine.phase is Phase.WAIT:
             self.machine.wait_ended()  # a new call looks at the heads again before deciding to wait
@@ -211,7 +246,10 @@ class Consumer:
     def _deliver(self, action: Action, stop: threading.Event | None) -> None:
         assert isinstance(action, Deliver)
         event = action.event
+        pool = self._pool
         if isinstance(event, Rollback):
+            if pool is not None:
+                pool.roll_back(event.error)  # no callback of the window runs during on_rollback or after
             self.listener.on_rollback(event.from_positions, event.error)
             self.machine.delivered(True)
             if self.machine.consecutive_rollbacks >= self.max_rollbacks:
@@ -222,6 +260,14 @@ class Consumer:
                 else:
                     stop.wait(self.replay_delay_s)
             return
+        if pool is not None and isinstance(event, DataEvent | EndSource):
+            if isinstance(event, DataEvent) and pool.submit(event):
+                self.machine.delivered(True)  # handed over: its outcome counts at the barrier
+                return
+            failure = pool.settle()  # the barrier (or a failed window: wait for the callbacks in flight)
+            if failure is not None:
+                self._fail_window(failure)
+                return
         try:
             answer = self._call_listener(event)
         except Exception as exc:  # a failing callback rolls the window back, by contract
@@ -231,6 +277,15 @@ class Consumer:
             self.machine.delivered(False, exc)
             raise
         self.machine.delivered(answer is not False)
+
+    def _fail_window(self, failure: Failure) -> None:
+        """A partition failed: roll back (then replay); an exit raised in a worker propagates after that."""
+        self.machine.delivered(False, failure.error)
+        if failure.error is not None and not isinstance(failure.error, Exception):
+            raise failure.error
+
+    def _call_data(self, event: DataEvent) -> bool | None:
+        return self.listener.on_data_event(event.source, event.key, event.old, event.new)
 
     def _call_listener(self, event: Event) -> bool | None:
         listener = self.listener

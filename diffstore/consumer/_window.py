@@ -120,6 +120,10 @@ class Phase(enum.Enum):
     ROLLBACK = "rollback"
 
 
+# phases after on_start_window was accepted and before the window's end was accepted
+_INSIDE_WINDOW = frozenset({Phase.SOURCE_START, Phase.FETCH, Phase.DATA, Phase.SOURCE_END, Phase.WINDOW_END})
+
+
 class ProtocolViolation(RuntimeError):
     """The machine was fed an outcome that does not answer its current action (a bug in the loop)."""
 
@@ -261,6 +265,11 @@ class WindowMachine:
         """An I/O error while fetching: roll back, then reload the checkpoint."""
         self._expect(Phase.FETCH, Phase.DATA)
         self._roll_back(error, Phase.LOAD)
+
+    def abandon(self, error: BaseException) -> None:
+        """The loop stops inside a window (interrupted): roll it back, then reload; a no-op outside one."""
+        if self.phase in _INSIDE_WINDOW:
+            self._roll_back(error, Phase.LOAD)
 
     def checkpoint_written(self) -> None:
         self._expect(Phase.CHECKPOINT)

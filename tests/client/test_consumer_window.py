@@ -146,3 +146,20 @@ def test_outcomes_out_of_turn_and_bad_sources_are_refused() -> None:
         WindowMachine(["A", "A"])
     with pytest.raises(InvalidRequest):
         WindowMachine([])
+
+
+def test_an_abandoned_window_rolls_back_and_reloads_but_only_inside_a_window() -> None:
+    machine = WindowMachine(["A"])
+    machine.checkpoint_loaded({"A": None})
+    machine.heads_read({"A": b"3"})
+    interrupt = KeyboardInterrupt()
+    machine.abandon(interrupt)  # StartWindow not delivered yet: nothing to roll back
+    assert machine.next_action() == Deliver(StartWindow({"A": b""}))
+    machine.delivered(True)
+    machine.delivered(True)  # StartSource
+    assert isinstance(machine.next_action(), FetchPage)
+    machine.abandon(interrupt)
+    assert machine.next_action() == Deliver(Rollback({"A": b""}, interrupt))
+    machine.abandon(interrupt)  # already rolling back
+    machine.delivered(True)
+    assert machine.next_action() == LoadCheckpoint()
