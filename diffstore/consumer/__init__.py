@@ -31,6 +31,12 @@ Delivery guarantee — what holds, exactly:
       each see windows the other also saw.) Because readers pin garbage collection, the sources keep
       every generation the consumer still needs.
 
+Parallel consumption (``workers=N``): a window's data events are partitioned by key over N threads --
+different keys concurrently, one key in order -- with a barrier before ``on_end_source`` and so before the
+checkpoint; a failure in any partition rolls the whole window back and replays it. The bookkeeping is
+:class:`~diffstore.consumer._partitions.PartitionMachine`, pure like the window machine; the threads are
+``_pool.py``. The guarantee above holds unchanged.
+
 The window logic is :class:`WindowMachine` (``_window.py``), a pure state machine (no I/O, h11 style):
 it answers "what next" with an action and is fed the outcome. :class:`Consumer` (``_loop.py``) is the
 thin loop that performs actions on a :class:`ConsumerStore` — the HTTP :class:`~diffstore.client.Client`
