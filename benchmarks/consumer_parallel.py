@@ -82,7 +82,9 @@ def consume_once(store: Any, workers: int, delay_s: float, run: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--keys", type=int, default=2000)
     parser.add_argument("--workers", default="1,4,16")
     parser.add_argument("--callback-ms", type=float, default=1.0)
