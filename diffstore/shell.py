@@ -45,6 +45,22 @@ def show_opt(data: bytes | None) -> str | None:
     return None if data is None else show(data)
 
 
+def quote_empty(text: str) -> str:
+    """``""`` for the empty text form (the empty generation id), so a line still shows it; the shell reads
+    ``""`` back as the empty string."""
+    return text or '""'
+
+
+def change_line(key: str, old: str | None, new: str | None) -> str:
+    """One changed key, as ``diff`` and ``watch --diff`` print it: ``+ KEY<TAB>NEW``, ``- KEY<TAB>OLD`` or
+    ``~ KEY<TAB>OLD<TAB>NEW`` (arguments in the text form)."""
+    if old is None:
+        return f"+ {key}\t{new}"
+    if new is None:
+        return f"- {key}\t{old}"
+    return f"~ {key}\t{old}\t{new}"
+
+
 def parse(text: str) -> bytes:
     """The bytes of a text form; raises :class:`InvalidEncoding` for a malformed ``base64:`` text."""
     if not text.startswith(PREFIX):

@@ -300,13 +300,7 @@ def diff(args: argparse.Namespace) -> int:
         for item in items:
             key = shell.show(item.key)
             old, new = shell.show_opt(item.from_value), shell.show_opt(item.to_value)
-            if old is None:
-                text = f"+ {key}\t{new}"
-            elif new is None:
-                text = f"- {key}\t{old}"
-            else:
-                text = f"~ {key}\t{old}\t{new}"
-            rows.append(({"key": key, "fromValue": old, "toValue": new}, text))
+            rows.append(({"key": key, "fromValue": old, "toValue": new}, shell.change_line(key, old, new)))
     _emit_all(args, rows)
     return 0
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 from typing import Any
 
+from diffstore import shell
 from diffstore.server import ServerConfig
 from tests.server.conftest import Live, es, live_server
 
@@ -41,7 +43,9 @@ def test_collections_list_shows_collections_made_over_http(live: Live, page: Any
     table = {row[0]: row for row in rows(page, "#collections tbody tr")}
     assert list(table) == ["orders", "totals", "users"]
     assert table["orders"][1] == "manual" and table["orders"][2] == "g1"
-    assert table["users"][1] == "auto" and table["users"][3] == "hex:0000000000000001"
+    # ids in the command line's one text form (diffstore.shell), which every command accepts back
+    assert table["users"][1] == "auto" and table["users"][3] == "base64:AAAAAAAAAAE="
+    assert shell.parse(table["users"][3]) == (1).to_bytes(8, "big")
     assert "from_orders ← orders" in table["totals"][4] and "lag 1" in table["totals"][4]
     page.fill("#filter", "tot")
     assert page.locator("#collections tbody tr:visible").count() == 1
@@ -58,7 +62,7 @@ def test_diff_view_shows_a_diff_with_values_between(live: Live, page: Any) -> No
     assert shown == {
         "a": ["1", "9"],
         "b": ["2", "null"],
-        "bin": ["0x00ff", "0x01fe"],  # values: text when printable, else hex
+        "bin": [shell.show(b"\x00\xff"), shell.show(b"\x01\xfe")],  # text when printable, else base64:
         "c": ["null", "3"],
     }
     assert page.locator("#diff tbody tr.removed").count() == 1 and page.locator("tr.added").count() == 1
@@ -129,16 +133,16 @@ def test_browse_pages_jumps_and_shows_phantoms(live: Live, page: Any) -> None:
         {"item": {"key": es("k000"), "value": es("ghost")}, "generationId": es("g2"), "phantomId": phantom},
     )
     page.fill("#jump", "")
-    page.fill("#phantom", phantom["value"] if "encoding" not in phantom else "hex:" + phantom_hex(phantom))
+    page.fill("#phantom", shell.show(es_bytes(phantom)))  # typed as the command line prints it
     page.fill("#generation", "g2")
     page.click("#browse-form button[type=submit]")
     page.wait_for_function("document.querySelector('#records tbody tr td + td').innerText === 'ghost'")
 
 
-def phantom_hex(es_value: dict[str, str]) -> str:
-    import base64
-
-    return base64.b64decode(es_value["value"]).hex()
+def es_bytes(es_value: dict[str, str]) -> bytes:
+    if es_value.get("encoding") == "base64":
+        return base64.b64decode(es_value["value"])
+    return es_value["value"].encode()
 
 
 def test_pipeline_graph_draws_readers(live: Live, page: Any) -> None:

@@ -18,7 +18,11 @@ const main = () => document.getElementById("view");
 // ---- bytes, EncodedStrings and how values are shown -------------------------------------------------
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
-const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
+// Not printable, as the command line decides (Python's str.isprintable): control, format, unassigned,
+// private-use and surrogate characters, and every separator but the space.
+const UNPRINTABLE = /(?! )[\p{C}\p{Z}]/u;
+// The command line's one text form for bytes that are not printable UTF-8 (diffstore/shell.py).
+const PREFIX = "base64:";
 
 function esToBytes(es) {
   if (es === null || es === undefined) return null;
@@ -44,7 +48,7 @@ function hex(bytes) {
 function asText(bytes) {
   try {
     const text = utf8.decode(bytes);
-    return CONTROL.test(text) ? null : text;
+    return UNPRINTABLE.test(text) ? null : text;
   } catch {
     return null;
   }
@@ -54,31 +58,31 @@ function esc(text) {
   return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 }
 
-// A value as HTML: UTF-8 text when it decodes and is printable, else hex.
+// A key or value as HTML, in the command line's text form: UTF-8 text when it decodes and is printable,
+// else "base64:..." (marked, with its length).
 function valueHtml(es) {
   const bytes = esToBytes(es);
   if (bytes === null) return '<span class="null">null</span>';
-  const text = asText(bytes);
-  if (text !== null) return `<span class="value">${esc(text)}</span>`;
-  return `<span class="value hex" title="${bytes.length} bytes, not printable UTF-8">0x${hex(bytes)}</span>`;
+  const label = idLabel(es);
+  if (!label.startsWith(PREFIX)) return `<span class="value">${esc(label)}</span>`;
+  return `<span class="value binary" title="${bytes.length} bytes, not printable UTF-8">${esc(label)}</span>`;
 }
 
-// Generation ids and keys typed or shown in the console: text, or "hex:..." for other bytes.
+// Generation ids and keys typed or shown in the console, as the command line prints and accepts them:
+// printable UTF-8 as it is, else "base64:" and the standard base64 (so is text that begins with "base64:").
 function idLabel(es) {
   const bytes = esToBytes(es);
   if (bytes === null) return "null";
   const text = asText(bytes);
-  if (text === null || text.startsWith("hex:")) return "hex:" + hex(bytes);
+  if (text === null || text.startsWith(PREFIX)) return PREFIX + bytesToEs(bytes).value;
   return text;
 }
 
 function parseLabel(label) {
-  if (label.startsWith("hex:")) {
-    const digits = label.slice(4);
-    if (!/^([0-9a-fA-F]{2})*$/.test(digits)) throw new Error(`not hex: ${label}`);
-    const bytes = new Uint8Array(digits.length / 2);
-    for (let i = 0; i < bytes.length; i++) bytes[i] = parseInt(digits.slice(2 * i, 2 * i + 2), 16);
-    return bytesToEs(bytes);
+  if (label.startsWith(PREFIX)) {
+    const digits = label.slice(PREFIX.length);
+    if (!/^[A-Za-z0-9+/]*={0,2}$/.test(digits) || digits.length % 4 !== 0) throw new Error(`not base64: ${label}`);
+    return { value: digits, encoding: "base64" };
   }
   return { value: label };
 }
@@ -445,7 +449,7 @@ async function viewBrowse(signal, name, params) {
 <label>As of generation <input id="generation" list="generations" placeholder="current" value="${esc(params.get("g") || "")}"></label>
 <datalist id="generations"></datalist>
 <label>Phantom id <input id="phantom" placeholder="none" value="${esc(params.get("p") || "")}"></label>
-<label>Jump to key <input id="jump" placeholder="key or hex:…" value="${esc(params.get("k") || "")}"></label>
+<label>Jump to key <input id="jump" placeholder="key or base64:…" value="${esc(params.get("k") || "")}"></label>
 <label>Page size <select id="limit"><option>50</option><option selected>100</option><option>500</option></select></label>
 <button type="submit">Show</button>
 <a href="#/diff/${encodeURIComponent(name)}">diff this collection</a></form>
