@@ -92,7 +92,8 @@ def configure_from(args: argparse.Namespace) -> None:
 class Reporter:
     """What a command tells its user: rich text on the console, or, with ``--log-format json``, log records.
 
-    ``say(level, text, event, **fields)``: ``text`` (rich markup) goes to the console in text format; in
+    ``say(level, text, event, **fields)``: ``text`` (rich markup: escape what a user wrote, with
+    ``rich.markup.escape``) goes to the console in text format, never wrapped; in
     JSON format a record with message ``event`` and ``fields`` goes to ``logger`` instead, so that the
     process's output stays one JSON object per line.
     """
@@ -106,4 +107,6 @@ class Reporter:
         if self.json:
             self.logger.log(level, event, extra=fields)
         else:
-            self.console.print(text)
+            # soft_wrap: rich would break a long line (a path, a URL) at the console's width, and a
+            # failure must stay one line for whoever reads or greps stderr
+            self.console.print(text, soft_wrap=True)

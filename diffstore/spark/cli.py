@@ -69,6 +69,7 @@ def load_job(spec: str) -> Any:
 def run_transform(args: argparse.Namespace) -> int:
     """Runs the transform command; returns the exit code."""
     from rich.console import Console
+    from rich.markup import escape
 
     from diffstore.spark.session import local_session
     from diffstore.spark.transform import RoundStats, Transform, TransformError, encode_id
@@ -98,7 +99,9 @@ def run_transform(args: argparse.Namespace) -> int:
             report.say(logging.INFO, f"[cyan]round[/] {ranges}", "round planned", ranges=ranges)
         elif name == "failed":
             error = str(details["error"])
-            report.say(logging.WARNING, f"[yellow]retry[/] {error}", "round failed, retrying", error=error)
+            report.say(
+                logging.WARNING, f"[yellow]retry[/] {escape(error)}", "round failed, retrying", error=error
+            )
         elif name == "waiting":
             report.say(
                 logging.INFO,
@@ -138,7 +141,7 @@ def run_transform(args: argparse.Namespace) -> int:
     try:
         transform.run(watch=args.watch)
     except TransformError as exc:
-        report.say(logging.ERROR, f"[red]failed[/] {exc}", "transform failed", error=str(exc))
+        report.say(logging.ERROR, f"[red]failed[/] {escape(str(exc))}", "transform failed", error=str(exc))
         return 1
     except KeyboardInterrupt:
         return 130

@@ -22,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from diffstore import jobmetrics, logs, shell
@@ -170,7 +171,12 @@ def run_ingest(args: argparse.Namespace) -> int:
         _check_subscription(args.hstream, args.subscription)
         sink = _open_sink(args)
     except (ValueError, ImportError, AttributeError, DiffstoreError, StreamError) as exc:
-        report.say(logging.ERROR, f"[red]ingest: {exc}[/red]", "ingest cannot start", error=str(exc))
+        report.say(
+            logging.ERROR,
+            f"[red]diffstore ingest: {escape(str(exc))}[/red]",
+            "ingest cannot start",
+            error=str(exc),
+        )
         return 2
     client = StreamClient(args.hstream)
     ingestor = Ingestor(client, sink, config)
@@ -193,7 +199,12 @@ def run_ingest(args: argparse.Namespace) -> int:
         else:
             ingestor.run(progress.on_commit)
     except (StreamError, DiffstoreError) as exc:
-        report.say(logging.ERROR, f"[red]ingest stopped: {exc}[/red]", "ingest stopped", error=str(exc))
+        report.say(
+            logging.ERROR,
+            f"[red]diffstore ingest stopped: {escape(str(exc))}[/red]",
+            "ingest stopped",
+            error=str(exc),
+        )
         return 1
     finally:
         for sig, handler in previous.items():
