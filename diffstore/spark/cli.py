@@ -11,7 +11,8 @@ import os
 from typing import Any
 
 from diffstore import jobmetrics, logs, shell
-from diffstore.client import DEFAULT_URL
+from diffstore.client import DEFAULT_URL, Client
+from diffstore.errors import NoSuchCollection, NotManual
 
 _log = logging.getLogger("diffstore.transform")
 
@@ -36,6 +37,11 @@ def add_commands(subparsers: Any) -> None:
         "--source", action="append", required=True, metavar="ALIAS=COLLECTION", help="a source (repeatable)"
     )
     parser.add_argument("--watch", action="store_true", help="keep running and follow the sources")
+    parser.add_argument(
+        "--create-target",
+        action="store_true",
+        help="create the target as a manual collection if it is missing",
+    )
     parser.add_argument("--partitions", type=int, default=4, help="Spark partitions per diff read")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument(
@@ -66,8 +72,33 @@ def load_job(spec: str) -> Any:
     return shell.load_callable(spec, "--job")
 
 
+def check_collections(args: argparse.Namespace, sources: dict[str, str]) -> None:
+    """Checks over HTTP that the sources exist and the target is a manual collection (``--create-target``
+    creates it); raises :class:`~diffstore.errors.DiffstoreError` (one line from ``diffstore.cli``)."""
+    with Client(args.url, token=args.token or None) as client:
+        names = {info.name: info.manual for info in client.collections()}
+        for collection in sources.values():
+            if collection not in names:
+                raise NoSuchCollection(f"no source collection {collection!r} at {args.url}")
+        if args.target not in names:
+            if not args.create_target:
+                raise NoSuchCollection(
+                    f"no target collection {args.target!r} at {args.url}: create it with 'diffstore "
+                    f"collections create {args.target} --manual' or pass --create-target"
+                )
+            client.create_collection(args.target, manual=True)
+        elif not names[args.target]:
+            raise NotManual(
+                f"the target {args.target!r} is not a manual collection: a transform commits its rounds "
+                "itself; create a manual one (diffstore collections create NAME --manual)"
+            )
+
+
 def run_transform(args: argparse.Namespace) -> int:
     """Runs the transform command; returns the exit code."""
+    sources = _sources(args.source)
+    fn = load_job(args.job)
+    check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
     from rich.console import Console
     from rich.markup import escape
 
@@ -77,8 +108,6 @@ def run_transform(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     logs.configure_from(args)
     report = logs.Reporter(console, _log, args.log_format)
-    sources = _sources(args.source)
-    fn = load_job(args.job)
     cores = 2
     if args.master.startswith("local[") and args.master[6:-1].isdigit():
         cores = int(args.master[6:-1])
