@@ -1,0 +1,386 @@
+"""Every code block of README.md and docs/*.md runs here, as written, against real servers.
+
+A block that cannot run in a test says so in the markdown, on the line before its fence:
+``<!-- not-tested: why -->`` (a diagram, a synopsis of options, Docker, a benchmark that runs for minutes).
+Every other block is taken, in page order, by the page's test below (:class:`Page`), which fails unless it
+took every unmarked block of its page; :func:`test_every_page_with_code_is_run` fails for a page with
+unmarked blocks and no test. The tests change only what a reader would: the server's address (a free port
+instead of 3030/6570) and the working directory (a temporary one).
+
+How a page's blocks run: shell blocks with bash (``diffstore`` on PATH, ``DIFFSTORE_URL``/``HSTREAM_URL``
+set), what the page says runs "in a second shell" in the background; Python blocks of a page in one
+namespace, in order, as typed into one interpreter session; a Python block whose first line is
+``# name.py`` is written to that file in the working directory (the page's commands import it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+import pytest
+
+from diffstore.client import Client
+from tests.client.conftest import LiveServer, running_server
+from tests.helpers import close_pipes
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DEADLINE_S = 60.0
+BIN = Path(sys.executable).parent
+
+_FENCE = re.compile(r"^```(\S*)\s*$")
+_MARKER = re.compile(r"^<!--\s*not-tested:\s*(.*?)\s*-->$")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int  # of the opening fence, 1-based
+    lang: str
+    text: str
+    not_tested: str | None  # the marker's reason
+
+
+def blocks_of(path: Path) -> list[Block]:
+    """The fenced blocks of a markdown page, with the ``not-tested`` marker that precedes each, if any."""
+    lines = path.read_text().splitlines()
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if not opening:
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        marker = _MARKER.match(before)
+        text = "\n".join(lines[i + 1 : end]) + "\n"
+        found.append(Block(path.name, i + 1, opening.group(1), text, marker.group(1) if marker else None))
+        i = end + 1
+    return found
+
+
+class Page:
+    """The unmarked blocks of one page, taken in order by its test; :meth:`done` checks all were taken."""
+
+    def __init__(self, name: str) -> None:
+        path = REPO / name if (REPO / name).exists() else REPO / "docs" / name
+        self.name = name
+        self.blocks = [b for b in blocks_of(path) if b.not_tested is None]
+        self.taken = 0
+
+    def next(self, starts_with: str) -> str:
+        """The next block's text; it must start with ``starts_with`` (so a reordered page fails clearly)."""
+        assert self.taken < len(self.blocks), f"{self.name}: no block left for {starts_with!r}"
+        block = self.blocks[self.taken]
+        assert block.text.startswith(starts_with), (
+            f"{self.name}:{block.line}: expected a block starting {starts_with!r}, got {block.text[:80]!r}"
+        )
+        self.taken += 1
+        return block.text
+
+    def done(self) -> None:
+        left = [f"{self.name}:{b.line}" for b in self.blocks[self.taken :]]
+        assert not left, f"blocks not run (run them, or mark them <!-- not-tested: why -->): {left}"
+
+
+RUN_PAGES: set[str] = set()
+
+
+def page_test(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    RUN_PAGES.add(name)
+    return lambda fn: fn
+
+
+def test_every_page_with_code_is_run_and_every_marker_says_why() -> None:
+    with_code = set()
+    for path in PAGES:
+        for block in blocks_of(path):
+            if block.not_tested is None:
+                with_code.add(path.name)
+            else:
+                assert len(block.not_tested) > 10, f"{path.name}:{block.line}: say why it is not tested"
+    assert with_code == RUN_PAGES
+
+
+# --- running blocks ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def shell_env(url: str = "", hstream: str = "") -> dict[str, str]:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    env.update({"DIFFSTORE_URL": url, "HSTREAM_URL": hstream, "COLUMNS": "80"})
+    env.pop("DIFFSTORE_TOKEN", None)
+    return env
+
+
+def sh(script: str, cwd: Path, env: dict[str, str], timeout: float = DEADLINE_S) -> str:
+    """Runs a shell block with ``bash -e``; returns its stdout (fails, with stderr, on a non-zero exit)."""
+    done = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, f"{script}\n--- stderr:\n{done.stderr}\n--- stdout:\n{done.stdout}"
+    return done.stdout
+
+
+class Background:
+    """Commands of a "second shell": started in their own process group, stopped with Ctrl-C (SIGINT)."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.cwd, self.env = cwd, env
+        self.running: list[tuple[subprocess.Popen[str], TextIO, Path]] = []
+
+    def start(self, script: str, name: str) -> Path:
+        """Starts ``script``; returns the file that collects its stdout and stderr."""
+        log = self.cwd / f"{name}.log"
+        out = log.open("w")
+        process = subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=self.cwd,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.running.append((process, out, log))
+        return log
+
+    def stop_all(self) -> list[int]:
+        codes = []
+        for process, out, _log in reversed(self.running):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGINT)
+                try:
+                    process.wait(timeout=DEADLINE_S)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+            codes.append(process.returncode)
+            close_pipes(process)
+            out.close()
+        self.running.clear()
+        return codes
+
+
+@contextmanager
+def background(cwd: Path, env: dict[str, str]) -> Iterator[Background]:
+    jobs = Background(cwd, env)
+    try:
+        yield jobs
+    finally:
+        jobs.stop_all()
+
+
+def wait_until(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def run_python(block: str, namespace: dict[str, Any]) -> str:
+    """Runs a Python block in ``namespace`` (shared by a page's blocks); returns what it printed."""
+    printed = StringIO()
+    with redirect_stdout(printed):
+        exec(compile(block, "<doc block>", "exec"), namespace)
+    return printed.getvalue()
+
+
+def local(text: str, url: str) -> str:
+    """The block with the documented server address replaced by the test server's."""
+    return text.replace("http://127.0.0.1:3030", url)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LiveServer]:
+    with running_server(tmp_path / "server-data") as live:
+        yield live
+
+
+# --- README.md ---------------------------------------------------------------------------------------
+
+
+@page_test("README.md")
+def test_readme(tmp_path: Path, server: LiveServer) -> None:
+    page = Page("README.md")
+    os.chdir(tmp_path)
+    try:
+        printed = run_python(page.next("from diffstore import Store"), {})
+    finally:
+        os.chdir(REPO)
+    assert printed.splitlines() == [
+        "Record(key=b'apple', value=b'red', generation_id=b'0001')",
+        "b'apple' b'red' None",
+    ]
+    curl_session(page, server.url, tmp_path)
+    printed = run_python(local(page.next("from diffstore.client import Client"), server.url), {})
+    assert printed.splitlines() == [
+        "Record(key=b'k', value=b'v', generation_id=b'1')",
+        "DiffItem(key=b'k', from_value=None, to_value=b'v', intermediate=())",
+    ]
+    page.done()
+
+
+def curl_session(page: Page, url: str, cwd: Path) -> None:
+    """The curl session of README.md and docs/http.md: the long poll in a second shell, then a commit."""
+    first = local(page.next("S=http://127.0.0.1:3030\n"), url)
+    out = sh(first, cwd, shell_env(url))
+    assert '{"generationId":{"value":"1"},"item":{"key":{"value":"k' in out
+    assert '"toGenerationId":{"value":"1"}' in out
+    long_poll = local(page.next('curl -s "http://127.0.0.1:3030/collections/A/generationId/stream'), url)
+    with background(cwd, shell_env(url)) as jobs:
+        answer = jobs.start(long_poll, "long-poll")
+        # the long poll is waiting (it answers at once only when generation 1 is no longer current)
+        with Client(url) as client:
+            assert client.collection("A").generation_id == b"1"
+        variables = "\n".join(first.splitlines()[:2])  # the first shell's S and C
+        sh(variables + "\n" + page.next("$C $S/collections/A/generation/start"), cwd, shell_env(url))
+        wait_until(lambda: answer.read_text() != "", "the long poll to answer")
+        assert answer.read_text() == '{"generationId":{"value":"2"}}'
+
+
+# --- docs/http.md ------------------------------------------------------------------------------------
+
+
+@page_test("http.md")
+def test_http(tmp_path: Path, server: LiveServer) -> None:
+    page = Page("http.md")
+    curl_session(page, server.url, tmp_path)
+    page.done()
+
+
+# --- docs/client.md ----------------------------------------------------------------------------------
+
+
+@page_test("client.md")
+def test_client(server: LiveServer) -> None:
+    page = Page("client.md")
+    first = local(page.next("from diffstore.client import Client, AsyncClient"), server.url)
+    expected = [
+        "DiffItem(key=b'k1', from_value=None, to_value=b'v1', intermediate=())",
+        "b'0002'",
+    ]
+    assert run_python(first, {}).splitlines() == expected
+    assert run_python(first, {}).splitlines() == expected  # again: no CollectionExists, no NoSuchReader
+    consumer = local(page.next("from diffstore.client import Client\nfrom diffstore.consumer"), server.url)
+    assert run_python(consumer, {}).splitlines() == ["orders b'k1' None b'v2'"]
+    assert run_python(consumer, {}) == ""  # its checkpoint moved: nothing left to deliver
+    page.done()
+
+
+# --- docs/first-hour.md ------------------------------------------------------------------------------
+
+
+def write_file_block(block: str, cwd: Path) -> str:
+    """A ``# name.py`` block: written to ``cwd/name.py``; returns the name."""
+    first = block.splitlines()[0]
+    assert re.fullmatch(r"# [\w.]+\.py", first), first
+    name = first[2:]
+    (cwd / name).write_text(block)
+    return name
+
+
+def longpoll_waiters(url: str) -> float:
+    metrics = httpx.get(f"{url}/metrics").text
+    found = re.search(r"^diffstore_longpoll_waiters(?:\{[^}]*\})? (\S+)$", metrics, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+@page_test("first-hour.md")
+def test_first_hour(tmp_path: Path) -> None:
+    page = Page("first-hour.md")
+    port, hstream_port = free_port(), free_port()
+    url, hstream = f"http://127.0.0.1:{port}", f"hstream://127.0.0.1:{hstream_port}"
+    env = shell_env(url, hstream)
+
+    def here(text: str) -> str:
+        return text.replace("http://127.0.0.1:3030", url).replace("hstream://127.0.0.1:6570", hstream)
+
+    with background(tmp_path, env) as jobs:
+        # 1. two servers, in the background of the first shell (on free ports)
+        servers = page.next("diffstore serve --data ./data &")
+        lines = [line.split("&")[0].strip() for line in servers.splitlines()]
+        assert lines == ["diffstore serve --data ./data", "diffstore streams serve --data ./hstream-data"]
+        jobs.start(f"exec {lines[0]} --port {port}", "serve")
+        jobs.start(f"exec {lines[1]} --port {hstream_port}", "streams-serve")
+        wait_until(lambda: healthy(url), "diffstore serve to answer")
+        # 2. a stream and some records (the stream server is up once 'streams ls' answers)
+        wait_until(
+            lambda: (
+                subprocess.run(["diffstore", "streams", "ls"], env=env, capture_output=True).returncode == 0
+            ),
+            "streams serve to answer",
+        )
+        sh(page.next("diffstore streams create fruit"), tmp_path, env)
+        # 3. ingestion, in a second shell
+        assert write_file_block(page.next("# colours.py"), tmp_path) == "colours.py"
+        jobs.start(here(page.next("diffstore ingest --hstream")), "ingest")
+        with Client(url) as client:
+            wait_until(
+                lambda: records(client, "colours") == {b"apple": b"green", b"pear": b"yellow"}, "ingestion"
+            )
+        out = sh(page.next("diffstore collections ls"), tmp_path, env)
+        assert "colours\tmanual\n" in out and "apple\tgreen\npear\tyellow\n" in out and "green\n" in out
+        assert "hstream/fruit-to-store/" in out  # the readers
+        # 4. watch, in a third shell, while more records come
+        watch = jobs.start(page.next("diffstore watch colours --diff"), "watch")
+        wait_until(lambda: longpoll_waiters(url) >= 1, "watch to wait for a commit")
+        sh(page.next("printf 'apple=red\\nplum=purple\\n' | diffstore streams produce fruit"), tmp_path, env)
+        wait_until(lambda: "+ plum\tpurple" in watch.read_text(), "watch to print the new records")
+        printed = watch.read_text()
+        assert re.match(r"generation base64:\S+ \(from base64:\S+\)\n", printed), printed
+        assert "~ apple\tgreen\tred\n" in printed
+        # 5. a transform (a real Spark session, started by the command)
+        assert write_file_block(page.next("# shout.py"), tmp_path) == "shout.py"
+        out = sh(page.next("diffstore transform --job shout:job"), tmp_path, env, timeout=300)
+        assert out.endswith("apple\tRED\npear\tYELLOW\nplum\tPURPLE\n"), out
+        # 6. one-line errors: the command, then what it prints (with ... for what varies)
+        command, expected = page.next("diffstore query colours --url http://127.0.0.1:3999").splitlines()
+        unused = f"http://127.0.0.1:{free_port()}"
+        done = subprocess.run(
+            command.replace("http://127.0.0.1:3999", unused),
+            shell=True,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+        pattern = ".*".join(map(re.escape, expected.replace("http://127.0.0.1:3999", unused).split("...")))
+        assert done.returncode == 1 and re.fullmatch(pattern, done.stderr.strip()), done.stderr
+        codes = jobs.stop_all()  # Ctrl-C in every shell
+    assert codes == [0, 0, 0, 0], codes  # watch, ingest and both servers stop cleanly
+    page.done()
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def records(client: Client, name: str) -> dict[bytes, bytes]:
+    if name not in [info.name for info in client.collections()]:
+        return {}
+    return {record.key: record.value for record in client.collection(name).query()}
