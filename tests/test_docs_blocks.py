@@ -15,12 +15,15 @@ namespace, in order, as typed into one interpreter session; a Python block whose
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
@@ -285,6 +288,7 @@ def test_client(server: LiveServer) -> None:
     consumer = local(page.next("from diffstore.client import Client\nfrom diffstore.consumer"), server.url)
     assert run_python(consumer, {}).splitlines() == ["orders b'k1' None b'v2'"]
     assert run_python(consumer, {}) == ""  # its checkpoint moved: nothing left to deliver
+    check_synopsis(page.next("diffstore watch orders"))
     page.done()
 
 
@@ -384,3 +388,136 @@ def records(client: Client, name: str) -> dict[bytes, bytes]:
     if name not in [info.name for info in client.collections()]:
         return {}
     return {record.key: record.value for record in client.collection(name).query()}
+
+
+# --- docs/streams.md and docs/streams-server.md ------------------------------------------------------
+
+
+@page_test("streams-server.md")
+def test_streams_server(tmp_path: Path) -> None:
+    page = Page("streams-server.md")
+    check_synopsis(page.next("diffstore streams serve [--data DIR]"))
+    namespace: dict[str, Any] = {"path": tmp_path / "hstream-data"}  # the block's data directory
+    run_python(page.next("from diffstore.streams.server import"), namespace)
+    assert re.fullmatch(r"hstream://127\.0\.0\.1:\d+", namespace["url"])
+    page.done()
+
+
+@page_test("streams.md")
+def test_streams(tmp_path: Path) -> None:
+    from diffstore.streams.client import StreamClient
+    from diffstore.streams.producer import BufferedProducer
+    from diffstore.streams.server import ServerThread, StreamServerConfig
+
+    page = Page("streams.md")
+    with ServerThread(StreamServerConfig(data_dir=tmp_path / "hstream-data", port=0)) as server:
+
+        def here(text: str) -> str:
+            return text.replace("hstream://127.0.0.1:6570", server.url)
+
+        namespace: dict[str, Any] = {}
+        run_python(here(page.next("from diffstore.streams.client import StreamClient")), namespace)
+        run_python(here(page.next("from diffstore.streams.producer import")), namespace)
+        assert namespace["record_id"].shard_id >= 0
+        printed = run_python(here(page.next("from diffstore.streams.consumer import")), namespace)
+        assert sorted(printed.splitlines()) == [
+            "customer-17 b'raw bytes'",
+            "customer-17 {'items': 3, 'total': 12.5}",
+        ]
+        # the mapper file: written as the page says, then used on a record
+        run_python(page.next("# mymappers.py"), namespace)
+        order = type("Record", (), {"json": lambda self: {"id": 7, "customer": "c1"}, "payload": b"{}"})()
+        assert namespace["by_customer"](order) == [("order/7", b"{}"), ("customer/c1", b"{}")]
+        # ingestion in Python: new records for the subscription (the consumer above acked the first two)
+        with StreamClient(server.url) as client, BufferedProducer(client, "orders") as producer:
+            producer.append(b"one", key="k1")
+            producer.append(b"two", key="k2")
+        check_synopsis(page.next("diffstore ingest --hstream"))
+        ingest = here(page.next("from diffstore.streams.ingest import"))
+        os.chdir(tmp_path)
+        try:
+            failed: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    run_python(ingest, namespace)
+                except BaseException as exc:  # reported by the test's thread
+                    failed.append(exc)
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            try:
+                wait_until(
+                    lambda: (
+                        failed != [] or ("ingestor" in namespace and namespace["ingestor"].applied_total == 2)
+                    ),
+                    "the ingestor to apply the records",
+                )
+            finally:
+                if "ingestor" in namespace:
+                    namespace["ingestor"].stop()
+                thread.join(timeout=DEADLINE_S)
+            assert not failed and not thread.is_alive()
+            from diffstore import Store
+
+            with Store.open(tmp_path / "data") as store:
+                stored = {r.key: r.value for r in store.collection("orders").query()}
+            assert stored == {b"k1": b"one", b"k2": b"two"}
+        finally:
+            os.chdir(REPO)
+    page.done()
+
+
+# --- docs/operations.md ------------------------------------------------------------------------------
+
+
+@page_test("operations.md")
+def test_operations_json_logs(tmp_path: Path) -> None:
+    page = Page("operations.md")
+    command, sample = page.next("diffstore serve --access-log --log-format json").splitlines()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with background(tmp_path, shell_env()) as jobs:
+        log = jobs.start(f"exec {command} --port {port} --workers 1", "serve")
+        wait_until(lambda: healthy(url), "diffstore serve to answer")
+        httpx.get(f"{url}/collections/").raise_for_status()
+
+        def access_line() -> dict[str, Any] | None:
+            for line in log.read_text().splitlines():
+                if '"uvicorn.access"' in line and "/collections/" in line:
+                    parsed: dict[str, Any] = json.loads(line)
+                    return parsed
+            return None
+
+        wait_until(lambda: access_line() is not None, "the access log line")
+        line = access_line()
+        assert line is not None
+        expected = json.loads(sample)
+        assert line.keys() == expected.keys()
+        assert {k: line[k] for k in ("level", "logger", "method", "path", "status")} == {
+            k: expected[k] for k in ("level", "logger", "method", "path", "status")
+        }
+        assert jobs.stop_all() == [0]
+    page.done()
+
+
+def check_synopsis(block: str) -> None:
+    """A synopsis (``diffstore CMD [--flag X] ...``, maybe with sample output after it): every flag of
+    each ``diffstore`` line (and its continuation lines) is listed by ``diffstore CMD --help``."""
+    commands: list[str] = []
+    for line in block.splitlines():
+        code = line.split("  #")[0]
+        if code.startswith("diffstore "):
+            commands.append(code)
+        elif commands and line[:1].isspace() and commands[-1].rstrip().endswith(("\\", "]")):
+            commands[-1] += " " + code
+    assert commands, block
+    for text in commands:
+        words = text.split()
+        command = list(itertools.takewhile(lambda w: w[0].isalpha(), words[1:]))
+        done = subprocess.run(
+            [str(BIN / "diffstore"), *command, "--help"], capture_output=True, text=True, timeout=DEADLINE_S
+        )
+        assert done.returncode == 0, done.stderr
+        flags = set(re.findall(r"--[a-z][a-z-]*", text))
+        assert flags <= set(re.findall(r"--[a-z][a-z-]*", done.stdout)), (flags, done.stdout)
