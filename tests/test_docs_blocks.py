@@ -521,3 +521,108 @@ def check_synopsis(block: str) -> None:
         assert done.returncode == 0, done.stderr
         flags = set(re.findall(r"--[a-z][a-z-]*", text))
         assert flags <= set(re.findall(r"--[a-z][a-z-]*", done.stdout)), (flags, done.stdout)
+
+
+# --- docs/spark.md -----------------------------------------------------------------------------------
+
+SPARK_DRIVER = """
+import json, sys
+namespace = {}
+for label, code in json.load(open(sys.argv[1])):
+    print("---", label, flush=True)
+    exec(compile(code, label, "exec"), namespace)
+print("--- all ran", flush=True)
+"""
+
+
+@page_test("spark.md")
+def test_spark(tmp_path: Path, server: LiveServer) -> None:
+    """The page's blocks in one Python process and one Spark session, with the set-up each one assumes
+    (``url``, ``client``, collections A, B and C) and checks of what each did, in between."""
+    pytest.importorskip("pyspark")
+    page = Page("spark.md")
+    checkpoint = tmp_path / "checkpoint"
+    segments = [
+        ("spark.md: local_session", page.next("from diffstore.spark import local_session")),
+        (
+            "set-up: A with a reader",
+            f"""
+from diffstore.client import Client
+url = {server.url!r}
+client = Client(url)
+a = client.create_collection("A", manual=True)
+a.create_reader("indexer", generation_id=None)
+a.start_generation(b"1")
+a.put_many([(b"k1", b"a1"), (b"k2", b"a2")], generation_id=b"1")
+a.commit_generation(b"1")
+""",
+        ),
+        ("spark.md: reading", local(page.next('snapshot = (spark.read.format("diffstore")'), server.url)),
+        (
+            "check: reading; set-up: C with a reader",
+            """
+assert sorted(map(tuple, snapshot.collect())) == [(b"k1", b"a1"), (b"k2", b"a2")]
+assert sorted(map(tuple, diff.collect())) == [(b"k1", None, b"a1"), (b"k2", None, b"a2")]
+client.create_collection("C", manual=True).create_reader("from_a", "A", generation_id=None)
+""",
+        ),
+        ("spark.md: writing", page.next('c = client.collection("C")')),
+        (
+            "check: writing",
+            """
+assert [(r.key, r.value) for r in c.query()] == [(b"k1", b"v1")]
+assert [(r.name, r.generation_id) for r in c.readers()] == [("from_a", b"1")]
+""",
+        ),
+        ("spark.md: stream source", page.next('changes = (spark.readStream.format("diffstore")')),
+        (
+            "set-up: the sink's rows, a fresh C",
+            """
+assert changes.isStreaming and changes.columns == ["key", "fromValue", "toValue", "generationId"]
+rows = changes.selectExpr("key", "toValue AS value")
+client.delete_collection("C")
+client.create_collection("C", manual=True)
+""",
+        ),
+        (
+            "spark.md: stream sink",
+            page.next('query = (rows.select("key", "value")').replace("/path/to/checkpoint", str(checkpoint)),
+        ),
+        (
+            "check: stream sink; set-up: B, a fresh C",
+            """
+query.processAllAvailable()
+query.stop()
+assert [(r.key, r.value) for r in client.collection("C").query()] == [(b"k1", b"a1"), (b"k2", b"a2")]
+b = client.create_collection("B", manual=True)
+b.start_generation(b"1")
+b.put_many([(b"k1", b"b1"), (b"k3", b"b3")], generation_id=b"1")
+b.commit_generation(b"1")
+client.delete_collection("C")
+client.create_collection("C", manual=True)
+""",
+        ),
+        ("spark.md: transform", page.next("from pyspark.sql import functions as F")),
+        (
+            "check: transform",
+            """
+assert [(r.key, r.value) for r in client.collection("C").query()] == [(b"k1", b"a1b1")]
+assert len(stats) == 1
+client.close()
+spark.stop()
+""",
+        ),
+    ]
+    script = tmp_path / "segments.json"
+    script.write_text(json.dumps(segments))
+    done = subprocess.run(
+        [sys.executable, "-c", SPARK_DRIVER, str(script)],
+        cwd=tmp_path,
+        env=shell_env(server.url),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0 and done.stdout.endswith("--- all ran\n"), done.stdout + done.stderr[-5000:]
+    check_synopsis(page.next("diffstore transform --url"))
+    page.done()
