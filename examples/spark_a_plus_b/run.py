@@ -3,7 +3,10 @@
     python examples/spark_a_plus_b/run.py                 # starts its own server over a temporary store
     python examples/spark_a_plus_b/run.py --url http://127.0.0.1:3030   # or uses a running one
 
-A: user → country, B: user → purchase amount, C: country → total amount (see job.py).
+A: user → country, B: user → purchase amount, C: country → total amount (see job.py), in the manual
+collections users_country, users_amount and country_total. With --url they are removed at the end
+(--keep leaves them); a name that already exists there stops the run before anything is written.
+Exit code 0 when C matches a from-scratch recomputation after every run of the transform.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +31,7 @@ from diffstore.client import Client, Collection  # noqa: E402
 from diffstore.spark import Transform, local_session  # noqa: E402
 
 COUNTRIES = ["DE", "FR", "JP", "US", "BR", "IN"]
+NAMES = {"A": "users_country", "B": "users_amount", "C": "country_total"}
 
 
 @contextmanager
@@ -80,6 +83,7 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=2_000)
     parser.add_argument("--changes", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="with --url: leave the collections on the server")
     args = parser.parse_args()
     if args.url:
         return run(args.url, args)
@@ -89,57 +93,83 @@ def main() -> int:
 
 def run(url: str, args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
-    tag = uuid.uuid4().hex[:6]
-    names = {"A": f"users_country_{tag}", "B": f"users_amount_{tag}", "C": f"country_total_{tag}"}
-    spark = local_session("spark-a-plus-b")
+    names = NAMES
     with Client(url) as client:
-        for name in names.values():
-            client.create_collection(name, manual=True)
-        a, b, c = (client.collection(names[x]) for x in "ABC")
-
-        def user(i: int) -> bytes:
-            return f"user{i:06d}".encode()
-
-        write_generation(a, [(user(i), rng.choice(COUNTRIES).encode()) for i in range(args.users)])
-        write_generation(b, [(user(i), str(rng.randint(1, 500)).encode()) for i in range(args.users)])
-        print(f"loaded {args.users} users into {names['A']} and {names['B']}")
-
-        transform = Transform(spark, url, names["C"], {"a": names["A"], "b": names["B"]}, country_totals)
+        taken = sorted(set(names.values()) & {info.name for info in client.collections()})
+        if taken:
+            print(f"{', '.join(taken)} already on {url}: remove them (diffstore collections rm NAME)")
+            return 1
+        created: list[str] = []
         try:
-            for label in ("initial load", "after random updates and deletes"):
-                for stats in transform.run():
-                    print(
-                        f"round {label}: read {stats.rows_read}, wrote {stats.rows_written} "
-                        f"in {stats.seconds:.1f}s"
-                    )
-                totals = contents(c)
-                print(f"C {label}:")
-                for country, total in sorted(totals.items()):
-                    print(f"  {country.decode():4} {int(total):>10,}")
-                print(
-                    "  matches a from-scratch recomputation:", totals == recompute(contents(a), contents(b))
-                )
-                if label == "initial load":
-                    changes_a: dict[bytes, bytes | None] = {}
-                    changes_b: dict[bytes, bytes | None] = {}
-                    for _ in range(args.changes):
-                        who = user(rng.randrange(args.users + args.users // 10))  # some are new users
-                        roll = rng.random()
-                        if roll < 0.4:
-                            changes_a[who] = rng.choice(COUNTRIES).encode()  # moves the user's amount
-                        elif roll < 0.5:
-                            changes_a[who] = None  # deleted from A: the user's amount leaves C
-                        elif roll < 0.9:
-                            changes_b[who] = str(rng.randint(1, 500)).encode()
-                        else:
-                            changes_b[who] = None
-                    write_generation(a, sorted(changes_a.items()))
-                    write_generation(b, sorted(changes_b.items()))
-                    print(f"applied {len(changes_a)} changes to A and {len(changes_b)} to B")
+            for name in names.values():
+                client.create_collection(name, manual=True)
+                created.append(name)
+            return run_transforms(url, client, names, rng, args)
         finally:
-            transform.close()
-            spark.stop()
-    return 0
+            if not args.keep:
+                for name in created:  # what this run created, and only that
+                    client.delete_collection(name)
+
+
+def user(i: int) -> bytes:
+    return f"user{i:06d}".encode()
+
+
+def run_transforms(
+    url: str, client: Client, names: dict[str, str], rng: random.Random, args: argparse.Namespace
+) -> int:
+    """Loads A and B, runs the transform, changes A and B, runs it again; 0 if C was right both times."""
+    a, b, c = (client.collection(names[x]) for x in "ABC")
+    write_generation(a, [(user(i), rng.choice(COUNTRIES).encode()) for i in range(args.users)])
+    write_generation(b, [(user(i), str(rng.randint(1, 500)).encode()) for i in range(args.users)])
+    print(f"loaded {args.users} users into {names['A']} and {names['B']}")
+
+    spark = local_session("spark-a-plus-b")
+    transform = Transform(spark, url, names["C"], {"a": names["A"], "b": names["B"]}, country_totals)
+    matched = True
+    try:
+        for label in ("initial load", "after random updates and deletes"):
+            for stats in transform.run():
+                print(
+                    f"round {label}: read {stats.rows_read}, wrote {stats.rows_written} "
+                    f"in {stats.seconds:.1f}s"
+                )
+            totals = contents(c)
+            print(f"C ({names['C']}) {label}:")
+            for country, total in sorted(totals.items()):
+                print(f"  {country.decode():4} {int(total):>10,}")
+            right = totals == recompute(contents(a), contents(b))
+            matched = matched and right
+            print("  matches a from-scratch recomputation:", right)
+            if label == "initial load":
+                changes_a, changes_b = random_changes(rng, args)
+                write_generation(a, sorted(changes_a.items()))
+                write_generation(b, sorted(changes_b.items()))
+                print(f"applied {len(changes_a)} changes to A and {len(changes_b)} to B")
+    finally:
+        transform.close()
+        spark.stop()
+    return 0 if matched else 1
+
+
+def random_changes(
+    rng: random.Random, args: argparse.Namespace
+) -> tuple[dict[bytes, bytes | None], dict[bytes, bytes | None]]:
+    """Updates and deletes of A and B, some of them to new users."""
+    changes_a: dict[bytes, bytes | None] = {}
+    changes_b: dict[bytes, bytes | None] = {}
+    for _ in range(args.changes):
+        who = user(rng.randrange(args.users + args.users // 10))  # some are new users
+        roll = rng.random()
+        if roll < 0.4:
+            changes_a[who] = rng.choice(COUNTRIES).encode()  # moves the user's amount
+        elif roll < 0.5:
+            changes_a[who] = None  # deleted from A: the user's amount leaves C
+        elif roll < 0.9:
+            changes_b[who] = str(rng.randint(1, 500)).encode()
+        else:
+            changes_b[who] = None
+    return changes_a, changes_b
 
 
 if __name__ == "__main__":
