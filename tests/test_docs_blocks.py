@@ -126,7 +126,9 @@ def test_every_page_with_code_is_run_and_every_marker_says_why() -> None:
             if block.not_tested is None:
                 with_code.add(block.page)
             else:
-                assert len(block.not_tested.split()) >= 2, f"{block.page}:{block.line}: say why it is not tested"
+                assert len(block.not_tested.split()) >= 2, (
+                    f"{block.page}:{block.line}: say why it is not tested"
+                )
     assert with_code == RUN_PAGES
 
 
