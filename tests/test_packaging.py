@@ -1,0 +1,101 @@
+"""The wheel as a user gets it: built without warnings, installed without extras into a fresh venv, it
+serves HTTP without pyspark.
+
+Slow-ish (a fresh venv and pip installing the dependencies from its cache: ~40 s here), and in the suite:
+it is the only test that sees the package as installed from a wheel rather than from the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE_S = 300.0
+# Lines pip itself prints about this machine's pip configuration (extra index directories that do not
+# exist here), not about the project.
+_MACHINE_NOISE = re.compile(r"WARNING: Location 'file://[^']*' is ignored")
+
+
+def warnings_in(output: str) -> list[str]:
+    return [
+        line
+        for line in output.splitlines()
+        if re.search(r"warn", line, re.I) and not _MACHINE_NOISE.search(line)
+    ]
+
+
+def test_the_wheel_installs_without_extras_and_serves_without_pyspark(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # a copy: building in the checkout would leave build/ there
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, source / name)
+    for package in ("diffstore", "pyspark_diffstore"):
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    # without PYTHONDONTWRITEBYTECODE (setuptools warns that it cannot byte-compile) and PYTHONPATH (only
+    # the installed package may be importable)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
+    env["PIP_ROOT_USER_ACTION"] = "ignore"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        env=env,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert warnings_in(built.stdout + built.stderr) == []
+    (wheel,) = (tmp_path / "dist").glob("diffstore-*.whl")
+
+    fresh = tmp_path / "venv"
+    venv.create(fresh, with_pip=True)
+    installed = subprocess.run(
+        [str(fresh / "bin" / "pip"), "install", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        env=env,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    no_spark = subprocess.run(
+        [str(fresh / "bin" / "python"), "-c", "import pyspark"], capture_output=True, env=env, cwd=tmp_path
+    )
+    assert no_spark.returncode == 1 and b"No module named 'pyspark'" in no_spark.stderr
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [str(fresh / "bin" / "diffstore"), "serve", "--data", str(tmp_path / "data"), "--port", str(port)]
+        + ["--workers", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # not the checkout: only the installed package is importable
+    )
+    try:
+        deadline = time.monotonic() + 60
+        answer = None
+        while answer is None:
+            assert server.poll() is None, server.communicate()[1]
+            assert time.monotonic() < deadline, "diffstore serve did not answer /healthz"
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/healthz")
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert answer.status_code == 200 and answer.json()["ok"] is True
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=60)
+    assert server.returncode == 0, stderr
