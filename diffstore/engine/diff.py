@@ -265,25 +265,27 @@ def iter_diff(
                 return
             handed: bytes | None = None
             head = head_from = head_to = b""
-            from_raw = b""
-            to_raw: bytes | None = None
-            idle = 0
+            # A version at or below ``from`` sets both ends, one in (from, to] only ``to_raw``: the key was
+            # written in the range exactly when ``to_raw is not from_raw`` (stored values are fresh objects;
+            # a tombstone is the b"" singleton, equal to "absent", so it is rightly never a change from it).
+            from_raw = to_raw = b""
+            idle = -1  # the first head (b"") is not a key
             for record_key, raw in records.iternext():
                 # Forms are prefix-free, so every key of a later head is above head | anything: below
                 # head_to is a version of this head at or below ``to``.
                 if record_key < head_to:
                     if record_key <= head_from:
-                        from_raw = raw
+                        from_raw = to_raw = raw
                     else:
                         to_raw = raw
                     continue
                 following = record_key[:-8]
                 if following == head:
                     continue  # a version above ``to``
-                if to_raw is not None:
+                if to_raw is not from_raw:
                     idle = 0
                     if to_raw != from_raw:
-                        if to_raw and to_raw[0] != 1:  # a long key: its group is sorted the keyed way
+                        if to_raw >= _LONG_TAG:  # a long key: its group is sorted the keyed way
                             handed = head[4:]
                             break
                         key = head[4:-2].replace(b"\x00\xff", b"\x00")
@@ -292,7 +294,7 @@ def iter_diff(
                                 DiffItem,
                                 (key, from_raw[1:] if from_raw else None, to_raw[1:] if to_raw else None, ()),
                             )
-                elif head:
+                else:
                     idle += 1
                     if idle > _IDLE_LIMIT:  # sparse here: seeking the changed keys costs less
                         handed = record_key[4:-8]
@@ -301,16 +303,17 @@ def iter_diff(
                     return
                 head = following
                 head_from, head_to = head + from_seq, head + to_bound
-                from_raw, to_raw = b"", None
                 if record_key < head_to:
                     if record_key <= head_from:
-                        from_raw = raw
+                        from_raw = to_raw = raw
                     else:
-                        to_raw = raw
+                        from_raw, to_raw = b"", raw
+                else:
+                    from_raw = to_raw = b""
             else:
-                if to_raw is None or to_raw == from_raw:
+                if to_raw is from_raw or to_raw == from_raw:
                     return
-                if to_raw and to_raw[0] != 1:
+                if to_raw >= _LONG_TAG:
                     handed = head[4:]
                 else:
                     key = head[4:-2].replace(b"\x00\xff", b"\x00")
@@ -333,6 +336,7 @@ _IDLE_LIMIT = 8
 # ... and the keyed way hands back to the scan after this many changed keys (the scan probes again).
 _KEYED_STRETCH = 64
 _ABOVE_EVERY_KEY = b"\xff" * 512  # LMDB keys are at most 511 bytes
+_LONG_TAG = b"\x02"  # stored values of long keys start with 02 or 03, short ones with 01 or are b""
 _KeyBounds = tuple[bytes | None, bytes | None, bytes | None]  # from_key, to_key, after_key
 
 

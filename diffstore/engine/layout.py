@@ -162,14 +162,15 @@ def split_record_key(raw: bytes) -> tuple[bytes, int]:
 
 
 def short_rows(
-    cid_prefix: bytes, seq: int, latest: dict[bytes, bytes | None]
+    cid_prefix: bytes, seq: int, latest: dict[bytes, bytes | None], tombstones: bool | None = None
 ) -> tuple[list[bytes], Callable[[], Iterable[bytes]], list[bytes]]:
     """Keys of ``records``, their stored values (each call: a new pass over them), and keys of ``changes``
     for short keys written in ``seq``.
 
     The bulk path of writes: key_form and encode_value inlined, keys built by comprehensions (measured
     faster here than chains of two-argument maps), and lists of bytes rather than of (key, value)
-    tuples, which the cyclic GC would track by the thousand.
+    tuples, which the cyclic GC would track by the thousand. ``tombstones``: whether a value is None, when
+    the caller knows (None: look).
     """
     # one %-format per key instead of two concatenations (the fixed parts escaped for %)
     record_format = _percent(cid_prefix) + b"%s" + _percent(_SHORT_END + _U64.pack(seq))
@@ -181,9 +182,11 @@ def short_rows(
     )
     record_keys = [record_format % key for key in escaped]
     values = latest.values()
+    if tombstones is None:
+        tombstones = None in values
 
     def stored() -> Iterable[bytes]:
-        if None in values:
+        if tombstones:
             return [TOMBSTONE if value is None else b"\x01" + value for value in values]
         # built one at a time as LMDB copies them: no batch of value copies held at once
         return map(b"\x01".__add__, values)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import lmdb
 import msgpack
@@ -125,9 +126,17 @@ def commit_automatic(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta
     return meta
 
 
-def _normalize(
-    items: Iterable[PutItem], if_not_present: bool
-) -> tuple[dict[bytes, bytes | None], set[bytes]]:
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A put's items, normalized: each key to its last value, and what one pass over them found."""
+
+    latest: dict[bytes, bytes | None]
+    flagged: set[bytes]  # keys written only if absent
+    longest: int  # the longest key's length
+    tombstones: bool  # whether a value is None
+
+
+def _normalize(items: Iterable[PutItem], if_not_present: bool) -> _Batch:
     """Keys to their last value (the last item of a key wins, SPEC §1) and the keys written only if absent.
 
     The common shape, ``(key, value)`` pairs, goes through ``dict()`` at C speed; this is the bulk path.
@@ -147,7 +156,7 @@ def _normalize(
             except TypeError as exc:
                 raise InvalidRequest("a key must be bytes") from exc
             flagged = {key for key, flag in last_flags.items() if flag}
-            return _validated(latest), flagged
+            return _validated(latest, flagged)
         latest = {}
         for item in items:
             if not isinstance(item, tuple | list) or len(item) not in (2, 3):
@@ -158,22 +167,26 @@ def _normalize(
                 flagged.add(key)
             else:
                 flagged.discard(key)
-    return _validated(latest), flagged
+    return _validated(latest, flagged)
 
 
 _KEY_TYPES = frozenset({bytes})
 _VALUE_TYPES = frozenset({bytes, type(None)})
+_NONE_TYPE = type(None)
 
 
-def _validated(latest: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
-    # set(map(type, ...)) runs in C: validation must not cost the bulk path a Python loop per item
+def _validated(latest: dict[bytes, bytes | None], flagged: set[bytes]) -> _Batch:
+    # set(map(type, ...)) runs in C: validation must not cost the bulk path a Python loop per item; the
+    # passes also tell what the bulk path needs (longest key, any tombstone), so nothing scans twice
     if not set(map(type, latest)) <= _KEY_TYPES:
         raise InvalidRequest("a key must be bytes")
-    if latest and max(map(len, latest)) > layout.MAX_KEY_LENGTH:
+    longest = max(map(len, latest)) if latest else 0
+    if longest > layout.MAX_KEY_LENGTH:
         raise InvalidRequest("a key must be at most 2^24-1 bytes")
-    if not set(map(type, latest.values())) <= _VALUE_TYPES:
+    value_types = set(map(type, latest.values()))
+    if not value_types <= _VALUE_TYPES:
         raise InvalidRequest("a value must be bytes or None (tombstone)")
-    return latest
+    return _Batch(latest, flagged, longest, _NONE_TYPE in value_types)
 
 
 def _phantom_write(
@@ -245,7 +258,8 @@ def put_many(
     max_generation_records: int,
 ) -> tuple[CollectionMeta, PutResult, bool]:
     """Writes items; returns (new meta, result, whether this was the open generation's first write)."""
-    latest, flagged = _normalize(items, if_not_present)
+    batch = _normalize(items, if_not_present)
+    latest, flagged = batch.latest, batch.flagged
     with_producer = producers.validate(producer_id, seq_no)
     if phantom_id is not None:
         if generation_id is None:
@@ -291,8 +305,8 @@ def put_many(
         latest = kept
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
-    if max(map(len, latest)) <= layout.LONG_KEY_PREFIX:
-        record_keys, stored, change_keys = layout.short_rows(prefix, seq, latest)
+    if batch.longest <= layout.LONG_KEY_PREFIX:  # of the items given: ``kept`` holds no longer key
+        record_keys, stored, change_keys = layout.short_rows(prefix, seq, latest, batch.tombstones)
     else:
         record_keys, values, change_keys = [], [], []
         for key, value in latest.items():
