@@ -145,6 +145,7 @@ class Store:
         self._closed = False
         self.flushes = 0  # how many times the worker flushed an unsynced store (sync=False)
         self.stale_readers_cleared = 0  # LMDB reader slots of dead processes cleared by the worker
+        self.reads_stepped_aside = 0  # times call_when_writes_done parked a read behind a writer
         # When this process's worker next looks at the due automatic commits (a hint: the rows in ``due``
         # are the truth, and the worker also looks every gc_interval_ms for rows other processes wrote).
         self._next_due = 0.0
@@ -207,6 +208,17 @@ class Store:
     def never_wait_for_writers_here(self) -> None:
         """Reads started by the calling thread never step aside for writers (call it from an event loop)."""
         self._writer_first.exempt_current_thread()
+
+    def call_when_writes_done(self, callback: Callable[[], None]) -> float | None:
+        """Stepping aside without blocking: when another thread of this process is changing pages in a write
+        transaction, arranges ``callback()`` (quick, thread-safe) in that thread once it is done and returns
+        how long a read may wait at most (``read_yield_ms``, in seconds); else None (read now).
+        See :mod:`diffstore.engine.priority`."""
+        priority = self._writer_first
+        if not priority.call_when_done(callback):
+            return None
+        self.reads_stepped_aside += 1
+        return priority.max_wait_s
 
     @contextlib.contextmanager
     def page_read(self) -> Iterator[lmdb.Transaction]:

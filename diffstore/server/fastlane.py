@@ -14,16 +14,20 @@ authentication and unexpected exceptions are handled as for every route. Handler
 themselves, with the SPEC §2 body (:func:`send_error`).
 
 Handlers here run their engine calls on the event loop: a point read is one or two LMDB lookups in a
-read transaction (microseconds), less than the hop to a worker thread would cost. They never wait for a
-writer: LMDB readers take no lock, and the app marks the loop's thread so that its reads do not step
-aside for a writer thread as other threads' reads do (``Store.never_wait_for_writers_here``, see
-:mod:`diffstore.engine.priority`); writers in other worker processes do not touch this process at all.
-Anything that may be large (a value over :data:`INLINE_MAX_BYTES` to encode) still goes to
-a worker thread.
+read transaction (microseconds), less than the hop to a worker thread would cost. The loop never blocks
+on a writer: LMDB readers take no lock, and the app marks the loop's thread so that its reads do not
+wait for a writer thread as other threads' reads do (``Store.never_wait_for_writers_here``). A point get
+that arrives while a write transaction of *this* process is changing pages steps aside without blocking
+(:meth:`FastLane.step_aside`): it is parked until the writer is done, at most ``read_yield_ms``, while the
+loop serves everything else. Without it a busy loop starves the writer thread of the GIL (py-lmdb gives
+it up around every put; see :mod:`diffstore.engine.priority`). Writers in other worker processes do not
+touch this process at all. Anything that may be large (a value over :data:`INLINE_MAX_BYTES` to encode)
+still goes to a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -63,6 +67,26 @@ class FastLane:
         self.config = config
         self.hub = hub
         self.handlers = handlers
+        self._aside: asyncio.Future[None] | None = None  # what parked requests wait for (step_aside)
+
+    async def step_aside(self) -> None:
+        """Returns at once, unless a write transaction of another thread of this process is changing pages:
+        then when it is done or after ``read_yield_ms``, whichever comes first. The event loop is free
+        meanwhile; every request parked during one write waits on one future."""
+        aside = self._aside
+        if aside is None or aside.done():
+            loop = asyncio.get_running_loop()
+            aside = loop.create_future()
+
+            def done() -> None:  # in the writer's thread
+                loop.call_soon_threadsafe(_finish, aside)
+
+            bound = self.store.call_when_writes_done(done)
+            if bound is None:
+                return
+            self._aside = aside
+            loop.call_later(bound, _finish, aside)
+        await asyncio.shield(aside)  # a cancelled request must not cancel the others' wait
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -73,6 +97,11 @@ class FastLane:
                     await handler(self, match.group(1), scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+
+def _finish(aside: asyncio.Future[None]) -> None:
+    if not aside.done():
+        aside.set_result(None)
 
 
 def route_path(scope: Scope) -> str:

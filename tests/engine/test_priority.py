@@ -127,3 +127,36 @@ def test_an_open_diff_iterator_does_not_hold_up_pages(tmp_path: Path) -> None:
         thread.join(10)
         assert results == [10]
         assert len(list(items)) == 9
+
+
+def test_a_thread_that_must_not_block_is_told_when_the_writer_is_done() -> None:
+    priority = WriterFirst(LONG_MS)
+    told: list[int] = []
+    assert priority.call_when_done(lambda: told.append(1)) is False  # no writer: read now
+    entered, release = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with priority.writing():
+            entered.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert entered.wait(10)
+    assert priority.call_when_done(lambda: told.append(2)) is True
+    assert told == []  # not while the writer changes pages
+    release.set()
+    writer.join(10)
+    assert told == [2]
+    assert priority.call_when_done(lambda: told.append(3)) is False
+
+
+def test_the_writer_itself_and_a_switched_off_priority_are_never_told() -> None:
+    priority = WriterFirst(LONG_MS)
+    with priority.writing():
+        assert priority.call_when_done(lambda: None) is False  # the writer's own thread
+    off = WriterFirst(0)
+    with off.writing():
+        thread, results = read_in_thread(lambda: off.call_when_done(lambda: None))
+        thread.join(10)
+        assert results == [False]

@@ -2,7 +2,9 @@
 
 Engine calls run in worker threads, except the point reads of the fast lane (``get``, the long poll's
 current generation), which run on the event loop: the app marks the loop's thread so that its reads never
-step aside for a writer (``Store.never_wait_for_writers_here``), and LMDB readers take no lock.
+block on a writer (``Store.never_wait_for_writers_here``), and LMDB readers take no lock. A ``get`` that
+arrives while a writer thread of the process changes pages is parked (``FastLane.step_aside``, at most
+``read_yield_ms``) while the loop serves the rest.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 import httpx
 
 from diffstore.engine.types import StoreConfig
+
+from tests.helpers import wait_until
 
 from .conftest import Live, es, live_server
 
@@ -51,8 +55,10 @@ def test_a_blocked_engine_call_does_not_block_the_server(live: Live) -> None:
     assert answers and answers[0].status_code == 200
 
 
-def test_reads_on_the_event_loop_never_wait_for_a_writer(tmp_path: Path) -> None:
-    # a read that stepped aside for the writer would wait the whole minute (longer than the client waits)
+def test_the_event_loop_never_blocks_on_a_writer_and_a_get_steps_aside_until_it_is_done(
+    tmp_path: Path,
+) -> None:
+    # read_yield_ms is a minute: a get answered before the writer is done was not kept waiting by the bound
     with live_server(tmp_path / "data", store_config=StoreConfig(read_yield_ms=60_000)) as live:
         live.ok("POST", "/collections/", {"collectionName": "m", "isManual": False})
         writing, release = threading.Event(), threading.Event()
@@ -64,12 +70,43 @@ def test_reads_on_the_event_loop_never_wait_for_a_writer(tmp_path: Path) -> None
 
         thread = threading.Thread(target=writer, daemon=True)
         thread.start()
+        gets: list[dict[str, object]] = []
+        get = threading.Thread(
+            target=lambda: gets.append(live.ok("POST", "/collections/m/get", {"key": es("k")}, timeout=60))
+        )
         try:
             assert writing.wait(30)
-            assert live.ok("POST", "/collections/m/get", {"key": es("k")}, timeout=20)["item"] is None
+            get.start()
+            # the loop serves everything else meanwhile, the long poll's read on the loop included
+            assert live.ok("GET", "/healthz", timeout=20) == {"ok": True}
             answer = live.ok("GET", "/collections/m/generationId/stream", timeout=20)
             assert answer["generationId"]["value"] == "AAAAAAAAAAA="
-            assert thread.is_alive(), "the write ended before the reads: they proved nothing"
+            wait_until(lambda: live.store.reads_stepped_aside == 1, what="the get stepped aside")
+            assert get.is_alive() and gets == [] and thread.is_alive()
+        finally:
+            release.set()
+            thread.join(30)
+        get.join(30)
+        assert len(gets) == 1 and gets[0]["item"] is None
+
+
+def test_a_parked_get_waits_at_most_read_yield_ms(tmp_path: Path) -> None:
+    with live_server(tmp_path / "data", store_config=StoreConfig(read_yield_ms=1)) as live:
+        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": False})
+        writing, release = threading.Event(), threading.Event()
+
+        def writer() -> None:
+            with live.store.write():
+                writing.set()
+                release.wait(60)
+
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        try:
+            assert writing.wait(30)
+            # the writer holds on until released: only the bound can let the get through
+            assert live.ok("POST", "/collections/m/get", {"key": es("k")}, timeout=20)["item"] is None
+            assert thread.is_alive()
         finally:
             release.set()
             thread.join(30)

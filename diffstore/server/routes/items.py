@@ -45,6 +45,7 @@ async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Rece
         if raw is None:
             return  # the client left
         req = GetRequest.from_wire(decode_body(raw, codec), codec)
+        await lane.step_aside()  # while a writer thread of this process changes pages (see fastlane)
         result = req.run(lane.store.collection(collection))
         if result.record is not None and len(result.record.value) > INLINE_MAX_BYTES:
             payload = await anyio.to_thread.run_sync(lambda: out.dumps(get_result_to_wire(result, out)))
