@@ -15,7 +15,6 @@ from pathlib import Path
 import httpx
 
 from diffstore.engine.types import StoreConfig
-
 from tests.helpers import wait_until
 
 from .conftest import Live, es, live_server
