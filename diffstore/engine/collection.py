@@ -32,6 +32,7 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.errors import InvalidRequest
+from diffstore.wire_requests import DiffRequest
 
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
@@ -264,22 +265,27 @@ class Collection:
     ) -> DiffPage:
         """One page of the diff (from, to]; the answer's ``to_generation_id`` may be lower than asked."""
         config = self._store.config
+        request: DiffRequest | str
         if cursor is None:
             limit = reads.check_limit(limit, config.default_page_limit, config.max_page_limit)
+            request = DiffRequest.of(
+                from_generation_id,
+                to_generation_id,
+                from_reader,
+                include_intermediate,
+                from_key,
+                to_key,
+                limit or config.default_page_limit,
+            )
+        else:
+            request = cursor
         with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return diff.diff_page(
                 txn,
                 self._store.tables,
                 meta,
-                from_generation_id=from_generation_id,
-                from_reader=from_reader,
-                to_generation_id=to_generation_id,
-                include_intermediate=include_intermediate,
-                from_key=from_key,
-                to_key=to_key,
-                limit=limit or config.default_page_limit,
-                cursor=cursor,
+                request,
                 cursors=self._store.cursors,
                 max_limit=config.max_page_limit,
                 max_generations=config.max_diff_generations,

@@ -28,10 +28,12 @@ import secrets
 import threading
 from dataclasses import astuple, dataclass
 from pathlib import Path
+from typing import Any
 
 import msgpack
 
 from diffstore.errors import NoSuchCursor, StorageError
+from diffstore.wire_requests import DiffRequest  # the diff's options, as engine and client share them
 
 _VERSION = 2
 _MAC_BYTES = 16
@@ -83,38 +85,59 @@ class QueryCursor:
 
 @dataclass(frozen=True, slots=True)
 class DiffCursor:
-    """Where a diff resumes: the pinned range (from, to], options, page size and the last key sent."""
+    """Where a diff resumes: the pinned range (from, to] as seqs, the request that the next pages answer
+    (its generation ids are the range's, its ``limit`` the page size) and the last key sent."""
 
     cid: int
-    from_generation_id: bytes
     from_seq: int
-    to_generation_id: bytes
     to_seq: int
-    include_intermediate: bool
-    from_key: bytes | None
-    to_key: bytes | None
-    limit: int
+    request: DiffRequest
     after_key: bytes
 
     def __post_init__(self) -> None:
+        request = self.request
         _check_int(self.cid, 0, _MAX_CID, "cid")
-        _check_bytes(self.from_generation_id, _MAX_ID, "from_generation_id")
-        _check_bytes(self.to_generation_id, _MAX_ID, "to_generation_id")
+        _check_bytes(request.from_generation_id, _MAX_ID, "from_generation_id")
+        _check_bytes(request.to_generation_id, _MAX_ID, "to_generation_id")
         _check_int(self.from_seq, -1, _MAX_SEQ, "from_seq")
         _check_int(self.to_seq, self.from_seq, _MAX_SEQ, "to_seq")
-        if self.from_generation_id > self.to_generation_id:
+        if request.from_generation_id > request.to_generation_id:  # type: ignore[operator]
             raise ValueError("from_generation_id above to_generation_id")
-        if type(self.include_intermediate) is not bool:
+        if request.from_reader is not None:
+            raise ValueError("a cursor's range is resolved: no reader")
+        if type(request.include_intermediate) is not bool:
             raise ValueError("include_intermediate is not a bool")
-        _check_bytes(self.from_key, _MAX_KEY, "from_key", optional=True)
-        _check_bytes(self.to_key, _MAX_KEY, "to_key", optional=True)
-        _check_int(self.limit, 1, _MAX_SEQ, "limit")
+        _check_bytes(request.from_key, _MAX_KEY, "from_key", optional=True)
+        _check_bytes(request.to_key, _MAX_KEY, "to_key", optional=True)
+        _check_int(request.limit, 1, _MAX_SEQ, "limit")
         _check_bytes(self.after_key, _MAX_KEY, "after_key")
+
+    def fields(self) -> list[object]:
+        """The token's fields, in the order of format 2 (flat, as before the request object)."""
+        r = self.request
+        return [
+            self.cid,
+            r.from_generation_id,
+            self.from_seq,
+            r.to_generation_id,
+            self.to_seq,
+            r.include_intermediate,
+            r.from_key,
+            r.to_key,
+            r.limit,
+            self.after_key,
+        ]
+
+    @classmethod
+    def from_fields(cls, fields: list[Any]) -> DiffCursor:
+        cid, from_gen, from_seq, to_gen, to_seq, intermediate, from_key, to_key, limit, after = fields
+        request = DiffRequest(from_gen, None, to_gen, intermediate, from_key, to_key, limit)
+        return cls(cid, from_seq, to_seq, request, after)
 
 
 Cursor = QueryCursor | DiffCursor
 _KINDS: dict[str, type[QueryCursor] | type[DiffCursor]] = {"q": QueryCursor, "d": DiffCursor}
-_FIELD_COUNTS = {"q": len(QueryCursor.__dataclass_fields__), "d": len(DiffCursor.__dataclass_fields__)}
+_FIELD_COUNTS = {"q": len(QueryCursor.__dataclass_fields__), "d": 10}
 
 
 class CursorSecret:
@@ -179,8 +202,11 @@ class CursorCodec:
         return hmac.new(self.secret.key(), body, hashlib.sha256).digest()[:_MAC_BYTES]
 
     def encode(self, cursor: Cursor) -> str:
-        kind = "q" if isinstance(cursor, QueryCursor) else "d"
-        body = msgpack.packb([_VERSION, kind, *astuple(cursor)], use_bin_type=True)
+        if isinstance(cursor, QueryCursor):
+            kind, fields = "q", list(astuple(cursor))
+        else:
+            kind, fields = "d", cursor.fields()
+        body = msgpack.packb([_VERSION, kind, *fields], use_bin_type=True)
         return base64.urlsafe_b64encode(self._mac(body) + body).rstrip(b"=").decode()
 
     def decode(self, token: str, kind: type[QueryCursor] | type[DiffCursor], max_limit: int) -> Cursor:
@@ -190,7 +216,8 @@ class CursorCodec:
             NoSuchCursor: anything else -- malformed, forged, edited, another kind, another format.
         """
         cursor = self._decode(token, kind)
-        if cursor.limit > max_limit:
+        limit = cursor.limit if isinstance(cursor, QueryCursor) else cursor.request.limit
+        if limit is None or limit > max_limit:
             raise NoSuchCursor("unknown or malformed cursor")
         return cursor
 
@@ -210,6 +237,6 @@ class CursorCodec:
                 raise ValueError("kind")
             if len(fields) != _FIELD_COUNTS[tag]:
                 raise ValueError("fields")
-            return kind(*fields)
+            return DiffCursor.from_fields(fields) if kind is DiffCursor else QueryCursor(*fields)
         except (ValueError, TypeError, UnicodeError, msgpack.UnpackException) as exc:
             raise NoSuchCursor("unknown or malformed cursor") from exc

@@ -38,6 +38,7 @@ from diffstore.engine.tables import (
 from diffstore.engine.types import DiffItem, DiffPage, FromReader
 from diffstore.engine.visibility import lower_form, upper_form
 from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor, NoSuchReader
+from diffstore.wire_requests import DiffRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,35 +451,33 @@ def diff_page(
     txn: lmdb.Transaction,
     tables: Tables,
     meta: CollectionMeta,
+    request: DiffRequest | str,
     *,
-    from_generation_id: bytes | None,
-    from_reader: str | FromReader | None,
-    to_generation_id: bytes | None,
-    include_intermediate: bool,
-    from_key: bytes | None,
-    to_key: bytes | None,
-    limit: int,
-    cursor: str | None,
     cursors: CursorCodec,
     max_limit: int,
     max_generations: int,
 ) -> DiffPage:
-    """One page of a diff; ``cursor`` (when given) carries everything else."""
-    if cursor is not None:
-        state = cursors.decode(cursor, DiffCursor, max_limit)
+    """One page of a diff: the first page of ``request`` (its ``limit`` given), or the page after the
+    cursor token ``request``, which carries everything else."""
+    if isinstance(request, str):
+        state = cursors.decode(request, DiffCursor, max_limit)
         assert isinstance(state, DiffCursor)
         if state.cid != meta.cid:
             raise NoSuchCursor("the cursor belongs to another collection")
+        request = state.request
+        from_gen, to_gen = request.from_generation_id, request.to_generation_id
+        assert from_gen is not None and to_gen is not None  # DiffCursor checks it
         floor = readable_floor(txn, tables, meta)
-        if floor is not None and (b"" < state.from_generation_id < floor or state.to_generation_id < floor):
+        if floor is not None and (b"" < from_gen < floor or to_gen < floor):
             raise CursorExpired("the cursor's range was garbage-collected")
-        span = DiffRange(state.from_generation_id, state.from_seq, state.to_generation_id, state.to_seq)
-        include_intermediate, from_key, to_key = state.include_intermediate, state.from_key, state.to_key
-        limit, after = state.limit, state.after_key
+        span = DiffRange(from_gen, state.from_seq, to_gen, state.to_seq)
+        after: bytes | None = state.after_key
     else:
-        start = resolve_from(txn, tables, meta, from_generation_id, from_reader)
-        span = resolve_range(txn, tables, meta, start, to_generation_id, max_generations)
+        start = resolve_from(txn, tables, meta, request.from_generation_id, request.from_reader)
+        span = resolve_range(txn, tables, meta, start, request.to_generation_id, max_generations)
         after = None
+    limit = request.limit
+    assert limit is not None  # the caller's default
     items: list[DiffItem] = []
     more = False
     for item in iter_items(
@@ -486,9 +485,9 @@ def diff_page(
         tables,
         meta,
         span,
-        include_intermediate=include_intermediate,
-        from_key=from_key,
-        to_key=to_key,
+        include_intermediate=request.include_intermediate,
+        from_key=request.from_key,
+        to_key=request.to_key,
         after_key=after,
     ):
         if len(items) == limit:
@@ -497,18 +496,14 @@ def diff_page(
         items.append(item)
     token = None
     if more:
-        token = cursors.encode(
-            DiffCursor(
-                meta.cid,
-                span.from_generation_id,
-                span.from_seq,
-                span.to_generation_id,
-                span.to_seq,
-                include_intermediate,
-                None,  # no from_key: the resume key is above it (a token carrying fewer keys stays shorter)
-                to_key,
-                limit,
-                items[-1].key,
-            )
+        resumed = DiffRequest(
+            span.from_generation_id,
+            None,
+            span.to_generation_id,
+            request.include_intermediate,
+            None,  # no from_key: the resume key is above it (a token carrying fewer keys stays shorter)
+            request.to_key,
+            limit,
         )
+        token = cursors.encode(DiffCursor(meta.cid, span.from_seq, span.to_seq, resumed, items[-1].key))
     return DiffPage(span.from_generation_id, span.to_generation_id, items, token)
