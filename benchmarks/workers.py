@@ -6,6 +6,9 @@ Figures (every server is ``diffstore serve`` in its own process tree, as users r
   diff pages   2 client processes, each reading the diff (beginning -> current) of its half of the key range
                in msgpack pages of 10k, over and over for ``--seconds``; records/s of both together,
                ``--workers 2`` vs ``--workers 1``, rounds interleaved, medians              goal >= 1.6x
+               Clients (``--client``): "lean" (default) is one raw keep-alive HTTP/1.1 connection per process
+               and ``msgpack.unpackb`` per page; "httpx" is httpx. Printed beside: the CPU cores the clients
+               and the server used, and the most 2 workers can give on this machine's CPUs given both
   wake-up      a commit by another process (an embedded ``Store`` in a child process; its stamp is taken
                when ``commit_generation`` has returned, i.e. the commit is durable) -> each of 10 long polls
                (spread over 2 workers) holding its answer; p50/p99 over every answer of ``--wake-rounds``
@@ -27,18 +30,21 @@ import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgpack
+import psutil
 from http_api import (
     FANOUT_FLOOR,
     SERVE_STAMPED,
@@ -58,6 +64,13 @@ BATCH = 10_000
 @contextmanager
 def serve(data: Path, workers: int) -> Iterator[str]:
     """``diffstore serve --workers N``; yields its URL once every worker answers."""
+    with serve_process(data, workers) as (url, _):
+        yield url
+
+
+@contextmanager
+def serve_process(data: Path, workers: int) -> Iterator[tuple[str, int]]:
+    """:func:`serve`, yielding the server's pid too."""
     port = free_port()
     process = subprocess.Popen(
         [str(Path(sys.executable).with_name("diffstore")), "serve", "--data", str(data), "--port", str(port)]
@@ -78,10 +91,23 @@ def serve(data: Path, workers: int) -> Iterator[str]:
             raise RuntimeError("diffstore serve did not start")
         time.sleep(0.05)
     try:
-        yield url
+        yield url, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` and its live descendants."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def load(url: str, records: int) -> None:
@@ -102,45 +128,91 @@ def load(url: str, records: int) -> None:
         ).raise_for_status()
 
 
-def read_diff(conn: Connection, url: str, lo: bytes, hi: bytes, seconds: float) -> None:
-    """Child process: reads the diff of [lo, hi) page by page, again and again; sends records/s."""
+def read_diff(conn: Connection, url: str, lo: bytes, hi: bytes, seconds: float, lean: bool) -> None:
+    """Child process: reads the diff of [lo, hi) page by page, again and again; sends
+    (records/s, CPU seconds it used, wall seconds).
+
+    ``lean``: one raw keep-alive HTTP/1.1 connection and ``msgpack.unpackb`` of each answer (what a bulk
+    reader needs, and no more); else httpx, as a first-time user writes it.
+    """
     records = 0
-    with httpx.Client(base_url=url, timeout=600) as http:
-        conn.send("ready")
-        conn.recv()
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            body = msgpack.packb({"fromGenerationId": b"", "fromKey": lo, "toKey": hi, "limit": BATCH})
-            page = msgpack.unpackb(http.post("/collections/d/diff/", content=body, headers=MSGPACK).content)
-            while True:
-                records += len(page["items"])
-                cursor = page.get("cursorId")
-                if not cursor:
-                    break
-                page = msgpack.unpackb(http.get(f"/collections/d/diff/{cursor}", headers=MSGPACK).content)
-        conn.send(records / (time.perf_counter() - start))
+    host, port = url.rsplit("/", 1)[1].split(":")
+    get_page = _lean_pages(host, int(port)) if lean else _httpx_pages(url)
+    conn.send("ready")
+    conn.recv()
+    start, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - start < seconds:
+        body = msgpack.packb({"fromGenerationId": b"", "fromKey": lo, "toKey": hi, "limit": BATCH})
+        page = get_page("POST", "/collections/d/diff/", body)
+        while True:
+            records += len(page["items"])
+            cursor = page.get("cursorId")
+            if not cursor:
+                break
+            page = get_page("GET", f"/collections/d/diff/{cursor}", b"")
+    wall = time.perf_counter() - start
+    conn.send((records / wall, time.process_time() - cpu, wall))
 
 
-def diff_rate(url: str, records: int, seconds: float) -> float:
-    """Records/s of two client processes reading a diff each over half of the keys."""
+def _httpx_pages(url: str) -> Callable[[str, str, bytes], Any]:
+    http = httpx.Client(base_url=url, timeout=600)
+
+    def page(method: str, path: str, body: bytes) -> Any:
+        answer = http.request(method, path, content=body or None, headers=MSGPACK)
+        return msgpack.unpackb(answer.raise_for_status().content)
+
+    return page
+
+
+def _lean_pages(host: str, port: int) -> Callable[[str, str, bytes], Any]:
+    sock = socket.create_connection((host, port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reader = sock.makefile("rb", buffering=1 << 20)
+
+    def page(method: str, path: str, body: bytes) -> Any:
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
+            f"Accept: application/msgpack\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        sock.sendall(head.encode() + body)
+        status = reader.readline()
+        length = -1
+        while (line := reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if not status.startswith(b"HTTP/1.1 200") or length < 0:
+            raise RuntimeError(f"unexpected answer {status!r}")
+        return msgpack.unpackb(reader.read(length))
+
+    return page
+
+
+def diff_rate(url: str, pid: int, records: int, seconds: float, lean: bool) -> tuple[float, float, float]:
+    """Records/s of two client processes reading a diff each over half of the keys, and the CPU cores the
+    clients and the server (all its processes) used meanwhile."""
     middle = b"key-%012d" % (records // 2)
     ranges = [(b"key-", middle), (middle, b"key-\xff")]
     context = multiprocessing.get_context("spawn")
     pipes, procs = [], []
     for lo, hi in ranges:
         ours, theirs = context.Pipe()
-        proc = context.Process(target=read_diff, args=(theirs, url, lo, hi, seconds))
+        proc = context.Process(target=read_diff, args=(theirs, url, lo, hi, seconds, lean))
         proc.start()
         pipes.append(ours)
         procs.append(proc)
     for pipe in pipes:
         assert pipe.recv() == "ready"
+    server_cpu, start = tree_cpu_seconds(pid), time.perf_counter()
     for pipe in pipes:
         pipe.send("go")
-    total = sum(pipe.recv() for pipe in pipes)
+    answers = [pipe.recv() for pipe in pipes]
+    server_cpu, wall = tree_cpu_seconds(pid) - server_cpu, time.perf_counter() - start
     for proc in procs:
         proc.join()
-    return float(total)
+    total = sum(rate for rate, _, _ in answers)
+    client_cores = sum(cpu / own_wall for _, cpu, own_wall in answers)
+    return float(total), client_cores, server_cpu / wall
 
 
 def committer(conn: Connection, data: str) -> None:
@@ -255,6 +327,12 @@ def main() -> None:
     parser.add_argument("--waiters", type=int, default=1_000)
     parser.add_argument("--only", default="diff,wake,fanout")
     parser.add_argument("--fanout-workers", type=int, default=2)
+    parser.add_argument(
+        "--client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="diff readers: one raw keep-alive connection + msgpack (lean) or httpx",
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
     root = Path(tempfile.mkdtemp(prefix="diffstore-workers-bench-"))
@@ -263,22 +341,37 @@ def main() -> None:
     )
     try:
         if "diff" in only:
+            lean = args.client == "lean"
             rates: dict[int, list[float]] = {1: [], 2: []}
+            cores: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
             for r in range(args.rounds):
                 for workers in (1, 2) if r % 2 == 0 else (2, 1):
                     data = root / f"diff-{workers}-{r}"
-                    with serve(data, workers) as url:
+                    with serve_process(data, workers) as (url, pid):
                         load(url, args.records)
-                        rates[workers].append(diff_rate(url, args.records, args.seconds))
+                        measured = diff_rate(url, pid, args.records, args.seconds, lean)
+                    rate, client_cores, server_cores = measured
+                    rates[workers].append(rate)
+                    cores[workers].append((client_cores, server_cores))
                     shutil.rmtree(data)
                     print(
-                        f"diff round {r}, --workers {workers}: {rates[workers][-1]:,.0f} records/s",
+                        f"diff round {r}, --workers {workers}: {rate:,.0f} records/s; CPU cores used: clients"
+                        f" {client_cores:.2f}, server {server_cores:.2f};"
+                        f" load average {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
             one, two = statistics.median(rates[1]), statistics.median(rates[2])
+            # CPU per record, from the one-worker rounds: the most 2 CPUs can give 2 workers with the
+            # clients on the same CPUs is 2 / (server + client CPU per record), whatever the server does
+            client_one = statistics.median(c for c, _ in cores[1])
+            server_one = statistics.median(s for _, s in cores[1])
+            bound = 2 / (client_one + server_one) if client_one + server_one else float("nan")
             print(
-                f"diff pages, 2 client processes over 2 key ranges: --workers 2 {two:,.0f} records/s,"
-                f" --workers 1 {one:,.0f}; ratio {two / one:.2f} (goal >= 1.6)"
+                f"diff pages, 2 {args.client} client processes over 2 key ranges: --workers 2 {two:,.0f}"
+                f" records/s, --workers 1 {one:,.0f}; ratio {two / one:.2f} (goal >= 1.6). With one worker"
+                f" the clients used {client_one:.2f} CPU cores and the server {server_one:.2f}: on"
+                f" {len(os.sched_getaffinity(0))} CPUs shared by both, 2 workers can reach at most"
+                f" {bound:.2f}x one (CPU per record alike), less whatever else runs on the machine"
             )
         if "wake" in only:
             with serve(root / "wake-2", 2) as url, committing(root / "wake-2") as pipe:

@@ -21,9 +21,8 @@ Point reads do not queue behind pages: they are short, and often on the event lo
 A thread that must never block -- the HTTP server's event loop -- is exempt (``exempt_current_thread``):
 its reads never block on a writer. Such a thread steps aside without blocking instead: it asks to be told
 when the writer is done (``call_when_done``, with the same bound) and serves its other work meanwhile;
-the HTTP server parks its point gets that way. Measured (``benchmarks/mixed_load.py``, one process, 32
-clients sending gets): putMany ran at 0.11x its rate alone while the gets ran on the loop beside it, and
-at ~0.8x once they stepped aside. The convoy this module fights is a
+the HTTP server parks its point gets that way (``benchmarks/mixed_load.py`` measures putMany beside 32
+clients sending gets; in one process it fell to 0.11x its rate alone while the gets ran beside the writer). The convoy this module fights is a
 matter of threads of one process; writers in other processes (``serve --workers``, ``ingest --data``) do
 not share our GIL, so with them nothing here applies.
 """
