@@ -51,8 +51,6 @@ Record values::
 from __future__ import annotations
 
 import hashlib
-import itertools
-import operator
 import struct
 from collections.abc import Callable, Iterable
 
@@ -199,8 +197,12 @@ def _percent(raw: bytes) -> bytes:
 
 
 def ascending(keys: list[bytes]) -> bool:
-    """Whether the keys strictly ascend (C-level comparisons; stops at the first that does not)."""
-    return all(map(operator.lt, keys, itertools.islice(keys, 1, None)))
+    """Whether the keys, which must be distinct, ascend.
+
+    ``sorted`` of a sorted list is one comparison per key in C (timsort finds one run), and the list
+    comparison then meets the same objects: about half the time of comparing neighbours pairwise.
+    """
+    return keys == sorted(keys)
 
 
 # --- changes: cid | seq | K ------------------------------------------------------------------

@@ -22,9 +22,9 @@ A thread that must never block -- the HTTP server's event loop -- is exempt (``e
 its reads never block on a writer. Such a thread steps aside without blocking instead: it asks to be told
 when the writer is done (``call_when_done``, with the same bound) and serves its other work meanwhile;
 the HTTP server parks its point gets that way (``benchmarks/mixed_load.py`` measures putMany beside 32
-clients sending gets; in one process it fell to 0.11x its rate alone while the gets ran beside the writer). The convoy this module fights is a
-matter of threads of one process; writers in other processes (``serve --workers``, ``ingest --data``) do
-not share our GIL, so with them nothing here applies.
+clients sending gets; in one process it fell to 0.11x its rate alone while the gets ran beside the
+writer). The convoy this module fights is a matter of threads of one process; writers in other processes
+(``serve --workers``, ``ingest --data``) do not share our GIL, so with them nothing here applies.
 """
 
 from __future__ import annotations
