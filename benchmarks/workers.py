@@ -188,7 +188,9 @@ def _lean_pages(host: str, port: int) -> Callable[[str, str, bytes], Any]:
     return page
 
 
-def diff_rate(url: str, pid: int, records: int, seconds: float, lean: bool) -> tuple[float, float, float]:
+def diff_rate(
+    url: str, pid: int, records: int, seconds: float, lean: bool
+) -> tuple[float, float, float, list[int]]:
     """Records/s of two client processes reading a diff each over half of the keys, and the CPU cores the
     clients and the server (all its processes) used meanwhile."""
     middle = b"key-%012d" % (records // 2)
@@ -206,13 +208,28 @@ def diff_rate(url: str, pid: int, records: int, seconds: float, lean: bool) -> t
     server_cpu, start = tree_cpu_seconds(pid), time.perf_counter()
     for pipe in pipes:
         pipe.send("go")
+    time.sleep(seconds / 2)  # midway through the round (a measurement, not a wait for a condition)
+    spread = clients_per_process(pid)
     answers = [pipe.recv() for pipe in pipes]
     server_cpu, wall = tree_cpu_seconds(pid) - server_cpu, time.perf_counter() - start
     for proc in procs:
         proc.join()
     total = sum(rate for rate, _, _ in answers)
     client_cores = sum(cpu / own_wall for _, cpu, own_wall in answers)
-    return float(total), client_cores, server_cpu / wall
+    return float(total), client_cores, server_cpu / wall, spread
+
+
+def clients_per_process(pid: int) -> list[int]:
+    """How many client connections each process of the server holds (most first)."""
+    root = psutil.Process(pid)
+    counts = []
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            established = [c for c in proc.net_connections("tcp") if c.status == psutil.CONN_ESTABLISHED]
+        except psutil.NoSuchProcess:
+            continue
+        counts.append(len(established))
+    return sorted((c for c in counts if c), reverse=True)
 
 
 def committer(conn: Connection, data: str) -> None:
@@ -350,13 +367,14 @@ def main() -> None:
                     with serve_process(data, workers) as (url, pid):
                         load(url, args.records)
                         measured = diff_rate(url, pid, args.records, args.seconds, lean)
-                    rate, client_cores, server_cores = measured
+                    rate, client_cores, server_cores, spread = measured
                     rates[workers].append(rate)
                     cores[workers].append((client_cores, server_cores))
                     shutil.rmtree(data)
                     print(
                         f"diff round {r}, --workers {workers}: {rate:,.0f} records/s; CPU cores used: clients"
-                        f" {client_cores:.2f}, server {server_cores:.2f};"
+                        f" {client_cores:.2f}, server {server_cores:.2f}; connections per server process"
+                        f" {spread};"
                         f" load average {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
