@@ -32,7 +32,7 @@ from google.protobuf import empty_pb2
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 from diffstore.streams.records import RecordId, record_ids_from_protos
-from diffstore.streams.sharding import ShardMap
+from diffstore.streams.sharding import SPLIT_SHARD_METHOD, ShardMap
 
 DEFAULT_PORT = 6570
 _T = TypeVar("_T")
@@ -267,6 +267,24 @@ class StreamClient:
     def list_shards(self, stream_name: str) -> list[ShardInfo]:
         request = pb.ListShardsRequest(streamName=stream_name)
         shards = self._call("ListShards", self._seed.ListShards, request).shards
+        return [
+            ShardInfo(s.streamName, s.shardId, int(s.startHashRangeKey), int(s.endHashRangeKey))
+            for s in shards
+        ]
+
+    def split_shard(self, stream_name: str, shard_id: int) -> list[ShardInfo]:
+        """Adds a shard to ``stream_name`` by splitting ``shard_id``'s hash range in two; returns the
+        stream's shards after the split. Beyond HStream: only diffstore's embedded server has it
+        (HStreamDB answers UNIMPLEMENTED, raised as :class:`StreamError`)."""
+        self._seed  # noqa: B018 - opens the seed node's channel (after DescribeCluster, as every call)
+        with self._lock:
+            channel = self._channels[self._url.address]
+        split = channel.unary_unary(
+            SPLIT_SHARD_METHOD,
+            request_serializer=pb.Shard.SerializeToString,
+            response_deserializer=pb.ListShardsResponse.FromString,
+        )
+        shards = self._call("SplitShard", split, pb.Shard(streamName=stream_name, shardId=shard_id)).shards
         return [
             ShardInfo(s.streamName, s.shardId, int(s.startHashRangeKey), int(s.endHashRangeKey))
             for s in shards

@@ -251,10 +251,22 @@ class Ingestor:
                 )
             )
 
+    def _add_shards(self, shard_ids: list[int]) -> None:
+        """Position readers for shards that appeared after :meth:`prepare` (added to the stream while
+        ingesting: a window holds their first records). Created null, like the others at the start: the
+        window's commit moves them, so the new shards' records are applied exactly once too."""
+        if not shard_ids:
+            return
+        names = {shard: shard_reader(self.config.subscription_id, shard) for shard in shard_ids}
+        target = shard_reader_target(self.stream_name)
+        ensure_readers(self.sink.collection, {name: target for name in names.values()})
+        self._readers.update(names)
+
     def _write_generation(self, window: IngestWindow) -> tuple[bytes, int]:
         """One round: start, put_many, commit with the position readers (abort on failure)."""
         items = map_records(self.mapper, window.records)
         positions = sorted(window.positions.items())
+        self._add_shards([shard for shard, _ in positions if shard not in self._readers])
         updates = [(self._readers[shard], pos.to_bytes()) for shard, pos in positions]
         round_ = Round.next(self.sink.collection)
         round_.run(updates, (lambda g: self.sink.put_many(items, g)) if items else None)

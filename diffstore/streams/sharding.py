@@ -19,6 +19,11 @@ from diffstore.streams._proto import hstream_pb2 as pb
 
 HASH_SPACE_MAX = (1 << 128) - 1
 
+SHARD_ADMIN_SERVICE = "diffstore.streams.ShardAdmin"
+"""The embedded server's gRPC service beyond HStream: ``SplitShard`` (request ``Shard`` naming
+``streamName`` and ``shardId``; answer the stream's ``ListShardsResponse`` after the split)."""
+SPLIT_SHARD_METHOD = f"/{SHARD_ADMIN_SERVICE}/SplitShard"
+
 
 def key_hash(partition_key: str) -> int:
     """MD5 of the key's UTF-8 bytes as a 128-bit big-endian integer."""

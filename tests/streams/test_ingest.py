@@ -24,7 +24,7 @@ from diffstore.engine import Store, StoreConfig
 from diffstore.server import ServerConfig, create_app
 from diffstore.streams.client import StreamClient
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
-from diffstore.streams.records import StreamRecord
+from diffstore.streams.records import RecordPosition, StreamRecord
 from diffstore.streams.sinks import EngineSink, HttpSink
 from tests.helpers import close_pipes
 
@@ -230,3 +230,51 @@ def test_cli_ingests_and_stops_cleanly_on_sigterm(
             collection = store.collection("C")
             assert collection.get(b"k").value == b"99"
             assert collection.next_generation_id is None
+
+
+def test_shard_split_mid_ingest_is_ingested_exactly_once(
+    client: StreamClient, tmp_path: Path, wait_until: Callable[..., None]
+) -> None:
+    client.create_stream("grow", shard_count=1)
+    client.create_subscription("sub", "grow")
+    (first,) = client.list_shards("grow")
+    before = produce(client, "grow", [(f"k{i}", b"old%d" % i) for i in range(50)])
+    sink = EngineSink.open(tmp_path / "db", "C", create=True)
+    try:
+        ingestor = Ingestor(client, sink, IngestConfig("sub", window_records=20, window_ms=10))
+        commits: list[CommitStats] = []
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                ingestor.run(commits.append)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        wait_until(lambda: sum(c.records for c in commits) == 50 or errors)
+        shards = client.split_shard("grow", first.shard_id)
+        added = [s for s in shards if s.shard_id != first.shard_id]
+        assert len(added) == 1 and added[0].start_hash == shards[0].end_hash + 1
+        # a new producer lists the shards again: some keys now go to the new shard
+        after = produce(client, "grow", [(f"k{i}", b"new%d" % i) for i in range(50)])
+        assert {r.shard_id for r in after} == {first.shard_id, added[0].shard_id}
+        target = last_positions(before + after)
+        wait_until(
+            lambda: errors
+            or bool(commits)
+            and all(commits[-1].positions.get(s, RecordPosition(0, 0)) >= p for s, p in target.items())
+        )
+        ingestor.stop()
+        thread.join(WAIT_S)
+        assert not errors and not thread.is_alive()
+        assert sum(c.records for c in commits) == 100  # each record once, none twice
+        collection = sink.collection
+        assert {r.key: r.value for r in collection.query()} == {b"k%d" % i: b"new%d" % i for i in range(50)}
+        readers = {r.name: r for r in collection.readers()}
+        reader = readers[f"hstream/sub/{added[0].shard_id}"]
+        assert reader.collection == "hstream://grow"
+        assert reader.generation_id == target[added[0].shard_id].to_bytes()
+    finally:
+        sink.close()

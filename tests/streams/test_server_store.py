@@ -170,3 +170,52 @@ def test_config_validates_and_advertises_a_dialable_host(tmp_path: Path) -> None
     for options in bad:
         with pytest.raises(ValueError):
             StreamServerConfig(tmp_path, **options)
+
+
+def test_split_shard_adds_a_shard_that_subscriptions_read_from_its_start(tmp_path: Path) -> None:
+    store = StreamStore(tmp_path, sync=False)
+    try:
+        (shard,) = store.create_stream("s", 1, 0, 1, 1).shard_ids
+        store.create_subscription(SubscriptionInfo("early", "s", 5, 100, EARLIEST, 1))
+        store.append("s", shard, 2, b"x")
+        store.create_subscription(SubscriptionInfo("late", "s", 5, 100, LATEST, 1))
+        kept, added = store.split_shard("s", shard)
+        assert (kept.shard_id, kept.start, kept.epoch) == (shard, 0, 1)
+        assert added.start == kept.end + 1 and added.end == 2**128 - 1 and added.shard_id != shard
+        assert store.shards("s") == [kept, added]
+        assert store.get_stream("s").shard_ids == (shard, added.shard_id)
+        assert store.positions("early")[added.shard_id] == (0, 0)
+        assert store.positions("late")[added.shard_id] == (0, 0)  # empty when added: nothing to skip
+        assert store.append("s", added.shard_id, 1, b"y") > 0
+        # refused splits change nothing
+        for stream, shard_id, error in (("nope", shard, ResourceNotFound), ("s", 999, ResourceNotFound)):
+            with pytest.raises(error):
+                store.split_shard(stream, shard_id)
+        with pytest.raises(InvalidArgument):
+            store.split_shard("", shard)
+        assert store.shards("s") == [kept, added]
+    finally:
+        store.close()
+
+
+def test_split_shard_over_grpc_and_after_a_restart(stream_server_config: StreamServerConfig) -> None:
+    from diffstore.streams.client import StreamClient, StreamNotFound
+
+    with ServerThread(stream_server_config) as server, StreamClient(server.url) as client:
+        client.create_stream("s", shard_count=2)
+        client.create_subscription("sub", "s")
+        first, second = client.list_shards("s")
+        shards = client.split_shard("s", second.shard_id)
+        assert [s.shard_id for s in shards[:2]] == [first.shard_id, second.shard_id] and len(shards) == 3
+        assert shards[1].end_hash + 1 == shards[2].start_hash and shards[2].end_hash == second.end_hash
+        assert client.list_shards("s") == shards
+        with pytest.raises(StreamNotFound):
+            client.split_shard("s", 12345)
+        with pytest.raises(StreamNotFound):
+            client.split_shard("missing", first.shard_id)
+        assert client.list_shards("s") == shards
+    restarted = dataclasses.replace(stream_server_config, port=0)
+    with ServerThread(restarted) as server, StreamClient(server.url) as client:
+        assert client.list_shards("s") == shards
+        offsets = client.get_subscription("sub").offsets
+        assert sorted(o.shardId for o in offsets) == sorted(s.shard_id for s in shards)

@@ -20,6 +20,7 @@ from google.protobuf import message_factory
 from google.protobuf.message import Message
 
 from diffstore.streams._proto import hstream_pb2 as pb
+from diffstore.streams.sharding import SHARD_ADMIN_SERVICE
 
 from .config import StreamServerConfig
 from .servicer import HStreamServicer, Undecodable
@@ -57,7 +58,8 @@ def _deserializer(request_class: type[Message]) -> Callable[[bytes], Message | U
 def register(servicer: HStreamServicer, server: grpc.aio.Server) -> None:
     """Adds every RPC of ``protos/hstream.proto`` to ``server``, like the generated
     ``add_HStreamApiServicer_to_server`` but with a serializer that lets responses be bytes and a
-    deserializer that hands undecodable requests to the RPC (``_deserializer``).
+    deserializer that hands undecodable requests to the RPC (``_deserializer``); and, as a service of its
+    own so that ``HStreamApi`` stays exactly upstream's, the extension ``SHARD_ADMIN_SERVICE``.
     """
     service = pb.DESCRIPTOR.services_by_name["HStreamApi"]
     handlers = {}
@@ -72,7 +74,15 @@ def register(servicer: HStreamServicer, server: grpc.aio.Server) -> None:
             request_deserializer=_deserializer(request_class),
             response_serializer=_serialize,
         )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    split = grpc.unary_unary_rpc_method_handler(
+        servicer.SplitShard, request_deserializer=_deserializer(pb.Shard), response_serializer=_serialize
+    )
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(service.full_name, handlers),
+            grpc.method_handlers_generic_handler(SHARD_ADMIN_SERVICE, {"SplitShard": split}),
+        )
+    )
 
 
 class StreamServer:

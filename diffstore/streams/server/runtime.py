@@ -112,6 +112,11 @@ class SubscriptionRuntime:
         if record_ids and self.state.ack((r.shardId, r.batchId, r.batchIndex) for r in record_ids):
             self.notify()
 
+    def add_shard(self, shard_id: int) -> None:
+        """A shard added to the stream (a split): delivered from its start, to an owner given at once."""
+        self.state.add_shard(shard_id)
+        self.notify()
+
     def notify(self) -> None:
         """Something changed (append, ack, join, leave): run a delivery round soon."""
         self._wake.set()

@@ -187,6 +187,9 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
 
     @_call
     async def ListShards(self, request: pb.ListShardsRequest, context: Any) -> pb.ListShardsResponse:
+        return self._shards_pb(request.streamName)
+
+    def _shards_pb(self, stream_name: str) -> pb.ListShardsResponse:
         shards = [
             pb.Shard(
                 streamName=s.stream_name,
@@ -196,9 +199,19 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
                 epoch=s.epoch,
                 isActive=True,
             )
-            for s in self._store.shards(request.streamName)
+            for s in self._store.shards(stream_name)
         ]
         return pb.ListShardsResponse(shards=shards)
+
+    @_call
+    async def SplitShard(self, request: pb.Shard, context: Any) -> pb.ListShardsResponse:
+        """Beyond HStream (service ``SHARD_ADMIN_SERVICE``): splits a shard's hash range in two, the upper
+        half going to a new shard that every subscription of the stream reads from its start."""
+        _, added = self._store.split_shard(request.streamName, request.shardId)
+        for runtime in self._runtimes.values():
+            if runtime.stream_name == request.streamName:
+                runtime.add_shard(added.shard_id)
+        return self._shards_pb(request.streamName)
 
     @_call
     async def Append(self, request: pb.AppendRequest, context: Any) -> bytes:

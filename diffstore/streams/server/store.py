@@ -233,6 +233,55 @@ class StreamStore:
                 raise ResourceNotFound(f"stream {stream_name} not found")
             return [self._shard(txn, sid) for sid in info.shard_ids]
 
+    def split_shard(self, stream_name: str, shard_id: int) -> tuple[StoredShard, StoredShard]:
+        """Adds a shard to a stream by splitting ``shard_id``'s hash range in two (beyond HStream).
+
+        The shard keeps the lower half (its epoch goes up by one, so clients can tell its range changed)
+        and a new shard takes the upper half; the ranges still cover the hash space without overlap.
+        Every subscription of the stream reads the new shard from its start (it is empty now). Records
+        already in the split shard stay there; records appended after the split go where their
+        partition key's hash now falls (producers that list the shards again), so per-key order holds
+        within each shard, not across the split.
+
+        Returns:
+            The split shard and the new one.
+
+        Raises:
+            ResourceNotFound: no such stream, or the shard is not one of its shards.
+            FailedPrecondition: the shard's range is a single hash, or the stream has MAX_SHARD_COUNT shards.
+            InvalidArgument: not a valid stream name.
+        """
+        check_identifier("stream", stream_name)
+        with self._txn(write=True) as txn:
+            info = self._stream(txn, stream_name)
+            if info is None:
+                raise ResourceNotFound(f"stream {stream_name} not found")
+            if shard_id not in info.shard_ids:
+                raise ResourceNotFound(f"shard {shard_id} is not a shard of {stream_name}")
+            if len(info.shard_ids) >= MAX_SHARD_COUNT:
+                raise FailedPrecondition(f"stream {stream_name} has {MAX_SHARD_COUNT} shards already")
+            old = self._shard(txn, shard_id)
+            if old.start == old.end:
+                raise FailedPrecondition(f"shard {shard_id} covers a single hash and cannot be split")
+            middle = old.start + (old.end - old.start) // 2
+            kept = StoredShard(shard_id, stream_name, old.start, middle, old.epoch + 1)
+            added = StoredShard(self._next_id(txn, keys.NEXT_SHARD_ID), stream_name, middle + 1, old.end, 0)
+            for shard in (kept, added):
+                value = {
+                    "stream": stream_name,
+                    "start": str(shard.start),
+                    "end": str(shard.end),
+                    "epoch": shard.epoch,
+                }
+                txn.put(keys.u64(shard.shard_id), _pack(value), db=self._db["shards"])
+            raw = _unpack(txn.get(stream_name.encode(), db=self._db["streams"]))
+            raw["shards"] = [*info.shard_ids, added.shard_id]
+            txn.put(stream_name.encode(), _pack(raw), db=self._db["streams"])
+            for sub in self._subscriptions(txn):
+                if sub.stream_name == stream_name:
+                    self._put_positions(txn, sub.subscription_id, {added.shard_id: START})
+        return kept, added
+
     def _shard(self, txn: lmdb.Transaction, shard_id: int) -> StoredShard:
         raw = txn.get(keys.u64(shard_id), db=self._db["shards"])
         if raw is None:

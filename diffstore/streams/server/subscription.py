@@ -138,6 +138,12 @@ class SubscriptionState:
         self._changed.clear()
         return changed
 
+    def add_shard(self, shard_id: int, committed: Position = START) -> None:
+        """A shard added to the stream while the subscription runs (read from ``committed``); it gets an
+        owner at the next poll. A shard already known is left as it is."""
+        if shard_id not in self._shards:
+            self._shards[shard_id] = _Shard(committed, max(committed[0], 1))
+
     # -- consumers --------------------------------------------------------------------------------------
 
     def join(self, name: str) -> None:
