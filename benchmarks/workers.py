@@ -7,8 +7,10 @@ Figures (every server is ``diffstore serve`` in its own process tree, as users r
                in msgpack pages of 10k, over and over for ``--seconds``; records/s of both together,
                ``--workers 2`` vs ``--workers 1``, rounds interleaved, medians              goal >= 1.6x
                Clients (``--client``): "lean" (default) is one raw keep-alive HTTP/1.1 connection per process
-               and ``msgpack.unpackb`` per page; "httpx" is httpx. Printed beside: the CPU cores the clients
-               and the server used, and the most 2 workers can give on this machine's CPUs given both
+               and ``msgpack.unpackb`` per page; "httpx" is httpx. With 2 workers the clients' two
+               connections are on different workers (a client reconnects until they are: the kernel spreads
+               connections by a hash, which two can share). Printed beside: the CPU cores the clients and the
+               server used, and the most 2 workers can give on this machine's CPUs given both
   wake-up      a commit by another process (an embedded ``Store`` in a child process; its stamp is taken
                when ``commit_generation`` has returned, i.e. the commit is durable) -> each of 10 long polls
                (spread over 2 workers) holding its answer; p50/p99 over every answer of ``--wake-rounds``
@@ -133,13 +135,16 @@ def read_diff(conn: Connection, url: str, lo: bytes, hi: bytes, seconds: float, 
     (records/s, CPU seconds it used, wall seconds).
 
     ``lean``: one raw keep-alive HTTP/1.1 connection and ``msgpack.unpackb`` of each answer (what a bulk
-    reader needs, and no more); else httpx, as a first-time user writes it.
+    reader needs, and no more); else httpx, as a first-time user writes it. Its connection is open when
+    it says "ready"; told "again", it opens a new one.
     """
     records = 0
-    host, port = url.rsplit("/", 1)[1].split(":")
-    get_page = _lean_pages(host, int(port)) if lean else _httpx_pages(url)
+    get_page, close = _connect(url, lean)
     conn.send("ready")
-    conn.recv()
+    while conn.recv() == "again":
+        close()
+        get_page, close = _connect(url, lean)
+        conn.send("ready")
     start, cpu = time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         body = msgpack.packb({"fromGenerationId": b"", "fromKey": lo, "toKey": hi, "limit": BATCH})
@@ -154,22 +159,26 @@ def read_diff(conn: Connection, url: str, lo: bytes, hi: bytes, seconds: float, 
     conn.send((records / wall, time.process_time() - cpu, wall))
 
 
-def _httpx_pages(url: str) -> Callable[[str, str, bytes], Any]:
-    http = httpx.Client(base_url=url, timeout=600)
-
-    def page(method: str, path: str, body: bytes) -> Any:
-        answer = http.request(method, path, content=body or None, headers=MSGPACK)
-        return msgpack.unpackb(answer.raise_for_status().content)
-
-    return page
+Pages = Callable[[str, str, bytes], Any]
 
 
-def _lean_pages(host: str, port: int) -> Callable[[str, str, bytes], Any]:
-    sock = socket.create_connection((host, port))
+def _connect(url: str, lean: bool) -> tuple[Pages, Callable[[], None]]:
+    """A page getter over one open connection, and its close."""
+    if not lean:
+        http = httpx.Client(base_url=url, timeout=600)
+        http.get("/healthz").raise_for_status()  # opens the connection the pages will use
+
+        def httpx_page(method: str, path: str, body: bytes) -> Any:
+            answer = http.request(method, path, content=body or None, headers=MSGPACK)
+            return msgpack.unpackb(answer.raise_for_status().content)
+
+        return httpx_page, http.close
+    host, port = url.rsplit("/", 1)[1].split(":")
+    sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     reader = sock.makefile("rb", buffering=1 << 20)
 
-    def page(method: str, path: str, body: bytes) -> Any:
+    def lean_page(method: str, path: str, body: bytes) -> Any:
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
             f"Accept: application/msgpack\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -185,14 +194,19 @@ def _lean_pages(host: str, port: int) -> Callable[[str, str, bytes], Any]:
             raise RuntimeError(f"unexpected answer {status!r}")
         return msgpack.unpackb(reader.read(length))
 
-    return page
+    def close() -> None:
+        reader.close()
+        sock.close()
+
+    return lean_page, close
 
 
 def diff_rate(
     url: str, pid: int, records: int, seconds: float, lean: bool
 ) -> tuple[float, float, float, list[int]]:
-    """Records/s of two client processes reading a diff each over half of the keys, and the CPU cores the
-    clients and the server (all its processes) used meanwhile."""
+    """Records/s of two client processes reading a diff each over half of the keys, the CPU cores the
+    clients and the server (all its processes) used meanwhile, and the client connections per server
+    process (each client's connection on a process of its own, when the server has several)."""
     middle = b"key-%012d" % (records // 2)
     ranges = [(b"key-", middle), (middle, b"key-\xff")]
     context = multiprocessing.get_context("spawn")
@@ -205,11 +219,10 @@ def diff_rate(
         procs.append(proc)
     for pipe in pipes:
         assert pipe.recv() == "ready"
+    spread = balance(pid, pipes)
     server_cpu, start = tree_cpu_seconds(pid), time.perf_counter()
     for pipe in pipes:
         pipe.send("go")
-    time.sleep(seconds / 2)  # midway through the round (a measurement, not a wait for a condition)
-    spread = clients_per_process(pid)
     answers = [pipe.recv() for pipe in pipes]
     server_cpu, wall = tree_cpu_seconds(pid) - server_cpu, time.perf_counter() - start
     for proc in procs:
@@ -217,6 +230,25 @@ def diff_rate(
     total = sum(rate for rate, _, _ in answers)
     client_cores = sum(cpu / own_wall for _, cpu, own_wall in answers)
     return float(total), client_cores, server_cpu / wall, spread
+
+
+def balance(pid: int, pipes: list[Connection]) -> list[int]:
+    """Reconnects the last client until no server process holds two client connections (when it has
+    processes enough; at most 50 tries); the connections per process, as they are then.
+
+    The kernel hands each connection to one worker by a hash of its addresses: two connections share
+    a worker half of the time, which would measure the luck of the hash, not the workers.
+    """
+    workers = max(1, len(psutil.Process(pid).children()))
+    for _ in range(50):
+        deadline = time.monotonic() + 10
+        while sum(spread := clients_per_process(pid)) < len(pipes) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the server accepts the new connection
+        if workers < len(pipes) or max(spread) <= 1:
+            return spread
+        pipes[-1].send("again")
+        assert pipes[-1].recv() == "ready"
+    return spread
 
 
 def clients_per_process(pid: int) -> list[int]:

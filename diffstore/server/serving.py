@@ -1,11 +1,12 @@
 """The running HTTP server over an embedded store, with a graceful shutdown (``diffstore serve``).
 
-With ``ServerConfig.workers`` above 1, :func:`serve` is a supervisor: it binds the listening socket,
-starts that many worker processes (spawned, so each opens its own LMDB environment after the fork it
-never had) which all accept on the one socket, and starts a replacement for any worker that dies
-while the server runs (``kill -9`` included). Workers share nothing but the data directory: any of them
-serves any request, background work is taken once through LMDB, and commits reach every worker's long
-polls (see ``docs/process-model.md``). With ``workers=1`` the one process serves alone.
+With ``ServerConfig.workers`` above 1, :func:`serve` is a supervisor: it takes the port, starts that many
+worker processes (spawned, so each opens its own LMDB environment after the fork it never had) which
+accept on it (on Linux each on a listening socket of its own, see :func:`bind`), and starts a
+replacement for any worker that dies while the server runs (``kill -9`` included). Workers share nothing
+but the data directory: any of them serves any request, background work is taken once through LMDB, and
+commits reach every worker's long polls (see ``docs/process-model.md``). With ``workers=1`` the one
+process serves alone.
 
 On SIGTERM/SIGINT uvicorn stops accepting connections; :class:`GracefulServer` first answers every open
 long-poll (they would otherwise hold the shutdown for up to ``timeoutMs``), then waits for running
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import gc
 import logging
 import multiprocessing
@@ -119,22 +121,36 @@ def serve_store(store: Store, config: ServerConfig, sockets: list[socket.socket]
 # --- many processes ---------------------------------------------------------------------------------
 
 
-def bind(config: ServerConfig) -> socket.socket:
-    """The listening socket every worker accepts on."""
+# On Linux each worker listens on a socket of its own, all bound to the one port with SO_REUSEPORT, and the
+# kernel hands each new connection to one of them (by a hash of its addresses). With one shared listening
+# socket, an idle worker woken by a connection accepts every connection pending (uvloop accepts until
+# none is left), so a few clients that connect together all land on one worker and the others idle
+# (benchmarks/workers.py: both diff readers' connections on one worker, 2 workers ~1.0x one).
+_REUSE_PORT = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+
+
+def bind(config: ServerConfig, *, listen: bool = True, reuse_port: bool = _REUSE_PORT) -> socket.socket:
+    """A socket on the configured address: listening, or (``listen=False``) only holding the port."""
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((config.host, config.port))
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
 
 def worker_main(config: ServerConfig, sock: socket.socket, supervisor: int) -> None:
-    """One worker process: its own store over the shared directory, serving on the shared socket."""
+    """One worker process: its own store over the shared directory, serving on its own listening socket
+    bound to the supervisor's port (Linux), or on the supervisor's shared one."""
     if not _die_with_parent(supervisor):
         return  # the supervisor died while this worker was starting
     logs.configure(config.log_level, config.log_format)  # a spawned process starts without handlers
+    if _REUSE_PORT:
+        sock = bind(dataclasses.replace(config, port=sock.getsockname()[1]))
     with _open_store(config) as store:
         serve_store(store, config, sockets=[sock])
 
@@ -164,7 +180,16 @@ def supervise(config: ServerConfig) -> int:
     """Runs ``config.workers`` worker processes on one socket; replaces any that dies until a signal."""
     with _open_store(config):  # fails here, with one clear error, if the directory cannot be a store
         pass
-    sock = bind(config)
+    # holds the port (so that a taken one fails here, once); on Linux it only holds it: a socket that
+    # listened here would be handed connections that no worker accepts
+    if _REUSE_PORT:
+        # SO_REUSEPORT would let a second server of the same user share the port silently: a probe
+        # without it fails if anything holds the port, and ours, held with it, fails any later probe
+        with bind(config, listen=False, reuse_port=False) as probe:
+            port = probe.getsockname()[1]
+        sock = bind(dataclasses.replace(config, port=port), listen=False)
+    else:
+        sock = bind(config)
     metrics_dir = metrics.prepare_multiprocess()  # inherited by the workers: a scrape of one sums them all
     context = multiprocessing.get_context("spawn")
     stopping: list[int] = []

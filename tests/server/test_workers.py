@@ -257,3 +257,38 @@ def test_workers_end_when_the_supervisor_is_killed(tmp_path: Path, when: str) ->
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait()
+
+
+def test_connections_are_spread_over_the_workers_and_a_second_server_cannot_share_the_port(
+    tmp_path: Path,
+) -> None:
+    with served(tmp_path / "data") as server:
+
+        def per_worker(status: str) -> list[int]:
+            counts = []
+            for pid in server.workers():
+                held = psutil.Process(pid).net_connections("tcp")
+                counts.append(sum(1 for c in held if c.status == status))
+            return counts
+
+        wait_until(lambda: min(per_worker(psutil.CONN_LISTEN)) == 1, DEADLINE_S, "every worker to listen")
+        # connections opened together: with one shared listening socket the first worker to wake
+        # accepted them all; with a socket per worker (SO_REUSEPORT) the kernel spreads them
+        connections = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
+        try:
+
+            established = partial(per_worker, psutil.CONN_ESTABLISHED)
+            wait_until(lambda: sum(established()) == 40, DEADLINE_S, "every connection accepted")
+            assert min(established()) > 0, established()  # 40 connections on one of 2: odds 2^-39
+        finally:
+            for connection in connections:
+                connection.close()
+        # a second server on the same port is refused (it must not quietly take half the connections)
+        second = subprocess.run(
+            [sys.executable, "-c", DRIVER, "serve", "--data", str(tmp_path / "other")]
+            + ["--port", str(server.port), "--workers", "2"],
+            capture_output=True,
+            timeout=DEADLINE_S,
+        )
+        assert second.returncode != 0
+        assert post(server.url, "/collections/", {"collectionName": "m", "isManual": True}).status_code == 200
