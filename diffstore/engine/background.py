@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
-from diffstore.engine import layout, writes
+from diffstore.engine import layout, lineage, writes
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import minimum_generation
 from diffstore.engine.tables import Tables, load_meta, resolve_seq, save_meta
@@ -55,6 +55,7 @@ _ALL_TABLES_WITH_CID = (
     "phantom_ttl",
     "readers",
     "producers",
+    "lineage",
 )
 
 
@@ -141,7 +142,10 @@ def _gc_due(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bool
         return False
     if horizon > (meta.gc_horizon or b""):
         return True
-    return _next_run(txn, tables, meta, resolve_seq(txn, tables, meta, horizon)) is not None
+    horizon_seq = resolve_seq(txn, tables, meta, horizon)
+    return _next_run(txn, tables, meta, horizon_seq) is not None or lineage.has_below(
+        txn, tables, meta, horizon_seq
+    )
 
 
 def _gc_collection(store: StoreAccess, name: str) -> bool:
@@ -161,9 +165,11 @@ def _gc_collection(store: StoreAccess, name: str) -> bool:
                 save_meta(txn, tables, meta)
             assert meta.gc_horizon is not None
             horizon_seq = resolve_seq(txn, tables, meta, meta.gc_horizon)
+            # the lineage of generations below the horizon goes with them (that of the horizon stays)
+            purged = lineage.purge_below(txn, tables, meta, horizon_seq, batch)
             seq = _next_run(txn, tables, meta, horizon_seq)
             if seq is None:
-                return False
+                return purged > 0
             position_key = layout.gc_position_key(meta.cid_prefix)
             raw_position = txn.get(position_key, db=tables.due)
             position = layout.read_gc_position(raw_position) if raw_position else None

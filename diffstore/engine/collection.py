@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from diffstore.engine import diff, layout, producers, readers, reads, writes
+from diffstore.engine import diff, layout, lineage, producers, readers, reads, writes
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import load_meta, save_meta
 from diffstore.engine.types import (
@@ -23,6 +23,7 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    Lineage,
     PutItem,
     PutResult,
     QueryPage,
@@ -352,6 +353,21 @@ class Collection:
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return readers.list_readers(txn, self._store.tables, meta)
+
+    def lineage(self, generation_id: bytes, depth: int = 1) -> Lineage:
+        """The readers moved by the commit of ``generation_id`` (see :mod:`diffstore.engine.lineage`).
+
+        With ``depth`` > 1 each source collection's entry holds the moves of its generations in the
+        reader's (from, to], merged per reader, walked ``depth - 1`` levels further (streams are leaves).
+
+        Raises:
+            InvalidRequest: ``depth`` is not 1..10, the generation is not a committed one of this collection,
+                or the walk holds more than 10,000 sources.
+            GenerationCollected: the generation is below the readers' minimum (its lineage is collected).
+        """
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return lineage.lineage(txn, self._store.tables, meta, generation_id, depth)
 
     # --- phantoms and producers -------------------------------------------------------------------
 

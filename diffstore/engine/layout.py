@@ -36,6 +36,9 @@ Named tables (sub-databases)::
     dropped      cid                                 -> b""        deleted collections awaiting purge
     due          "a" | name(utf-8)                   -> unix ms(u64)  due time of the automatic commit
                  "g" | cid                           -> seq(u64) | K  where GC of a long generation resumes
+    lineage      cid | seq(u64) | reader name(utf-8) -> msgpack [target, target cid | None, from, to]
+                                                        a reader moved by the commit of generation seq
+                                                        (from/to: generation ids or None; see lineage.py)
 
 Background work lives in ``due`` rather than in a process's memory, so that any process that opens the
 directory can do it, and each item is taken (read, done, deleted) inside one write transaction: done once.
@@ -75,6 +78,7 @@ TABLES = (
     b"producers",
     b"dropped",
     b"due",
+    b"lineage",
 )
 
 TOMBSTONE = b""
@@ -310,3 +314,20 @@ def gc_position(seq: int, form: bytes) -> bytes:
 
 def read_gc_position(raw: bytes) -> tuple[int, bytes]:
     return int(_U64.unpack(raw[:8])[0]), raw[8:]
+
+
+# --- lineage: the reader moves of each committed generation ------------------------------------
+
+
+def lineage_prefix(cid_prefix: bytes, seq: int) -> bytes:
+    """Where the moves of generation ``seq`` start (and, for a range scan, those of later ones)."""
+    return cid_prefix + _U64.pack(seq)
+
+
+def lineage_key(cid_prefix: bytes, seq: int, name: str) -> bytes:
+    return cid_prefix + _U64.pack(seq) + name.encode()
+
+
+def split_lineage_key(raw: bytes) -> tuple[int, str]:
+    """(seq, reader name) of a lineage-table key."""
+    return int(_U64.unpack(raw[4:12])[0]), raw[12:].decode()

@@ -111,9 +111,15 @@ def create_reader(
 
 def apply_updates(
     txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, updates: Iterable[ReaderUpdate]
-) -> None:
-    """Validates then applies every update; any bad one raises before anything is written."""
+) -> list[tuple[Reader, Reader]]:
+    """Validates then applies every update; any bad one raises before anything is written.
+
+    Returns:
+        Each updated reader as it was before and after, by first appearance (a commit records these
+        as its lineage).
+    """
     staged: dict[str, Reader] = {}
+    before: dict[str, Reader] = {}
     for update in updates:
         validate_reader_name(update.name)
         if update.generation_id is not None:
@@ -121,6 +127,7 @@ def apply_updates(
         current = staged.get(update.name) or load_reader(txn, tables, owner, update.name)
         if current is None:
             raise NoSuchReader(f"collection {owner.name!r} has no reader {update.name!r}")
+        before.setdefault(update.name, current)
         expected = update.expected
         if expected is not UNSET and normalize_generation(current.generation_id) != normalize_generation(
             expected
@@ -134,6 +141,7 @@ def apply_updates(
         )
     for reader in staged.values():
         _store_reader(txn, tables, owner, reader)
+    return [(before[name], reader) for name, reader in staged.items()]
 
 
 def delete_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, name: str) -> None:

@@ -181,3 +181,32 @@ class ReaderUpdate:
 
 ReaderUpdateLike = ReaderUpdate | tuple[str, bytes | None]
 """What a commit's ``update_readers`` takes: a :class:`ReaderUpdate` or a ``(name, generation_id)`` pair."""
+
+
+@dataclass(frozen=True, slots=True)
+class LineageSource:
+    """One reader moved by a commit (or, nested, by the commits of a span of the source's generations).
+
+    ``target`` is the reader's target; ``collection_name`` is the same name when it was a collection at the
+    time of the commit, else None (a stream target such as ``hstream://s``). ``from_generation_id`` and
+    ``to_generation_id`` are the reader's positions before and after (None: null, "from the beginning").
+    ``sources`` is the lineage of the target's generations in (from, to], merged per reader (None: not
+    walked -- the depth was reached or the target is not a collection). ``incomplete``: part of that
+    span's history is gone (garbage-collected generations of the target, or the target was deleted).
+    """
+
+    reader_name: str
+    target: str
+    collection_name: str | None
+    from_generation_id: bytes | None
+    to_generation_id: bytes | None
+    sources: tuple[LineageSource, ...] | None = None
+    incomplete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """The readers the commit of ``generation_id`` moved (empty: it moved none), by reader name."""
+
+    generation_id: bytes
+    sources: tuple[LineageSource, ...]

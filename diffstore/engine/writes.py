@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import lmdb
 import msgpack
 
-from diffstore.engine import layout, producers, readers
+from diffstore.engine import layout, lineage, producers, readers
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -90,7 +90,8 @@ def commit_generation(
     _require_manual(meta)
     if meta.next is None or generation_id != meta.next:
         raise GenerationMismatch(f"{generation_id!r} is not the open generation {meta.next!r}")
-    readers.apply_updates(txn, tables, meta, updates)
+    moves = readers.apply_updates(txn, tables, meta, updates)
+    lineage.record(txn, tables, meta, moves)  # the open generation's moves, in the same transaction
     meta = meta.with_(
         generation=meta.next, generation_seq=meta.next_seq, next=None, next_seq=None, next_count=0
     )
