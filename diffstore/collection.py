@@ -22,6 +22,7 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    Lineage,
     PutItem,
     PutResult,
     QueryPage,
@@ -171,6 +172,12 @@ class Collection(Protocol):
     def update_reader(self, name: str, generation_id: bytes | None, expected: Expected = UNSET) -> None: ...
 
     def delete_reader(self, name: str) -> None: ...
+
+    # --- lineage -------------------------------------------------------------------------------
+
+    def lineage(self, generation_id: bytes, depth: int = 1) -> Lineage:
+        """The readers moved by the commit of ``generation_id``, walked ``depth`` levels back."""
+        ...
 
 
 if TYPE_CHECKING:  # mypy checks here that both handles implement the Protocol

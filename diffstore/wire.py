@@ -30,6 +30,8 @@ from diffstore.engine.types import (
     Expected,
     GetResult,
     KeysAround,
+    Lineage,
+    LineageSource,
     PutResult,
     QueryPage,
     Reader,
@@ -406,3 +408,55 @@ def error_to_wire(code: str, reason: str, bytes_max: int | None = None) -> Body:
     body: Body = {"error": code, "reason": reason}
     set_if_given(body, "bytesMax", bytes_max)
     return body
+
+
+def lineage_to_wire(lineage: Lineage, codec: Codec) -> Body:
+    """``{generationId, sources: [...]}``; a source names ``collectionName`` or else its ``target``."""
+    return {
+        "generationId": codec.es(lineage.generation_id),
+        "sources": _sources_to_wire(lineage.sources, codec),
+    }
+
+
+def _sources_to_wire(sources: tuple[LineageSource, ...], codec: Codec) -> list[Body]:
+    out = []
+    for source in sources:
+        entry: Body = {"readerName": source.reader_name, "collectionName": source.collection_name}
+        if source.collection_name is None:
+            entry["target"] = source.target
+        entry["fromGenerationId"] = codec.es_opt(source.from_generation_id)
+        entry["toGenerationId"] = codec.es_opt(source.to_generation_id)
+        if source.sources is not None:
+            entry["sources"] = _sources_to_wire(source.sources, codec)
+        if source.incomplete:
+            entry["incomplete"] = True
+        out.append(entry)
+    return out
+
+
+def lineage_from_wire(obj: Any, codec: Codec) -> Lineage:
+    f = Fields(obj, codec, "response")
+    return Lineage(f.es("generationId"), _sources_from_wire(f.array("sources"), codec))
+
+
+def _sources_from_wire(items: list[Any], codec: Codec) -> tuple[LineageSource, ...]:
+    sources = []
+    for item in items:
+        f = Fields(item, codec, "response.sources[]")
+        collection_name = f.text_opt("collectionName")
+        target = collection_name if collection_name is not None else f.raw("target")
+        if not isinstance(target, str):
+            raise InvalidRequest("response.sources[].target: expected a string")
+        nested = _sources_from_wire(f.array("sources"), codec) if f.raw("sources") is not None else None
+        sources.append(
+            LineageSource(
+                f.text("readerName"),
+                target,
+                collection_name,
+                f.es_opt("fromGenerationId"),
+                f.es_opt("toGenerationId"),
+                nested,
+                f.flag("incomplete", False),
+            )
+        )
+    return tuple(sources)

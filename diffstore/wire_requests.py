@@ -15,19 +15,28 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from diffstore.engine.types import (
+    MAX_LINEAGE_DEPTH,
     UNSET,
     DiffPage,
     Expected,
     FromReader,
     GetResult,
     KeysAround,
+    Lineage,
     PutItem,
     PutResult,
     QueryPage,
     ReaderUpdate,
 )
 from diffstore.errors import InvalidJson, InvalidRequest
-from diffstore.wire import MAX_KEYS_AROUND_LIMIT, MAX_PAGE_LIMIT, Body, Codec, Fields, set_if_given
+from diffstore.wire import (
+    MAX_KEYS_AROUND_LIMIT,
+    MAX_PAGE_LIMIT,
+    Body,
+    Codec,
+    Fields,
+    set_if_given,
+)
 
 if TYPE_CHECKING:
     from diffstore.collection import Collection
@@ -507,3 +516,26 @@ class DiffRequest:
         return cls(
             from_generation_id, from_reader, to_generation_id, include_intermediate, from_key, to_key, limit
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRequest:
+    """``POST /collections/{c}/lineage``: the readers a generation's commit moved, ``depth`` levels back."""
+
+    generation_id: bytes
+    depth: int = 1
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> LineageRequest:
+        f = Fields(obj, codec)
+        depth = f.integer_opt("depth", 1, MAX_LINEAGE_DEPTH)
+        return cls(f.es("generationId"), 1 if depth is None else depth)
+
+    def to_wire(self, codec: Codec) -> Body:
+        body: Body = {"generationId": codec.es(self.generation_id)}
+        if self.depth != 1:
+            body["depth"] = self.depth
+        return body
+
+    def run(self, collection: Collection) -> Lineage:
+        return collection.lineage(self.generation_id, self.depth)

@@ -24,6 +24,7 @@ from diffstore.engine.types import (
     Expected,
     GetResult,
     KeysAround,
+    Lineage,
     PutItem,
     PutResult,
     QueryPage,
@@ -40,6 +41,7 @@ from diffstore.wire import (
     generation_from_wire,
     get_result_from_wire,
     keys_around_from_wire,
+    lineage_from_wire,
     put_result_from_wire,
     query_page_from_wire,
     readers_from_wire,
@@ -51,6 +53,7 @@ from diffstore.wire_requests import (
     GenerationRequest,
     GetRequest,
     KeysAroundRequest,
+    LineageRequest,
     PutManyRequest,
     PutRequest,
     QueryRequest,
@@ -292,6 +295,11 @@ def update_reader(
 
 def delete_reader(name: str, reader_name: str) -> Call[None]:
     return Call("DELETE", collection_path(name, "readers", reader_name), _empty)
+
+
+def lineage(name: str, generation_id: bytes, depth: int) -> Call[Lineage]:
+    request = LineageRequest(generation_id, depth)
+    return Call("POST", collection_path(name, "lineage"), lineage_from_wire, request.to_wire)
 
 
 def healthz() -> Call[bool]:

@@ -33,6 +33,7 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    Lineage,
     PutItem,
     PutResult,
     QueryPage,
@@ -392,6 +393,15 @@ class Collection:
 
     def delete_reader(self, name: str) -> None:
         self._run(_calls.delete_reader(self.name, name))
+
+    # --- lineage -------------------------------------------------------------------------------
+
+    def lineage(self, generation_id: bytes, depth: int = 1) -> Lineage:
+        """The readers moved by the commit of ``generation_id``; ``depth`` > 1 walks back through the
+        source collections' own lineage (each source's generations in (from, to], merged per reader) to
+        the streams they were ingested from. Raises ``InvalidRequest`` for a depth outside 1..10 or a
+        generation that is not committed, ``GenerationCollected`` below the readers' minimum."""
+        return self._run(_calls.lineage(self.name, generation_id, depth))
 
     # --- watching ------------------------------------------------------------------------------
 

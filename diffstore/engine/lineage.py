@@ -35,10 +35,10 @@ from diffstore.engine import layout
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import readable_floor
 from diffstore.engine.tables import MAX_NAME_BYTES, Tables, check_not_collected, resolve_seq
-from diffstore.engine.types import Lineage, LineageSource, Reader
+from diffstore.engine.types import MAX_LINEAGE_DEPTH, Lineage, LineageSource, Reader
 from diffstore.errors import InvalidRequest
 
-MAX_DEPTH = 10
+MAX_DEPTH = MAX_LINEAGE_DEPTH
 MAX_ENTRIES = 10_000
 
 

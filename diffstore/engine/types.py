@@ -183,6 +183,10 @@ ReaderUpdateLike = ReaderUpdate | tuple[str, bytes | None]
 """What a commit's ``update_readers`` takes: a :class:`ReaderUpdate` or a ``(name, generation_id)`` pair."""
 
 
+MAX_LINEAGE_DEPTH = 10
+"""The deepest lineage walk (``Collection.lineage(depth=...)``): 1 is the generation's own moves."""
+
+
 @dataclass(frozen=True, slots=True)
 class LineageSource:
     """One reader moved by a commit (or, nested, by the commits of a span of the source's generations).

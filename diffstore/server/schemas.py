@@ -254,3 +254,27 @@ class GenerationList(BaseModel):
 
 class OverviewVersion(BaseModel):
     version: str
+
+
+class LineageQuery(_Model):
+    generationId: ES
+    depth: int | None = Field(
+        default=None, ge=1, le=10, description="1 (default): the generation's own moves; more: walk back"
+    )
+
+
+class LineageEntry(BaseModel):
+    readerName: str
+    collectionName: str | None = Field(description="the source collection (null: the target is not one)")
+    target: str | None = Field(None, description="the reader's target when it is not a collection")
+    fromGenerationId: ES | None
+    toGenerationId: ES | None
+    sources: list[LineageEntry] | None = Field(
+        None, description="the source's moves over (from, to], merged per reader (absent: not walked)"
+    )
+    incomplete: bool | None = Field(None, description="true: part of that span's history was collected")
+
+
+class LineageResponse(BaseModel):
+    generationId: ES
+    sources: list[LineageEntry]

@@ -36,6 +36,7 @@ SPEC_ROUTES = {
     ("DELETE", "/collections/{c}/diff/{cursor_id}"),
     ("GET", "/collections/{c}/producers/{producer_id}"),
     ("GET", "/collections/{c}/splits"),
+    ("POST", "/collections/{c}/lineage"),
     ("GET", "/healthz"),
 }
 

@@ -11,6 +11,7 @@ from diffstore.server.routes import (
     generation,
     health,
     items,
+    lineage,
     phantom,
     producers,
     query,
@@ -31,6 +32,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     diff.router,
     producers.router,
     splits.router,
+    lineage.router,
 )
 
 # served in raw ASGI before the router (see diffstore.server.fastlane); the routers above document them
