@@ -25,6 +25,7 @@ _FRONTS = (
     "diffstore.server.cli",
     "diffstore.client.cli",
     "diffstore.client.commands",
+    "diffstore.client.lineage_cli",
     "diffstore.streams.cli",
     "diffstore.spark.cli",
 )
