@@ -1,6 +1,6 @@
 // diffstore console: plain JavaScript, no build step, nothing from another host.
 // It talks to the JSON API of the server that served it (SPEC §3 plus /overview, /overview/changes and
-// /collections/{c}/generations), sending the bearer token kept in this tab's sessionStorage.
+// /collections/{c}/generations; /collections/{c}/lineage), sending the bearer token kept in this tab's sessionStorage.
 "use strict";
 
 const TOKEN_KEY = "diffstore.token";
@@ -280,7 +280,7 @@ function collectionRows(collections) {
 <td>${c.isManual ? '<span class="tag">manual</span>' : '<span class="tag auto">auto</span>'}</td>
 <td class="generation">${labelHtml(c.generationId)}</td><td class="next">${labelHtml(c.nextGenerationId)}</td>
 <td>${c.readers.map((r) => readerHtml(c.name, r)).join("")}</td>
-<td><a href="#/diff/${href}">diff</a></td></tr>`;
+<td><a href="#/diff/${href}">diff</a> <a href="#/lineage/${href}">lineage</a></td></tr>`;
     })
     .join("");
 }
@@ -410,7 +410,8 @@ Orange arrows: the reader is behind.</p><div id="graph"></div><p id="isolated" c
 async function pickCollection(signal, route) {
   const list = await api("GET", "/collections/", undefined, signal);
   const items = list.items.map((c) => `<li><a href="#/${route}/${encodeURIComponent(c.name)}">${esc(c.name)}</a></li>`);
-  main().innerHTML = `<h2>${route === "browse" ? "Browse" : "Diff"}: pick a collection</h2><ul>${items.join("") || '<li class="muted">no collections</li>'}</ul>`;
+  const title = { browse: "Browse", diff: "Diff", lineage: "Lineage" }[route];
+  main().innerHTML = `<h2>${title}: pick a collection</h2><ul>${items.join("") || '<li class="muted">no collections</li>'}</ul>`;
 }
 
 async function generationOptions(signal, name) {
@@ -700,6 +701,61 @@ async function viewDiff(signal, name, params) {
   });
 }
 
+// ---- Lineage --------------------------------------------------------------------------------------
+
+function lineageHtml(sources) {
+  if (!sources.length) return "";
+  const items = sources.map((s) => {
+    const target = s.collectionName === null
+      ? `<span class="stream">${esc(s.target)}</span>`
+      : `<a href="#/lineage/${encodeURIComponent(s.collectionName)}${s.toGenerationId ? "?g=" + encodeURIComponent(idLabel(s.toGenerationId)) : ""}">${esc(s.collectionName)}</a>`;
+    const same = sameEs(s.fromGenerationId, s.toGenerationId) ? ' <span class="muted">(did not move)</span>' : "";
+    const incomplete = s.incomplete ? ' <span class="tag auto" title="part of this span\'s history was garbage-collected">incomplete</span>' : "";
+    const nested = s.sources ? lineageHtml(s.sources) : "";
+    return `<li class="source" data-reader="${esc(s.readerName)}"><b>${esc(s.readerName)}</b> ← ${target}: <span class="span">${labelHtml(s.fromGenerationId)} → ${labelHtml(s.toGenerationId)}</span>${same}${incomplete}${nested}</li>`;
+  });
+  return `<ul class="lineage">${items.join("")}</ul>`;
+}
+
+async function viewLineage(signal, name, params) {
+  if (!name) return pickCollection(signal, "lineage");
+  const collection = await api("GET", collectionPath(name), undefined, signal);
+  const depths = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+  const depth = Number(params.get("depth") || 3);
+  main().innerHTML = `<h2>Lineage of <code>${esc(name)}</code></h2>
+<form class="toolbar" id="lineage-form">
+<label>Generation <input id="generation" list="generations" placeholder="current" value="${esc(params.get("g") || "")}"></label>
+<datalist id="generations"></datalist>
+<label>Depth <select id="depth">${depths.map((d) => `<option${d === depth ? " selected" : ""}>${d}</option>`).join("")}</select></label>
+<button type="submit">Show</button>
+<a href="#/browse/${encodeURIComponent(name)}">browse this collection</a></form>
+<p id="banner" class="banner" hidden></p>
+<p class="muted">The readers the commit of a generation moved (from → to), and with depth &gt; 1 what moved the
+readers of each source over that span, down to the streams. Sources whose history was garbage-collected are marked incomplete.</p>
+<p id="lineage-of"></p><div id="lineage"></div>`;
+  generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
+  const load = async (generationId) => {
+    const body = { generationId, depth: Number(document.getElementById("depth").value) };
+    const answer = await api("POST", `${collectionPath(name)}/lineage`, body, signal);
+    document.getElementById("lineage-of").innerHTML = `Generation ${labelHtml(answer.generationId)}: ${answer.sources.length} reader(s) moved by its commit`;
+    document.getElementById("lineage").innerHTML = lineageHtml(answer.sources) || '<p class="muted">This commit moved no reader.</p>';
+  };
+  const show = async () => {
+    const g = document.getElementById("generation").value.trim();
+    setHashQuery("lineage", name, { g, depth: document.getElementById("depth").value });
+    const current = g ? null : (await api("GET", collectionPath(name), undefined, signal)).generationId;
+    await load(g ? parseLabel(g) : current);
+  };
+  document.getElementById("lineage-form").addEventListener("submit", (event) => { event.preventDefault(); show().catch(showError); });
+  await show();
+  // Live: the lineage of the current generation follows the commits.
+  follow(signal, name, collection.generationId, async (generation) => {
+    if (document.getElementById("generation").value.trim()) return; // pinned by the user
+    await load(generation);
+    banner(`Generation ${idLabel(generation)} committed: lineage updated at ${new Date().toLocaleTimeString()}`);
+  });
+}
+
 // ---- routing ---------------------------------------------------------------------------------------
 
 function takeTokenFromFragment() {
@@ -729,6 +785,7 @@ async function render() {
     if (view === "graph") await viewGraph(controller.signal);
     else if (view === "browse") await viewBrowse(controller.signal, name, params);
     else if (view === "diff") await viewDiff(controller.signal, name, params);
+    else if (view === "lineage") await viewLineage(controller.signal, name, params);
     else await viewCollections(controller.signal);
   } catch (error) {
     if (!controller.signal.aborted) {
