@@ -371,6 +371,9 @@ def test_first_hour(tmp_path: Path) -> None:
         assert write_file_block(page.next("# shout.py"), tmp_path) == "shout.py"
         out = sh(page.next("diffstore transform --job shout:job"), tmp_path, env, timeout=300)
         assert out.endswith("apple\tRED\npear\tYELLOW\nplum\tPURPLE\n"), out
+        out = sh(page.next("diffstore lineage colours-loud --depth 2"), tmp_path, env)
+        assert re.search(r"^  from_fruit\tcolours\t- -> \S+", out, re.M), out
+        assert re.search(r"^    hstream/fruit-to-store/\d+\thstream://fruit\t", out, re.M), out
         # 6. one-line errors: the command, then what it prints (with ... for what varies)
         command, expected = page.next("diffstore query colours --url http://127.0.0.1:3999").splitlines()
         unused = f"http://127.0.0.1:{free_port()}"
