@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diffstore import shell
 from tests.server.conftest import Live, es
 
 STREAM = "hstream://events"
@@ -42,7 +43,7 @@ def test_lineage_view_shows_the_tree_and_follows_commits(live: Live, page: Any) 
     top = page.inner_text("#lineage li.source[data-reader='from_a']")
     assert "from_a ← A: none → a1" in top
     nested = page.inner_text(f"#lineage li.source[data-reader='{SHARD}']")
-    assert f"{STREAM}: none → hex:{P1.hex()}" in nested
+    assert f"{STREAM}: none → {shell.show(P1)}" in nested
     assert "c1" in page.inner_text("#lineage-of")
 
     # the current generation's lineage follows the commits
@@ -52,7 +53,9 @@ def test_lineage_view_shows_the_tree_and_follows_commits(live: Live, page: Any) 
         "document.getElementById('lineage-of').innerText.includes('c2')", timeout=DEADLINE_MS
     )
     assert "a1 → a2" in page.inner_text("#lineage li.source[data-reader='from_a']")
-    assert f"hex:{P1.hex()} → hex:{P2.hex()}" in page.inner_text(f"#lineage li.source[data-reader='{SHARD}']")
+    assert f"{shell.show(P1)} → {shell.show(P2)}" in page.inner_text(
+        f"#lineage li.source[data-reader='{SHARD}']"
+    )
     assert "c2" in page.inner_text("#banner")
 
     # an earlier generation on request, at depth 1
@@ -67,7 +70,7 @@ def test_lineage_view_shows_the_tree_and_follows_commits(live: Live, page: Any) 
     page.click("#lineage li.source[data-reader='from_a'] a")
     page.wait_for_function("location.hash.startsWith('#/lineage/A')")
     page.wait_for_function("document.getElementById('lineage-of').innerText.includes('a1')")
-    assert f"{SHARD} ← {STREAM}: none → hex:{P1.hex()}" in page.inner_text("#lineage")
+    assert f"{SHARD} ← {STREAM}: none → {shell.show(P1)}" in page.inner_text("#lineage")
 
 
 def test_lineage_view_says_when_a_commit_moved_nothing_or_is_collected(live: Live, page: Any) -> None:
