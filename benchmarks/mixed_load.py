@@ -15,22 +15,30 @@ Why: py-lmdb gives up the GIL around every LMDB call (every cursor step, every p
 many LMDB calls beside a busy event loop advances by about one call per switch interval. Writer-first
 reads fix it for writes; query pages (reads in a worker thread racing reads on the event loop) are not
 helped by it, and the figure shows by how much they still suffer.
+
+Beside each figure: the CPU cores the server's processes used. One process holds one GIL: when putMany
+alone and gets alone each keep it busy (about one core each), both together can only share it -- the two
+ratios then add up to about 1 whatever the scheduling, and only more workers lift that.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
+import os
 import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import httpx
 import msgpack
+import psutil
 from http_api import ResponseReader, child, http_put_many, new_loop
 
 SERVE = """
@@ -110,15 +118,37 @@ def query_all(url: str, collection: str) -> float:
             )
 
 
+def server_cpu(port: int) -> float:
+    """CPU seconds used so far by the processes listening on ``port`` (the server's workers)."""
+    total = 0.0
+    for pid in {c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port}:
+        if pid is None:
+            continue
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
+@contextlib.contextmanager
+def cores(port: int, into: dict[str, float], key: str) -> Iterator[None]:
+    """Puts in ``into[key]`` the CPU cores the server used while the block ran."""
+    cpu, start = server_cpu(port), time.perf_counter()
+    yield
+    into[key] = (server_cpu(port) - cpu) / (time.perf_counter() - start)
+
+
 def one_round(root: Path, setting: str, records: int, round_: int) -> dict[str, float]:
     data = root / f"server-{setting.replace(':', '-')}-{round_}"
     result: dict[str, float] = {}
     with child(SERVE, str(data), setting) as url:
+        port = int(url.rsplit(":", 1)[1])
         with httpx.Client(base_url=url) as http:
             http.post("/collections/", json={"collectionName": "g", "isManual": False}).raise_for_status()
             item = {"key": {"value": "k"}, "value": {"value": "v"}}
             http.post("/collections/g/put", json={"item": item}).raise_for_status()
-        result["put alone"] = http_put_many(url, records, "msgpack", 0)
+        with cores(port, result, "cores put alone"):
+            result["put alone"] = http_put_many(url, records, "msgpack", 0)
         result["query alone"] = query_all(url, "bench-msgpack-0")
         parent, child_end = multiprocessing.Pipe()
         load = multiprocessing.Process(target=read_load, args=(child_end, int(url.rsplit(":", 1)[1])))
@@ -126,11 +156,13 @@ def one_round(root: Path, setting: str, records: int, round_: int) -> dict[str, 
         try:
             assert parent.recv() == "ready"
             first, start = mark(parent)
-            time.sleep(2.0)  # the length of the measurement, not a wait for a condition
+            with cores(port, result, "cores get alone"):
+                time.sleep(2.0)  # the length of the measurement, not a wait for a condition
             last, end = mark(parent)
             result["get alone"] = (last - first) / (end - start)
             first, start = mark(parent)
-            result["put under reads"] = http_put_many(url, records, "msgpack", 1)
+            with cores(port, result, "cores put under reads"):
+                result["put under reads"] = http_put_many(url, records, "msgpack", 1)
             last, end = mark(parent)
             result["get during put"] = (last - first) / (end - start)
             result["query under reads"] = query_all(url, "bench-msgpack-0")
@@ -161,7 +193,10 @@ def main() -> None:
                     f"round {r}, workers:yield_ms={setting}: putMany alone {got['put alone']:,.0f} rec/s,"
                     f" under reads {got['put under reads']:,.0f}; gets alone {got['get alone']:,.0f}/s,"
                     f" during the putMany {got['get during put']:,.0f}/s; query pages alone"
-                    f" {got['query alone']:,.0f} rec/s, under reads {got['query under reads']:,.0f}",
+                    f" {got['query alone']:,.0f} rec/s, under reads {got['query under reads']:,.0f}; server"
+                    f" CPU cores: putMany alone {got['cores put alone']:.2f}, gets alone"
+                    f" {got['cores get alone']:.2f}, both {got['cores put under reads']:.2f};"
+                    f" load average {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
     finally:
@@ -174,7 +209,9 @@ def main() -> None:
             f" alone ({med['put alone']:,.0f}); gets during it {med['get during put']:,.0f}/s, ratio"
             f" {med['get during put'] / med['get alone']:.2f} to alone ({med['get alone']:,.0f}); query pages"
             f" under the reads {med['query under reads']:,.0f} rec/s, ratio"
-            f" {med['query under reads'] / med['query alone']:.2f} to alone ({med['query alone']:,.0f})"
+            f" {med['query under reads'] / med['query alone']:.2f} to alone ({med['query alone']:,.0f});"
+            f" server CPU cores: putMany alone {med['cores put alone']:.2f}, gets alone"
+            f" {med['cores get alone']:.2f}, both together {med['cores put under reads']:.2f}"
         )
 
 
