@@ -30,8 +30,11 @@ writer). The convoy this module fights is a matter of threads of one process; wr
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
+
+_log = logging.getLogger("diffstore.engine")
 
 
 class WriterFirst:
@@ -73,7 +76,10 @@ class WriterFirst:
                 callbacks, self._callbacks = self._callbacks, []
             self._done.set()
             for callback in callbacks:
-                callback()
+                try:
+                    callback()
+                except Exception:  # never into the writer: its transaction has yet to commit
+                    _log.exception("a callback waiting for the writer failed")
 
     def call_when_done(self, callback: Callable[[], None]) -> bool:
         """Calls ``callback`` (in the writer's thread) when another thread's page changes end: True, or

@@ -28,6 +28,7 @@ still goes to a worker thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -79,7 +80,8 @@ class FastLane:
             aside = loop.create_future()
 
             def done() -> None:  # in the writer's thread
-                loop.call_soon_threadsafe(_finish, aside)
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(_finish, aside)
 
             bound = self.store.call_when_writes_done(done)
             if bound is None:

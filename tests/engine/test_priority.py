@@ -160,3 +160,26 @@ def test_the_writer_itself_and_a_switched_off_priority_are_never_told() -> None:
         thread, results = read_in_thread(lambda: off.call_when_done(lambda: None))
         thread.join(10)
         assert results == [False]
+
+
+def test_a_failing_callback_never_reaches_the_writer() -> None:
+    priority = WriterFirst(LONG_MS)
+    entered, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def fail() -> None:
+        raise RuntimeError("the event loop is closed")
+
+    def write() -> None:
+        with priority.writing():
+            entered.set()
+            release.wait(30)
+        finished.append("writer done")  # the block ended normally: its transaction would commit
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert entered.wait(10)
+    assert priority.call_when_done(fail) is True
+    release.set()
+    writer.join(10)
+    assert finished == ["writer done"]
