@@ -7,12 +7,17 @@ it reads. The task streams: as soon as a chunk of keys has arrived it is fetched
 is still sending the next keys and taking the previous chunk's values. Duplicate keys (adjacent, the
 input being sorted) are looked up once, so the output holds each key once.
 
-A chunk whose range holds too many other records (sparse keys) is halved until its query fits in one
-page, down to single keys, so the work stays near min(records in the key range, number of keys).
+A chunk is read page by page, each page starting at the first key not resolved yet (gaps between
+wanted keys are skipped, never paged through). A page of 10,000 records costs about as much as 40 point
+reads (~20 ms against ~0.5 ms, measured on a 100k-record collection), so when a page resolved fewer than
+one wanted key per :data:`SPARSE_RECORDS` records, the rest of the chunk is read by point ``get`` calls
+instead: the work stays near min(records between the keys, a few point reads per key). (Halving a
+sparse chunk down to single keys, as before, cost 1.4 requests per key: ~1,400 for 1,000 keys.)
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
@@ -29,14 +34,43 @@ SCHEMA = "key binary, value binary"
 _ARROW = pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary())])
 
 
+SPARSE_RECORDS = 200
+"""Records per wanted key above which point reads beat paging through the range (see the module doc)."""
+
+PAGE = 10_000
+"""The server's largest page."""
+
+
 def fetch(collection: Collection, generation_id: bytes, chunk: list[bytes]) -> dict[bytes, bytes]:
-    """The records of ascending ``chunk`` present at ``generation_id``, with range queries."""
-    limit = min(10_000, 2 * len(chunk) + 16)
-    page = collection.query_page_columns(generation_id, None, chunk[0], chunk[-1] + b"\0", limit)
-    if page.cursor is None or len(chunk) == 1:
-        return dict(zip(page.keys, page.values, strict=True))
-    middle = len(chunk) // 2
-    return fetch(collection, generation_id, chunk[:middle]) | fetch(collection, generation_id, chunk[middle:])
+    """The records of ascending, distinct ``chunk`` present at ``generation_id``."""
+    found: dict[bytes, bytes] = {}
+    start, end = 0, len(chunk)
+    limit = min(PAGE, 2 * len(chunk) + 16)
+    wanted = set(chunk)
+    while start < end:
+        if end - start == 1:
+            _get_each(collection, generation_id, chunk[start:], found)
+            break
+        page = collection.query_page_columns(generation_id, None, chunk[start], chunk[-1] + b"\0", limit)
+        found.update((k, v) for k, v in zip(page.keys, page.values, strict=True) if k in wanted)
+        if page.cursor is None or not page.keys:
+            break  # the page reached the end of the chunk's range: the keys it did not hold are absent
+        resolved = bisect.bisect_right(chunk, page.keys[-1], start)
+        sparse = (resolved - start) * SPARSE_RECORDS < len(page.keys)
+        start, limit = resolved, min(PAGE, 4 * limit)  # pages grow while they pay
+        if sparse:
+            _get_each(collection, generation_id, chunk[start:], found)
+            break
+    return found
+
+
+def _get_each(
+    collection: Collection, generation_id: bytes, keys: list[bytes], found: dict[bytes, bytes]
+) -> None:
+    for key in keys:
+        record = collection.get(key, generation_id=generation_id)
+        if record is not None:
+            found[record.key] = record.value
 
 
 def sorted_chunks(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[list[bytes]]:

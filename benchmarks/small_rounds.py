@@ -1,0 +1,249 @@
+"""Small transform rounds in a warm session: seconds per round over 10, 1,000 and 10,000 changed records.
+
+    python benchmarks/small_rounds.py [--records 100000] [--rounds 3] [--sizes 10,1000,10000]
+
+Setup (untimed): ``diffstore serve`` in a child process (as in production: the server does not share
+the driver's interpreter); A (user → country) and B (user → amount) hold ``--records`` users each; the
+example's ``country_totals`` job brings C up to date, and a few small rounds warm the session. Timed:
+``Transform.run()`` after a commit of N changed users in A (a round and the check that finds C caught
+up), alternately
+
+* on the small-round path (the default: diffs of up to 10,000 changes read on the driver, lookups and
+  the result's write from the driver) and
+* on the path every round took before (``local_diff_max_rows=0``: diffs read by Spark tasks and
+  checkpointed, lookups by Spark tasks, the result written by Spark tasks) — the baseline,
+
+both on the same session and collections. Also timed, as the floor no runner goes below: the bare HTTP
+work of a round from one Python process (diff of A, point reads of the changed users' amounts in B, a
+generation of C with a putMany and a commit). Prints the median seconds per round of each, the ratio of
+the small-round path to the old one, where the small-round path spends its time (planning and starting
+the round; the job: the user's function with its lookups, collecting and writing the result; the commit;
+the check that finds C caught up), the load average, and how soon a watching runner plans a round after a
+commit to a source. Goal: <= 1.0 s for <= 1,000 changes. The machine is shared and noisy: compare
+ratios, not single runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
+
+from job import country_totals  # noqa: E402
+
+from diffstore.client import Client  # noqa: E402
+
+COUNTRIES = [b"DE", b"FR", b"JP", b"US", b"BR", b"IN", b"CN", b"GB"]
+BATCH = 10_000
+
+
+def user(i: int) -> bytes:
+    return b"user%09d" % i
+
+
+def commit(client: Client, name: str, items: list[tuple[bytes, bytes]]) -> bytes:
+    """One generation of ``name`` holding ``items``; returns its id."""
+    collection = client.collection(name)
+    counter = int.from_bytes(collection.generation_id[:8].ljust(8, b"\0"), "big") + 1
+    generation = counter.to_bytes(8, "big")
+    collection.start_generation(generation, abort_outdated=True)
+    for start in range(0, len(items), BATCH):
+        collection.put_many(items[start : start + BATCH], generation_id=generation)
+    collection.commit_generation(generation)
+    return generation
+
+
+@contextmanager
+def server(data: Path) -> Iterator[str]:
+    """``diffstore serve`` in a child process; yields its URL once it answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "diffstore", "serve", "--data", str(data), "--port", str(port), "--no-sync"],
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    try:
+        with Client(url, timeout_s=5.0) as probe:
+            while True:
+                try:
+                    if probe.healthz():
+                        break
+                except Exception:  # noqa: BLE001 - not listening yet
+                    if time.monotonic() > deadline or process.poll() is not None:
+                        raise RuntimeError("diffstore serve did not start") from None
+                    time.sleep(0.1)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def watch_latency(spark: object, url: str, client: Client) -> float:
+    """Median ms between the return of a commit to source B and a watching runner's next planned round."""
+    from diffstore.spark import Transform
+
+    planned: list[float] = []
+    caught_up = threading.Event()
+
+    def on_event(event: str, details: dict[str, object]) -> None:
+        if event == "planned":
+            planned.append(time.perf_counter())
+        elif event == "caught_up":
+            caught_up.set()
+
+    stop = threading.Event()
+    watcher = Transform(spark, url, "C", {"a": "A", "b": "B"}, country_totals, on_event=on_event)  # type: ignore[arg-type]
+    thread = threading.Thread(target=lambda: watcher.run(watch=True, should_stop=stop.is_set), daemon=True)
+    thread.start()
+    gaps = []
+    for i in range(5):
+        assert caught_up.wait(120)
+        time.sleep(0.5)  # let the runner settle into its long poll
+        caught_up.clear()
+        before = len(planned)
+        commit(client, "B", [(user(i), b"%d" % (i + 2))])
+        committed = time.perf_counter()
+        deadline = time.monotonic() + 60
+        while len(planned) == before and time.monotonic() < deadline:
+            time.sleep(0.001)
+        gaps.append((planned[before] - committed) * 1000)
+    assert caught_up.wait(120)
+    stop.set()
+    thread.join(120)
+    watcher.close()
+    return statistics.median(gaps)
+
+
+def bare_http_round(client: Client, since: bytes, target_counter: int) -> float:
+    """The HTTP work of one round from this process, no Spark: seconds."""
+    from diffstore.spark.lookup import fetch
+
+    started = time.perf_counter()
+    a, b, c = client.collection("A"), client.collection("B"), client.collection("C_bare")
+    page = a.diff_page_columns(since, limit=10_000)
+    b_at = b.generation_id
+    amounts = fetch(b, b_at, sorted(page.keys))
+    totals: dict[bytes, int] = {}
+    for key, old, new in zip(page.keys, page.from_values, page.to_values, strict=True):
+        amount = int(amounts.get(key, b"0"))
+        if old is not None:
+            totals[old] = totals.get(old, 0) - amount
+        if new is not None:
+            totals[new] = totals.get(new, 0) + amount
+    generation = target_counter.to_bytes(8, "big")
+    c.start_generation(generation, abort_outdated=True)
+    c.put_many([(k, str(v).encode()) for k, v in sorted(totals.items())], generation_id=generation)
+    c.commit_generation(generation)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per size and mode (median)")
+    parser.add_argument("--sizes", default="10,1000,10000", help="changed records per round")
+    args = parser.parse_args()
+    n = args.records
+
+    from diffstore.spark import Transform, local_session
+
+    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp) / "data") as url:
+        spark = local_session("diffstore-bench-small-rounds")
+        client = Client(url, timeout_s=120.0)
+        for name in ("A", "B", "C", "C_bare"):
+            client.create_collection(name, manual=True)
+        commit(client, "B", [(user(i), b"%d" % (1 + i % 997)) for i in range(n)])
+        commit(client, "A", [(user(i), COUNTRIES[i % len(COUNTRIES)]) for i in range(n)])
+        phases: list[tuple[str, float]] = []
+
+        def on_event(event: str, details: dict[str, Any]) -> None:
+            phases.append((event, time.perf_counter()))
+
+        transforms = {
+            "small": Transform(spark, url, "C", {"a": "A", "b": "B"}, country_totals, on_event=on_event),
+            "old": Transform(spark, url, "C", {"a": "A", "b": "B"}, country_totals, local_diff_max_rows=0),
+        }
+        transforms["old"].run()  # the initial round (all records)
+        step = 0
+        breakdown: dict[int, list[dict[str, float]]] = {}
+
+        def change(changes: int) -> bytes:
+            nonlocal step
+            step += 1
+            before = client.collection("A").generation_id
+            commit(client, "A", [(user((i * 7919 + step) % n), COUNTRIES[step % 8]) for i in range(changes)])
+            return before
+
+        def timed_round(mode: str, changes: int) -> float:
+            change(changes)
+            phases.clear()
+            t = time.perf_counter()
+            rounds = transforms[mode].run()
+            elapsed = time.perf_counter() - t
+            assert len(rounds) == 1, rounds
+            if mode == "small":
+                at = dict(phases)
+                breakdown.setdefault(changes, []).append(
+                    {
+                        "plan+start": at["started"] - t,
+                        "job": at["written"] - at["started"],
+                        "commit": at["committed"] - at["written"],
+                        "caught-up check": at["caught_up"] - at["committed"],
+                    }
+                )
+            return elapsed
+
+        for _ in range(3):  # warm both paths (JIT, Python workers, connection pools)
+            for mode in transforms:
+                timed_round(mode, 10)
+        breakdown.clear()
+        print(f"{n:,} users in A and B; country_totals; server in a child process; median of {args.rounds}")
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared)")
+        for changes in (int(s) for s in args.sizes.split(",")):
+            times: dict[str, list[float]] = {"small": [], "old": [], "bare": []}
+            for _ in range(args.rounds):
+                for mode in transforms:  # alternate, so that load changes hit both alike
+                    times[mode].append(timed_round(mode, changes))
+                since = change(changes)
+                times["bare"].append(bare_http_round(client, since, 1_000_000 + step))
+            small, old, bare = (statistics.median(times[m]) for m in ("small", "old", "bare"))
+            print(
+                f"{changes:>7,} changes: small-round path {small:6.2f}s   old path {old:6.2f}s   "
+                f"ratio {small / old:.2f}x   (bare HTTP floor {bare:5.2f}s)"
+            )
+            parts = {k: statistics.median(p[k] for p in breakdown[changes]) for k in breakdown[changes][0]}
+            print("          small-round path: " + ", ".join(f"{k} {v:.2f}s" for k, v in parts.items()))
+        latency = watch_latency(spark, url, client)
+        print(f"--watch: {latency:.0f} ms from a commit to B (the second source) to the next round's plan")
+        print("  (median of 5; goal <= 100 ms)")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        for transform in transforms.values():
+            transform.close()
+        client.close()
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""``lookup``'s fetch of a chunk of keys: right values, and work that stays near the number of keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from helpers_spark import commit_items
+
+from diffstore import Store
+from diffstore.client import Client
+from diffstore.spark.lookup import fetch
+
+
+def _key(i: int) -> bytes:
+    return b"k%06d" % i
+
+
+def test_fetch_dense_sparse_and_absent_keys_in_few_requests(
+    server_url: str, store: Store, names: Any
+) -> None:
+    name = names["A"]
+    store.create_collection(name, manual=True)
+    first = commit_items(store, name, [(_key(i), b"v%d" % i) for i in range(0, 40_000, 2)])  # even keys
+    later = commit_items(store, name, [(_key(4), b"new"), (_key(6), None)])
+    requests: list[str] = []
+
+    def count(request: httpx.Request) -> None:
+        requests.append(request.url.path)
+
+    with httpx.Client(event_hooks={"request": [count]}) as http, Client(server_url, http=http) as client:
+        handle = client.collection(name)
+        cases = {
+            "dense": [_key(i) for i in range(100, 1_100)],  # 500 present, 500 absent (odd)
+            "sparse": [_key(i) for i in range(0, 40_000, 400)],  # one present key per 200 records
+            "very sparse": [_key(i) for i in (3, 10_000, 20_001, 39_998)],
+        }
+        for label, keys in cases.items():
+            requests.clear()
+            found = fetch(handle, first, keys)
+            assert found == {k: b"v%d" % int(k[1:]) for k in keys if int(k[1:]) % 2 == 0}, label
+            assert len(requests) <= 8, (label, len(requests))  # halving down to single keys: 1.4 per key
+        assert fetch(handle, later, [_key(4), _key(6), _key(8)]) == {_key(4): b"new", _key(8): b"v8"}
+        assert fetch(handle, first, [_key(5)]) == {}
