@@ -23,6 +23,7 @@ from diffstore.engine.types import (
     GetResult,
     KeysAround,
     Lineage,
+    PhantomChanges,
     PutItem,
     PutResult,
     QueryPage,
@@ -70,6 +71,15 @@ class Collection(Protocol):
     def abort_generation(self, generation_id: bytes) -> None: ...
 
     def start_phantom(self, ttl_seconds: int = 3600) -> bytes: ...
+
+    def phantom_changes(
+        self,
+        phantom_id: bytes,
+        generation_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> PhantomChanges: ...
 
     # --- writes --------------------------------------------------------------------------------
 

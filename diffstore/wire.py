@@ -32,6 +32,7 @@ from diffstore.engine.types import (
     KeysAround,
     Lineage,
     LineageSource,
+    PhantomChanges,
     PutResult,
     QueryPage,
     Reader,
@@ -332,6 +333,28 @@ def diff_page_from_wire(obj: Any, codec: Codec) -> DiffPage:
         )
         items.append(DiffItem(d.es("key"), d.es_opt("fromValue"), d.es_opt("toValue"), intermediate))
     return DiffPage(f.es("fromGenerationId"), f.es("toGenerationId"), items, f.raw("cursorId"))
+
+
+def phantom_changes_to_wire(page: PhantomChanges, codec: Codec) -> Body:
+    es, es_opt = codec.es, codec.es_opt
+    body: Body = {
+        "generationId": es(page.generation_id),
+        "items": [
+            {"key": es(d.key), "fromValue": es_opt(d.from_value), "toValue": es_opt(d.to_value)}
+            for d in page.items
+        ],
+    }
+    set_if_given(body, "nextKey", es_opt(page.next_key))
+    return body
+
+
+def phantom_changes_from_wire(obj: Any, codec: Codec) -> PhantomChanges:
+    f = Fields(obj, codec, "response")
+    items = []
+    for entry in f.array("items"):
+        d = Fields(entry, codec, "response.items[]")
+        items.append(DiffItem(d.es("key"), d.es_opt("fromValue"), d.es_opt("toValue")))
+    return PhantomChanges(f.es("generationId"), items, f.es_opt("nextKey"))
 
 
 def keys_around_to_wire(result: KeysAround, codec: Codec) -> Body:

@@ -23,6 +23,7 @@ from diffstore.engine.types import (
     GetResult,
     KeysAround,
     Lineage,
+    PhantomChanges,
     PutItem,
     PutResult,
     QueryPage,
@@ -402,6 +403,41 @@ class StartPhantomRequest:
 
     def to_wire(self, codec: Codec) -> Body:
         return {"ttlSeconds": self.ttl_seconds}
+
+
+@dataclass(frozen=True, slots=True)
+class PhantomChangesRequest:
+    """**(beyond diffbelt)** ``phantom/changes``: what a phantom changes at a generation, paged by key."""
+
+    phantom_id: bytes
+    generation_id: bytes | None = None
+    from_key: bytes | None = None
+    to_key: bytes | None = None
+    limit: int | None = None
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> PhantomChangesRequest:
+        f = Fields(obj, codec)
+        return cls(
+            f.es("phantomId"),
+            f.es_opt("generationId"),
+            f.es_opt("fromKey"),
+            f.es_opt("toKey"),
+            f.integer_opt("limit", 1, MAX_PAGE_LIMIT),
+        )
+
+    def to_wire(self, codec: Codec) -> Body:
+        body: Body = {"phantomId": codec.es(self.phantom_id)}
+        set_if_given(body, "generationId", codec.es_opt(self.generation_id))
+        set_if_given(body, "fromKey", codec.es_opt(self.from_key))
+        set_if_given(body, "toKey", codec.es_opt(self.to_key))
+        set_if_given(body, "limit", self.limit)
+        return body
+
+    def run(self, collection: Collection) -> PhantomChanges:
+        return collection.phantom_changes(
+            self.phantom_id, self.generation_id, self.from_key, self.to_key, self.limit
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from diffstore.engine.types import (
     GetResult,
     KeysAround,
     Lineage,
+    PhantomChanges,
     PutItem,
     PutResult,
     QueryPage,
@@ -34,7 +35,7 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.wire import CollectionState
-from diffstore.wire_requests import DiffRequest, QueryRequest, ReadAt, WriteOptions
+from diffstore.wire_requests import DiffRequest, PhantomChangesRequest, QueryRequest, ReadAt, WriteOptions
 
 T = TypeVar("T")
 
@@ -179,6 +180,18 @@ class AsyncCollection:
 
     async def start_phantom(self, ttl_seconds: int = 3600) -> bytes:
         return await self._run(_calls.start_phantom(self.name, ttl_seconds))
+
+    async def phantom_changes(
+        self,
+        phantom_id: bytes,
+        generation_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> PhantomChanges:
+        """One page of what a phantom changes at a generation (**beyond diffbelt**; see the engine)."""
+        request = PhantomChangesRequest(phantom_id, generation_id, from_key, to_key, limit)
+        return await self._run(_calls.phantom_changes(self.name, request))
 
     # --- writes --------------------------------------------------------------------------------
 

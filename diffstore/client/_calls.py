@@ -25,6 +25,7 @@ from diffstore.engine.types import (
     GetResult,
     KeysAround,
     Lineage,
+    PhantomChanges,
     PutItem,
     PutResult,
     QueryPage,
@@ -42,6 +43,7 @@ from diffstore.wire import (
     get_result_from_wire,
     keys_around_from_wire,
     lineage_from_wire,
+    phantom_changes_from_wire,
     put_result_from_wire,
     query_page_from_wire,
     readers_from_wire,
@@ -54,6 +56,7 @@ from diffstore.wire_requests import (
     GetRequest,
     KeysAroundRequest,
     LineageRequest,
+    PhantomChangesRequest,
     PutManyRequest,
     PutRequest,
     QueryRequest,
@@ -207,6 +210,12 @@ def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:
 
     request = StartPhantomRequest(ttl_seconds)
     return Call("POST", collection_path(name, "phantom", "start"), parse, request.to_wire)
+
+
+def phantom_changes(name: str, request: PhantomChangesRequest) -> Call[PhantomChanges]:
+    return Call(
+        "POST", collection_path(name, "phantom", "changes"), phantom_changes_from_wire, request.to_wire
+    )
 
 
 # ------------------------------------------------------------------------------------ records: writes

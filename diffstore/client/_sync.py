@@ -34,6 +34,7 @@ from diffstore.engine.types import (
     GetResult,
     KeysAround,
     Lineage,
+    PhantomChanges,
     PutItem,
     PutResult,
     QueryPage,
@@ -42,7 +43,7 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.wire import CollectionState
-from diffstore.wire_requests import DiffRequest, QueryRequest, ReadAt, WriteOptions
+from diffstore.wire_requests import DiffRequest, PhantomChangesRequest, QueryRequest, ReadAt, WriteOptions
 
 T = TypeVar("T")
 
@@ -220,6 +221,18 @@ class Collection:
 
     def start_phantom(self, ttl_seconds: int = 3600) -> bytes:
         return self._run(_calls.start_phantom(self.name, ttl_seconds))
+
+    def phantom_changes(
+        self,
+        phantom_id: bytes,
+        generation_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> PhantomChanges:
+        """One page of what a phantom changes at a generation (**beyond diffbelt**; see the engine)."""
+        request = PhantomChangesRequest(phantom_id, generation_id, from_key, to_key, limit)
+        return self._run(_calls.phantom_changes(self.name, request))
 
     # --- writes --------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from diffstore.engine import diff, layout, lineage, producers, readers, reads, writes
+from diffstore.engine import diff, layout, lineage, phantoms, producers, readers, reads, writes
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import load_meta, save_meta
 from diffstore.engine.types import (
@@ -24,6 +24,7 @@ from diffstore.engine.types import (
     GetResult,
     KeysAround,
     Lineage,
+    PhantomChanges,
     PutItem,
     PutResult,
     QueryPage,
@@ -32,7 +33,7 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
 )
-from diffstore.errors import InvalidRequest
+from diffstore.errors import InvalidRequest, StorageError
 from diffstore.wire_requests import DiffRequest
 
 if TYPE_CHECKING:
@@ -381,8 +382,11 @@ class Collection:
             raise InvalidRequest("ttlSeconds must be a positive number")
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
-            number = meta.phantom_counter + 1
-            save_meta(scope.txn, self._store.tables, meta.with_(phantom_counter=number))
+            counter = meta.phantom_counter + 1
+            if counter > layout.PHANTOM_COUNTER_MAX:
+                raise StorageError(f"collection {self.name!r} has used up its phantom ids")
+            save_meta(scope.txn, self._store.tables, meta.with_(phantom_counter=counter))
+            number = layout.phantom_of(meta.cid, counter)
             expiry = int(time.time() * 1000 + ttl_seconds * 1000)
             scope.txn.put(
                 layout.phantom_prefix(meta.cid_prefix, number),
@@ -390,6 +394,30 @@ class Collection:
                 db=self._store.tables.phantom_ttl,
             )
         return layout.phantom_id_bytes(number)
+
+    def phantom_changes(
+        self,
+        phantom_id: bytes,
+        generation_id: bytes | None = None,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> PhantomChanges:
+        """One page of what phantom ``phantom_id`` changes for reads at ``generation_id`` (default:
+        current), in key order within ``[from_key, to_key)``; the next page starts at ``next_key``.
+
+        Raises:
+            InvalidRequest: ``phantom_id`` is not a live phantom of this collection (see
+                :mod:`diffstore.engine.phantoms`), or a bad limit.
+            GenerationCollected: ``generation_id`` is below the GC horizon.
+        """
+        config = self._store.config
+        limit = reads.check_limit(limit, config.default_page_limit, config.max_page_limit)
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return phantoms.changes_page(
+                txn, self._store.tables, meta, phantom_id, generation_id, from_key, to_key, limit
+            )
 
     def producer_last_seq_no(self, producer_id: str) -> int:
         """The last seqNo stored for ``producer_id`` (0 when unknown)."""

@@ -246,6 +246,21 @@ def phantom_id_bytes(phantom: int) -> bytes:
     return _U64.pack(phantom)
 
 
+PHANTOM_COUNTER_MAX = (1 << 32) - 1
+
+
+def phantom_of(cid: int, counter: int) -> int:
+    """The phantom number of a collection's ``counter``-th phantom: its cid in the high 32 bits, so a
+    phantom id names its collection (ids are unique in the store, and one of another collection is told
+    apart). Ids made before this scheme have a zero high half and belong to any collection."""
+    return (cid << 32) | counter
+
+
+def phantom_owner(phantom: int) -> int | None:
+    """The cid a phantom number was made for, or None for an id of the older, collection-less form."""
+    return (phantom >> 32) or None
+
+
 def phantom_number(phantom_id: bytes) -> int | None:
     """The phantom number of a phantom id, or None when it cannot be one of ours."""
     if len(phantom_id) != 8:

@@ -136,6 +136,17 @@ class DiffPage:
 
 
 @dataclass(frozen=True, slots=True)
+class PhantomChanges:
+    """A page of what a phantom changes for reads at ``generation_id``: each item's ``from_value`` is the
+    value without the phantom, ``to_value`` with it. ``next_key``: where the next page starts (None: the
+    last page)."""
+
+    generation_id: bytes
+    items: list[DiffItem]
+    next_key: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
 class KeysAround:
     generation_id: bytes
     left: list[bytes]

@@ -174,6 +174,26 @@ class PhantomResponse(BaseModel):
     phantomId: ES
 
 
+class PhantomChangesQuery(_Model):
+    phantomId: ES
+    generationId: ES | None = None
+    fromKey: ES | None = None
+    toKey: ES | None = None
+    limit: int | None = Field(default=None, ge=1, le=10_000)
+
+
+class PhantomChange(BaseModel):
+    key: ES
+    fromValue: ES | None
+    toValue: ES | None
+
+
+class PhantomChangesResponse(BaseModel):
+    generationId: ES
+    items: list[PhantomChange]
+    nextKey: ES | None = None
+
+
 class StartQuery(_Model):
     generationId: ES | None = None
     phantomId: ES | None = None

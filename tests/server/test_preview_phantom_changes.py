@@ -1,0 +1,185 @@
+"""``phantom/changes`` (beyond SPEC, for transform previews): what a phantom changes at a generation.
+
+Through a real uvicorn server over a real store: JSON and msgpack, the Python client, paging by
+``nextKey``, and every bad request answered with its status and code while the data stays as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+
+from diffstore.client import Client
+from diffstore.engine.types import DiffItem
+
+from .conftest import Live, es, unes
+
+LONG = b"L" * 300  # a long key (its own storage form)
+
+
+@pytest.fixture
+def phantomed(live: Live) -> tuple[Live, dict[str, Any]]:
+    """Manual ``m`` at generation g2 and phantom ``p`` over it; ``other`` has a phantom of its own."""
+    for name in ("m", "other"):
+        live.ok("POST", "/collections/", {"collectionName": name, "isManual": True})
+    for generation, items in (
+        ("g1", [("a", "a1"), ("b", "b1"), ("c", "c1"), ("hidden", "h1")]),
+        ("g2", [("b", "b2"), ("hidden", "h2"), (LONG, "long")]),
+    ):
+        live.ok("POST", "/collections/m/generation/start", {"generationId": es(generation)})
+        body = [{"key": es(k), "value": es(v)} for k, v in items]
+        live.ok("POST", "/collections/m/putMany", {"items": body, "generationId": es(generation)})
+        live.ok("POST", "/collections/m/generation/commit", {"generationId": es(generation)})
+    phantom = live.ok("POST", "/collections/m/phantom/start", {})["phantomId"]
+    writes: list[tuple[str, bytes | str, bytes | str | None]] = [
+        ("g2", "a", "a-new"),  # a change
+        ("g2", "b", "b2"),  # the value the base already has: no change
+        ("g2", "c", None),  # a delete
+        ("g2", "new", "n"),  # an insert
+        ("g1", "hidden", "old"),  # below the base's newer record at g2: hidden, no change
+        ("g2", LONG, None),  # a long key's delete
+        ("g9", "future", "f"),  # above the current generation: not visible there
+    ]
+    for generation, key, value in writes:
+        item = {"key": es(key), "value": None if value is None else es(value)}
+        live.ok(
+            "POST",
+            "/collections/m/put",
+            {"item": item, "generationId": es(generation), "phantomId": phantom},
+        )
+    other = live.ok("POST", "/collections/other/phantom/start", {})["phantomId"]
+    return live, {"phantom": phantom, "other": other}
+
+
+EXPECTED = [
+    DiffItem(LONG, b"long", None),
+    DiffItem(b"a", b"a1", b"a-new"),
+    DiffItem(b"c", b"c1", None),
+    DiffItem(b"new", None, b"n"),
+]
+
+
+def _items(answer: dict[str, Any]) -> list[DiffItem]:
+    return [
+        DiffItem(unes(i["key"]) or b"", unes(i["fromValue"]), unes(i["toValue"])) for i in answer["items"]
+    ]
+
+
+def test_changes_at_the_current_generation_in_json_and_msgpack(
+    phantomed: tuple[Live, dict[str, Any]],
+) -> None:
+    live, ids = phantomed
+    answer = live.ok("POST", "/collections/m/phantom/changes", {"phantomId": ids["phantom"]})
+    assert answer["generationId"] == {"value": "g2"}
+    assert _items(answer) == EXPECTED
+    assert "nextKey" not in answer
+    packed = live.call(
+        "POST",
+        "/collections/m/phantom/changes",
+        content=msgpack.packb({"phantomId": unes(ids["phantom"])}),
+        headers={"content-type": "application/msgpack", "accept": "application/msgpack"},
+    )
+    assert packed.status_code == 200
+    body = msgpack.unpackb(packed.content)
+    assert body["generationId"] == b"g2"
+    assert [(i["key"], i["fromValue"], i["toValue"]) for i in body["items"]] == [
+        tuple(d[:3]) for d in EXPECTED
+    ]
+
+
+def test_changes_at_an_older_generation_a_key_range_and_pages(phantomed: tuple[Live, dict[str, Any]]) -> None:
+    live, ids = phantomed
+    phantom = ids["phantom"]
+    at_g1 = live.ok(
+        "POST", "/collections/m/phantom/changes", {"phantomId": phantom, "generationId": es("g1")}
+    )
+    # at g1 the phantom's g1 record of "hidden" wins; its g2 records are not visible yet
+    assert _items(at_g1) == [DiffItem(b"hidden", b"h1", b"old")]
+    ranged = live.ok(
+        "POST",
+        "/collections/m/phantom/changes",
+        {"phantomId": phantom, "fromKey": es("b"), "toKey": es("new")},
+    )
+    assert _items(ranged) == [DiffItem(b"c", b"c1", None)]
+    seen: list[DiffItem] = []
+    body: dict[str, Any] = {"phantomId": phantom, "limit": 1}
+    while True:
+        page = live.ok("POST", "/collections/m/phantom/changes", body)
+        assert len(page["items"]) <= 1
+        seen += _items(page)
+        if "nextKey" not in page:
+            break
+        body = {
+            "phantomId": phantom,
+            "limit": 1,
+            "fromKey": page["nextKey"],
+            "generationId": page["generationId"],
+        }
+    assert seen == EXPECTED
+
+
+def test_the_python_client_pages_through_every_change(phantomed: tuple[Live, dict[str, Any]]) -> None:
+    live, ids = phantomed
+    phantom = unes(ids["phantom"])
+    assert phantom is not None
+    for wire in ("json", "msgpack"):  # the client then speaks that format
+        with Client(live.url, format=wire) as client:
+            handle = client.collection("m")
+            page = handle.phantom_changes(phantom, limit=2)
+            assert page.items == EXPECTED[:2] and page.next_key == b"c"
+            rest = handle.phantom_changes(phantom, page.generation_id, page.next_key)
+            assert page.items + rest.items == EXPECTED and rest.next_key is None
+    engine = live.store.collection("m")
+    assert engine.phantom_changes(phantom).items == EXPECTED
+
+
+def _state(live: Live, phantom: dict[str, str]) -> Any:
+    """Everything the bad requests must leave alone: the records, with and without the phantom."""
+    return (
+        live.ok("POST", "/collections/m/query/", {}),
+        live.ok("POST", "/collections/m/query/", {"phantomId": phantom}),
+        live.ok("GET", "/collections/m"),
+    )
+
+
+def test_bad_requests_are_refused_and_change_nothing(phantomed: tuple[Live, dict[str, Any]]) -> None:
+    live, ids = phantomed
+    before = _state(live, ids["phantom"])
+    path = "/collections/m/phantom/changes"
+    live.fail("POST", path, {}, status=400, code="invalidRequest")  # no phantomId
+    live.fail("POST", path, None, status=400, code="invalidRequest")  # no body at all
+    live.fail(
+        "POST", path, {"phantomId": {"value": "*", "encoding": "base64"}}, status=400, code="invalidEncoding"
+    )
+    live.fail("POST", path, {"phantomId": es("nope")}, status=400, code="invalidRequest")  # not an id of ours
+    never = es(b"\x00\x00\x00\x01\x00\x00\x00\x63")  # the right form, never started
+    answer = live.fail("POST", path, {"phantomId": never}, status=400, code="invalidRequest")
+    assert "not a live phantom" in answer["reason"]
+    answer = live.fail("POST", path, {"phantomId": ids["other"]}, status=400, code="invalidRequest")
+    assert "another collection" in answer["reason"]
+    live.fail("POST", path, {"phantomId": ids["phantom"], "limit": 0}, status=400, code="invalidRequest")
+    live.fail(
+        "POST",
+        path,
+        {"phantomId": ids["phantom"], "generationId": 5},
+        status=400,
+        code="invalidRequest",
+    )
+    live.fail(
+        "POST",
+        "/collections/missing/phantom/changes",
+        {"phantomId": ids["phantom"]},
+        status=404,
+        code="noSuchCollection",
+    )
+    live.fail(
+        "POST",
+        path,
+        content=b"{",
+        status=400,
+        code="invalidJson",
+        headers={"content-type": "application/json"},
+    )
+    assert _state(live, ids["phantom"]) == before
