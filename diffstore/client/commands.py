@@ -96,6 +96,7 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("collection", metavar="COLLECTION")
     parser.add_argument("key", metavar="KEY")
     parser.add_argument("--generation", metavar="G", help="read as of this generation (default: current)")
+    parser.add_argument("--phantom", metavar="P", help="read with this phantom's writes (a phantom id)")
     parser.set_defaults(func=get)
 
     parser = command(subparsers, "put", "store a value under a key (a collection that is not --manual)")
@@ -110,6 +111,11 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("--to-key", metavar="K", help="last key (exclusive)")
     parser.add_argument("--limit", metavar="N", type=shell.positive_int, help="print at most N records")
     parser.add_argument("--generation", metavar="G", help="read as of this generation (default: current)")
+    parser.add_argument(
+        "--phantom",
+        metavar="P",
+        help="read with this phantom's writes (a phantom id, e.g. of transform --preview)",
+    )
     parser.set_defaults(func=query)
 
     parser = command(subparsers, "diff", "print the keys that changed between two generations")
@@ -211,7 +217,7 @@ def get(args: argparse.Namespace) -> int:
     """Prints the value (text) or ``{"key","value","generationId"}`` (json); exit 1 when the key is absent."""
     key = shell.parse(args.key)
     with _client(args) as client:
-        result = client.collection(args.collection).get_result(key, _opt(args.generation))
+        result = client.collection(args.collection).get_result(key, _opt(args.generation), _opt(args.phantom))
     value = None if result.record is None else shell.show(result.record.value)
     generation = shell.show(result.generation_id)
     if args.format == "json":
@@ -274,6 +280,7 @@ def query(args: argparse.Namespace) -> int:
     with _client(args) as client:
         records = client.collection(args.collection).query(
             generation_id=_opt(args.generation),
+            phantom_id=_opt(args.phantom),
             from_key=_opt(args.from_key),
             to_key=_opt(args.to_key),
             limit=min(args.limit, 1000) if args.limit else None,

@@ -8,11 +8,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from typing import Any
 
+import orjson
+
 from diffstore import jobmetrics, logs, shell
-from diffstore.client import DEFAULT_URL, Client
-from diffstore.errors import NoSuchCollection, NotManual
+from diffstore.client import DEFAULT_URL, Client, Collection
+from diffstore.errors import InvalidRequest, NoSuchCollection, NotManual
+from diffstore.wire import decode_es, encode_es
 
 _log = logging.getLogger("diffstore.transform")
 
@@ -49,6 +53,28 @@ def add_commands(subparsers: Any) -> None:
         default=os.environ.get("DIFFSTORE_TOKEN"),
         help="bearer token of a token-protected server (default: $DIFFSTORE_TOKEN)",
     )
+    preview = parser.add_argument_group(
+        "preview",
+        "print what one round would write if the named sources' phantoms were committed, as a new phantom "
+        "of the target, and commit nothing (docs/preview.md)",
+    )
+    preview.add_argument(
+        "--preview",
+        action="append",
+        metavar="ALIAS=PHANTOM",
+        help="a source's phantom id, as 'diffstore' prints ids (base64:...) or the phantomId JSON that "
+        "phantom/start answers (repeatable)",
+    )
+    preview.add_argument(
+        "--preview-ttl",
+        type=shell.positive_int,
+        default=3600,
+        metavar="SECONDS",
+        help="how long the preview's phantom lives (default 3600)",
+    )
+    preview.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output of --preview (default: text)"
+    )
     logs.add_arguments(parser)
     jobmetrics.add_arguments(parser)
     parser.set_defaults(func=run_transform)
@@ -62,6 +88,81 @@ def _sources(specs: list[str]) -> dict[str, str]:
             raise SystemExit(f"--source wants ALIAS=COLLECTION, got {spec!r}")
         sources[alias] = collection
     return sources
+
+
+def _previews(specs: list[str]) -> dict[str, bytes]:
+    """``--preview ALIAS=PHANTOM`` options as alias → phantom id bytes."""
+    phantoms: dict[str, bytes] = {}
+    for spec in specs:
+        alias, sep, text = spec.partition("=")
+        if not sep or not alias or not text:
+            raise InvalidRequest(f"--preview wants ALIAS=PHANTOM, got {spec!r}")
+        if alias in phantoms:
+            raise InvalidRequest(f"--preview names source {alias!r} twice")
+        if text.lstrip().startswith("{"):  # the phantomId JSON of phantom/start, pasted as it is
+            try:
+                phantoms[alias] = decode_es(orjson.loads(text), f"--preview {alias}")
+            except orjson.JSONDecodeError as exc:
+                raise InvalidRequest(f"--preview {alias}: not valid JSON ({exc})") from exc
+        else:
+            phantoms[alias] = shell.parse(text)
+    return phantoms
+
+
+def encode_generation(generation: bytes) -> str:
+    """A generation id in the text form, ``""`` for the empty one (as the transform's progress shows it)."""
+    return shell.show(generation) or '""'
+
+
+PREVIEW_SHOWN = 10
+"""How many changed keys ``--preview`` prints."""
+
+
+def print_preview(target: Collection, phantom: bytes, output: str, shown: int = PREVIEW_SHOWN) -> None:
+    """Prints a preview's phantom id (the command line's text form) and what it changes in ``target``:
+    counts of puts and deletes and the first ``shown`` changed keys (the lines of ``diffstore diff``)."""
+    from diffstore.spark.preview import every_phantom_change
+
+    generation = target.generation_id
+    changes = list(every_phantom_change(target, phantom, generation))
+    puts = sum(1 for item in changes if item.to_value is not None)
+    deletes = len(changes) - puts
+    rows = [
+        {
+            "key": shell.show(item.key),
+            "fromValue": shell.show_opt(item.from_value),
+            "toValue": shell.show_opt(item.to_value),
+        }
+        for item in changes[:shown]
+    ]
+    if output == "json":
+        body = {
+            "target": target.name,
+            "phantomId": shell.show(phantom),
+            "phantomIdEncodedString": encode_es(phantom),
+            "generationId": shell.show(generation),
+            "puts": puts,
+            "deletes": deletes,
+            "changes": rows,
+            "more": max(0, len(changes) - shown),
+        }
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE).decode())
+        return
+    lines = [
+        f"phantom {shell.show(phantom)}",
+        f"{target.name} at generation {encode_generation(generation)}: {puts} put(s), {deletes} delete(s)",
+    ]
+    for row in rows:
+        key, old, new = row["key"], row["fromValue"], row["toValue"]
+        if old is None:
+            lines.append(f"+ {key}\t{new}")
+        elif new is None:
+            lines.append(f"- {key}\t{old}")
+        else:
+            lines.append(f"~ {key}\t{old}\t{new}")
+    if len(changes) > shown:
+        lines.append(f"... and {len(changes) - shown} more")
+    print("\n".join(lines))
 
 
 def load_job(spec: str) -> Any:
@@ -97,6 +198,7 @@ def check_collections(args: argparse.Namespace, sources: dict[str, str]) -> None
 def run_transform(args: argparse.Namespace) -> int:
     """Runs the transform command; returns the exit code."""
     sources = _sources(args.source)
+    phantoms = _previews(args.preview or [])
     fn = load_job(args.job)
     check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
     from rich.console import Console
@@ -167,6 +269,16 @@ def run_transform(args: argparse.Namespace) -> int:
         on_event=on_event,
         token=getattr(args, "token", None),
     )
+    if args.preview:
+        try:
+            phantom = transform.preview(phantoms, ttl_seconds=args.preview_ttl)
+            print_preview(transform._handle(args.target), decode_es(phantom), args.format)
+        finally:
+            transform.close()
+            spark.stop()
+            if metrics_server is not None:
+                metrics_server.stop()
+        return 0
     try:
         transform.run(watch=args.watch)
     except TransformError as exc:

@@ -40,6 +40,7 @@ from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
 from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
 from diffstore.spark.plan import NONCE_BYTES, RoundPlan, SourceRange, plan_sources
+from diffstore.spark.preview import DEFAULT_MAX_ROWS, DEFAULT_TTL_SECONDS, PhantomIdLike, run_preview
 from diffstore.spark.small_rounds import driver_lookup, read_small_diff, write_small_result
 from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates, register
 
@@ -396,6 +397,34 @@ class Transform:
                 break
             self._wait_for_sources()
         return rounds
+
+    def preview(
+        self,
+        phantoms: Mapping[str, PhantomIdLike],
+        *,
+        ttl_seconds: int = DEFAULT_TTL_SECONDS,
+        max_rows: int = DEFAULT_MAX_ROWS,
+    ) -> dict[str, str]:
+        """What one round would write if the sources' phantoms were committed, as a new target phantom.
+
+        Commits nothing and moves no reader; see :mod:`diffstore.spark.preview` for exactly what the
+        round's ``fn`` sees.
+
+        Args:
+            phantoms: alias → phantom id of that source (the ``phantomId`` map ``phantom/start`` answers,
+                or bytes); sources not named are read as a round would read them now.
+            ttl_seconds: how long the target's new phantom lives.
+            max_rows: the most changes a source's diff may hold (the preview runs on the driver).
+
+        Returns:
+            The new phantom of the target, as the EncodedString map ``phantom/start`` answers: a
+            ``query``/``get`` of the target with it as ``phantomId`` shows the target as it would be.
+
+        Raises:
+            InvalidRequest: an unknown alias or a phantom id that is not a live phantom of its source.
+            PreviewTooLarge: a source's diff holds more than ``max_rows`` changes.
+        """
+        return run_preview(self, phantoms, ttl_seconds=ttl_seconds, max_rows=max_rows)
 
     def _wait_for_sources(self) -> None:
         """One long poll on every source at once: the first commit to any of them ends the wait, so a round

@@ -32,6 +32,7 @@ if importlib.util.find_spec("pyspark") is None:
         "test_spark_source.py",
         "test_spark_streaming.py",
         "test_spark_transform.py",
+        "test_preview.py",
     ]
 
 STARTUP_DEADLINE_S = 30.0
