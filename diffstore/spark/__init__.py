@@ -11,6 +11,7 @@ from typing import Any
 
 _EXPORTS = {
     "DiffstoreDataSource": "diffstore.spark.source",
+    "PreviewTooLarge": "diffstore.spark.preview",
     "RoundStats": "diffstore.spark.transform",
     "TARGET": "diffstore.spark.transform",
     "Transform": "diffstore.spark.transform",

@@ -35,6 +35,7 @@ Phantom ids are taken as the ``phantomId`` EncodedString that ``phantom/start`` 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -157,9 +158,25 @@ def _plan(transform: Transform, target: Collection, ids: Mapping[str, bytes]) ->
                 f"not {collection!r}"
             )
         start = (reader.generation_id if reader is not None else None) or b""
-        current = transform._handle(collection).generation_id
-        plan.append(PreviewSource(alias, collection, start, current, ids.get(alias)))
+        handle = transform._handle(collection)
+        current = handle.generation_id
+        phantom = ids.get(alias)
+        if phantom is not None:  # a bad id is named before any diff is read
+            with _naming(alias, collection):
+                handle.phantom_changes(phantom, current, limit=1)
+        plan.append(PreviewSource(alias, collection, start, current, phantom))
     return plan
+
+
+@contextlib.contextmanager
+def _naming(alias: str, collection: str) -> Iterator[None]:
+    """Puts the source in the message of an error about its phantom id."""
+    try:
+        yield
+    except PreviewTooLarge:
+        raise
+    except InvalidRequest as exc:
+        raise type(exc)(f"phantom of source {alias!r} ({collection}): {exc.reason}") from exc
 
 
 def _diff(transform: Transform, source: PreviewSource, max_rows: int) -> pa.Table:
@@ -185,7 +202,7 @@ def _diff(transform: Transform, source: PreviewSource, max_rows: int) -> pa.Tabl
             else:
                 entry[1] = item.to_value
     if source.phantom_id is not None:
-        try:
+        with _naming(source.alias, source.collection):
             for item in every_phantom_change(handle, source.phantom_id, source.to_generation_id):
                 entry = changed.get(item.key)
                 if entry is None:
@@ -193,10 +210,6 @@ def _diff(transform: Transform, source: PreviewSource, max_rows: int) -> pa.Tabl
                     check()
                 else:
                     entry[1] = item.to_value
-        except InvalidRequest as exc:
-            raise InvalidRequest(
-                f"phantom of source {source.alias!r} ({source.collection}): {exc.reason}"
-            ) from exc
     rows = sorted((key, old, new) for key, (old, new) in changed.items() if old != new)
     columns = [pa.array([row[i] for row in rows], pa.binary()) for i in range(3)]
     return pa.Table.from_arrays(columns, names=["key", "fromValue", "toValue"])

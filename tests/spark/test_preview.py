@@ -21,8 +21,7 @@ from helpers_spark import commit_items, initial_load, load_example_job, random_c
 from diffstore import Store, shell
 from diffstore.client import Client
 from diffstore.errors import InvalidEncoding, InvalidRequest
-from diffstore.spark import Transform
-from diffstore.spark.preview import PreviewTooLarge
+from diffstore.spark import PreviewTooLarge, Transform
 from diffstore.wire import decode_es
 
 USERS = 200
@@ -146,7 +145,8 @@ def test_bad_previews_are_refused_and_change_nothing(spark, server_url, store, n
         ]
         for phantoms, error, message in cases:
             with pytest.raises(error, match=message):
-                transform.preview(phantoms)
+                # a bad id is named before any diff is read (these diffs hold 200 changes each)
+                transform.preview(phantoms, max_rows=10)
         # the first round reads every record of A and B: far more than a driver-side preview takes here
         with pytest.raises(PreviewTooLarge, match="more than 10 changes"):
             transform.preview({"a": phantom_a}, max_rows=10)
