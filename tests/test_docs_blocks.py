@@ -644,6 +644,17 @@ spark.stop()
     page.done()
 
 
+# --- docs/preview.md ---------------------------------------------------------------------------------
+
+
+@page_test("docs/preview.md")
+def test_preview() -> None:
+    """The command's synopsis names flags the command has (tests/spark/test_preview.py runs it)."""
+    page = Page("docs/preview.md")
+    check_synopsis(page.next("diffstore transform --url"))
+    page.done()
+
+
 # --- examples/spark_a_plus_b/README.md ---------------------------------------------------------------
 
 
