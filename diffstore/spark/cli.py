@@ -199,6 +199,10 @@ def run_transform(args: argparse.Namespace) -> int:
     """Runs the transform command; returns the exit code."""
     sources = _sources(args.source)
     phantoms = _previews(args.preview or [])
+    if phantoms and args.create_target:
+        raise InvalidRequest(
+            "--preview changes nothing, so it does not create the target: drop --create-target"
+        )
     fn = load_job(args.job)
     check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
     from rich.console import Console

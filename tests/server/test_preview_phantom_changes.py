@@ -6,6 +6,7 @@ Through a real uvicorn server over a real store: JSON and msgpack, the Python cl
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgpack
@@ -14,7 +15,7 @@ import pytest
 from diffstore.client import Client
 from diffstore.engine.types import DiffItem
 
-from .conftest import Live, es, unes
+from .conftest import Live, es, unes, wait_until
 
 LONG = b"L" * 300  # a long key (its own storage form)
 
@@ -183,3 +184,21 @@ def test_bad_requests_are_refused_and_change_nothing(phantomed: tuple[Live, dict
         headers={"content-type": "application/json"},
     )
     assert _state(live, ids["phantom"]) == before
+
+
+def test_an_expired_phantom_is_refused(live: Live) -> None:
+    live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+    engine = live.store.collection("m")
+    phantom = engine.start_phantom(ttl_seconds=0.05)  # the engine takes fractions; HTTP takes whole seconds
+    engine.put(b"k", b"v", generation_id=b"", phantom_id=phantom)
+    assert engine.phantom_changes(phantom).items == [DiffItem(b"k", None, b"v")]
+    expires = time.time() + 0.05
+    wait_until(lambda: time.time() > expires + 0.01, what="the phantom's expiry")
+    answer = live.fail(
+        "POST",
+        "/collections/m/phantom/changes",
+        {"phantomId": es(phantom)},
+        status=400,
+        code="invalidRequest",
+    )
+    assert "not a live phantom" in answer["reason"]

@@ -51,3 +51,12 @@ def test_both_id_forms_are_taken() -> None:
 def test_mistakes_are_one_clear_error(specs: list[str], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         _previews(specs)
+
+
+def test_a_preview_does_not_create_the_target() -> None:
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers())
+    argv = ["transform", "--url", "http://127.0.0.1:9", "--job", "j:f", "--target", "C", "--source", "a=A"]
+    args = parser.parse_args([*argv, "--preview", "a=base64:AAAAAwAAAAE=", "--create-target"])
+    with pytest.raises(InvalidRequest, match="does not create the target"):
+        run_transform(args)  # refused before anything is imported, dialled or created
