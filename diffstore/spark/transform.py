@@ -99,6 +99,8 @@ class Transform:
         local_diff_max_rows: a source's diff with at most this many changes (one HTTP page, at most
             10,000) is read on the driver and handed to Spark as local data, instead of by Spark tasks
             that are then checkpointed: small rounds skip two Spark jobs per source. 0 turns it off.
+            The default, 5,000, is below where Spark's parallel tasks win (between 5,000 and 10,000
+            changes in ``benchmarks/small_rounds.py``).
 
     Any session works: the ``diffstore`` format is registered with ``spark`` here.
     """
@@ -120,7 +122,7 @@ class Transform:
         materialize_diffs: bool = True,
         splits_max_age_s: float = 600.0,
         token: str | None = None,
-        local_diff_max_rows: int = 10_000,
+        local_diff_max_rows: int = 5_000,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")

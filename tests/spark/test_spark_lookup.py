@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import httpx
@@ -42,3 +43,35 @@ def test_fetch_dense_sparse_and_absent_keys_in_few_requests(
             assert len(requests) <= 8, (label, len(requests))  # halving down to single keys: 1.4 per key
         assert fetch(handle, later, [_key(4), _key(6), _key(8)]) == {_key(4): b"new", _key(8): b"v8"}
         assert fetch(handle, first, [_key(5)]) == {}
+
+
+def test_a_small_round_with_many_lookup_keys_fetches_them_in_slices(
+    spark: Any, server_url: str, store: Store, names: Any
+) -> None:
+    from helpers_spark import initial_load, load_example_job, random_changes, snapshot
+
+    from diffstore.spark import Transform
+    from diffstore.spark.small_rounds import FETCH_SLICE_MIN
+
+    rng = random.Random(11)
+    users = 3_000
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    a, b = initial_load(rng, users)
+    commit_items(store, names["A"], a)
+    commit_items(store, names["B"], b)
+    job = load_example_job()
+    sources = {"a": names["A"], "b": names["B"]}
+    transform = Transform(spark, server_url, names["C"], sources, job.country_totals)
+    try:
+        assert len(transform.run()) == 1
+        # A only: B's value of every changed user is looked up, from the driver (a small round)
+        changed, _ = random_changes(rng, users, 6_000)
+        assert len(changed) > 2 * FETCH_SLICE_MIN
+        commit_items(store, names["A"], changed)
+        (stats,) = transform.run()
+        assert 2 * FETCH_SLICE_MIN < (stats.rows_read["a"] or 0) <= 5_000 and stats.rows_read["b"] == 0
+    finally:
+        transform.close()
+    expected = job.recompute(snapshot(store, names["A"]), snapshot(store, names["B"]))
+    assert snapshot(store, names["C"]) == expected
