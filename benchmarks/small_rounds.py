@@ -8,8 +8,9 @@ example's ``country_totals`` job brings C up to date, and a few small rounds war
 ``Transform.run()`` after a commit of N changed users in A (a round and the check that finds C caught
 up), alternately
 
-* on the small-round path (the default: diffs of up to 10,000 changes read on the driver, lookups and
-  the result's write from the driver) and
+* on the small-round path (``local_diff_max_rows=10_000``, so that every size here takes it — the
+  default, 5,000, sends larger rounds to Spark tasks: diffs read on the driver, lookups and the
+  result's write from the driver) and
 * on the path every round took before (``local_diff_max_rows=0``: diffs read by Spark tasks and
   checkpointed, lookups by Spark tasks, the result written by Spark tasks) — the baseline,
 
@@ -180,9 +181,12 @@ def main() -> int:
         def on_event(event: str, details: dict[str, Any]) -> None:
             phases.append((event, time.perf_counter()))
 
+        sources = {"a": "A", "b": "B"}
         transforms = {
-            "small": Transform(spark, url, "C", {"a": "A", "b": "B"}, country_totals, on_event=on_event),
-            "old": Transform(spark, url, "C", {"a": "A", "b": "B"}, country_totals, local_diff_max_rows=0),
+            "small": Transform(
+                spark, url, "C", sources, country_totals, on_event=on_event, local_diff_max_rows=10_000
+            ),
+            "old": Transform(spark, url, "C", sources, country_totals, local_diff_max_rows=0),
         }
         transforms["old"].run()  # the initial round (all records)
         step = 0
