@@ -15,6 +15,7 @@ namespace, in order, as typed into one interpreter session; a Python block whose
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -239,11 +240,8 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
 @page_test("README.md")
 def test_readme(tmp_path: Path, server: LiveServer) -> None:
     page = Page("README.md")
-    os.chdir(tmp_path)
-    try:
+    with contextlib.chdir(tmp_path):  # the example's store goes in the working directory
         printed = run_python(page.next("from diffstore import Store"), {})
-    finally:
-        os.chdir(REPO)
     assert printed.splitlines() == [
         "Record(key=b'apple', value=b'red', generation_id=b'0001')",
         "b'apple' b'red' None",
@@ -450,8 +448,7 @@ def test_streams(tmp_path: Path) -> None:
             producer.append(b"two", key="k2")
         check_synopsis(page.next("diffstore ingest --hstream"))
         ingest = here(page.next("from diffstore.streams.ingest import"))
-        os.chdir(tmp_path)
-        try:
+        with contextlib.chdir(tmp_path):  # EngineSink.open("./data", ...)
             failed: list[BaseException] = []
 
             def run() -> None:
@@ -479,8 +476,6 @@ def test_streams(tmp_path: Path) -> None:
             with Store.open(tmp_path / "data") as store:
                 stored = {r.key: r.value for r in store.collection("orders").query()}
             assert stored == {b"k1": b"one", b"k2": b"two"}
-        finally:
-            os.chdir(REPO)
     page.done()
 
 
@@ -542,9 +537,9 @@ def check_synopsis(block: str) -> None:
 # --- docs/spark.md -----------------------------------------------------------------------------------
 
 SPARK_DRIVER = """
-import json, sys
+import json, pathlib, sys
 namespace = {}
-for label, code in json.load(open(sys.argv[1])):
+for label, code in json.loads(pathlib.Path(sys.argv[1]).read_text()):
     print("---", label, flush=True)
     exec(compile(code, label, "exec"), namespace)
 print("--- all ran", flush=True)
