@@ -61,17 +61,17 @@ def test_generations_bad_input(live: Live) -> None:
 
 def test_console_shell_is_open_and_the_api_is_not(tmp_path: Path) -> None:
     with live_server(tmp_path / "data", ServerConfig(token="tok")) as live:
-        bare = httpx.Client(base_url=live.url)
-        for path in ("/ui/", "/ui/app.js", "/ui/app.css"):
-            response = bare.get(path)
-            assert response.status_code == 200, path
-        assert bare.get("/ui", follow_redirects=False).headers["location"] == "/ui/"
-        assert bare.get("/", follow_redirects=False).headers["location"] == "/ui/"
-        for path in ("/overview", "/collections/", "/metrics", "/docs", "/openapi.json"):
-            refused = bare.get(path)
-            assert refused.status_code == 401 and refused.json()["error"] == "unauthorized", path
-        assert bare.get("/ui/../collections/").status_code in (401, 404)
-        assert bare.get("/ui/nothing.js").status_code == 404
+        with httpx.Client(base_url=live.url) as bare:
+            for path in ("/ui/", "/ui/app.js", "/ui/app.css"):
+                response = bare.get(path)
+                assert response.status_code == 200, path
+            assert bare.get("/ui", follow_redirects=False).headers["location"] == "/ui/"
+            assert bare.get("/", follow_redirects=False).headers["location"] == "/ui/"
+            for path in ("/overview", "/collections/", "/metrics", "/docs", "/openapi.json"):
+                refused = bare.get(path)
+                assert refused.status_code == 401 and refused.json()["error"] == "unauthorized", path
+            assert bare.get("/ui/../collections/").status_code in (401, 404)
+            assert bare.get("/ui/nothing.js").status_code == 404
         assert live.ok("GET", "/overview")["collections"] == []
 
 

@@ -257,6 +257,7 @@ def test_workers_end_when_the_supervisor_is_killed(tmp_path: Path, when: str) ->
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait()
+        close_pipes(server.process)
 
 
 def test_connections_are_spread_over_the_workers_and_a_second_server_cannot_share_the_port(
