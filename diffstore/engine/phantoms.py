@@ -12,7 +12,8 @@ refused: silently reading the base would make a preview of a typo or an expired 
 changes". Ids carry their collection (:func:`diffstore.engine.layout.phantom_of`), so a phantom started
 on another collection is named as such.
 
-Work and memory grow with the phantom's records in the key range, never with the collection's size.
+A page's work and memory grow with the phantom's records from its first key to just past its last one
+(a whole long-key group at most), never with the collection's size nor with the rest of the phantom.
 """
 
 from __future__ import annotations
@@ -70,15 +71,23 @@ def changes_page(
     to_key)``, in key order; ``next_key`` is the first key of the next page (None: this is the last)."""
     live_phantom_of(txn, tables, meta, phantom_id)
     point = read_point(txn, tables, meta, generation_id, phantom_id)
-    changes = sorted(_changes(txn, tables, point, from_key, to_key))
+    changes = sorted(_changes(txn, tables, point, from_key, to_key, limit))
     page = changes[:limit]
     next_key = changes[limit].key if len(changes) > limit else None
     return PhantomChanges(point.generation_id, page, next_key)
 
 
 def _changes(
-    txn: lmdb.Transaction, tables: Tables, point: ReadPoint, from_key: bytes | None, to_key: bytes | None
+    txn: lmdb.Transaction,
+    tables: Tables,
+    point: ReadPoint,
+    from_key: bytes | None,
+    to_key: bytes | None,
+    limit: int,
 ) -> list[DiffItem]:
+    """The changes in the range, in form order, stopping once ``limit + 1`` are found at a short key: every
+    later key is then above them all (forms sort like keys outside long-key groups), so a page costs its
+    own records, not the rest of the phantom."""
     assert point.phantom is not None
     prefix = layout.phantom_prefix(point.meta.cid_prefix, point.phantom)
     records = txn.cursor(db=tables.records)
@@ -109,4 +118,6 @@ def _changes(
         after = layout.decode_value(phantom_raw)
         if before != after:
             found.append(DiffItem(key, before, after))
+            if len(found) > limit and not layout.is_long_form(form):
+                break
     return found

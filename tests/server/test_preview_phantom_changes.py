@@ -202,3 +202,29 @@ def test_an_expired_phantom_is_refused(live: Live) -> None:
         code="invalidRequest",
     )
     assert "not a live phantom" in answer["reason"]
+
+
+def test_pages_of_any_size_hold_every_change_once_in_key_order(live: Live) -> None:
+    """Short keys around a group of long keys sharing their first 200 bytes (stored in hash order, not key
+    order): every page size gives the same changes, in key order, through the engine and over HTTP."""
+    live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+    engine = live.store.collection("m")
+    phantom = engine.start_phantom()
+    prefix = b"g" * 200
+    keys = [b"a", b"b", b"h", b"z"] + [prefix + bytes([i]) * 3 for i in range(12)] + [prefix, b"g" * 199]
+    engine.put_many([(k, b"v" + k[-1:]) for k in keys], generation_id=b"", phantom_id=phantom)
+    every = engine.phantom_changes(phantom, limit=1000).items
+    assert [d.key for d in every] == sorted(keys)
+    with Client(live.url) as client:
+        for limit in (1, 2, 3, 5, 17):
+            pages: list[DiffItem] = []
+            page = engine.phantom_changes(phantom, limit=limit)
+            remote = client.collection("m").phantom_changes(phantom, limit=limit)
+            while True:
+                assert remote == page and len(page.items) <= limit
+                pages += page.items
+                if page.next_key is None:
+                    break
+                page = engine.phantom_changes(phantom, page.generation_id, page.next_key, limit=limit)
+                remote = client.collection("m").phantom_changes(phantom, b"", remote.next_key, limit=limit)
+            assert pages == every, limit
