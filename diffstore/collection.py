@@ -22,6 +22,8 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    Lease,
+    LeaseToken,
     Lineage,
     PhantomChanges,
     PutItem,
@@ -62,10 +64,15 @@ class Collection(Protocol):
 
     # --- generations --------------------------------------------------------------------------
 
-    def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None: ...
+    def start_generation(
+        self, generation_id: bytes, abort_outdated: bool = False, lease: LeaseToken | None = None
+    ) -> None: ...
 
     def commit_generation(
-        self, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike] = ()
+        self,
+        generation_id: bytes,
+        update_readers: Iterable[ReaderUpdateLike] = (),
+        lease: LeaseToken | None = None,
     ) -> None: ...
 
     def abort_generation(self, generation_id: bytes) -> None: ...
@@ -80,6 +87,16 @@ class Collection(Protocol):
         to_key: bytes | None = None,
         limit: int | None = None,
     ) -> PhantomChanges: ...
+
+    # --- leases (see diffstore.engine.leases and diffstore.leases) ---------------------------------
+
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> Lease: ...
+
+    def renew_lease(self, name: str, owner: str, version: int, ttl_ms: int | None = None) -> Lease: ...
+
+    def release_lease(self, name: str, owner: str, version: int) -> None: ...
+
+    def leases(self) -> list[Lease]: ...
 
     # --- writes --------------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   ├── OutdatedGeneration
     │   ├── GenerationMismatch
     │   ├── NotManual
-    │   └── BadVersion
+    │   ├── BadVersion
+    │   └── LeaseLost ............. a lease (or a fencing token) that no longer holds
     ├── Gone ...................... 410
     │   ├── GenerationCollected
     │   └── CursorExpired
@@ -118,6 +119,15 @@ class NotManual(Conflict):
 
 class BadVersion(Conflict):
     code = "badVersion"
+
+
+class LeaseLost(Conflict):
+    """The lease is held by another owner, or the fencing token no longer holds it (moved or expired).
+
+    Nothing was changed by the request that raised it.
+    """
+
+    code = "leaseLost"
 
 
 class Gone(DiffstoreError):

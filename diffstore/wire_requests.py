@@ -22,6 +22,7 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    LeaseToken,
     Lineage,
     PhantomChanges,
     PutItem,
@@ -38,6 +39,7 @@ from diffstore.wire import (
     Fields,
     set_if_given,
 )
+from diffstore.wire_leases import token_from_fields, token_to_wire
 
 if TYPE_CHECKING:
     from diffstore.collection import Collection
@@ -358,11 +360,15 @@ class UpdateReaderRequest:
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """generation/start (with ``abort_outdated``), /commit (with ``update_readers``) and /abort."""
+    """generation/start (with ``abort_outdated``), /commit (with ``update_readers``) and /abort.
+
+    ``lease`` (start and commit) is a fencing token: refused with ``leaseLost`` unless it still holds.
+    """
 
     generation_id: bytes
     abort_outdated: bool = False
     update_readers: tuple[ReaderUpdate, ...] = ()
+    lease: LeaseToken | None = None
 
     @classmethod
     def from_wire(cls, obj: Any, codec: Codec) -> GenerationRequest:
@@ -378,7 +384,7 @@ class GenerationRequest:
                         u.expected("expectedGenerationId"),
                     )
                 )
-        return cls(f.es("generationId"), f.flag("abortOutdated", False), tuple(updates))
+        return cls(f.es("generationId"), f.flag("abortOutdated", False), tuple(updates), token_from_fields(f))
 
     def to_wire(self, codec: Codec) -> Body:
         body: Body = {"generationId": codec.es(self.generation_id)}
@@ -389,6 +395,8 @@ class GenerationRequest:
                 UpdateReaderRequest(u.generation_id, u.expected).to_wire(codec) | {"readerName": u.name}
                 for u in self.update_readers
             ]
+        if self.lease is not None:
+            body["lease"] = token_to_wire(self.lease)
         return body
 
 

@@ -25,6 +25,8 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    Lease,
+    LeaseToken,
     Lineage,
     PhantomChanges,
     PutItem,
@@ -166,14 +168,23 @@ class AsyncCollection:
 
     # --- generations ---------------------------------------------------------------------------
 
-    async def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None:
-        await self._run(_calls.start_generation(self.name, generation_id, abort_outdated))
+    async def start_generation(
+        self, generation_id: bytes, abort_outdated: bool = False, lease: LeaseToken | None = None
+    ) -> None:
+        """Opens a generation; with ``lease`` (a fencing token) refused by ``LeaseLost`` once it moved."""
+        await self._run(_calls.start_generation(self.name, generation_id, abort_outdated, lease))
 
     async def commit_generation(
-        self, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike] = ()
+        self,
+        generation_id: bytes,
+        update_readers: Iterable[ReaderUpdateLike] = (),
+        lease: LeaseToken | None = None,
     ) -> None:
-        """Commits; reader updates (with optional CAS) are applied in the same transaction, or none is."""
-        await self._run(_calls.commit_generation(self.name, generation_id, update_readers))
+        """Commits; reader updates (with optional CAS) are applied in the same transaction, or none is.
+
+        With ``lease`` (a fencing token) the commit is refused by ``LeaseLost`` once the lease moved.
+        """
+        await self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease))
 
     async def abort_generation(self, generation_id: bytes) -> None:
         await self._run(_calls.abort_generation(self.name, generation_id))
@@ -223,6 +234,24 @@ class AsyncCollection:
     ) -> PutResult:
         options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
         return await self._run(_calls.put_many(self.name, items, options, if_not_present))
+
+    # --- leases --------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> Lease:
+        """Takes lease ``name`` for ``owner`` (free, expired or its own): a new version, or ``LeaseLost``."""
+        return await self._run(_calls.acquire_lease(self.name, name, owner, ttl_ms))
+
+    async def renew_lease(self, name: str, owner: str, version: int, ttl_ms: int | None = None) -> Lease:
+        """Extends ``owner``'s lease at ``version``; ``LeaseLost`` once another version holds it."""
+        return await self._run(_calls.renew_lease(self.name, name, owner, version, ttl_ms))
+
+    async def release_lease(self, name: str, owner: str, version: int) -> None:
+        """Frees ``owner``'s lease at once (a standby takes over without waiting for the expiry)."""
+        await self._run(_calls.release_lease(self.name, name, owner, version))
+
+    async def leases(self) -> list[Lease]:
+        """Every lease of the collection by name (released ones have ``owner`` None)."""
+        return await self._run(_calls.leases(self.name))
 
     async def producer_last_seq_no(self, producer_id: str) -> int:
         return await self._run(_calls.producer_last_seq_no(self.name, producer_id))

@@ -24,6 +24,8 @@ from diffstore.engine.types import (
     Expected,
     GetResult,
     KeysAround,
+    Lease,
+    LeaseToken,
     Lineage,
     PhantomChanges,
     PutItem,
@@ -47,6 +49,13 @@ from diffstore.wire import (
     put_result_from_wire,
     query_page_from_wire,
     readers_from_wire,
+)
+from diffstore.wire_leases import (
+    AcquireLeaseRequest,
+    ReleaseLeaseRequest,
+    RenewLeaseRequest,
+    lease_from_wire,
+    leases_from_wire,
 )
 from diffstore.wire_requests import (
     CreateCollectionRequest,
@@ -180,8 +189,10 @@ def splits(name: str, count: int, generation_id: bytes | None) -> Call[list[byte
 # ----------------------------------------------------------------------------------------- generations
 
 
-def start_generation(name: str, generation_id: bytes, abort_outdated: bool) -> Call[None]:
-    request = GenerationRequest(generation_id, abort_outdated)
+def start_generation(
+    name: str, generation_id: bytes, abort_outdated: bool, lease: LeaseToken | None = None
+) -> Call[None]:
+    request = GenerationRequest(generation_id, abort_outdated, lease=lease)
     return Call("POST", collection_path(name, "generation", "start"), _empty, request.to_wire)
 
 
@@ -193,9 +204,13 @@ def _reader_update(update: ReaderUpdateLike) -> ReaderUpdate:
 
 
 def commit_generation(
-    name: str, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike]
+    name: str,
+    generation_id: bytes,
+    update_readers: Iterable[ReaderUpdateLike],
+    lease: LeaseToken | None = None,
 ) -> Call[None]:
-    request = GenerationRequest(generation_id, update_readers=tuple(map(_reader_update, update_readers)))
+    updates = tuple(map(_reader_update, update_readers))
+    request = GenerationRequest(generation_id, update_readers=updates, lease=lease)
     return Call("POST", collection_path(name, "generation", "commit"), _empty, request.to_wire)
 
 
@@ -309,6 +324,37 @@ def delete_reader(name: str, reader_name: str) -> Call[None]:
 def lineage(name: str, generation_id: bytes, depth: int) -> Call[Lineage]:
     request = LineageRequest(generation_id, depth)
     return Call("POST", collection_path(name, "lineage"), lineage_from_wire, request.to_wire)
+
+
+# --------------------------------------------------------------------------------------------- leases
+
+
+def leases(name: str) -> Call[list[Lease]]:
+    return Call("GET", collection_path(name, "leases") + "/", leases_from_wire)
+
+
+def _lease_parser(lease_name: str) -> Callable[[Any, Codec], Lease]:
+    def parse(obj: Any, codec: Codec) -> Lease:
+        return lease_from_wire(obj, codec, lease_name)
+
+    return parse
+
+
+def acquire_lease(name: str, lease_name: str, owner: str, ttl_ms: int) -> Call[Lease]:
+    request = AcquireLeaseRequest(owner, ttl_ms)
+    path = collection_path(name, "leases", lease_name, "acquire")
+    return Call("POST", path, _lease_parser(lease_name), request.to_wire)
+
+
+def renew_lease(name: str, lease_name: str, owner: str, version: int, ttl_ms: int | None) -> Call[Lease]:
+    request = RenewLeaseRequest(owner, version, ttl_ms)
+    path = collection_path(name, "leases", lease_name, "renew")
+    return Call("POST", path, _lease_parser(lease_name), request.to_wire)
+
+
+def release_lease(name: str, lease_name: str, owner: str, version: int) -> Call[None]:
+    request = ReleaseLeaseRequest(owner, version)
+    return Call("POST", collection_path(name, "leases", lease_name, "release"), _empty, request.to_wire)
 
 
 def healthz() -> Call[bool]:

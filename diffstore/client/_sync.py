@@ -33,6 +33,8 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    Lease,
+    LeaseToken,
     Lineage,
     PhantomChanges,
     PutItem,
@@ -207,14 +209,23 @@ class Collection:
 
     # --- generations ---------------------------------------------------------------------------
 
-    def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None:
-        self._run(_calls.start_generation(self.name, generation_id, abort_outdated))
+    def start_generation(
+        self, generation_id: bytes, abort_outdated: bool = False, lease: LeaseToken | None = None
+    ) -> None:
+        """Opens a generation; with ``lease`` (a fencing token) refused by ``LeaseLost`` once it moved."""
+        self._run(_calls.start_generation(self.name, generation_id, abort_outdated, lease))
 
     def commit_generation(
-        self, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike] = ()
+        self,
+        generation_id: bytes,
+        update_readers: Iterable[ReaderUpdateLike] = (),
+        lease: LeaseToken | None = None,
     ) -> None:
-        """Commits; reader updates (with optional CAS) are applied in the same transaction, or none is."""
-        self._run(_calls.commit_generation(self.name, generation_id, update_readers))
+        """Commits; reader updates (with optional CAS) are applied in the same transaction, or none is.
+
+        With ``lease`` (a fencing token) the commit is refused by ``LeaseLost`` once the lease moved.
+        """
+        self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease))
 
     def abort_generation(self, generation_id: bytes) -> None:
         self._run(_calls.abort_generation(self.name, generation_id))
@@ -264,6 +275,24 @@ class Collection:
     ) -> PutResult:
         options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
         return self._run(_calls.put_many(self.name, items, options, if_not_present))
+
+    # --- leases --------------------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> Lease:
+        """Takes lease ``name`` for ``owner`` (free, expired or its own): a new version, or ``LeaseLost``."""
+        return self._run(_calls.acquire_lease(self.name, name, owner, ttl_ms))
+
+    def renew_lease(self, name: str, owner: str, version: int, ttl_ms: int | None = None) -> Lease:
+        """Extends ``owner``'s lease at ``version``; ``LeaseLost`` once another version holds it."""
+        return self._run(_calls.renew_lease(self.name, name, owner, version, ttl_ms))
+
+    def release_lease(self, name: str, owner: str, version: int) -> None:
+        """Frees ``owner``'s lease at once (a standby takes over without waiting for the expiry)."""
+        self._run(_calls.release_lease(self.name, name, owner, version))
+
+    def leases(self) -> list[Lease]:
+        """Every lease of the collection by name (released ones have ``owner`` None)."""
+        return self._run(_calls.leases(self.name))
 
     def producer_last_seq_no(self, producer_id: str) -> int:
         return self._run(_calls.producer_last_seq_no(self.name, producer_id))

@@ -46,6 +46,7 @@ class StoreAccess(Protocol):
 
     def write(self) -> AbstractContextManager[WriteScope]: ...
 
+
 _ALL_TABLES_WITH_CID = (
     "gens",
     "gen_ids",
@@ -55,6 +56,7 @@ _ALL_TABLES_WITH_CID = (
     "phantom_ttl",
     "readers",
     "producers",
+    "leases",
     "lineage",
 )
 

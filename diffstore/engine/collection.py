@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from diffstore.engine import diff, layout, lineage, phantoms, producers, readers, reads, writes
+from diffstore.engine import diff, layout, leases, lineage, phantoms, producers, readers, reads, writes
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import load_meta, save_meta
 from diffstore.engine.types import (
@@ -23,6 +23,8 @@ from diffstore.engine.types import (
     FromReader,
     GetResult,
     KeysAround,
+    Lease,
+    LeaseToken,
     Lineage,
     PhantomChanges,
     PutItem,
@@ -79,24 +81,37 @@ class Collection:
 
     # --- generation lifecycle -----------------------------------------------------------------
 
-    def start_generation(self, generation_id: bytes, abort_outdated: bool = False) -> None:
-        """Opens ``generation_id`` for writes (see ``writes`` for the lifecycle table)."""
+    def start_generation(
+        self, generation_id: bytes, abort_outdated: bool = False, lease: LeaseToken | None = None
+    ) -> None:
+        """Opens ``generation_id`` for writes (see ``writes`` for the lifecycle table).
+
+        With ``lease`` (a fencing token) it is refused with ``LeaseLost`` unless that lease still holds.
+        """
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
+            if lease is not None:
+                leases.fence(scope.txn, self._store.tables, meta, lease, self._store.config.now_ms())
             writes.start_generation(scope.txn, self._store.tables, meta, generation_id, abort_outdated)
 
     def commit_generation(
-        self, generation_id: bytes, update_readers: Iterable[ReaderUpdateLike] = ()
+        self,
+        generation_id: bytes,
+        update_readers: Iterable[ReaderUpdateLike] = (),
+        lease: LeaseToken | None = None,
     ) -> None:
         """Makes the open generation current, applying reader updates in the same transaction.
 
         Raises:
             GenerationMismatch: ``generation_id`` is not the open generation.
             NoSuchReader, BadVersion, GenerationCollected: a reader update is bad; nothing changes.
+            LeaseLost: ``lease`` (a fencing token) no longer holds its lease; nothing changes.
         """
         updates = [u if isinstance(u, ReaderUpdate) else ReaderUpdate(u[0], u[1]) for u in update_readers]
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
+            if lease is not None:
+                leases.fence(scope.txn, self._store.tables, meta, lease, self._store.config.now_ms())
             meta = writes.commit_generation(scope.txn, self._store.tables, meta, generation_id, updates)
             scope.commits.append((self.name, meta.generation))
 
@@ -418,6 +433,55 @@ class Collection:
             return phantoms.changes_page(
                 txn, self._store.tables, meta, phantom_id, generation_id, from_key, to_key, limit
             )
+
+    # --- leases (see diffstore.engine.leases) ------------------------------------------------------
+
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> Lease:
+        """Takes lease ``name`` for ``owner`` for ``ttl_ms``: free, expired or already ``owner``'s.
+
+        Returns the lease with its new version (the fencing token for generation/start and /commit).
+
+        Raises:
+            LeaseLost: another owner holds it, unexpired (the reason names it).
+        """
+        tables, clock = self._store.tables, self._store.config
+        with self._store.read() as txn:  # a standby polling a held lease costs a read, not the write lock
+            meta = load_meta(txn, tables, self.name)
+            leases.validate_name(name)
+            leases.validate_name(owner, "owner")
+            leases.validate_ttl(ttl_ms)
+            leases.refuse_acquire(txn, tables, meta, name, owner, clock.now_ms())
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, tables, self.name)
+            return leases.acquire(scope.txn, tables, meta, name, owner, ttl_ms, clock.now_ms())
+
+    def renew_lease(self, name: str, owner: str, version: int, ttl_ms: int | None = None) -> Lease:
+        """Extends ``owner``'s lease (at ``version``) by ``ttl_ms`` (default: the acquire's) from now.
+
+        Raises:
+            LeaseLost: the lease is not at ``version`` of ``owner`` any more.
+        """
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            return leases.renew(
+                scope.txn, self._store.tables, meta, name, owner, version, ttl_ms, self._store.config.now_ms()
+            )
+
+    def release_lease(self, name: str, owner: str, version: int) -> None:
+        """Frees ``owner``'s lease at once, so that a standby takes over without waiting for its expiry.
+
+        Raises:
+            LeaseLost: the lease is not at ``version`` of ``owner`` (releasing it twice is fine).
+        """
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            leases.release(scope.txn, self._store.tables, meta, name, owner, version)
+
+    def leases(self) -> list[Lease]:
+        """Every lease of this collection by name, released ones included (``owner`` None)."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return leases.list_leases(txn, self._store.tables, meta)
 
     def producer_last_seq_no(self, producer_id: str) -> int:
         """The last seqNo stored for ``producer_id`` (0 when unknown)."""

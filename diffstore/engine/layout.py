@@ -33,6 +33,7 @@ Named tables (sub-databases)::
     readers      cid | reader name(utf-8)            -> msgpack [target name, generation id | None]
     targets      H16(target) | cid | H16(name)        -> msgpack [reader name, generation id | None]
     producers    cid | producer id(utf-8)            -> committed seqNo, pending seqNo, its seq (3 x u64)
+    leases       cid | lease name(utf-8)             -> msgpack [owner | None, version, expiresAtMs, ttlMs]
     dropped      cid                                 -> b""        deleted collections awaiting purge
     due          "a" | name(utf-8)                   -> unix ms(u64)  due time of the automatic commit
                  "g" | cid                           -> seq(u64) | K  where GC of a long generation resumes
@@ -42,6 +43,11 @@ Named tables (sub-databases)::
 
 Background work lives in ``due`` rather than in a process's memory, so that any process that opens the
 directory can do it, and each item is taken (read, done, deleted) inside one write transaction: done once.
+
+A lease row is never deleted while its collection lives (release sets owner None and expiry 0): its
+version must keep growing, or a fencing token of an older holder could match a newer holder's version.
+Deleting the collection makes its rows unreachable (a new collection of that name gets a new cid) and the
+purge of the dropped cid removes them.
 
 Record values::
 
@@ -56,6 +62,8 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable, Iterable
+
+import msgpack
 
 LONG_KEY_PREFIX = 200
 MAX_KEY_LENGTH = (1 << 24) - 1
@@ -76,6 +84,7 @@ TABLES = (
     b"readers",
     b"targets",
     b"producers",
+    b"leases",
     b"dropped",
     b"due",
     b"lineage",
@@ -294,6 +303,27 @@ def owner_of_target_key(raw: bytes) -> int:
 
 def producer_key(cid_prefix: bytes, producer_id: str) -> bytes:
     return cid_prefix + producer_id.encode()
+
+
+# --- leases ----------------------------------------------------------------------------------------
+
+
+def lease_key(cid_prefix: bytes, name: str) -> bytes:
+    return cid_prefix + name.encode()
+
+
+def lease_name_of_key(raw: bytes) -> str:
+    return raw[4:].decode()
+
+
+def pack_lease(owner: str | None, version: int, expires_at_ms: int, ttl_ms: int) -> bytes:
+    return msgpack.packb([owner, version, expires_at_ms, ttl_ms])  # type: ignore[no-any-return]
+
+
+def unpack_lease(raw: bytes) -> tuple[str | None, int, int, int]:
+    """(owner, version, expiresAtMs, ttlMs) of a lease row."""
+    owner, version, expires_at_ms, ttl_ms = msgpack.unpackb(raw, raw=False)
+    return owner, int(version), int(expires_at_ms), int(ttl_ms)
 
 
 def next_prefix(prefix: bytes) -> bytes | None:

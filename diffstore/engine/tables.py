@@ -29,6 +29,7 @@ class Tables:
     readers: lmdb._Database
     targets: lmdb._Database
     producers: lmdb._Database
+    leases: lmdb._Database
     dropped: lmdb._Database
     due: lmdb._Database
     lineage: lmdb._Database

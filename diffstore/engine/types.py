@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -20,6 +22,11 @@ Expected = bytes | None | _Unset
 
 PutItem = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bool]
 """What ``put_many`` writes: ``(key, value)`` or ``(key, value, if_not_present)``; ``None`` deletes."""
+
+
+def wall_clock_ms() -> int:
+    """Unix time in milliseconds: what lease expiries mean (processes on one machine share it)."""
+    return time.time_ns() // 1_000_000
 
 
 MIN_MAP_SIZE = 1 << 20
@@ -57,6 +64,9 @@ class StoreConfig:
         read_yield_ms: how long a read waits at most while another thread's write transaction is changing
             pages (0: never). py-lmdb gives up the GIL around every LMDB call, so a writer racing a busy
             reader for the GIL would crawl; see :mod:`diffstore.engine.priority`.
+        clock_ms: the wall clock that lease expiries are read against, in Unix milliseconds (default
+            :func:`wall_clock_ms`). Every process that opens one directory must share it, so only tests
+            replace it (to move time by hand).
     """
 
     map_size: int = 1 << 40
@@ -71,6 +81,11 @@ class StoreConfig:
     sync: bool = True
     read_yield_ms: float = 50.0
     sync_interval_ms: int = 1_000
+    clock_ms: Callable[[], int] | None = field(default=None, compare=False)
+
+    def now_ms(self) -> int:
+        """The current time of :attr:`clock_ms` (Unix milliseconds)."""
+        return wall_clock_ms() if self.clock_ms is None else self.clock_ms()
 
     def __post_init__(self) -> None:
         if not MIN_MAP_SIZE <= self.map_size < 1 << 63:
@@ -225,3 +240,45 @@ class Lineage:
 
     generation_id: bytes
     sources: tuple[LineageSource, ...]
+
+
+MAX_LEASE_TTL_MS = 86_400_000
+"""The longest lease (a day): a longer one is a lock that nobody can take over."""
+MAX_LEASE_VERSION = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseToken:
+    """A fencing token: the name of a lease and the version its holder got from acquire.
+
+    ``generation/start`` and ``/commit`` carrying it are refused (``leaseLost``) unless that version still
+    holds the lease, unexpired.
+    """
+
+    name: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A lease of a collection as stored (see :mod:`diffstore.engine.leases`).
+
+    Attributes:
+        name: the lease's name (one collection may hold several).
+        owner: who holds it; ``None`` once released.
+        version: increases at every acquire (never reused, release included): the fencing token.
+        expires_at_ms: Unix milliseconds (the store's clock) after which it holds no more; 0 once released.
+    """
+
+    name: str
+    owner: str | None
+    version: int
+    expires_at_ms: int
+
+    @property
+    def token(self) -> LeaseToken:
+        return LeaseToken(self.name, self.version)
+
+    def held_at(self, now_ms: int) -> bool:
+        """Whether someone holds it at ``now_ms``."""
+        return self.owner is not None and now_ms < self.expires_at_ms

@@ -39,6 +39,7 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.GenerationMismatch: 409,
     e.NotManual: 409,
     e.BadVersion: 409,
+    e.LeaseLost: 409,
     e.Gone: 410,
     e.GenerationCollected: 410,
     e.CursorExpired: 410,

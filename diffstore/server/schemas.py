@@ -146,9 +146,17 @@ class UpdateReader(_Model):
     expectedGenerationId: ES | None = None
 
 
+class LeaseTokenBody(_Model):
+    """A fencing token: refused with 409 ``leaseLost`` unless this version still holds the lease."""
+
+    name: str
+    version: int = Field(ge=1)
+
+
 class StartGeneration(_Model):
     generationId: ES
     abortOutdated: bool | None = None
+    lease: LeaseTokenBody | None = None
 
 
 class CommitReaderUpdate(_Model):
@@ -160,6 +168,37 @@ class CommitReaderUpdate(_Model):
 class CommitGeneration(_Model):
     generationId: ES
     updateReaders: list[CommitReaderUpdate] | None = None
+    lease: LeaseTokenBody | None = None
+
+
+class AcquireLease(_Model):
+    owner: str
+    ttlMs: int = Field(ge=1, le=86_400_000)
+
+
+class RenewLease(_Model):
+    owner: str
+    version: int = Field(ge=1)
+    ttlMs: int | None = Field(default=None, ge=1, le=86_400_000, description="default: the acquire's ttl")
+
+
+class ReleaseLease(_Model):
+    owner: str
+    version: int = Field(ge=1)
+
+
+class LeaseResponse(BaseModel):
+    owner: str | None = Field(description="null once released")
+    version: int = Field(description="the fencing token: grows at every acquire, never reused")
+    expiresAtMs: int = Field(description="Unix milliseconds of the server's clock (0 once released)")
+
+
+class LeaseEntry(LeaseResponse):
+    name: str
+
+
+class LeaseList(BaseModel):
+    items: list[LeaseEntry]
 
 
 class AbortGeneration(_Model):

@@ -11,6 +11,7 @@ from diffstore.server.routes import (
     generation,
     health,
     items,
+    leases,
     lineage,
     phantom,
     producers,
@@ -32,6 +33,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     diff.router,
     producers.router,
     splits.router,
+    leases.router,
     lineage.router,
 )
 

@@ -18,7 +18,9 @@ router = APIRouter(tags=["generations"])
 async def start(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)
-        x.store.collection(c).start_generation(req.generation_id, abort_outdated=req.abort_outdated)
+        x.store.collection(c).start_generation(
+            req.generation_id, abort_outdated=req.abort_outdated, lease=req.lease
+        )
         return {}
 
     return await handle(request, work, Limit.OTHER)
@@ -28,7 +30,9 @@ async def start(request: Request, c: str) -> Response:
 async def commit(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)
-        x.store.collection(c).commit_generation(req.generation_id, update_readers=list(req.update_readers))
+        x.store.collection(c).commit_generation(
+            req.generation_id, update_readers=list(req.update_readers), lease=req.lease
+        )
         return {}
 
     return await handle(request, work, Limit.OTHER)

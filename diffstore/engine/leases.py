@@ -1,0 +1,212 @@
+"""Leases: named, versioned, expiring ownership records of a collection (Hedwig-style), and fencing.
+
+A lease row holds ``(holder, version v, expiry e, ttl)``; ``n`` is the store's clock
+(``StoreConfig.clock_ms``, Unix milliseconds) read inside the transaction. Transitions::
+
+    acquire o t     no row                                  -> (o, 1, n+t)
+                    holder None, or e <= n, or holder == o  -> (o, v+1, n+t)
+                    else                                    -> leaseLost naming the holder and its expiry
+    renew o v' [t]  holder == o and v == v'                 -> (o, v, n+t)  (t: the acquire's ttl if omitted)
+                    else                                    -> leaseLost
+    release o v'    holder == o and v == v'                 -> (None, v, 0)
+                    holder None and v == v' (released)      -> unchanged (release is idempotent)
+                    else                                    -> leaseLost
+    fence (name,v') holder not None, v == v', n < e         -> ok
+                    else                                    -> leaseLost
+
+Renewing an expired lease that nobody took is allowed: its version is unchanged, which proves that nobody
+held it in between (any acquire by another owner bumps the version), so the renewing holder's fencing token
+never let two writers through. Fencing refuses an expired lease all the same: an owner that paused past
+its expiry commits nothing until it renewed.
+
+Invariants:
+    * ``version`` grows by one at every acquire and is never reused: a released lease keeps its row (see
+      :mod:`diffstore.engine.layout`), so a fencing token of a former holder never matches a later one.
+    * Every transition reads and writes the row in one LMDB write transaction: LMDB's write lock
+      serializes them across processes, so compare-and-set holds whatever process runs it.
+    * A fencing check runs inside the write transaction of the ``generation/start`` or ``/commit`` it
+      guards, before anything is written: a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+import lmdb
+
+from diffstore.engine import layout
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.tables import Tables
+from diffstore.engine.types import MAX_LEASE_TTL_MS, MAX_LEASE_VERSION, Lease, LeaseToken
+from diffstore.errors import InvalidRequest, LeaseLost
+
+MAX_NAME_BYTES = 255
+MAX_TTL_MS = MAX_LEASE_TTL_MS
+MAX_VERSION = MAX_LEASE_VERSION
+
+
+def validate_name(name: str, what: str = "lease name") -> None:
+    if not isinstance(name, str) or not 1 <= len(name.encode("utf-8", "surrogatepass")) <= MAX_NAME_BYTES:
+        raise InvalidRequest(f"{what} must be 1..255 bytes of UTF-8")
+    try:
+        name.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(f"{what} must be valid UTF-8") from exc
+
+
+def validate_ttl(ttl_ms: int) -> None:
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 1 <= ttl_ms <= MAX_TTL_MS:
+        raise InvalidRequest(f"ttlMs must be an integer within 1..{MAX_TTL_MS}")
+
+
+def validate_version(version: int) -> None:
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+        raise InvalidRequest("a lease version must be an integer >= 1")
+
+
+def validate_token(token: LeaseToken) -> None:
+    if not isinstance(token, LeaseToken):
+        raise InvalidRequest("lease must be a LeaseToken(name, version)")
+    validate_name(token.name)
+    validate_version(token.version)
+
+
+def _load(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, name: str) -> tuple[Lease, int] | None:
+    raw = txn.get(layout.lease_key(meta.cid_prefix, name), db=tables.leases)
+    if raw is None:
+        return None
+    owner, version, expires_at_ms, ttl_ms = layout.unpack_lease(raw)
+    return Lease(name, owner, version, expires_at_ms), ttl_ms
+
+
+def _store(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, lease: Lease, ttl_ms: int) -> None:
+    txn.put(
+        layout.lease_key(meta.cid_prefix, lease.name),
+        layout.pack_lease(lease.owner, lease.version, lease.expires_at_ms, ttl_ms),
+        db=tables.leases,
+    )
+
+
+def _held_elsewhere(meta: CollectionMeta, stored: Lease) -> LeaseLost:
+    return LeaseLost(
+        f"lease {stored.name!r} of {meta.name!r} is held by {stored.owner!r}"
+        f" (version {stored.version}) until {stored.expires_at_ms} ms"
+    )
+
+
+def refuse_acquire(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, name: str, owner: str, now_ms: int
+) -> None:
+    """Raises :class:`LeaseLost` if ``owner`` cannot acquire ``name`` now (a read-only pre-check: a standby
+    that polls costs a read, not the store's write lock)."""
+    found = _load(txn, tables, meta, name)
+    if found is not None and found[0].held_at(now_ms) and found[0].owner != owner:
+        raise _held_elsewhere(meta, found[0])
+
+
+def acquire(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    name: str,
+    owner: str,
+    ttl_ms: int,
+    now_ms: int,
+) -> Lease:
+    """Takes ``name`` for ``owner`` (see the module's table); the new version is the fencing token."""
+    validate_name(name)
+    validate_name(owner, "owner")
+    validate_ttl(ttl_ms)
+    found = _load(txn, tables, meta, name)
+    version = 1
+    if found is not None:
+        stored = found[0]
+        if stored.held_at(now_ms) and stored.owner != owner:
+            raise _held_elsewhere(meta, stored)
+        version = stored.version + 1
+    lease = Lease(name, owner, version, now_ms + ttl_ms)
+    _store(txn, tables, meta, lease, ttl_ms)
+    return lease
+
+
+def renew(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    name: str,
+    owner: str,
+    version: int,
+    ttl_ms: int | None,
+    now_ms: int,
+) -> Lease:
+    """Extends ``owner``'s lease by its ttl from now (see the module: an expired one that nobody took too)."""
+    validate_name(name)
+    validate_name(owner, "owner")
+    validate_version(version)
+    if ttl_ms is not None:
+        validate_ttl(ttl_ms)
+    found = _load(txn, tables, meta, name)
+    if found is None:
+        raise LeaseLost(f"{meta.name!r} has no lease {name!r}")
+    stored, stored_ttl = found
+    if stored.owner != owner or stored.version != version:
+        if stored.held_at(now_ms):
+            raise _held_elsewhere(meta, stored)
+        raise LeaseLost(f"lease {name!r} of {meta.name!r} is at version {stored.version}, not {version}")
+    ttl = stored_ttl if ttl_ms is None else ttl_ms
+    lease = Lease(name, owner, version, now_ms + ttl)
+    _store(txn, tables, meta, lease, ttl)
+    return lease
+
+
+def release(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, name: str, owner: str, version: int
+) -> None:
+    """Frees ``owner``'s lease at once (its row and version stay); releasing it again is fine."""
+    validate_name(name)
+    validate_name(owner, "owner")
+    validate_version(version)
+    found = _load(txn, tables, meta, name)
+    if found is None:
+        raise LeaseLost(f"{meta.name!r} has no lease {name!r}")
+    stored, ttl = found
+    if stored.version == version and stored.owner is None:
+        return
+    if stored.owner != owner or stored.version != version:
+        raise LeaseLost(
+            f"lease {name!r} of {meta.name!r} is version {stored.version} of {stored.owner!r},"
+            f" not version {version} of {owner!r}"
+        )
+    _store(txn, tables, meta, Lease(name, None, version, 0), ttl)
+
+
+def fence(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, token: LeaseToken, now_ms: int
+) -> None:
+    """Raises :class:`LeaseLost` unless ``token``'s version still holds its lease, unexpired."""
+    validate_token(token)
+    found = _load(txn, tables, meta, token.name)
+    if found is None:
+        raise LeaseLost(f"{meta.name!r} has no lease {token.name!r}")
+    stored = found[0]
+    if stored.version != token.version:
+        raise LeaseLost(
+            f"lease {token.name!r} of {meta.name!r} moved to version {stored.version} ({stored.owner!r});"
+            f" version {token.version} no longer holds it"
+        )
+    if not stored.held_at(now_ms):
+        raise LeaseLost(
+            f"lease {token.name!r} of {meta.name!r} (version {token.version}) expired or was released"
+        )
+
+
+def list_leases(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> list[Lease]:
+    """Every lease row of the collection (released ones included), by name."""
+    prefix = meta.cid_prefix
+    found: list[Lease] = []
+    cursor = txn.cursor(db=tables.leases)
+    if cursor.set_range(prefix):
+        for key, raw in cursor:
+            if not key.startswith(prefix):
+                break
+            owner, version, expires_at_ms, _ = layout.unpack_lease(raw)
+            found.append(Lease(layout.lease_name_of_key(key), owner, version, expires_at_ms))
+    return found
