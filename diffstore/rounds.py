@@ -15,6 +15,12 @@ A round:
    where the front has them) -- the records and the readers move in one storage transaction, or neither;
 5. on any failure :meth:`Round.abort` drops the generation if it is still the open one.
 
+A round may carry a lease's fencing token (:mod:`diffstore.leases`): its start and commit are then
+refused with ``LeaseLost`` once another owner took the lease, and its generation id ends with the lease
+version (8 bytes, before any other nonce), so that a former owner that paused between its start and its
+writes names a generation that is not the new owner's: its writes fail too, instead of landing in the new
+owner's generation.
+
 Invariants:
     * Generation ids: an 8-byte big-endian counter, one above the first 8 bytes (zero-padded) of the larger
       of the current and the open generation, followed by a nonce (empty unless the front may race
@@ -36,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from diffstore.collection import Collection
-from diffstore.engine.types import Reader, ReaderUpdateLike
+from diffstore.engine.types import LeaseToken, Reader, ReaderUpdateLike
 from diffstore.errors import DiffstoreError, InvalidRequest, ReaderExists
 
 COUNTER_BYTES = 8
@@ -119,25 +125,29 @@ class Round:
         generation_id: the generation this round writes.
         base_generation_id: the collection's current generation when the round was planned (reads "as
             before this round" use it).
+        lease: a fencing token carried by start and commit (see the module), or None.
     """
 
     collection: Collection
     generation_id: bytes
     base_generation_id: bytes
+    lease: LeaseToken | None = None
 
     @classmethod
-    def next(cls, collection: Collection, nonce: bytes = b"") -> Round:
-        """The round after the collection's current and open generations."""
+    def next(cls, collection: Collection, nonce: bytes = b"", lease: LeaseToken | None = None) -> Round:
+        """The round after the collection's current and open generations (fenced by ``lease`` if given)."""
         current, next_open = collection.generation_state()
-        return cls(collection, next_generation_id(current, next_open, nonce), current)
+        if lease is not None:
+            nonce = lease.version.to_bytes(COUNTER_BYTES, "big") + nonce
+        return cls(collection, next_generation_id(current, next_open, nonce), current, lease)
 
     def start(self) -> None:
         """Opens the generation, discarding an older open one (a crashed writer's)."""
-        self.collection.start_generation(self.generation_id, abort_outdated=True)
+        self.collection.start_generation(self.generation_id, abort_outdated=True, lease=self.lease)
 
     def commit(self, updates: Iterable[ReaderUpdateLike]) -> None:
         """Commits the generation and moves the readers, in one transaction (a failed CAS: neither)."""
-        self.collection.commit_generation(self.generation_id, update_readers=updates)
+        self.collection.commit_generation(self.generation_id, update_readers=updates, lease=self.lease)
 
     def abort(self) -> bool:
         """Drops the generation if it is still the open one.
