@@ -61,7 +61,7 @@ class LeaseConfig:
     """One lease to keep.
 
     Attributes:
-        name: the lease's name in the collection (e.g. ``ingest/<subscription>``).
+        name: the lease's name in the collection (e.g. ``ingest:<subscription>``; no ``/``).
         owner: who asks (default :func:`default_owner`: unique per process).
         ttl_ms: how long each acquire or renewal holds the lease.
         renew_every_ms: the renewal period (default ttl/3).
@@ -191,7 +191,7 @@ class LeaseGuard:
 
     Usage::
 
-        with LeaseGuard(collection, LeaseConfig("ingest/sub")) as guard:
+        with LeaseGuard(collection, LeaseConfig("ingest:sub")) as guard:
             while (token := guard.wait_active(stop)) is not None:
                 ... rounds with Round.next(collection, lease=token) while guard.holds(token) ...
 
@@ -260,6 +260,15 @@ class LeaseGuard:
                     wait = min(wait, left)
                 self._changed.wait(wait)
 
+    def report_lost(self, token: LeaseToken | None) -> None:
+        """The store refused ``token`` (``LeaseLost`` on a fenced write): stand by now, without waiting for
+        the next renewal to find out."""
+        with self._changed:
+            if token is not None and self.keeper.token == token:
+                _log.warning("lease %r lost: a fenced write was refused", self.config.name)
+                self.keeper.refused(self.clock())
+                self._changed.notify_all()
+
     def _release(self) -> None:
         """Gives the lease up at once (a standby takes over without waiting for its expiry)."""
         with self._changed:
@@ -322,10 +331,12 @@ class LeaseGuard:
             return
         except Exception as exc:  # the store is unreachable or failed: retried, the state stays
             with self._changed:
+                first = self.error is None
                 self.keeper.failed(self.clock())
                 self.error = exc if isinstance(exc, DiffstoreError) else DiffstoreError(repr(exc))
                 self._changed.notify_all()
-            _log.warning("lease %r: %s failed: %s", config.name, action.value, exc)
+            if first:  # once, not at every retry
+                _log.warning("lease %r: %s failed (retrying): %s", config.name, action.value, exc)
             return
         with self._changed:
             if action is Action.RENEW and self.keeper.token != got.token:

@@ -63,6 +63,8 @@ def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = No
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # httpx logs every request at INFO: a standby ingestor polling its lease would write lines non-stop
+    logging.getLogger("httpx").setLevel("DEBUG" if level == "debug" else "WARNING")
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         for old in list(logger.handlers):

@@ -34,7 +34,7 @@ import lmdb
 
 from diffstore.engine import layout
 from diffstore.engine.meta import CollectionMeta
-from diffstore.engine.tables import Tables
+from diffstore.engine.tables import Tables, validate_collection_name
 from diffstore.engine.types import MAX_LEASE_TTL_MS, MAX_LEASE_VERSION, Lease, LeaseToken
 from diffstore.errors import InvalidRequest, LeaseLost
 
@@ -44,12 +44,18 @@ MAX_VERSION = MAX_LEASE_VERSION
 
 
 def validate_name(name: str, what: str = "lease name") -> None:
+    """1..255 bytes of UTF-8; a lease name (a URL path segment) also follows the rules of collection names."""
     if not isinstance(name, str) or not 1 <= len(name.encode("utf-8", "surrogatepass")) <= MAX_NAME_BYTES:
         raise InvalidRequest(f"{what} must be 1..255 bytes of UTF-8")
     try:
         name.encode()
     except UnicodeEncodeError as exc:
         raise InvalidRequest(f"{what} must be valid UTF-8") from exc
+    if what == "lease name":
+        try:
+            validate_collection_name(name)
+        except InvalidRequest as exc:
+            raise InvalidRequest(str(exc).replace("collection name", "lease name")) from exc
 
 
 def validate_ttl(ttl_ms: int) -> None:

@@ -14,6 +14,14 @@ departed consumer's unacked records at once, ahead of new ones. Servers that res
 timeout expires (HStreamDB) need the window after a start or a reconnect held open for that timeout:
 ``recovery_hold_ms`` (``None`` = automatic: 0 for the embedded server, the subscription's ack timeout
 plus a second otherwise).
+
+High availability (``lease_ttl_ms``): any number of ingestors may run on one subscription and collection.
+They compete for the lease ``ingest:<subscriptionId>`` of C (:mod:`diffstore.leases`): the holder is
+active, the others stand by -- without consuming, so the server hands every shard to the active one. Every
+round of the active one carries the lease's fencing token, so once its lease moved (it paused, or was cut
+off) nothing of it commits. When it loses the lease it stops consuming without acking its open window (the
+records go to the next consumer) and stands by again; a standby that takes over starts like a restarted
+ingestor: from the positions stored in C, which is what makes takeovers exactly once.
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from diffstore import shell
+from diffstore.engine.types import LeaseToken
+from diffstore.errors import GenerationMismatch, LeaseLost, OutdatedGeneration
+from diffstore.leases import LeaseConfig, LeaseGuard
 from diffstore.rounds import Round, ensure_readers, shard_reader, shard_reader_target
 from diffstore.streams.client import StreamClient
 from diffstore.streams.consumer import ConsumerConfig, StreamConsumer
@@ -86,6 +97,11 @@ class IngestConfig:
         mapper: record → items (default :func:`default_mapper`).
         recovery_hold_ms: see the module docstring (``None``: automatic).
         consumer: tuning of the underlying consumer.
+        lease_ttl_ms: keep the lease :func:`lease_name` of the collection with this ttl, so that
+            several ingestors can run, one active and the others standby (see the module docstring);
+            ``None`` (the default of the Python API): no lease, one ingestor. ``diffstore ingest`` keeps
+            one of :data:`diffstore.leases.DEFAULT_TTL_MS` (10 s) unless told otherwise.
+        lease_owner: this ingestor's name in the lease (default: unique per process).
     """
 
     subscription_id: str
@@ -94,12 +110,21 @@ class IngestConfig:
     mapper: Mapper | None = None
     recovery_hold_ms: float | None = None
     consumer: ConsumerConfig | None = None
+    lease_ttl_ms: int | None = None
+    lease_owner: str | None = None
 
     def __post_init__(self) -> None:
         if not self.subscription_id:
             raise ValueError("subscription_id is required")
         if self.window_records < 1 or self.window_ms < 0:
             raise ValueError("window_records must be >= 1 and window_ms >= 0")
+        self.lease()  # validates the lease settings
+
+    def lease(self) -> LeaseConfig | None:
+        """The lease this ingestor keeps (None: none)."""
+        if self.lease_ttl_ms is None:
+            return None
+        return LeaseConfig(lease_name(self.subscription_id), self.lease_owner or "", self.lease_ttl_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +141,17 @@ class CommitStats:
     shard_lag_s: dict[int, float] = field(default_factory=dict)  # lag of the shards this window read
 
 
+def lease_name(subscription_id: str) -> str:
+    """The lease of the ingestors of a subscription: ``ingest:<subscriptionId>`` (``/`` becomes ``_``: a
+    lease name is a URL path segment)."""
+    return "ingest:" + subscription_id.replace("/", "_")
+
+
+StateListener = Callable[[str, LeaseToken | None], None]
+"""Told ``("active", token)`` when an ingestor with a lease starts consuming, ``("standby", None)`` when it
+stands by (at start, and after losing its lease)."""
+
+
 class Ingestor:
     """Runs the SPEC §5 loop until stopped; every sink or stream error ends :meth:`run` with that error."""
 
@@ -130,6 +166,8 @@ class Ingestor:
         self.stream_name = ""
         self._readers: dict[int, str] = {}
         self._accumulator: WindowAccumulator | None = None
+        self._token: LeaseToken | None = None
+        self.takeovers = 0  # how many times this ingestor became active (with a lease)
 
     @property
     def open_window_records(self) -> int:
@@ -141,12 +179,16 @@ class Ingestor:
         self.stop_event.set()
 
     def prepare(self) -> WindowAccumulator:
-        """Aborts a dead ingestor's open generation, ensures the position readers, loads positions."""
+        """Aborts a dead ingestor's open generation, ensures the position readers, loads positions.
+
+        With a lease the open generation is left to the first round's fenced start, which discards it
+        only while this ingestor still holds the lease (an unfenced abort could hit a newer holder's).
+        """
         subscription = self.client.get_subscription(self.config.subscription_id).subscription
         self.stream_name = subscription.streamName
         collection = self.sink.collection
         _, open_next = collection.generation_state()
-        if open_next is not None:
+        if open_next is not None and self._token is None:
             collection.abort_generation(open_next)  # an uncommitted window of a dead ingestor
         for shard in self.client.list_shards(self.stream_name):
             self._readers[shard.shard_id] = shard_reader(self.config.subscription_id, shard.shard_id)
@@ -169,12 +211,40 @@ class Ingestor:
         subscription = self.client.get_subscription(self.config.subscription_id).subscription
         return float(subscription.ackTimeoutSeconds) + 1.0
 
-    def run(self, on_commit: Callable[[CommitStats], None] | None = None) -> None:
+    def run(
+        self,
+        on_commit: Callable[[CommitStats], None] | None = None,
+        on_state: StateListener | None = None,
+    ) -> None:
         """Consumes and applies windows until :meth:`stop`; the open window is committed before returning.
 
         One window at a time is written by a worker thread while the next one is gathered; the next is
         handed over only after the previous commit, so generations and acks stay strictly in order.
+        With a lease (``IngestConfig.lease_ttl_ms``) it stands by until it holds the lease, consumes while
+        it holds it, stands by again when it loses it, and releases it when stopped.
         """
+        lease = self.config.lease()
+        if lease is None:
+            self._run_active(on_commit, None)
+            return
+        with LeaseGuard(self.sink.collection, lease) as guard:
+            while not self.stop_event.is_set():
+                if on_state is not None:
+                    on_state("standby", None)
+                token = guard.wait_active(self.stop_event)
+                if token is None:
+                    break
+                self._token = token
+                self.takeovers += 1
+                if on_state is not None:
+                    on_state("active", token)
+                try:
+                    self._run_active(on_commit, guard)
+                finally:
+                    self._token = None
+
+    def _run_active(self, on_commit: Callable[[CommitStats], None] | None, guard: LeaseGuard | None) -> None:
+        """The loop of an active ingestor; with ``guard`` it returns early once the lease is lost."""
         accumulator = self._accumulator = self.prepare()
         hold_s = self._recovery_hold_s()
         hold_until = time.monotonic() + hold_s
@@ -185,9 +255,17 @@ class Ingestor:
         try:
             while True:
                 if pending is not None and pending[0].done():
-                    self._finish(pending, accumulator, consumer, on_commit)
+                    if not self._finish(pending, accumulator, consumer, on_commit):
+                        assert guard is not None
+                        guard.report_lost(self._token)
+                        return  # the lease moved under the write: nothing of it committed or acked
                     pending = None
                 now = time.monotonic()
+                if guard is not None and not guard.holds(self._token):
+                    if pending is not None:
+                        pending[0].exception()  # a commit that made it is acked by _finish above
+                        continue
+                    return  # stand by: the open window stays unacked and goes to the next consumer
                 stopping = self.stop_event.is_set()
                 if consumer.reconnects != reconnects:  # records lost with the old call may come late
                     reconnects = consumer.reconnects
@@ -224,9 +302,17 @@ class Ingestor:
         accumulator: WindowAccumulator,
         consumer: StreamConsumer,
         on_commit: Callable[[CommitStats], None] | None,
-    ) -> None:
+    ) -> bool:
+        """Acks a committed window and reports it; False when the lease was lost (nothing committed)."""
         future, window = pending
-        generation, items = future.result()  # a failed write ends run() with its error
+        try:
+            generation, items = future.result()  # a failed write ends run() with its error
+        except (LeaseLost, GenerationMismatch, OutdatedGeneration):
+            # With a lease these say that another ingestor took over (its fenced start discarded this
+            # window's generation, or moved past it): stand by. Without one they are errors.
+            if self._token is None:
+                raise
+            return False
         accumulator.committed(window)
         consumer.ack(window.record_ids)  # only now: the generation and the positions are committed
         self.applied_total += len(window.records)
@@ -250,6 +336,7 @@ class Ingestor:
                     shard_lag,
                 )
             )
+        return True
 
     def _add_shards(self, shard_ids: list[int]) -> None:
         """Position readers for shards that appeared after :meth:`prepare` (added to the stream while
@@ -268,6 +355,6 @@ class Ingestor:
         positions = sorted(window.positions.items())
         self._add_shards([shard for shard, _ in positions if shard not in self._readers])
         updates = [(self._readers[shard], pos.to_bytes()) for shard, pos in positions]
-        round_ = Round.next(self.sink.collection)
+        round_ = Round.next(self.sink.collection, lease=self._token)
         round_.run(updates, (lambda g: self.sink.put_many(items, g)) if items else None)
         return round_.generation_id, len(items)

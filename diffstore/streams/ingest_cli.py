@@ -2,7 +2,11 @@
 
     diffstore ingest --hstream hstream://127.0.0.1:6570 --subscription S --collection C \\
         (--data DIR [--map-size SIZE] | --url http://host:port) [--window-records N] [--window-ms M] \\
-        [--mapper module:function] [--create-collection]
+        [--mapper module:function] [--create-collection] [--lease-ttl-ms T]
+
+Any number of ingestors may run on one subscription and collection (docs/leases.md): one is active, the
+others stand by and take over within T + 1 s once it dies (T = --lease-ttl-ms, default 10000; 0: no lease,
+a single ingestor).
 
 Progress on a terminal (records/s, lag); ``--log-commits`` prints one JSON line per committed window instead
 (for scripts and tests). SIGTERM or Ctrl-C stops cleanly: the open window is committed and acked first.
@@ -26,7 +30,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from diffstore import jobmetrics, logs, shell
+from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError
+from diffstore.leases import DEFAULT_TTL_MS
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, load_mapper
@@ -66,6 +72,17 @@ def add_ingest_command(subparsers: Any) -> None:
         type=float,
         default=None,
         help="hold the first window after a start this long (default: automatic, see docs/streams.md)",
+    )
+    parser.add_argument(
+        "--lease-ttl-ms",
+        type=int,
+        default=DEFAULT_TTL_MS,
+        metavar="T",
+        help="ttl of the lease that makes one of several ingestors active; a standby takes over within"
+        f" T + 1 s of the active one's death (default {DEFAULT_TTL_MS}; 0: no lease, a single ingestor)",
+    )
+    parser.add_argument(
+        "--lease-owner", metavar="NAME", help="this ingestor's name in the lease (default: host:pid:random)"
     )
     parser.add_argument("--log-commits", action="store_true", help="one JSON line per commit on stdout")
     logs.add_arguments(parser)
@@ -154,6 +171,12 @@ class _Progress:
             self.live.update(self.render())
 
 
+def _lease_ttl(value: int) -> int | None:
+    if value < 0:
+        raise ValueError("--lease-ttl-ms must be >= 0 (0: no lease)")
+    return value or None
+
+
 def run_ingest(args: argparse.Namespace) -> int:
     """Runs the ingestor until SIGTERM/SIGINT; returns the exit code."""
     console = Console(stderr=True)
@@ -167,6 +190,8 @@ def run_ingest(args: argparse.Namespace) -> int:
             window_ms=args.window_ms,
             mapper=mapper,
             recovery_hold_ms=args.recovery_hold_ms,
+            lease_ttl_ms=_lease_ttl(args.lease_ttl_ms),
+            lease_owner=args.lease_owner,
         )
         _check_subscription(args.hstream, args.subscription)
         sink = _open_sink(args)
@@ -191,13 +216,22 @@ def run_ingest(args: argparse.Namespace) -> int:
         metrics = jobmetrics.IngestMetrics(registry)
         metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
     progress = _Progress(console, args.log_commits, metrics)
+
+    def on_state(state: str, token: LeaseToken | None) -> None:
+        if token is None:
+            text = f"ingest: standby (another ingestor holds the lease of {args.collection!r})"
+            report.say(logging.INFO, text, "ingest standby")
+        else:
+            text = f"ingest: active (lease {token.name!r} version {token.version})"
+            report.say(logging.INFO, text, "ingest active", lease=token.name, version=token.version)
+
     try:
         if not args.log_commits and console.is_terminal and args.log_format == "text":
             with Live(progress.render(), console=console, refresh_per_second=4) as live:
                 progress.live = live
-                ingestor.run(progress.on_commit)
+                ingestor.run(progress.on_commit, on_state)
         else:
-            ingestor.run(progress.on_commit)
+            ingestor.run(progress.on_commit, on_state)
     except (StreamError, DiffstoreError) as exc:
         report.say(
             logging.ERROR,

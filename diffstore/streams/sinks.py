@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from diffstore.collection import Collection
-from diffstore.errors import InvalidRequest, NoSuchCollection
+from diffstore.errors import CollectionExists, InvalidRequest, NoSuchCollection
 
 if TYPE_CHECKING:
     from diffstore.client import Client
@@ -105,4 +105,7 @@ def _collection_or_create(owner: Store | Client, name: str, create: bool) -> Col
     except NoSuchCollection:
         if not create:
             raise
-    return owner.create_collection(name, manual=True)
+    try:
+        return owner.create_collection(name, manual=True)
+    except CollectionExists:  # another ingestor (a standby of the same pipeline) created it meanwhile
+        return owner.collection(name)

@@ -281,6 +281,9 @@ def test_a_fencing_token_of_another_lease_or_collection_does_not_hold(open_store
     [
         (lambda c: c.acquire_lease("", "o", 10), "lease name"),
         (lambda c: c.acquire_lease("x" * 256, "o", 10), "lease name"),
+        (lambda c: c.acquire_lease("a/b", "o", 10), "lease name"),
+        (lambda c: c.acquire_lease("..", "o", 10), "lease name"),
+        (lambda c: c.acquire_lease("a\x00", "o", 10), "lease name"),
         (lambda c: c.acquire_lease("l", "", 10), "owner"),
         (lambda c: c.acquire_lease("l", "o", 0), "ttlMs"),
         (lambda c: c.acquire_lease("l", "o", 86_400_001), "ttlMs"),

@@ -37,6 +37,10 @@ SPEC_ROUTES = {
     ("GET", "/collections/{c}/producers/{producer_id}"),
     ("GET", "/collections/{c}/splits"),
     ("POST", "/collections/{c}/lineage"),
+    ("GET", "/collections/{c}/leases/"),
+    ("POST", "/collections/{c}/leases/{name}/acquire"),
+    ("POST", "/collections/{c}/leases/{name}/renew"),
+    ("POST", "/collections/{c}/leases/{name}/release"),
     ("GET", "/healthz"),
 }
 BEYOND_SPEC_ROUTES = {

@@ -54,6 +54,7 @@ def _start_ingestor(url: str, data_dir: Path) -> subprocess.Popen[str]:
         sys.executable, "-m", "diffstore.streams.ingest_cli", "--hstream", url, "--subscription", "sub",
         "--collection", "C", "--data", str(data_dir), "--create-collection", "--window-records", "700",
         "--window-ms", "30", "--mapper", "test_ingest_crash:crash_mapper", "--log-commits",
+        "--lease-ttl-ms", "0",  # one ingestor at a time here (tests/streams/test_ingest_ha.py runs several)
     ]  # fmt: skip
     path = [str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
