@@ -24,8 +24,8 @@ Invariants:
       refuses its writes anyway: this only stops doomed work early).
     * Renewal happens every ``renew_every`` (default ttl/3): two renewals may fail before the margin
       (default ttl/5) is reached.
-    * A standby costs one read of the store every ``standby_poll`` (default ttl/20, at most 250 ms) and
-      sleeps in between: well under 1% of a core. A takeover happens at most ``standby_poll`` after the
+    * A standby costs one read of the store every ``standby_poll`` (default ttl/20 within 100..250 ms)
+      and sleeps in between: under 1% of a core (``benchmarks/takeover.py``). A takeover happens at most ``standby_poll`` after the
       holder's lease expired, so within ttl + ``standby_poll`` of the holder's death.
 """
 
@@ -66,7 +66,8 @@ class LeaseConfig:
         ttl_ms: how long each acquire or renewal holds the lease.
         renew_every_ms: the renewal period (default ttl/3).
         margin_ms: the lease is taken as lost this long before it would expire (default ttl/5).
-        standby_poll_ms: how often a standby tries to acquire (default ttl/20, at most 250 ms).
+        standby_poll_ms: how often a standby tries to acquire (default ttl/20 within 100..250 ms, and at
+            most ttl/4).
         retry_ms: how soon a failed request (store unreachable) is retried (default: ``standby_poll_ms``).
     """
 
@@ -108,7 +109,7 @@ class LeaseConfig:
     def standby_poll_s(self) -> float:
         if self.standby_poll_ms is not None:
             return self.standby_poll_ms / 1000
-        return max(0.001, min(self.ttl_ms / 20, 250) / 1000)
+        return min(max(self.ttl_ms / 20, 100), 250, self.ttl_ms / 4) / 1000
 
     @property
     def retry_s(self) -> float:

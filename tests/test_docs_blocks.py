@@ -284,6 +284,22 @@ def test_http(tmp_path: Path, server: LiveServer) -> None:
     page.done()
 
 
+# --- docs/leases.md ----------------------------------------------------------------------------------
+
+
+@page_test("docs/leases.md")
+def test_leases(server: LiveServer) -> None:
+    page = Page("docs/leases.md")
+    namespace: dict[str, Any] = {}
+    printed = run_python(local(page.next("from diffstore.client import Client"), server.url), namespace)
+    first, listed = printed.splitlines()
+    assert first.startswith("worker-2 stands by:") and "'worker-1'" in first
+    assert listed == "[('writer', None, 1)]"
+    printed = run_python(local(page.next("from diffstore.leases import"), server.url), namespace)
+    assert printed.splitlines() == ["b'v2'"]
+    page.done()
+
+
 # --- docs/client.md ----------------------------------------------------------------------------------
 
 
