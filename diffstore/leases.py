@@ -25,8 +25,8 @@ Invariants:
     * Renewal happens every ``renew_every`` (default ttl/3): two renewals may fail before the margin
       (default ttl/5) is reached.
     * A standby costs one read of the store every ``standby_poll`` (default ttl/20 within 100..250 ms)
-      and sleeps in between: under 1% of a core (``benchmarks/takeover.py``). A takeover happens at most ``standby_poll`` after the
-      holder's lease expired, so within ttl + ``standby_poll`` of the holder's death.
+      and sleeps in between: under 1% of a core (``benchmarks/takeover.py``). A takeover happens at most
+      ``standby_poll`` after the holder's lease expired, so within ttl + ``standby_poll`` of its death.
 """
 
 from __future__ import annotations
