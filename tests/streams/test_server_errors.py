@@ -21,6 +21,7 @@ def test_storage_errors_map_to_their_statuses() -> None:
     assert s.grpc_status(e.StorageFull("full")) == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert s.grpc_status(e.StorageError("eio")) == grpc.StatusCode.INTERNAL
     assert s.grpc_status(e.InvalidRequest("bad")) == grpc.StatusCode.INVALID_ARGUMENT
+    assert s.grpc_status(e.LeaseLost("moved")) == grpc.StatusCode.FAILED_PRECONDITION
 
 
 def test_every_error_has_a_status_and_no_client_error_is_internal() -> None:

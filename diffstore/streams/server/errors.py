@@ -54,6 +54,7 @@ _STATUS_BY_ENGINE_ERROR: dict[type[e.DiffstoreError], grpc.StatusCode] = {
     e.StorageFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
     e.StorageError: grpc.StatusCode.INTERNAL,
     e.BadRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    e.LeaseLost: grpc.StatusCode.FAILED_PRECONDITION,  # gRPC's code for "the state moved, do not retry"
     e.DiffstoreError: grpc.StatusCode.INTERNAL,
 }
 
