@@ -5,7 +5,9 @@ or an embedded engine ``Store``; waiting when caught up uses the client's long p
 (``wait_for_change``) or, for the engine, :class:`CommitWaiter` on its commit listener. With
 ``workers`` > 1 the data events go to a :class:`~diffstore.consumer._pool.WorkerPool` (partitioned by
 key, see :mod:`diffstore.consumer._partitions`) and the loop waits for its barrier before
-``on_end_source``.
+``on_end_source``. With ``lease_ttl_ms`` the loop runs only while its
+:class:`~diffstore.leases.LeaseGuard` holds the checkpoint collection's lease ``consumer``, and every
+checkpoint carries the lease's fencing token.
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ from diffstore.consumer._window import (
     WindowMachine,
     WriteCheckpoint,
 )
-from diffstore.engine.types import ReaderUpdate
-from diffstore.errors import Conflict, InvalidRequest
+from diffstore.engine.types import LeaseToken, ReaderUpdate
+from diffstore.errors import Conflict, InvalidRequest, LeaseLost
+from diffstore.leases import LeaseConfig, LeaseGuard
 
 # tasks queued or in flight per worker: enough to keep every worker busy while the next page is fetched,
 # few enough that a window's memory stays about one diff page
 PENDING_PER_WORKER = 64
+
+LEASE_NAME = "consumer"
+"""The lease of the checkpoint collection that a consumer with ``lease_ttl_ms`` holds while it runs."""
 
 
 class WindowListener:
@@ -141,6 +147,14 @@ class Consumer:
             once every data event of the source finished). A failure in any partition drops the
             window's remaining events, waits for the callbacks in flight and rolls the whole window
             back (it is replayed; nothing is checkpointed). ``on_data_event`` must then be thread-safe.
+        lease_ttl_ms: run as one of several consumers of the same checkpoint collection, exactly one
+            active: the consumer delivers windows only while it holds the checkpoint collection's lease
+            ``consumer`` (kept by a :class:`~diffstore.leases.LeaseGuard` thread, renewed every ttl/3),
+            and each checkpoint carries its fencing token, so a consumer that lost the lease (paused
+            past the ttl) can never checkpoint. A standby polls for the lease (every ttl/20, at most
+            250 ms) and takes over within ttl + one poll of the active consumer's death, from the stored
+            checkpoint. On losing the lease inside a window the window is rolled back (``on_rollback``).
+            ``None`` (default): no lease, and two consumers of one checkpoint race (see the module).
     """
 
     def __init__(
@@ -156,9 +170,16 @@ class Consumer:
         max_rollbacks: int = 10,
         replay_delay_s: float = 0.5,
         workers: int = 1,
+        lease_ttl_ms: int | None = None,
     ) -> None:
         if workers < 1:
             raise InvalidRequest("workers must be 1 or more")
+        self.lease: LeaseConfig | None = None
+        if lease_ttl_ms is not None:
+            try:
+                self.lease = LeaseConfig(LEASE_NAME, ttl_ms=lease_ttl_ms)
+            except ValueError as exc:
+                raise InvalidRequest(f"lease_ttl_ms: {exc}") from exc
         self.store = store
         self.listener = listener
         self.machine = WindowMachine(sources)
@@ -169,6 +190,9 @@ class Consumer:
         self.replay_delay_s = replay_delay_s
         self.workers = workers
         self._pool: WorkerPool | None = None
+        self._guard: LeaseGuard | None = None
+        self._token: LeaseToken | None = None  # the lease held by the running loop
+        self._fenced: LeaseToken | None = None  # refused by the store before the guard learnt it
         self._owned_waiter: CommitWaiter | None = None
         if waiter is None:
             if hasattr(store, "wait_for_change"):
@@ -179,18 +203,57 @@ class Consumer:
         self._collections: dict[str, Collection] = {}
 
     def close(self) -> None:
+        """Releases the lease (a standby takes over at once) and stops the consumer's threads."""
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
         if self._owned_waiter is not None:
             self._owned_waiter.close()
 
     def run_pending(self) -> int:
-        """Delivers windows until caught up, without waiting; returns how many were checkpointed."""
+        """Delivers windows until caught up, without waiting; returns how many were checkpointed.
+
+        With a lease it first waits for the lease up to one ttl, and returns 0 when another consumer
+        keeps it that long.
+        """
         return self._loop(stop=None, wait=False)
 
     def run(self, stop: threading.Event | None = None) -> None:
-        """Delivers windows forever, waiting when caught up, until ``stop`` is set."""
+        """Delivers windows forever, waiting when caught up, until ``stop`` is set.
+
+        With a lease: standby until the lease is held, active while it is, standby again when it is lost.
+        """
         self._loop(stop or threading.Event(), wait=True)
 
     def _loop(self, stop: threading.Event | None, wait: bool) -> int:
+        if self.lease is None:
+            return self._run_with_pool(stop, wait)
+        if self._guard is None:
+            self._guard = LeaseGuard(self._checkpoint(), self.lease)
+        guard, lease = self._guard, self.lease
+        checkpoints = 0
+        while stop is None or not stop.is_set():
+            token = guard.wait_active(stop, None if wait else lease.ttl_s)
+            if token is None:
+                return checkpoints  # stopped, or (run_pending) another consumer stays active
+            if token == self._fenced:  # the guard learns it at its next renewal, at most ttl/3 away
+                if not wait:
+                    return checkpoints
+                assert stop is not None
+                stop.wait(lease.standby_poll_s)
+                continue
+            if token != self._token:
+                self._token = token
+                self.machine.restart(LeaseLost("a new lease: continue from the stored checkpoint"))
+            checkpoints += self._run_with_pool(stop, wait)
+            if not wait:
+                return checkpoints
+        return checkpoints
+
+    def _holds_lease(self) -> bool:
+        return self._guard is not None and self._token != self._fenced and self._guard.holds(self._token)
+
+    def _run_with_pool(self, stop: threading.Event | None, wait: bool) -> int:
         if self.workers == 1:
             return self._run_machine(stop, wait)
         self._pool = WorkerPool(self.workers, self._call_data, capacity=PENDING_PER_WORKER * self.workers)
@@ -209,6 +272,9 @@ class Consumer:
         if self.machine.phase is Phase.WAIT:
             self.machine.wait_ended()  # a new call looks at the heads again before deciding to wait
         while stop is None or not stop.is_set():
+            if self._token is not None and not self._holds_lease():
+                self._lose_lease(stop)
+                return checkpoints
             action = self.machine.next_action()
             if isinstance(action, WaitForChange):
                 if not wait:
@@ -278,6 +344,14 @@ class Consumer:
             raise
         self.machine.delivered(answer is not False)
 
+    def _lose_lease(self, stop: threading.Event | None) -> None:
+        """Another consumer may own the checkpoint now: roll a window in progress back, reload later."""
+        self._token = None
+        self.machine.restart(LeaseLost(f"lease {LEASE_NAME!r} of {self.checkpoint_collection!r} lost"))
+        action = self.machine.next_action()
+        if isinstance(action, Deliver) and isinstance(action.event, Rollback):
+            self._deliver(action, stop)
+
     def _fail_window(self, failure: Failure) -> None:
         """A partition failed: roll back (then replay); an exit raised in a worker propagates after that."""
         self.machine.delivered(False, failure.error)
@@ -329,7 +403,11 @@ class Consumer:
             for s in self.machine.sources
         ]
         try:
-            rounds.Round.next(self._checkpoint()).run(updates)
+            rounds.Round.next(self._checkpoint(), lease=self._token).run(updates)
+        except LeaseLost:
+            self._fenced = self._token  # another consumer took over: this one must not go on
+            self.machine.checkpoint_rejected()
+            return 0
         except Conflict:
             self.machine.checkpoint_rejected()  # another consumer moved it: continue from there
             return 0

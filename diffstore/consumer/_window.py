@@ -271,6 +271,16 @@ class WindowMachine:
         if self.phase in _INSIDE_WINDOW:
             self._roll_back(error, Phase.LOAD)
 
+    def restart(self, error: BaseException) -> None:
+        """Start over from the stored checkpoint (the loop lost or changed its lease): a window in
+        progress is rolled back first; the checkpoint is reloaded next."""
+        if self.phase in _INSIDE_WINDOW:
+            self._roll_back(error, Phase.LOAD)
+        elif self.phase is Phase.ROLLBACK:
+            self._after_rollback = Phase.LOAD
+        else:
+            self.phase = Phase.LOAD
+
     def checkpoint_written(self) -> None:
         self._expect(Phase.CHECKPOINT)
         self.stored = {s: self.window_to[s] for s in self.sources}
