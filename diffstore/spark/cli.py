@@ -16,6 +16,7 @@ import orjson
 from diffstore import jobmetrics, logs, shell
 from diffstore.client import DEFAULT_URL, Client, Collection
 from diffstore.errors import InvalidRequest, NoSuchCollection, NotManual
+from diffstore.leases import DEFAULT_TTL_MS, LeaseConfig
 from diffstore.wire import decode_es, encode_es
 
 _log = logging.getLogger("diffstore.transform")
@@ -45,6 +46,14 @@ def add_commands(subparsers: Any) -> None:
         "--create-target",
         action="store_true",
         help="create the target as a manual collection if it is missing",
+    )
+    parser.add_argument(
+        "--lease-ttl-ms",
+        type=int,
+        default=DEFAULT_TTL_MS,
+        metavar="T",
+        help="ttl of the target's lease that makes one of several runners active; a standby takes over"
+        f" within T + 1 s of the active one's death (default {DEFAULT_TTL_MS}; 0: no lease)",
     )
     parser.add_argument("--partitions", type=int, default=4, help="Spark partitions per diff read")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
@@ -203,6 +212,11 @@ def run_transform(args: argparse.Namespace) -> int:
         raise InvalidRequest(
             "--preview changes nothing, so it does not create the target: drop --create-target"
         )
+    if args.lease_ttl_ms:
+        try:
+            LeaseConfig("transform", ttl_ms=args.lease_ttl_ms)
+        except ValueError as exc:
+            raise SystemExit(f"--lease-ttl-ms: {exc} (0: no lease)") from None
     fn = load_job(args.job)
     check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
     from rich.console import Console
@@ -255,6 +269,24 @@ def run_transform(args: argparse.Namespace) -> int:
                 rows_written=stats.rows_written,
                 seconds=stats.seconds,
             )
+        elif name == "standby":
+            report.say(
+                logging.INFO,
+                "[yellow]standby[/]: another runner holds the target's lease",
+                "standby",
+                owner=details["owner"],
+            )
+        elif name == "active":
+            report.say(
+                logging.INFO,
+                f"[green]active[/]: holding the target's lease (version {details['version']})",
+                "active",
+                owner=details["owner"],
+                version=details["version"],
+            )
+        elif name == "lease_lost":
+            reason = str(details["reason"])
+            report.say(logging.WARNING, f"[yellow]lease lost[/] {reason}", "lease lost", reason=reason)
         elif name == "caught_up":
             rounds = details["rounds"]
             report.say(
@@ -272,6 +304,7 @@ def run_transform(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         on_event=on_event,
         token=getattr(args, "token", None),
+        lease_ttl_ms=args.lease_ttl_ms or None,
     )
     if args.preview:
         try:

@@ -16,6 +16,14 @@ readers move together: a round is applied exactly once or not at all. Any failur
 A runner that finds another runner's generation open (it lost a race) waits on a long poll for that
 runner to commit — up to ``lease_seconds`` — instead of aborting it, so two racing runners do not starve
 each other; if the other one commits first, this one's commit fails on the compare-and-set.
+
+High availability (``lease_ttl_ms``): runners of one target compete for the target's lease ``transform``
+(:mod:`diffstore.leases`); only its holder runs rounds, each carrying the lease's fencing token on
+generation/start and /commit (and its version in the generation id, see :mod:`diffstore.rounds`), so a
+runner that lost the lease — paused, cut off — commits nothing any more. The others stand by; when the
+holder dies, one of them acquires the lease within ttl + one poll and its first round starts with
+``abortOutdated``: the dead runner's open generation is dropped, and the round continues from the readers
+the last commit stored. Every source change is thus applied in exactly one committed generation.
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ from pyspark.sql import functions as F
 
 from diffstore import shell
 from diffstore.client import Collection
-from diffstore.errors import Conflict, DiffstoreError, NoSuchCollection
+from diffstore.engine.types import LeaseToken
+from diffstore.errors import Conflict, DiffstoreError, LeaseLost, NoSuchCollection
+from diffstore.leases import LeaseConfig, LeaseGuard
 from diffstore.rounds import Round, ensure_readers, source_reader
 from diffstore.spark._clients import new_client
 from diffstore.spark._ranges import by_key_range
@@ -52,6 +62,9 @@ TransformFn = Callable[[SparkSession, dict[str, DataFrame], Lookup], DataFrame]
 EventHook = Callable[[str, dict[str, Any]], None]
 
 _MAX_CONFLICTS = 100
+
+LEASE_NAME = "transform"
+"""The target's lease that a runner with ``lease_ttl_ms`` holds while it runs rounds."""
 
 
 class TransformError(DiffstoreError):
@@ -101,6 +114,12 @@ class Transform:
             that are then checkpointed: small rounds skip two Spark jobs per source. 0 turns it off.
             The default, 5,000, is below where Spark's parallel tasks win (between 5,000 and 10,000
             changes in ``benchmarks/small_rounds.py``).
+        lease_ttl_ms: run as one of several runners of this target, exactly one active: rounds run only
+            while this runner holds the target's lease ``transform`` (renewed every ttl/3 by a
+            :class:`~diffstore.leases.LeaseGuard` thread) and carry its fencing token; the others stand
+            by in :meth:`run` and take over within ttl + one poll (at most 250 ms) of the active one's
+            death. ``None`` (default): no lease; racing runners are still safe (compare-and-set), but
+            nothing makes one of them wait.
 
     Any session works: the ``diffstore`` format is registered with ``spark`` here.
     """
@@ -123,6 +142,7 @@ class Transform:
         splits_max_age_s: float = 600.0,
         token: str | None = None,
         local_diff_max_rows: int = 5_000,
+        lease_ttl_ms: int | None = None,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -142,12 +162,21 @@ class Transform:
         self._splits: dict[str, tuple[float, list[bytes]]] = {}
         self.token = token
         self.local_diff_max_rows = min(local_diff_max_rows, 10_000)
+        self.lease = None if lease_ttl_ms is None else LeaseConfig(LEASE_NAME, ttl_ms=lease_ttl_ms)
+        self._guard: LeaseGuard | None = None
+        self._guard_client: Any = None
+        self._token: LeaseToken | None = None  # the lease this runner's rounds carry
+        self._fenced: LeaseToken | None = None  # refused by the store before the guard learnt it
         self._client = new_client(url, codec, token)
         register(spark)
         self._handles: dict[str, Collection] = {}
 
     def close(self) -> None:
-        """Closes the driver's HTTP client."""
+        """Releases the lease, if held (a standby takes over at once), and closes the driver's clients."""
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
+            self._guard_client.close()
         self._client.close()
 
     def _handle(self, name: str) -> Collection:
@@ -186,7 +215,7 @@ class Transform:
         if ranges is None:
             return None
         self._event("planned", ranges={r.alias: (r.from_generation_id, r.to_generation_id) for r in ranges})
-        round_ = Round.next(self._handle(self.target), os.urandom(NONCE_BYTES))
+        round_ = Round.next(self._handle(self.target), os.urandom(NONCE_BYTES), lease=self._token)
         return round_, RoundPlan(round_.generation_id, round_.base_generation_id, ranges)
 
     def _cuts(self, plan: RoundPlan) -> list[bytes]:
@@ -346,13 +375,17 @@ class Transform:
                 round_.commit(reader_updates(plan.reader_updates()))
             except Exception as exc:  # noqa: BLE001 - every failure aborts the round; the cause decides the retry
                 lost = not round_.abort() or isinstance(exc, Conflict)
+                if isinstance(exc, LeaseLost) and self._token is not None:
+                    self._event("failed", generation=g, error=describe_failure(exc), conflict=True)
+                    raise  # another runner owns the target now: run() stands by
                 failures.append(describe_failure(exc))
                 self._event("failed", generation=g, error=failures[-1], conflict=lost)
                 if lost:
                     conflicts += 1
                     if conflicts > _MAX_CONFLICTS:
                         raise TransformError(f"lost {conflicts} races in a row: {failures[-1]}") from exc
-                    self._wait_for_other(None)
+                    if self._token is None:  # with the lease, any other open generation is a dead one's
+                        self._wait_for_other(None)
                     continue
                 if len(failures) - conflicts >= self.max_attempts:
                     raise TransformError(f"round failed {self.max_attempts} times: {failures[-1]}") from exc
@@ -383,12 +416,22 @@ class Transform:
             should_stop: checked between rounds and polls; ``True`` ends the run.
             max_rounds: stop after this many committed rounds.
 
+        With ``lease_ttl_ms`` the runner stands by until it holds the target's lease (event ``standby``,
+        then ``active``), runs rounds only while it holds it, and stands by again when it loses it
+        (event ``lease_lost``).
+
         Returns:
             The stats of every committed round.
         """
         rounds: list[RoundStats] = []
         while not (should_stop and should_stop()):
-            stats = self.run_round()
+            if self.lease is not None and not self._hold_lease(should_stop):
+                break
+            try:
+                stats = self.run_round()
+            except LeaseLost as exc:
+                self._lose_lease(str(exc), fenced=True)
+                continue
             if stats is not None:
                 rounds.append(stats)
                 if max_rounds is not None and len(rounds) >= max_rounds:
@@ -427,6 +470,41 @@ class Transform:
             PreviewTooLarge: a source's diff holds more than ``max_rows`` changes.
         """
         return run_preview(self, phantoms, ttl_seconds=ttl_seconds, max_rows=max_rows)
+
+    def _hold_lease(self, should_stop: Callable[[], bool] | None) -> bool:
+        """Stands by until the lease is held (True), or until ``should_stop`` (False)."""
+        assert self.lease is not None
+        if self._guard is None:
+            self._guard_client = new_client(self.url, self.codec, self.token)
+            self._guard = LeaseGuard(self._guard_client.collection(self.target), self.lease)
+        if self._token is not None:
+            if self._guard.holds(self._token):
+                return True
+            self._lose_lease("not renewed in time")
+        announced = False
+        while not (should_stop and should_stop()):
+            # the first wait lasts a ttl, so that a runner whose first acquire is merely slow (a free lease,
+            # a loaded machine) does not announce a standby it never was
+            token = self._guard.wait_active(
+                timeout_s=self.lease.standby_poll_s if announced else self.lease.ttl_s
+            )
+            if token is not None and token == self._fenced:  # the guard learns it at its next renewal
+                time.sleep(self.lease.standby_poll_s)
+                continue
+            if token is not None:
+                self._token = token
+                self._event("active", version=token.version, owner=self.lease.owner)
+                return True
+            if not announced:
+                announced = True
+                self._event("standby", owner=self.lease.owner)
+        return False
+
+    def _lose_lease(self, reason: str, fenced: bool = False) -> None:
+        if fenced:
+            self._fenced = self._token
+        self._token = None
+        self._event("lease_lost", reason=reason)
 
     def _wait_for_sources(self) -> None:
         """One long poll on every source at once: the first commit to any of them ends the wait, so a round
