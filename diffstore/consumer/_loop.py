@@ -192,7 +192,6 @@ class Consumer:
         self._pool: WorkerPool | None = None
         self._guard: LeaseGuard | None = None
         self._token: LeaseToken | None = None  # the lease held by the running loop
-        self._fenced: LeaseToken | None = None  # refused by the store before the guard learnt it
         self._owned_waiter: CommitWaiter | None = None
         if waiter is None:
             if hasattr(store, "wait_for_change"):
@@ -236,12 +235,6 @@ class Consumer:
             token = guard.wait_active(stop, None if wait else lease.ttl_s)
             if token is None:
                 return checkpoints  # stopped, or (run_pending) another consumer stays active
-            if token == self._fenced:  # the guard learns it at its next renewal, at most ttl/3 away
-                if not wait:
-                    return checkpoints
-                assert stop is not None
-                stop.wait(lease.standby_poll_s)
-                continue
             if token != self._token:
                 self._token = token
                 self.machine.restart(LeaseLost("a new lease: continue from the stored checkpoint"))
@@ -251,7 +244,7 @@ class Consumer:
         return checkpoints
 
     def _holds_lease(self) -> bool:
-        return self._guard is not None and self._token != self._fenced and self._guard.holds(self._token)
+        return self._guard is not None and self._guard.holds(self._token)
 
     def _run_with_pool(self, stop: threading.Event | None, wait: bool) -> int:
         if self.workers == 1:
@@ -405,7 +398,8 @@ class Consumer:
         try:
             rounds.Round.next(self._checkpoint(), lease=self._token).run(updates)
         except LeaseLost:
-            self._fenced = self._token  # another consumer took over: this one must not go on
+            assert self._guard is not None
+            self._guard.report_lost(self._token)  # another consumer took over: stand by at once
             self.machine.checkpoint_rejected()
             return 0
         except Conflict:

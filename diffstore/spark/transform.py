@@ -166,7 +166,6 @@ class Transform:
         self._guard: LeaseGuard | None = None
         self._guard_client: Any = None
         self._token: LeaseToken | None = None  # the lease this runner's rounds carry
-        self._fenced: LeaseToken | None = None  # refused by the store before the guard learnt it
         self._client = new_client(url, codec, token)
         register(spark)
         self._handles: dict[str, Collection] = {}
@@ -488,9 +487,6 @@ class Transform:
             token = self._guard.wait_active(
                 timeout_s=self.lease.standby_poll_s if announced else self.lease.ttl_s
             )
-            if token is not None and token == self._fenced:  # the guard learns it at its next renewal
-                time.sleep(self.lease.standby_poll_s)
-                continue
             if token is not None:
                 self._token = token
                 self._event("active", version=token.version, owner=self.lease.owner)
@@ -501,8 +497,8 @@ class Transform:
         return False
 
     def _lose_lease(self, reason: str, fenced: bool = False) -> None:
-        if fenced:
-            self._fenced = self._token
+        if fenced and self._guard is not None:
+            self._guard.report_lost(self._token)  # the store refused it: stand by now
         self._token = None
         self._event("lease_lost", reason=reason)
 
