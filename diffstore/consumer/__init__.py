@@ -28,7 +28,7 @@ Delivery guarantee — what holds, exactly:
       never moves twice for one window, never moves for some sources only, and a second consumer running
       on the same checkpoint cannot overwrite progress: the loser gets ``badVersion``, reloads, and
       continues from the winner's checkpoint. (Run one consumer per checkpoint collection; two would
-      each see windows the other also saw.) Because readers pin garbage collection, the sources keep
+      each see windows the other also saw -- unless they keep its lease, below.) Because readers pin garbage collection, the sources keep
       every generation the consumer still needs.
 
 Parallel consumption (``workers=N``): a window's data events are partitioned by key over N threads --
@@ -36,6 +36,11 @@ different keys concurrently, one key in order -- with a barrier before ``on_end_
 checkpoint; a failure in any partition rolls the whole window back and replays it. The bookkeeping is
 :class:`~diffstore.consumer._partitions.PartitionMachine`, pure like the window machine; the threads are
 ``_pool.py``. The guarantee above holds unchanged.
+
+Standby consumers (``lease_ttl_ms=T``): any number of consumers of one checkpoint collection, exactly one
+active -- the holder of the collection's lease ``consumer`` (:mod:`diffstore.leases`), whose checkpoints
+carry the lease's fencing token, so a consumer that lost it never checkpoints again. A standby takes over
+within T + one poll of the active one's death and continues from the stored checkpoint.
 
 The window logic is :class:`WindowMachine` (``_window.py``), a pure state machine (no I/O, h11 style):
 it answers "what next" with an action and is fed the outcome. :class:`Consumer` (``_loop.py``) is the
