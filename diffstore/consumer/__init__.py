@@ -28,8 +28,8 @@ Delivery guarantee — what holds, exactly:
       never moves twice for one window, never moves for some sources only, and a second consumer running
       on the same checkpoint cannot overwrite progress: the loser gets ``badVersion``, reloads, and
       continues from the winner's checkpoint. (Run one consumer per checkpoint collection; two would
-      each see windows the other also saw -- unless they keep its lease, below.) Because readers pin garbage collection, the sources keep
-      every generation the consumer still needs.
+      each see windows the other also saw -- unless they keep its lease, below.) Because readers pin
+      garbage collection, the sources keep every generation the consumer still needs.
 
 Parallel consumption (``workers=N``): a window's data events are partitioned by key over N threads --
 different keys concurrently, one key in order -- with a barrier before ``on_end_source`` and so before the
