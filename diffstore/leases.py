@@ -24,7 +24,7 @@ Invariants:
       refuses its writes anyway: this only stops doomed work early).
     * Renewal happens every ``renew_every`` (default ttl/3): two renewals may fail before the margin
       (default ttl/5) is reached.
-    * A standby costs one read of the store every ``standby_poll`` (default ttl/20 within 100..250 ms)
+    * A standby costs one read of the store every ``standby_poll`` (default 250 ms, at most ttl/4)
       and sleeps in between: under 1% of a core (``benchmarks/takeover.py``). A takeover happens at most
       ``standby_poll`` after the holder's lease expired, so within ttl + ``standby_poll`` of its death.
 """
@@ -66,8 +66,8 @@ class LeaseConfig:
         ttl_ms: how long each acquire or renewal holds the lease.
         renew_every_ms: the renewal period (default ttl/3).
         margin_ms: the lease is taken as lost this long before it would expire (default ttl/5).
-        standby_poll_ms: how often a standby tries to acquire (default ttl/20 within 100..250 ms, and at
-            most ttl/4).
+        standby_poll_ms: how often a standby tries to acquire (default 250 ms, at most ttl/4: a
+            poll costs ~1 ms of CPU over HTTP, so a standby stays under 1% of a core whatever the ttl).
         retry_ms: how soon a failed request (store unreachable) is retried (default: ``standby_poll_ms``).
     """
 
@@ -109,7 +109,7 @@ class LeaseConfig:
     def standby_poll_s(self) -> float:
         if self.standby_poll_ms is not None:
             return self.standby_poll_ms / 1000
-        return min(max(self.ttl_ms / 20, 100), 250, self.ttl_ms / 4) / 1000
+        return min(250, self.ttl_ms / 4) / 1000
 
     @property
     def retry_s(self) -> float:

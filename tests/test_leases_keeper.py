@@ -31,7 +31,7 @@ def test_defaults_follow_the_ttl() -> None:
     assert config.renew_every_s == pytest.approx(10 / 3)
     assert config.margin_s == pytest.approx(2.0)
     assert config.standby_poll_s == pytest.approx(0.25)
-    assert LeaseConfig("l", "me", ttl_ms=1_000).standby_poll_s == pytest.approx(0.1)
+    assert LeaseConfig("l", "me", ttl_ms=1_000).standby_poll_s == pytest.approx(0.25)
     assert LeaseConfig("l", "me", ttl_ms=200).standby_poll_s == pytest.approx(0.05)
     assert LeaseConfig("l").owner != LeaseConfig("l").owner  # unique per guard by default
     assert default_owner().count(":") == 2

@@ -151,8 +151,8 @@ class Consumer:
             active: the consumer delivers windows only while it holds the checkpoint collection's lease
             ``consumer`` (kept by a :class:`~diffstore.leases.LeaseGuard` thread, renewed every ttl/3),
             and each checkpoint carries its fencing token, so a consumer that lost the lease (paused
-            past the ttl) can never checkpoint. A standby polls for the lease (every ttl/20, at most
-            250 ms) and takes over within ttl + one poll of the active consumer's death, from the stored
+            past the ttl) can never checkpoint. A standby polls for the lease (every 250 ms, at most
+            ttl/4) and takes over within ttl + one poll of the active consumer's death, from the stored
             checkpoint. On losing the lease inside a window the window is rolled back (``on_rollback``).
             ``None`` (default): no lease, and two consumers of one checkpoint race (see the module).
     """
