@@ -88,6 +88,15 @@ def add_stream_commands(commands: Any) -> None:
     parser.add_argument("name", metavar="NAME")
     parser.add_argument("--force", action="store_true", help="also when subscriptions still read it")
     parser.set_defaults(func=rm)
+    parser = command(
+        "split",
+        "add a shard by splitting one shard's hash range in two (diffstore's streams server only)",
+    )
+    parser.add_argument("stream", metavar="STREAM")
+    parser.add_argument(
+        "--shard", required=True, type=int, metavar="ID", help="the shard whose hash range is split"
+    )
+    parser.set_defaults(func=split)
     parser = command("subscribe", "create a subscription that reads a stream from its first record")
     parser.add_argument("stream", metavar="STREAM")
     parser.add_argument("--subscription", required=True, metavar="S", help="the subscription's name")
@@ -176,6 +185,23 @@ def rm(args: argparse.Namespace) -> int:
     with connected(args) as client:
         client.delete_stream(args.name, force=args.force)
     _emit(args, {"removed": args.name}, f"removed stream {args.name}")
+    return 0
+
+
+def split(args: argparse.Namespace) -> int:
+    """One line per shard after the split: ``SHARD<TAB>START_HASH<TAB>END_HASH`` (hash ranges in hex)."""
+    with connected(args) as client:
+        shards = client.split_shard(args.stream, args.shard)
+    for shard in sorted(shards, key=lambda s: s.start_hash):
+        _emit(
+            args,
+            {
+                "shard": shard.shard_id,
+                "startHash": f"{shard.start_hash:032x}",
+                "endHash": f"{shard.end_hash:032x}",
+            },
+            f"{shard.shard_id}\t{shard.start_hash:032x}\t{shard.end_hash:032x}",
+        )
     return 0
 
 

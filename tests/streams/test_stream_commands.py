@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from diffstore.cli import main
+from diffstore.streams.client import StreamClient
 from diffstore.streams.server import ServerThread, StreamServerConfig
 
 WAIT_S = 20.0  # upper bound of any wait; tests never sleep for a fixed time
@@ -91,3 +92,32 @@ def test_a_bad_or_unreachable_url_is_one_line(tmp_path: Path) -> None:
     down = cli("ls", "--hstream", url, "--timeout", "1")
     assert down.returncode == 1 and "Traceback" not in down.stderr
     assert f"cannot reach an HStream server at {url}" in down.stderr and down.stderr.count("\n") == 1
+
+
+def test_split_adds_a_shard_and_a_bad_split_changes_nothing(
+    capsys: pytest.CaptureFixture[str], stream_server: ServerThread
+) -> None:
+    assert run(capsys, stream_server, "create", "orders")[0] == 0
+    code, out, _ = run(capsys, stream_server, "ls", "--format", "json")
+    assert json.loads(out)["shards"] == 1
+    with StreamClient(stream_server.url) as client:
+        (only,) = client.list_shards("orders")
+    code, out, err = run(
+        capsys, stream_server, "split", "orders", "--shard", str(only.shard_id), "--format", "json"
+    )
+    assert (code, err) == (0, "")
+    shards = [json.loads(line) for line in out.splitlines()]
+    assert len(shards) == 2
+    # the two halves cover the whole hash space, the lower one kept by the split shard
+    lower, upper = shards
+    assert lower["shard"] == only.shard_id and int(lower["startHash"], 16) == 0
+    assert int(upper["startHash"], 16) == int(lower["endHash"], 16) + 1
+    assert int(upper["endHash"], 16) == 2**128 - 1
+    assert run(capsys, stream_server, "ls")[1] == "orders\t2\n"
+    # an unknown shard or stream: one line, exit 1, the stream as it was
+    for argv in (("split", "orders", "--shard", "999999"), ("split", "missing", "--shard", "0")):
+        code, out, err = run(capsys, stream_server, *argv)
+        assert (
+            code == 1 and out == "" and err.count("\n") == 1 and err.startswith("diffstore streams split: ")
+        )
+    assert run(capsys, stream_server, "ls")[1] == "orders\t2\n"
