@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 from job import country_totals  # noqa: E402
 
 from diffstore.client import Client  # noqa: E402
+from diffstore.rounds import next_generation_id  # noqa: E402
 
 COUNTRIES = [b"DE", b"FR", b"JP", b"US", b"BR", b"IN", b"CN", b"GB"]
 BATCH = 10_000
@@ -60,8 +61,7 @@ def user(i: int) -> bytes:
 def commit(client: Client, name: str, items: list[tuple[bytes, bytes]]) -> bytes:
     """One generation of ``name`` holding ``items``; returns its id."""
     collection = client.collection(name)
-    counter = int.from_bytes(collection.generation_id[:8].ljust(8, b"\0"), "big") + 1
-    generation = counter.to_bytes(8, "big")
+    generation = next_generation_id(collection.generation_id)
     collection.start_generation(generation, abort_outdated=True)
     for start in range(0, len(items), BATCH):
         collection.put_many(items[start : start + BATCH], generation_id=generation)

@@ -32,26 +32,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
 from job import country_totals  # noqa: E402
+from small_rounds import COUNTRIES, commit, user  # noqa: E402
 
 from diffstore.client import Client  # noqa: E402
 from diffstore.wire import decode_es  # noqa: E402
-
-COUNTRIES = [b"DE", b"FR", b"JP", b"US", b"BR", b"IN", b"CN", b"GB"]
-BATCH = 10_000
-
-
-def user(i: int) -> bytes:
-    return b"user%09d" % i
-
-
-def commit(client: Client, name: str, items: list[tuple[bytes, bytes]]) -> None:
-    collection = client.collection(name)
-    counter = int.from_bytes(collection.generation_id[:8].ljust(8, b"\0"), "big") + 1
-    generation = counter.to_bytes(8, "big")
-    collection.start_generation(generation)
-    for start in range(0, len(items), BATCH):
-        collection.put_many(items[start : start + BATCH], generation_id=generation)
-    collection.commit_generation(generation)
 
 
 def main() -> int:
