@@ -38,8 +38,9 @@ PAYLOAD = b"x" * 100
 
 
 @contextlib.contextmanager
-def stream_server(data_dir: Path) -> Iterator[str]:
-    """``diffstore streams serve`` in a subprocess on a free port; yields its URL."""
+def stream_server(data_dir: Path, quiet: bool = False) -> Iterator[str]:
+    """``diffstore streams serve`` in a subprocess on a free port (its log dropped if ``quiet``); yields
+    its URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -47,7 +48,7 @@ def stream_server(data_dir: Path) -> Iterator[str]:
         sys.executable, "-m", "diffstore.cli", "streams", "serve", "--data", str(data_dir),
         "--port", str(port), "--resend-tick", "0.05", "--assignment-interval", "0.05",
     ]  # fmt: skip
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, stderr=subprocess.DEVNULL if quiet else None)
     url = f"hstream://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

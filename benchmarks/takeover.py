@@ -26,50 +26,21 @@ import json
 import os
 import queue
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
+from streams import stream_server
+
 from diffstore import Store, StoreConfig
-from diffstore.streams.client import StreamClient, StreamError
+from diffstore.streams.client import StreamClient
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
 
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def stream_server(data_dir: Path) -> Iterator[str]:
-    """``diffstore streams serve`` in a subprocess on a free port; yields its URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [
-        sys.executable, "-m", "diffstore.cli", "streams", "serve", "--data", str(data_dir),
-        "--port", str(port), "--resend-tick", "0.05", "--assignment-interval", "0.05",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-    url = f"hstream://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with StreamClient(url) as client:
-                    client.describe_cluster()
-                break
-            except StreamError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(30)
 
 
 class Ingestor:
@@ -207,7 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     print("(a shared, noisy machine: read the ratios; figures vary between runs)")
     with tempfile.TemporaryDirectory() as tmp:
-        with stream_server(Path(tmp) / "hstream") as url:
+        with stream_server(Path(tmp) / "hstream", quiet=True) as url:
             with StreamClient(url) as client:
                 client.create_stream("s", shard_count=2)
                 client.create_subscription("sub", "s")
