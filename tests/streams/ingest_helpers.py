@@ -5,16 +5,28 @@ Kept light (no HTTP server imports): the crash test's ingestor subprocesses impo
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
 from typing import Any
 
 from diffstore.streams.client import StreamClient
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
-from diffstore.streams.records import Compression, RecordId, RecordPosition
+from diffstore.streams.records import Compression, RecordId, RecordPosition, StreamRecord
 from diffstore.streams.sinks import CollectionSink
 
 WAIT_S = 60.0
+_applications = itertools.count()
+
+
+def tracing_mapper(record: StreamRecord) -> list[tuple[bytes, bytes]]:
+    """Key → payload (the final-value check) and ``rec/<seq>`` → a token unique to this application, so
+    a record applied twice (in two generations or by two processes) shows. Ingestor subprocesses name it
+    ``--mapper ingest_helpers:tracing_mapper``."""
+    seq = record.payload
+    token = b"%d:%d" % (os.getpid(), next(_applications))
+    return [(record.partition_key.encode(), seq), (b"rec/" + seq, token)]
 
 
 def produce(client: StreamClient, stream: str, items: list[tuple[str, Any]]) -> list[RecordId]:

@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest_helpers import ingest_until, last_positions
+from ingest_helpers import ingest_until, last_positions, tracing_mapper
 
 from diffstore.engine import Store
 from diffstore.streams.client import StreamClient
 from diffstore.streams.ingest import IngestConfig, Ingestor
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
-from diffstore.streams.records import RecordId, RecordPosition, StreamRecord
+from diffstore.streams.records import RecordId, RecordPosition
 from diffstore.streams.sinks import EngineSink
 from tests.helpers import close_pipes
 
@@ -39,21 +39,11 @@ ROUNDS = 12
 WAIT_S = 60.0
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-_applications = itertools.count()
-
-
-def crash_mapper(record: StreamRecord) -> list[tuple[bytes, bytes]]:
-    """Key → payload (the final-value check) and ``rec/<seq>`` → a token unique to this application."""
-    seq = record.payload
-    token = b"%d:%d" % (os.getpid(), next(_applications))
-    return [(record.partition_key.encode(), seq), (b"rec/" + seq, token)]
-
-
 def _start_ingestor(url: str, data_dir: Path) -> subprocess.Popen[str]:
     command = [
         sys.executable, "-m", "diffstore.streams.ingest_cli", "--hstream", url, "--subscription", "sub",
         "--collection", "C", "--data", str(data_dir), "--create-collection", "--window-records", "700",
-        "--window-ms", "30", "--mapper", "test_ingest_crash:crash_mapper", "--log-commits",
+        "--window-ms", "30", "--mapper", "ingest_helpers:tracing_mapper", "--log-commits",
         "--lease-ttl-ms", "0",  # one ingestor at a time here (tests/streams/test_ingest_ha.py runs several)
     ]  # fmt: skip
     path = [str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]
@@ -110,7 +100,7 @@ def test_sigkilled_ingestor_applies_every_record_exactly_once(stream_server: Any
         sink = EngineSink.open(data_dir, "C")
         try:
             target = last_positions(ids)
-            config = IngestConfig("sub", window_records=5000, window_ms=20, mapper=crash_mapper)
+            config = IngestConfig("sub", window_records=5000, window_ms=20, mapper=tracing_mapper)
             stored = Ingestor(client, sink, config).prepare().positions  # also aborts a dead window
             if any(stored.get(s, RecordPosition(0, 0)) < p for s, p in target.items()):
                 ingest_until(client, sink, config, target)

@@ -40,7 +40,7 @@ from diffstore.collection import Collection
 from diffstore.engine import Store, StoreConfig
 from diffstore.streams.client import StreamClient
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
-from diffstore.streams.records import RecordId, RecordPosition, StreamRecord
+from diffstore.streams.records import RecordId, RecordPosition
 from tests.helpers import close_pipes
 
 TOTAL = 12_000
@@ -50,16 +50,6 @@ LEASE_TTL_MS = 800
 WAIT_S = 90.0
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-_applications = itertools.count()
-
-
-def ha_mapper(record: StreamRecord) -> list[tuple[bytes, bytes]]:
-    """Key → payload (the final-value check) and ``rec/<seq>`` → a token unique to this application."""
-    seq = record.payload
-    token = b"%d:%d" % (os.getpid(), next(_applications))
-    return [(record.partition_key.encode(), seq), (b"rec/" + seq, token)]
-
-
 class Ingestors:
     """The ingestor processes of one test and their commit lines (read by one thread per process)."""
 
@@ -76,7 +66,7 @@ class Ingestors:
         command = [
             sys.executable, "-m", "diffstore.streams.ingest_cli", "--hstream", self.url, "--subscription",
             "sub", "--collection", "C", *self.destination, "--create-collection", "--window-records", "500",
-            "--window-ms", "30", "--mapper", "test_ingest_ha:ha_mapper", "--log-commits",
+            "--window-ms", "30", "--mapper", "ingest_helpers:tracing_mapper", "--log-commits",
             "--lease-ttl-ms", str(LEASE_TTL_MS),
         ]  # fmt: skip
         path = [str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]
