@@ -45,6 +45,7 @@ from diffstore.errors import Conflict, DiffstoreError, LeaseLost, NoSuchCollecti
 from diffstore.leases import LeaseConfig, LeaseGuard
 from diffstore.rounds import Round, ensure_readers, source_reader
 from diffstore.spark._clients import new_client
+from diffstore.spark._py4j import activate_session, observed_count
 from diffstore.spark._ranges import by_key_range
 from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
 from diffstore.spark.lookup import lookup_partition
@@ -270,16 +271,8 @@ class Transform:
 
         return lookup
 
-    def _activate_session(self) -> None:
-        """Makes the session the JVM thread's active one: the ``diffstore`` format is registered per
-        session, and a Python thread other than the one that built the session gets a fresh JVM thread
-        with no active session, where the format would not be found."""
-        jvm = self.spark._jvm
-        if jvm is not None:
-            jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
-
     def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
-        self._activate_session()
+        activate_session(self.spark)
         tag = uuid.uuid4().hex[:12]
         local = {s.alias: read_small_diff(self, s) for s in plan.sources if not s.empty}
         counted = {alias: len(table) for alias, table in local.items() if table is not None}
@@ -330,10 +323,10 @@ class Transform:
             writer = writer.option("token", self.token)
         writer.save()
         rows_read = {
-            alias: 0 if alias in empty else counted[alias] if alias in counted else _observed(obs)
+            alias: 0 if alias in empty else counted[alias] if alias in counted else observed_count(obs)
             for alias, obs in observations.items()
         }
-        return rows_read, _observed(written)
+        return rows_read, observed_count(written)
 
     # -- rounds ---------------------------------------------------------------------------------------
 
@@ -513,20 +506,6 @@ class Transform:
                 return
             positions[collection] = current
         self._client.wait_for_change(positions, self.poll_timeout_ms)
-
-
-def _observed(observation: Observation) -> int | None:
-    """The count an Observation collected, without blocking when the frame was never executed."""
-    future = observation._jo.future() if observation._jo is not None else None
-    deadline = time.monotonic() + 2.0
-    while future is not None and not future.isCompleted() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if future is None or not future.isCompleted():
-        return None
-    try:
-        return int(observation.get.get("rows", 0))
-    except Exception:  # noqa: BLE001 - a plan that pruned the observed node completes with an empty row
-        return None
 
 
 def encode_id(value: bytes | None) -> str:
