@@ -94,7 +94,10 @@ def add_stream_commands(commands: Any) -> None:
     )
     parser.add_argument("stream", metavar="STREAM")
     parser.add_argument(
-        "--shard", required=True, type=int, metavar="ID", help="the shard whose hash range is split"
+        "--shard",
+        type=int,
+        metavar="ID",
+        help="the shard whose hash range is split (default: the one with the widest range)",
     )
     parser.set_defaults(func=split)
     parser = command("subscribe", "create a subscription that reads a stream from its first record")
@@ -191,7 +194,11 @@ def rm(args: argparse.Namespace) -> int:
 def split(args: argparse.Namespace) -> int:
     """One line per shard after the split: ``SHARD<TAB>START_HASH<TAB>END_HASH`` (hash ranges in hex)."""
     with connected(args) as client:
-        shards = client.split_shard(args.stream, args.shard)
+        shard = args.shard
+        if shard is None:
+            widest = max(client.list_shards(args.stream), key=lambda s: s.end_hash - s.start_hash)
+            shard = widest.shard_id
+        shards = client.split_shard(args.stream, shard)
     for shard in sorted(shards, key=lambda s: s.start_hash):
         _emit(
             args,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -114,10 +115,18 @@ def test_split_adds_a_shard_and_a_bad_split_changes_nothing(
     assert int(upper["startHash"], 16) == int(lower["endHash"], 16) + 1
     assert int(upper["endHash"], 16) == 2**128 - 1
     assert run(capsys, stream_server, "ls")[1] == "orders\t2\n"
+    # without --shard, one of the two widest ranges (both halves) is split: three contiguous quarters/half
+    code, out, _ = run(capsys, stream_server, "split", "orders", "--format", "json")
+    after = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(after) == 3
+    widths = sorted(int(s["endHash"], 16) - int(s["startHash"], 16) + 1 for s in after)
+    assert widths == [2**126, 2**126, 2**127]
+    assert all(int(b["startHash"], 16) == int(a["endHash"], 16) + 1 for a, b in itertools.pairwise(after))
+    assert run(capsys, stream_server, "ls")[1] == "orders\t3\n"
     # an unknown shard or stream: one line, exit 1, the stream as it was
     for argv in (("split", "orders", "--shard", "999999"), ("split", "missing", "--shard", "0")):
         code, out, err = run(capsys, stream_server, *argv)
         assert (
             code == 1 and out == "" and err.count("\n") == 1 and err.startswith("diffstore streams split: ")
         )
-    assert run(capsys, stream_server, "ls")[1] == "orders\t2\n"
+    assert run(capsys, stream_server, "ls")[1] == "orders\t3\n"
