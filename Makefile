@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 $(PY):
 	python3 -m venv $(VENV)
 
-$(STAMP): $(PY) pyproject.toml
+# setup.py and the C source: the engine's compiled accelerator is built at install (rebuilt when it changes)
+$(STAMP): $(PY) pyproject.toml setup.py diffstore/engine/_accel.c
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e '.[dev]'
 	# The official HStreamDB client (a test peer) builds only with an old setuptools, outside isolation.

@@ -38,7 +38,7 @@ def warnings_in(output: str) -> list[str]:
 def test_the_wheel_installs_without_extras_and_serves_without_pyspark(tmp_path: Path) -> None:
     source = tmp_path / "source"  # a copy: building in the checkout would leave build/ there
     source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(REPO / name, source / name)
     for package in ("diffstore", "pyspark_diffstore"):
         shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -67,6 +67,15 @@ def test_the_wheel_installs_without_extras_and_serves_without_pyspark(tmp_path: 
         env=env,
     )
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    if shutil.which("cc") or shutil.which("gcc"):  # the engine's optional accelerator was compiled
+        accel = subprocess.run(
+            [str(fresh / "bin" / "python"), "-c", "from diffstore.engine import layout; print(layout.ACCEL)"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert accel.returncode == 0 and "_accel" in accel.stdout, accel.stdout + accel.stderr
     no_spark = subprocess.run(
         [str(fresh / "bin" / "python"), "-c", "import pyspark"], capture_output=True, env=env, cwd=tmp_path
     )

@@ -257,6 +257,7 @@ def iter_diff(
         bounded = from_key is not None or to_key is not None or after_key is not None
         stop = prefix + upper if upper is not None else (layout.next_prefix(prefix) or _ABOVE_EVERY_KEY)
         new = tuple.__new__
+        scan_type = layout.ACCEL.DiffScan if layout.ACCEL is not None else None
         start: bytes | None = lower
         while start is not None:
             # The scan. Per version, byte comparisons only (a record key is head | seq, so "seq <= from"
@@ -265,65 +266,90 @@ def iter_diff(
             if not records.set_range(prefix + start):
                 return
             handed: bytes | None = None
-            head = head_from = head_to = b""
-            # A version at or below ``from`` sets both ends, one in (from, to] only ``to_raw``: the key was
-            # written in the range exactly when ``to_raw is not from_raw`` (stored values are fresh objects;
-            # a tombstone is the b"" singleton, equal to "absent", so it is rightly never a change from it).
-            from_raw = to_raw = b""
-            idle = -1  # the first head (b"") is not a key
-            for record_key, raw in records.iternext():
-                # Forms are prefix-free, so every key of a later head is above head | anything: below
-                # head_to is a version of this head at or below ``to``.
-                if record_key < head_to:
-                    if record_key <= head_from:
-                        from_raw = to_raw = raw
+            if scan_type is not None:
+                # the compiled twin of the scan below (layout.ACCEL): the same items and the same hand-over
+                scan = scan_type(
+                    records.iternext(),
+                    from_seq,
+                    to_bound,
+                    stop,
+                    from_key,
+                    to_key,
+                    after_key,
+                    _IDLE_LIMIT,
+                    DiffItem,
+                    (),
+                )
+                yield from scan
+                handed = scan.handed
+                if handed is None:
+                    return
+            else:
+                head = head_from = head_to = b""
+                # A version at or below ``from`` sets both ends, one in (from, to] only ``to_raw``: the key
+                # was written in the range exactly when ``to_raw is not from_raw`` (stored values are fresh
+                # objects; a tombstone is the b"" singleton, equal to "absent", so it is rightly never a
+                # change from it).
+                from_raw = to_raw = b""
+                idle = -1  # the first head (b"") is not a key
+                for record_key, raw in records.iternext():
+                    # Forms are prefix-free, so every key of a later head is above head | anything: below
+                    # head_to is a version of this head at or below ``to``.
+                    if record_key < head_to:
+                        if record_key <= head_from:
+                            from_raw = to_raw = raw
+                        else:
+                            to_raw = raw
+                        continue
+                    following = record_key[:-8]
+                    if following == head:
+                        continue  # a version above ``to``
+                    if to_raw is not from_raw:
+                        idle = 0
+                        if to_raw != from_raw:
+                            if to_raw >= _LONG_TAG:  # a long key: its group is sorted the keyed way
+                                handed = head[4:]
+                                break
+                            key = head[4:-2].replace(b"\x00\xff", b"\x00")
+                            if not bounded or not _outside(key, bounds):
+                                yield new(
+                                    DiffItem,
+                                    (
+                                        key,
+                                        from_raw[1:] if from_raw else None,
+                                        to_raw[1:] if to_raw else None,
+                                        (),
+                                    ),
+                                )
                     else:
-                        to_raw = raw
-                    continue
-                following = record_key[:-8]
-                if following == head:
-                    continue  # a version above ``to``
-                if to_raw is not from_raw:
-                    idle = 0
-                    if to_raw != from_raw:
-                        if to_raw >= _LONG_TAG:  # a long key: its group is sorted the keyed way
-                            handed = head[4:]
+                        idle += 1
+                        if idle > _IDLE_LIMIT:  # sparse here: seeking the changed keys costs less
+                            handed = record_key[4:-8]
                             break
+                    if record_key >= stop:
+                        return
+                    head = following
+                    head_from, head_to = head + from_seq, head + to_bound
+                    if record_key < head_to:
+                        if record_key <= head_from:
+                            from_raw = to_raw = raw
+                        else:
+                            from_raw, to_raw = b"", raw
+                    else:
+                        from_raw = to_raw = b""
+                else:
+                    if to_raw is from_raw or to_raw == from_raw:
+                        return
+                    if to_raw >= _LONG_TAG:
+                        handed = head[4:]
+                    else:
                         key = head[4:-2].replace(b"\x00\xff", b"\x00")
                         if not bounded or not _outside(key, bounds):
                             yield new(
                                 DiffItem,
                                 (key, from_raw[1:] if from_raw else None, to_raw[1:] if to_raw else None, ()),
                             )
-                else:
-                    idle += 1
-                    if idle > _IDLE_LIMIT:  # sparse here: seeking the changed keys costs less
-                        handed = record_key[4:-8]
-                        break
-                if record_key >= stop:
-                    return
-                head = following
-                head_from, head_to = head + from_seq, head + to_bound
-                if record_key < head_to:
-                    if record_key <= head_from:
-                        from_raw = to_raw = raw
-                    else:
-                        from_raw, to_raw = b"", raw
-                else:
-                    from_raw = to_raw = b""
-            else:
-                if to_raw is from_raw or to_raw == from_raw:
-                    return
-                if to_raw >= _LONG_TAG:
-                    handed = head[4:]
-                else:
-                    key = head[4:-2].replace(b"\x00\xff", b"\x00")
-                    if not bounded or not _outside(key, bounds):
-                        yield new(
-                            DiffItem,
-                            (key, from_raw[1:] if from_raw else None, to_raw[1:] if to_raw else None, ()),
-                        )
-                    return
+                        return
             assert handed is not None
             forms = _changed_forms(txn, tables, prefix, seqs, handed, upper)
             start = yield from _keyed_items(

@@ -55,6 +55,10 @@ Record values::
     01 value                     value of a short key (so that b"" stays a legal value)
     02 len(u24) key              tombstone of a long key
     03 len(u24) key value        value of a long key
+
+The hottest per-record loops that build or read these rows -- the rows of a bulk load of sorted short
+keys, and the diff's forward scan of ``records`` -- have a compiled twin in ``_accel.c``, used when it
+was built (``ACCEL``; None: the pure-Python code here and in diff.py runs, with the same results).
 """
 
 from __future__ import annotations
@@ -64,6 +68,14 @@ import struct
 from collections.abc import Callable, Iterable
 
 import msgpack
+
+try:
+    from diffstore.engine import _accel
+except ImportError:  # not built (no C compiler at install time): the pure-Python twins run
+    _accel = None  # type: ignore[assignment]
+
+ACCEL = _accel
+"""The compiled accelerator, or None; read at each call, so a test may swap it for None."""
 
 LONG_KEY_PREFIX = 200
 MAX_KEY_LENGTH = (1 << 24) - 1
@@ -203,6 +215,22 @@ def short_rows(
         return map(b"\x01".__add__, values)  # type: ignore[arg-type]
 
     return record_keys, stored, [change_format % key for key in escaped]
+
+
+def sorted_short_rows(
+    cid_prefix: bytes, seq: int, items: object
+) -> tuple[list[bytes], list[bytes], list[bytes]] | None:
+    """Keys of ``records``, their stored values, and keys of ``changes`` (whose values are b"") for
+    ``items`` written in ``seq``, when the compiled
+    accelerator is there and the items are a list of ``(key, value)`` tuples whose short keys strictly
+    ascend (a bulk load of sorted keys: no key repeats, no lookup to make); else None.
+
+    The rows are those :func:`short_rows` builds for the same items (tests/engine/test_accel.py).
+    """
+    accel = ACCEL
+    if accel is None:
+        return None
+    return accel.sorted_short_rows(items, cid_prefix, _U64.pack(seq), change_prefix(cid_prefix, seq))
 
 
 def _percent(raw: bytes) -> bytes:

@@ -171,6 +171,7 @@ def _normalize(items: Iterable[PutItem], if_not_present: bool) -> _Batch:
     return _validated(latest, flagged)
 
 
+_NO_BATCH = _Batch({}, set(), 0, False)  # the fast path's: nothing left for the general path
 _KEY_TYPES = frozenset({bytes})
 _VALUE_TYPES = frozenset({bytes, type(None)})
 _NONE_TYPE = type(None)
@@ -228,20 +229,35 @@ def _phantom_write(
 
 
 def _put_rows(
-    cursor: lmdb.Cursor, keys: list[bytes], values: Callable[[], Iterable[bytes]], ascending: bool
+    cursor: lmdb.Cursor,
+    rows: Callable[[], Iterable[tuple[bytes, bytes]]],
+    first_key: bytes,
+    count: int,
+    ascending: bool,
 ) -> None:
-    """``putmulti`` of rows, in LMDB's append mode when they ascend past the table's last key.
+    """``putmulti`` of ``count`` rows (each call of ``rows``: a new pass over them), in LMDB's append mode
+    when they ascend past the table's last key.
 
     That is a bulk load of sorted new keys into the newest collection: append mode skips the B-tree
     descent per row and fills pages whole. Both checks hold in this transaction (``ascending`` is
     the caller's): a row that is not past the last key would be skipped silently by append mode.
     """
-    if ascending and (not cursor.last() or cursor.key() < keys[0]):
-        _, added = cursor.putmulti(zip(keys, values(), strict=False), append=True)
-        if added == len(keys):
+    if ascending and (not cursor.last() or cursor.key() < first_key):
+        _, added = cursor.putmulti(rows(), append=True)
+        if added == count:
             return
         # cannot happen after the checks; the plain put rewrites the rows added (same values) and the rest
-    cursor.putmulti(zip(keys, values(), strict=False))
+    cursor.putmulti(rows())
+
+
+def _sorted_rows(
+    meta: CollectionMeta, items: Iterable[PutItem], plain: bool
+) -> tuple[list[bytes], list[bytes], list[bytes]] | None:
+    """The rows of a plain put (no phantom, no condition) of sorted short keys into the open generation,
+    built at C speed (``layout.sorted_short_rows``), or None: the general path takes the items."""
+    if not plain or meta.next_seq is None:
+        return None
+    return layout.sorted_short_rows(meta.cid_prefix, meta.next_seq, items)
 
 
 def put_many(
@@ -259,7 +275,10 @@ def put_many(
     max_generation_records: int,
 ) -> tuple[CollectionMeta, PutResult, bool]:
     """Writes items; returns (new meta, result, whether this was the open generation's first write)."""
-    batch = _normalize(items, if_not_present)
+    # Sorted short keys, the shape of a bulk load, skip the normalization below: strictly ascending keys
+    # cannot repeat, and their rows come out ascending, ready for append mode.
+    fast = _sorted_rows(meta, items, phantom_id is None and not if_not_present and not skip_unchanged)
+    batch = _normalize(items, if_not_present) if fast is None else _NO_BATCH
     latest, flagged = batch.latest, batch.flagged
     with_producer = producers.validate(producer_id, seq_no)
     if phantom_id is not None:
@@ -304,6 +323,24 @@ def put_many(
                 continue
             kept[key] = value
         latest = kept
+    if fast is not None:
+        record_keys, values, change_keys = fast
+        count = len(record_keys)
+        _put_rows(
+            txn.cursor(db=tables.records),
+            lambda: zip(record_keys, values, strict=True),
+            record_keys[0],
+            count,
+            True,
+        )
+        _put_rows(
+            txn.cursor(db=tables.changes),
+            lambda: zip(change_keys, itertools.repeat(b"")),
+            change_keys[0],
+            count,
+            True,
+        )
+        return _written(txn, tables, meta, target, count, max_generation_records)
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
     if batch.longest <= layout.LONG_KEY_PREFIX:  # of the items given: ``kept`` holds no longer key
@@ -317,14 +354,40 @@ def put_many(
             change_keys.append(run + form)
         stored = functools.partial(iter, values)
     # Both tables' rows come in the same order (that of the key forms): one check serves both.
-    ascending = len(record_keys) > 1 and layout.ascending(record_keys)
-    _put_rows(txn.cursor(db=tables.records), record_keys, stored, ascending)
-    _put_rows(txn.cursor(db=tables.changes), change_keys, functools.partial(itertools.repeat, b""), ascending)
+    count = len(record_keys)
+    ascending = count > 1 and layout.ascending(record_keys)
+    _put_rows(
+        txn.cursor(db=tables.records),
+        lambda: zip(record_keys, stored(), strict=False),
+        record_keys[0],
+        count,
+        ascending,
+    )
+    _put_rows(
+        txn.cursor(db=tables.changes),
+        lambda: zip(change_keys, itertools.repeat(b"")),
+        change_keys[0],
+        count,
+        ascending,
+    )
+    return _written(txn, tables, meta, target, count, max_generation_records)
+
+
+def _written(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    target: bytes,
+    count: int,
+    max_generation_records: int,
+) -> tuple[CollectionMeta, PutResult, bool]:
+    """Counts ``count`` records written into the open generation ``target`` (committing it when a
+    non-manual one reaches ``max_generation_records``): put_many's answer."""
     first_write = meta.next_count == 0
-    meta = meta.with_(next_count=meta.next_count + len(record_keys))
+    meta = meta.with_(next_count=meta.next_count + count)
     if not meta.manual and meta.next_count >= max_generation_records:
         meta = commit_automatic(txn, tables, meta)
         save_meta(txn, tables, meta)
-        return meta, PutResult(target, records=len(record_keys)), False
+        return meta, PutResult(target, records=count), False
     save_meta(txn, tables, meta)
-    return meta, PutResult(target, records=len(record_keys)), first_write and not meta.manual
+    return meta, PutResult(target, records=count), first_write and not meta.manual

@@ -1,0 +1,26 @@
+"""Type hints of the optional compiled accelerator (_accel.c); see layout.ACCEL."""
+
+from collections.abc import Iterator
+
+def sorted_short_rows(
+    items: object, record_prefix: bytes, record_suffix: bytes, change_prefix: bytes
+) -> tuple[list[bytes], list[bytes], list[bytes]] | None: ...
+
+class DiffScan:
+    def __init__(
+        self,
+        records: Iterator[tuple[bytes, bytes]],
+        from_seq: bytes,
+        to_bound: bytes,
+        stop: bytes,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        after_key: bytes | None,
+        idle_limit: int,
+        item_type: type[tuple[object, ...]],
+        empty: tuple[()],
+    ) -> None: ...
+    def __iter__(self) -> DiffScan: ...
+    def __next__(self) -> tuple[bytes, bytes | None, bytes | None, tuple[()]]: ...
+    @property
+    def handed(self) -> bytes | None: ...

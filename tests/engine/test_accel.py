@@ -1,0 +1,223 @@
+"""The compiled accelerator (``diffstore/engine/_accel.c``) against its pure-Python twins: the same rows
+for a bulk load of sorted keys, the same stores after any mix of writes, and the same diffs and diff pages.
+
+Keys include long ones (beyond the 200-byte prefix, sharing it), keys with 00 bytes, the empty key;
+writes include overwrites within a batch and within a generation, tombstones, conditional writes and
+phantom writes (which the fast path must leave to the general one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+
+from diffstore import Store, StoreConfig
+from diffstore.engine import layout
+from diffstore.engine.types import DiffItem
+
+from .util import raw_state
+
+pytestmark = pytest.mark.skipif(layout.ACCEL is None, reason="the compiled accelerator was not built")
+
+LONG = b"L" * 200
+POOL = [b"", b"\x00", b"\x00\xff", b"a", b"a\x00", b"a\x00\x00", b"a\x00\xff", b"a\xff", b"b"]
+POOL += [b"k%02d" % i for i in range(24)]
+POOL += [LONG, LONG + b"a", LONG + b"b", LONG + b"\x00", b"L" * 199 + b"\x00", b"L" * 201, b"M" * 300]
+
+keys = st.sampled_from(POOL) | st.binary(max_size=6)
+values = st.none() | st.binary(max_size=8)
+
+
+def python_only() -> contextlib.AbstractContextManager[object]:
+    """The engine without its accelerator: the pure-Python twins run."""
+    return mock.patch.object(layout, "ACCEL", None)
+
+
+# --- the rows of a bulk load --------------------------------------------------------------------------
+
+
+@given(
+    items=st.lists(st.tuples(keys, values), max_size=30),
+    sort=st.booleans(),
+    cid=st.integers(0, 2**32 - 1),
+    seq=st.integers(0, 2**64 - 1),
+)
+def test_sorted_rows_are_the_general_rows(
+    items: list[tuple[bytes, bytes | None]], sort: bool, cid: int, seq: int
+) -> None:
+    if sort:
+        items = sorted(dict(items).items())
+    prefix = layout.cid_bytes(cid)
+    got = layout.sorted_short_rows(prefix, seq, items)
+    user_keys = [key for key, _ in items]
+    applies = (
+        bool(items)
+        and all(len(key) <= layout.LONG_KEY_PREFIX for key in user_keys)
+        and all(a < b for a, b in zip(user_keys, user_keys[1:], strict=False))
+    )
+    assert (got is not None) == applies
+    if got is not None:
+        record_keys, stored, change_keys = layout.short_rows(prefix, seq, dict(items))
+        assert got == (record_keys, list(stored()), change_keys)
+        forms = [layout.key_form(key) for key in user_keys]
+        assert got[0] == [layout.record_key(prefix, form, seq) for form in forms]
+        assert got[1] == [layout.encode_value(key, value) for key, value in items]
+        assert got[2] == [layout.change_key(prefix, seq, form) for form in forms]
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [],
+        [(b"a", b"1"), (b"a", b"2")],  # a repeated key: the last one wins, the general way
+        [(b"b", b"1"), (b"a", b"2")],
+        [[b"a", b"1"]],
+        [(b"a", b"1", True)],
+        [(bytearray(b"a"), b"1")],
+        [(b"a", bytearray(b"1"))],
+        [(b"a", 1)],
+        [("a", b"1")],
+        [(b"x" * 201, b"1")],
+    ],
+)
+def test_other_shapes_take_the_general_path(items: list[object]) -> None:
+    assert layout.sorted_short_rows(b"\x00\x00\x00\x01", 1, items) is None
+    assert layout.sorted_short_rows(b"\x00\x00\x00\x01", 1, tuple(items)) is None
+
+
+def test_a_sorted_batch_takes_the_fast_path(tmp_path: Path) -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
+        coll = store.create_collection("c", manual=True)
+        coll.start_generation(b"1")
+        real, answers = accel.sorted_short_rows, []
+
+        def spy(*args: object) -> object:
+            answers.append(real(*args))
+            return answers[-1]
+
+        with mock.patch.object(accel, "sorted_short_rows", spy):
+            coll.put_many([(b"a", b"1"), (b"b", None), (b"c\x00", b"3")], generation_id=b"1")
+            coll.put_many([(b"b", b"1"), (b"a", b"2")], generation_id=b"1")  # unsorted: the general way
+        assert [answer is not None for answer in answers] == [True, False]
+        coll.commit_generation(b"1")
+        assert [(i.key, i.to_value) for i in coll.diff(b"", b"1")] == [
+            (b"a", b"2"),
+            (b"b", b"1"),
+            (b"c\x00", b"3"),
+        ]
+
+
+# --- whole stores and their diffs -----------------------------------------------------------------------
+
+batch = st.tuples(
+    st.lists(st.tuples(keys, values), max_size=14),
+    st.sampled_from(["sorted", "as given", "if absent", "skip unchanged", "phantom"]),
+)
+generation = st.lists(batch, min_size=0, max_size=4)
+
+
+def apply(store: Store, history: list[list[tuple[list[tuple[bytes, bytes | None]], str]]]) -> list[bytes]:
+    """Writes ``history`` (a manual generation per entry, a non-manual collection alongside); returns the
+    generation ids committed."""
+    manual = store.create_collection("m", manual=True)
+    auto = store.create_collection("auto", manual=False)
+    phantom = manual.start_phantom()
+    ids = []
+    for number, batches in enumerate(history, start=1):
+        gen = b"g%03d" % number
+        manual.start_generation(gen)
+        for items, how in batches:
+            kwargs: dict[str, object] = {"generation_id": gen}
+            if how == "sorted":
+                items = sorted(dict(items).items())
+            elif how == "if absent":
+                kwargs["if_not_present"] = True
+            elif how == "skip unchanged":
+                kwargs["skip_unchanged"] = True
+            elif how == "phantom":
+                kwargs["phantom_id"] = phantom
+            manual.put_many(items, **kwargs)  # type: ignore[arg-type]
+            auto.put_many(items)
+        manual.commit_generation(gen)
+        ids.append(gen)
+    return ids
+
+
+def rows(store: Store) -> dict[str, list[tuple[bytes, bytes]]]:
+    """Every row of every table, but the times of phantom expiries and automatic commits (wall clock)."""
+    state = raw_state(store)
+    for timed in ("phantom_ttl", "due"):
+        state[timed] = [(key, b"") for key, _ in state[timed]]
+    return state
+
+
+def diffs(store: Store, ids: list[bytes], bounds: tuple[bytes | None, bytes | None]) -> Iterator[object]:
+    """Every diff of the manual collection between two of its generations (and from the beginning), with
+    and without intermediate values, whole and in pages of 2."""
+    coll = store.collection("m")
+    from_key, to_key = bounds
+    ends = [b"", *ids]
+    for i, start in enumerate(ends):
+        for end in ends[i:]:
+            for intermediate in (False, True):
+                yield list(coll.diff(start, end, include_intermediate=intermediate))
+                yield list(coll.diff(start, end, from_key=from_key, to_key=to_key))
+                page = coll.diff_page(start, end, from_key=from_key, to_key=to_key, limit=2)
+                pages = [page]
+                while page.cursor is not None:
+                    page = coll.diff_page(cursor=page.cursor)
+                    pages.append(page)
+                yield pages
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    history=st.lists(generation, min_size=1, max_size=4),
+    bounds=st.tuples(st.none() | keys, st.none() | keys),
+)
+def test_stores_and_diffs_are_the_same_without_the_accelerator(
+    history: list[list[tuple[list[tuple[bytes, bytes | None]], str]]],
+    bounds: tuple[bytes | None, bytes | None],
+) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        config = StoreConfig(background=False, max_generation_records=7, clock_ms=lambda: 1_000_000)
+        with Store.open(Path(root) / "fast", config) as fast, Store.open(Path(root) / "slow", config) as slow:
+            # the cursor secret differs between the stores: each store's pages are compared with its own
+            ids = apply(fast, history)
+            with python_only():
+                assert apply(slow, history) == ids
+            assert rows(fast) == rows(slow)
+            compiled = list(diffs(fast, ids, bounds))
+            with python_only():
+                assert list(diffs(fast, ids, bounds)) == compiled
+                assert len(list(diffs(slow, ids, bounds))) == len(compiled)
+
+
+def test_a_sparse_diff_hands_over_to_the_keyed_way_and_back(tmp_path: Path) -> None:
+    """Runs of unchanged keys longer than the scan's idle limit, long keys amid short ones, 00 bytes."""
+    with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
+        coll = store.create_collection("c", manual=True)
+        base = [(b"k%04d" % i, b"v") for i in range(300)] + [(LONG + b"%d" % i, b"l") for i in range(5)]
+        coll.start_generation(b"1")
+        coll.put_many(base, generation_id=b"1")
+        coll.commit_generation(b"1")
+        changed = [(b"k%04d" % i, b"w") for i in (0, 1, 2, 50, 51, 120, 121, 122, 123, 299)]
+        changed += [(b"k0100\x00x", b"new"), (LONG + b"3", None), (b"k0200", None)]
+        coll.start_generation(b"2")
+        coll.put_many(changed, generation_id=b"2")
+        coll.commit_generation(b"2")
+        compiled = list(coll.diff(b"1", b"2"))
+        with python_only():
+            assert list(coll.diff(b"1", b"2")) == compiled
+        expected = sorted(DiffItem(key, dict(base).get(key), value) for key, value in changed)
+        assert compiled == expected
+        assert all(type(item) is DiffItem for item in compiled)
