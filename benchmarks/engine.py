@@ -1,6 +1,7 @@
 """Engine benchmarks (issues 2 and 11): each figure with its ratio to a baseline measured in the same run.
 
     .venv/bin/python benchmarks/engine.py [--records 1000000] [--rounds 3] [--only bulk,diff] [--dir DIR]
+                                          [--pure-python]
 
 Figures:
   bulk load       put_many of N sorted records (``key-%012d``, 100-byte values, 10k batches, one generation)
@@ -14,6 +15,9 @@ Figures:
                   (and the "read floor": only reading the change and both versions of each key; and the
                   "item floor": stepping over both versions and building each item, with no check at all)
   diff memory     anonymous RSS growth while iterating a diff of N changes  goal <= 100 MB
+
+The engine's per-record hot loops run compiled when its optional accelerator was built (``make install``
+builds it; the first line says which ran); ``--pure-python`` measures its pure-Python twins instead.
 
 Bulk load and diff throughput are measured ``--rounds`` times, ours and the baseline side by side in each
 round; the medians are printed. The machine these figures come from is shared and noisy.
@@ -272,13 +276,20 @@ def main() -> None:
         "--only", default="bulk,small,diff,memory", help="figures to measure (bulk,small,diff,memory)"
     )
     parser.add_argument("--dir", default=None, help="where to put the stores (default: a temp dir)")
+    parser.add_argument(
+        "--pure-python", action="store_true", help="measure without the compiled accelerator (its twins)"
+    )
     args = parser.parse_args()
+    if args.pure_python:
+        layout.ACCEL = None  # what the engine reads at each call: its pure-Python twins run
+    accel = "pure Python" if layout.ACCEL is None else f"compiled accelerator ({layout.ACCEL.__name__})"
     n, rounds = args.records, args.rounds
     only = set(args.only.split(","))
     root = Path(args.dir or tempfile.mkdtemp(prefix="diffstore-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     median = statistics.median
     print(f"engine benchmarks: {n:,} records, {rounds} rounds (a shared machine: medians, ratios per round)")
+    print(f"hot loops: {accel}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     try:
         if "bulk" in only:
             ours, raw, floor, cpu_ratios = bulk_rounds(root, n, rounds)
@@ -336,6 +347,7 @@ def main() -> None:
                     f"diff memory     anonymous RSS growth {peak - before:6.1f} MB "
                     f"over a diff of {n:,} changes (goal <= 100 MB)"
                 )
+        print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
