@@ -20,6 +20,7 @@ from diffstore.engine.types import (
     DiffPage,
     Expected,
     FromReader,
+    GetManyResult,
     GetResult,
     KeysAround,
     Lease,
@@ -136,6 +137,12 @@ class Collection(Protocol):
     def get(
         self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
     ) -> Record | None: ...
+
+    def get_many(
+        self, keys: list[bytes], generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetManyResult:
+        """(beyond SPEC) ``getMany``: the records of up to 10,000 keys, in the order asked."""
+        ...
 
     def keys_around(
         self,

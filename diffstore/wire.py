@@ -28,6 +28,7 @@ from diffstore.engine.types import (
     DiffItem,
     DiffPage,
     Expected,
+    GetManyResult,
     GetResult,
     KeysAround,
     Lineage,
@@ -255,6 +256,28 @@ def get_result_from_wire(obj: Any, codec: Codec) -> GetResult:
         return GetResult(generation_id, None)
     item = Fields(f.raw("item"), codec, "response.item")
     return GetResult(generation_id, Record(item.es("key"), item.es("value"), generation_id))
+
+
+def get_many_result_to_wire(result: GetManyResult, codec: Codec) -> Body:
+    es = codec.es
+    items = [
+        None if r is None else {"key": es(r.key), "value": es(r.value), "generationId": es(r.generation_id)}
+        for r in result.records
+    ]
+    return {"generationId": es(result.generation_id), "items": items}
+
+
+def get_many_result_from_wire(obj: Any, codec: Codec) -> GetManyResult:
+    f = Fields(obj, codec, "response")
+    generation_id = f.es("generationId")
+    records: list[Record | None] = []
+    for i, raw in enumerate(f.array("items")):
+        if raw is None:
+            records.append(None)
+            continue
+        item = Fields(raw, codec, f"response.items[{i}]")
+        records.append(Record(item.es("key"), item.es("value"), item.es("generationId")))
+    return GetManyResult(generation_id, records)
 
 
 def put_result_to_wire(result: PutResult, codec: Codec) -> Body:

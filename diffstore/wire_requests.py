@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from diffstore.engine.types import (
+    MAX_GET_MANY_KEYS,
     MAX_LINEAGE_DEPTH,
     UNSET,
     DiffPage,
     Expected,
     FromReader,
+    GetManyResult,
     GetResult,
     KeysAround,
     LeaseToken,
@@ -98,6 +100,29 @@ class GetRequest:
 
     def run(self, collection: Collection) -> GetResult:
         return collection.get_result(self.key, self.at.generation_id, self.at.phantom_id)
+
+
+@dataclass(frozen=True, slots=True)
+class GetManyRequest:
+    """(beyond SPEC) ``getMany``: ``{keys: [ES], generationId?, phantomId?}``."""
+
+    keys: list[bytes]
+    at: ReadAt = ReadAt()
+
+    @classmethod
+    def from_wire(cls, obj: Any, codec: Codec) -> GetManyRequest:
+        f = Fields(obj, codec)
+        raw = f.array("keys")
+        if len(raw) > MAX_GET_MANY_KEYS:
+            raise InvalidRequest(f"body.keys: at most {MAX_GET_MANY_KEYS} keys")
+        parse = codec.parse_es
+        return cls([parse(key, "body.keys[]") for key in raw], ReadAt.from_fields(f))
+
+    def to_wire(self, codec: Codec) -> Body:
+        return self.at.fill({"keys": [codec.es(key) for key in self.keys]}, codec)
+
+    def run(self, collection: Collection) -> GetManyResult:
+        return collection.get_many(self.keys, self.at.generation_id, self.at.phantom_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from diffstore.engine.types import (
     DiffPage,
     Expected,
     FromReader,
+    GetManyResult,
     GetResult,
     KeysAround,
     Lease,
@@ -267,6 +268,13 @@ class AsyncCollection:
         self, key: bytes, generation_id: bytes | None = None, phantom_id: bytes | None = None
     ) -> Record | None:
         return (await self.get_result(key, generation_id, phantom_id)).record
+
+    async def get_many(
+        self, keys: list[bytes], generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetManyResult:
+        """(beyond SPEC) ``getMany``: the records of up to 10,000 keys (``None``: absent), in the order
+        asked, read at one generation in one request; ``keys`` may repeat."""
+        return await self._run(_calls.get_many(self.name, list(keys), ReadAt(generation_id, phantom_id)))
 
     async def keys_around(
         self,

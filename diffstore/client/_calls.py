@@ -22,6 +22,7 @@ from diffstore.engine.types import (
     CollectionInfo,
     DiffPage,
     Expected,
+    GetManyResult,
     GetResult,
     KeysAround,
     Lease,
@@ -42,6 +43,7 @@ from diffstore.wire import (
     Fields,
     diff_page_from_wire,
     generation_from_wire,
+    get_many_result_from_wire,
     get_result_from_wire,
     keys_around_from_wire,
     lineage_from_wire,
@@ -62,6 +64,7 @@ from diffstore.wire_requests import (
     CreateReaderRequest,
     DiffRequest,
     GenerationRequest,
+    GetManyRequest,
     GetRequest,
     KeysAroundRequest,
     LineageRequest,
@@ -262,6 +265,11 @@ def put_many(
 
 def get(name: str, key: bytes, at: ReadAt) -> Call[GetResult]:
     return Call("POST", collection_path(name, "get"), get_result_from_wire, GetRequest(key, at).to_wire)
+
+
+def get_many(name: str, keys: list[bytes], at: ReadAt) -> Call[GetManyResult]:
+    request = GetManyRequest(keys, at)
+    return Call("POST", collection_path(name, "getMany"), get_many_result_from_wire, request.to_wire)
 
 
 def keys_around(

@@ -21,6 +21,7 @@ from diffstore.engine.types import (
     DiffPage,
     Expected,
     FromReader,
+    GetManyResult,
     GetResult,
     KeysAround,
     Lease,
@@ -202,6 +203,16 @@ class Collection:
     ) -> Record | None:
         """The visible record of ``key`` at ``generation_id`` (default: current), or None."""
         return self.get_result(key, generation_id, phantom_id).record
+
+    def get_many(
+        self, keys: list[bytes], generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetManyResult:
+        """The visible records of ``keys`` (``None`` for an absent key) in the order asked, all read in
+        one transaction at ``generation_id`` (default: current); at most ``MAX_GET_MANY_KEYS`` keys."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            point = reads.read_point(txn, self._store.tables, meta, generation_id, phantom_id)
+            return GetManyResult(point.generation_id, reads.get_many(txn, self._store.tables, point, keys))
 
     def query_page(
         self,

@@ -19,7 +19,7 @@ from diffstore.engine.tables import (
     resolve_seq,
     validate_generation_id,
 )
-from diffstore.engine.types import GetResult, KeysAround, QueryPage, Record
+from diffstore.engine.types import MAX_GET_MANY_KEYS, GetResult, KeysAround, QueryPage, Record
 from diffstore.engine.visibility import (
     ReadPoint,
     in_key_order,
@@ -85,6 +85,27 @@ def get(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, key: bytes) -> 
         return GetResult(point.generation_id, None)
     generation_id = _GenerationNames(txn, tables, point.meta)(version[2])
     return GetResult(generation_id, Record(key, value, generation_id))
+
+
+def get_many(
+    txn: lmdb.Transaction, tables: Tables, point: ReadPoint, keys: list[bytes]
+) -> list[Record | None]:
+    """The visible record of each of ``keys`` (``None`` when absent), in the order asked, duplicates
+    included; one transaction, so every answer is of the same generation."""
+    if not isinstance(keys, list) or len(keys) > MAX_GET_MANY_KEYS:
+        raise InvalidRequest(f"keys must be a list of at most {MAX_GET_MANY_KEYS} keys")
+    names = _GenerationNames(txn, tables, point.meta)
+    found: list[Record | None] = []
+    for key in keys:
+        if not isinstance(key, bytes) or len(key) > layout.MAX_KEY_LENGTH:
+            raise InvalidRequest("a key must be bytes of at most 2^24-1")
+        version = point_version(txn, tables, point, layout.key_form(key))
+        if version is None:
+            found.append(None)
+            continue
+        value = layout.decode_value(version[1])
+        found.append(None if value is None else Record(key, value, names(version[2])))
+    return found
 
 
 _new_record = functools.partial(tuple.__new__, Record)  # Record(...) without its Python-level __new__

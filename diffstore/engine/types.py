@@ -126,6 +126,19 @@ class GetResult:
     record: Record | None
 
 
+MAX_GET_MANY_KEYS = 10_000
+"""The most keys one ``getMany`` reads (a bound on one read transaction and one answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetManyResult:
+    """What a multi-key read found: ``records[i]`` for the i-th key asked (``None``: absent), all read at
+    ``generation_id``."""
+
+    generation_id: bytes
+    records: list[Record | None]
+
+
 class DiffItem(NamedTuple):
     """One changed key; ``None`` values mean absent (or tombstone)."""
 

@@ -80,6 +80,25 @@ class GetResponse(BaseModel):
     item: KeyValue | None
 
 
+class GetMany(_Model):
+    """(beyond SPEC) up to 10,000 keys, read at one generation."""
+
+    keys: list[ES] = Field(max_length=10_000)
+    generationId: ES | None = None
+    phantomId: ES | None = None
+
+
+class GetManyItem(BaseModel):
+    key: ES
+    value: ES
+    generationId: ES = Field(description="the generation that wrote this value")
+
+
+class GetManyResponse(BaseModel):
+    generationId: ES = Field(description="the generation every item was read at")
+    items: list[GetManyItem | None] = Field(description="one per key asked, in order; null: absent")
+
+
 class GetKeysAround(_Model):
     key: ES
     requireKeyExistance: bool

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from diffstore.client import AsyncClient
-from diffstore.engine.types import CollectionInfo, DiffItem, Reader, ReaderUpdate, Record
+from diffstore.engine.types import CollectionInfo, DiffItem, GetManyResult, Reader, ReaderUpdate, Record
 from diffstore.errors import BadVersion, CollectionExists, NoSuchCollection
 
 from .conftest import DEADLINE_S, LiveServer
@@ -33,6 +33,10 @@ def test_async_client_round_trip(server: LiveServer, wire_format: str) -> None:
                 await c.update_reader("r", b"1", expected=b"")
             assert await c.readers() == [Reader("r", "A", b"1")]
             assert await c.get(b"k9") == Record(b"k9", b"\x00", b"1")
+            many = await c.get_many([b"k9", b"nope", b"k0"])
+            assert many == GetManyResult(
+                b"1", [Record(b"k9", b"\x00", b"1"), None, Record(b"k0", b"v", b"1")]
+            )
             assert (await c.state()).generation_id == b"1"
             assert [r.key async for r in c.query(limit=2)] == [b"k0", b"k1", b"k2", b"k3", b"k4", b"k9"]
             items = [item async for item in c.diff(from_generation_id=b"", limit=4)]

@@ -16,6 +16,7 @@ from diffstore.engine.store import Store
 from diffstore.engine.types import ReaderUpdate, StoreConfig
 from diffstore.wire_requests import (
     DiffRequest,
+    GetManyRequest,
     GetRequest,
     KeysAroundRequest,
     PutManyRequest,
@@ -51,6 +52,9 @@ def scenario(store: Any) -> list[Any]:
     out.append((c.generation_id, c.next_generation_id, c.manual, c.readers()))
     out.append([c.get_result(k) for k in (b"\x00\x01", b"\xff", b"zz")])
     out.append(c.get(b"\x01\x01", phantom_id=phantom))
+    out.append(c.get_many([b"\x00\x01", b"zz", b"\xff", b"\x00\x01", b"\x03\x01"]))
+    out.append(c.get_many([b"\x01\x01", b"\x03\x00"], generation_id=b"\x00\x03", phantom_id=phantom))
+    out.append(c.get_many([b"\x03\x00", b"\x03\x01"], generation_id=b"\x00\x01"))
     out.append(c.get(b"\x03\x00", generation_id=b"\x00\x01"))
     out.append([(r.key, r.value) for r in c.query()])
     out.append([(r.key, r.value) for r in c.query(from_key=b"\x04", to_key=b"\x08", phantom_id=phantom)])
@@ -122,6 +126,8 @@ def request_scenario(c: AnyCollection) -> list[Any]:
     out += [
         GetRequest(b"a").run(c),
         GetRequest(b"zz", ReadAt(generation_id=b"0")).run(c),
+        GetManyRequest([b"a", b"zz", b"c", b"a"]).run(c),
+        GetManyRequest([b"a"], ReadAt(generation_id=b"0")).run(c),
         KeysAroundRequest(b"a", True, 5).run(c),
         QueryRequest(from_key=b"b").run(c),
         DiffRequest(from_generation_id=b"", include_intermediate=True).run(c),

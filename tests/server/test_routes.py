@@ -45,6 +45,7 @@ SPEC_ROUTES = {
 }
 BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/phantom/changes"),  # transform previews (docs/protocol.md)
+    ("POST", "/collections/{c}/getMany"),  # many point reads in one request (docs/protocol.md)
 }
 
 
