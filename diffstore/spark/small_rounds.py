@@ -26,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from diffstore.errors import InvalidRequest
-from diffstore.spark.lookup import CHUNK, fetch
+from diffstore.spark.lookup import GET_MANY_KEYS, get_many
 from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
 from diffstore.spark.plan import RoundPlan, SourceRange
 
@@ -91,14 +91,15 @@ def driver_lookup(transform: Transform, plan: RoundPlan) -> Callable[[str, DataF
         wanted = sorted({k for k in keys.select("key").toArrow().column("key").to_pylist() if k is not None})
         handle = transform._handle(collection)
         # contiguous slices fetched concurrently: the server answers several requests at once
-        size = min(CHUNK, max(FETCH_SLICE_MIN, -(-len(wanted) // FETCH_THREADS)))
+        size = min(GET_MANY_KEYS, max(FETCH_SLICE_MIN, -(-len(wanted) // FETCH_THREADS)))
         slices = [wanted[start : start + size] for start in range(0, len(wanted), size)]
+        found: dict[bytes, bytes] = {}
         if len(slices) > 1:
             with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="diffstore-lookup") as pool:
-                parts = list(pool.map(lambda chunk: fetch(handle, generation, chunk), slices))
+                list(pool.map(lambda chunk: get_many(handle, generation, chunk, found), slices))
         else:
-            parts = [fetch(handle, generation, chunk) for chunk in slices]
-        found = {key: value for part in parts for key, value in part.items()}
+            for chunk in slices:
+                get_many(handle, generation, chunk, found)
         columns = [pa.array(wanted, pa.binary()), pa.array([found.get(k) for k in wanted], pa.binary())]
         table = pa.Table.from_arrays(columns, names=["key", "value"])
         return transform.spark.createDataFrame(table, LOOKUP_SCHEMA)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -52,7 +53,7 @@ from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
 from diffstore.spark.plan import NONCE_BYTES, RoundPlan, SourceRange, plan_sources
 from diffstore.spark.preview import DEFAULT_MAX_ROWS, DEFAULT_TTL_SECONDS, PhantomIdLike, run_preview
-from diffstore.spark.small_rounds import driver_lookup, read_small_diff, write_small_result
+from diffstore.spark.small_rounds import DIFF_ARROW, driver_lookup, read_small_diff, write_small_result
 from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates, register
 
 TARGET = "@target"
@@ -236,7 +237,8 @@ class Transform:
     def _diff_frame(self, source: SourceRange, cuts: list[bytes] | None) -> DataFrame:
         """The diff of one source over its pinned range (no server call at all when it is empty)."""
         if source.empty:
-            return self.spark.createDataFrame([], DIFF_SCHEMA)
+            # from an empty Arrow table: a local relation, not an RDD that runs Python workers per use
+            return self.spark.createDataFrame(DIFF_ARROW.empty_table(), DIFF_SCHEMA)
         reader = (
             self.spark.read.format("diffstore")
             .option("url", self.url)
@@ -273,12 +275,12 @@ class Transform:
 
     def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
         activate_session(self.spark)
-        tag = uuid.uuid4().hex[:12]
         local = {s.alias: read_small_diff(self, s) for s in plan.sources if not s.empty}
+        if all(table is not None for table in local.values()):
+            return self._run_small(plan, local)
+        tag = uuid.uuid4().hex[:12]
         counted = {alias: len(table) for alias, table in local.items() if table is not None}
-        # A round whose every diff was small stays small: one key range, and its result written from here.
-        small = len(counted) == len(local)
-        cuts = [] if small else self._cuts(plan)
+        cuts = self._cuts(plan)
         first = next((s.alias for s in plan.sources if not s.empty), None)
         observations = {alias: Observation(f"diffstore_read_{alias}_{tag}") for alias in self.sources}
         diffs = {
@@ -301,11 +303,7 @@ class Transform:
                 diffs[alias] = self.spark.createDataFrame(table, DIFF_SCHEMA)
         diffs = {s.alias: diffs[s.alias] for s in plan.sources}
         empty = {s.alias for s in plan.sources if s.empty}
-        lookup = driver_lookup(self, plan) if small else self._lookup(plan, cuts)
-        result = self.fn(self.spark, diffs, lookup).select("key", "value")
-        if small:
-            rows_read: dict[str, int | None] = {alias: counted.get(alias, 0) for alias in self.sources}
-            return rows_read, write_small_result(self, plan.generation_id, result)
+        result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
         written = Observation(f"diffstore_written_{tag}")
         result = result.observe(written, F.count(F.lit(1)).alias("rows"))
         writer = (
@@ -327,6 +325,23 @@ class Transform:
             for alias, obs in observations.items()
         }
         return rows_read, observed_count(written)
+
+    def _run_small(
+        self, plan: RoundPlan, local: Mapping[str, pa.Table | None]
+    ) -> tuple[dict[str, int | None], int | None]:
+        """A round whose every diff was read on the driver (:mod:`diffstore.spark.small_rounds`).
+
+        Its diffs are local relations (an empty diff too, from an empty Arrow table: Spark's optimizer
+        then drops the joins with it), nothing is observed or checkpointed (the sizes are known), the
+        lookups run on the driver with ``getMany`` and the result is collected and written from here:
+        the only Spark jobs are those of the lookups' keys and of the result.
+        """
+        empty = DIFF_ARROW.empty_table()
+        tables = {s.alias: t if (t := local.get(s.alias)) is not None else empty for s in plan.sources}
+        diffs = {alias: self.spark.createDataFrame(table, DIFF_SCHEMA) for alias, table in tables.items()}
+        result = self.fn(self.spark, diffs, driver_lookup(self, plan)).select("key", "value")
+        rows_read: dict[str, int | None] = {alias: len(table) for alias, table in tables.items()}
+        return rows_read, write_small_result(self, plan.generation_id, result)
 
     # -- rounds ---------------------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ def test_fetch_dense_sparse_and_absent_keys_in_few_requests(
             requests.clear()
             found = fetch(handle, first, keys)
             assert found == {k: b"v%d" % int(k[1:]) for k in keys if int(k[1:]) % 2 == 0}, label
-            assert len(requests) <= 8, (label, len(requests))  # halving down to single keys: 1.4 per key
+            assert len(requests) <= 8, (label, len(requests))  # sparse keys: one getMany for the rest
         assert fetch(handle, later, [_key(4), _key(6), _key(8)]) == {_key(4): b"new", _key(8): b"v8"}
         assert fetch(handle, first, [_key(5)]) == {}
 
