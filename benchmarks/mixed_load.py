@@ -19,10 +19,10 @@ helped by it, and the figure shows by how much they still suffer.
 Beside each figure: the CPU cores the server's processes used. One process holds one GIL: when putMany
 alone and gets alone each keep it busy (about one core each), both together can only share it -- the two
 ratios then add up to about 1 whatever the scheduling, and only more workers lift that.
-More workers help only as far as the machine has idle cores: after each setting's medians a line prints
-how many cores the benchmark's processes (clients included) kept busy for each side alone, and how many the two
-goals (putMany >= 0.8x, gets >= 0.7x) need at once -- when that exceeds the machine's cores, no scheduling
-reaches both.
+More workers help only as far as the machine has idle cores: after each setting's medians a line
+prints how many cores the benchmark's processes (clients included) kept busy for each side alone, and
+how many the two goals (putMany >= 0.8x, gets >= 0.7x) need at once -- when that exceeds the machine's
+cores, no scheduling reaches both.
 """
 
 from __future__ import annotations
