@@ -10,7 +10,7 @@ from helpers_spark import commit_items
 
 from diffstore import Store
 from diffstore.client import Client
-from diffstore.spark.lookup import fetch
+from diffstore.spark.lookup import fetch, get_many
 
 
 def _key(i: int) -> bytes:
@@ -41,8 +41,20 @@ def test_fetch_dense_sparse_and_absent_keys_in_few_requests(
             found = fetch(handle, first, keys)
             assert found == {k: b"v%d" % int(k[1:]) for k in keys if int(k[1:]) % 2 == 0}, label
             assert len(requests) <= 8, (label, len(requests))  # sparse keys: one getMany for the rest
+            assert any(path.endswith("/getMany") for path in requests) == (label != "dense"), label
         assert fetch(handle, later, [_key(4), _key(6), _key(8)]) == {_key(4): b"new", _key(8): b"v8"}
         assert fetch(handle, first, [_key(5)]) == {}
+        # more keys than one getMany takes: several requests, one answer
+        requests.clear()
+        found: dict[bytes, bytes] = {}
+        wanted = [_key(i) for i in range(0, 25_000)]
+        get_many(handle, later, wanted, found)
+        assert found == {
+            k: b"new" if k == _key(4) else b"v%d" % int(k[1:])
+            for k in wanted
+            if int(k[1:]) % 2 == 0 and k != _key(6)
+        }
+        assert requests.count(requests[0]) == 3 and requests[0].endswith("/getMany")
 
 
 def test_a_small_round_with_many_lookup_keys_fetches_them_in_slices(
