@@ -1,0 +1,88 @@
+"""Small rounds (every diff read on the driver, the result written from it) keep the round's guarantees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helpers_spark import commit_items, snapshot
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from diffstore import Store
+from diffstore.spark import Transform, TransformError
+from diffstore.spark.small_rounds import PUT_BATCH
+
+TOO_LONG_KEY = b"\xff" * (1 << 24)  # one byte over the longest key: the server refuses the putMany holding it
+
+
+def _readers(store: Store, name: str) -> dict[str, bytes | None]:
+    return {r.name: r.generation_id for r in store.collection(name).readers()}
+
+
+def test_a_small_round_refused_after_a_first_put_batch_leaves_the_target_untouched(
+    spark: Any, server_url: str, store: Store, names: dict[str, str]
+) -> None:
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    commit_items(store, names["A"], [(b"a1", b"x")])
+    commit_items(store, names["C"], [(b"kept", b"1")])
+    c = store.collection(names["C"])
+    c.create_reader("from_a", names["A"], None)
+
+    def fn(spark_: Any, diffs: dict[str, DataFrame], lookup: Any) -> DataFrame:
+        good = spark_.range(PUT_BATCH).select(
+            F.format_string("k%06d", "id").cast("binary").alias("key"), F.lit(b"v").alias("value")
+        )
+        bad = spark_.createDataFrame([(TOO_LONG_KEY, b"v")], "key binary, value binary")
+        # sorted, so that the first put batch is written before the one holding the bad key is refused
+        return good.unionByName(bad).orderBy("key")
+
+    before = (c.generation_id, _readers(store, names["C"]), snapshot(store, names["C"]))
+    events: list[str] = []
+    transform = Transform(
+        spark,
+        server_url,
+        names["C"],
+        {"a": names["A"]},
+        fn,
+        max_attempts=1,
+        on_event=lambda event, details: events.append(event),
+    )
+    try:
+        with pytest.raises(TransformError, match="key"):
+            transform.run()
+    finally:
+        transform.close()
+    c = store.collection(names["C"])
+    assert c.next_generation_id is None  # the round's generation was aborted, its first batch with it
+    assert before == (c.generation_id, _readers(store, names["C"]), snapshot(store, names["C"]))
+    assert events[:2] == ["planned", "started"] and "failed" in events and "committed" not in events
+
+
+def test_a_small_round_with_one_source_unchanged_and_deletes(
+    spark: Any, server_url: str, store: Store, names: dict[str, str]
+) -> None:
+    """B's diff is empty (a local relation with no rows), A's holds updates and a delete; the lookups
+    (of B for A's users, of the target for the totals) run on the driver with getMany."""
+    from helpers_spark import load_example_job
+
+    job = load_example_job()
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    commit_items(store, names["A"], [(b"u1", b"DE"), (b"u2", b"FR"), (b"u3", b"DE")])
+    commit_items(store, names["B"], [(b"u1", b"5"), (b"u2", b"7"), (b"u3", b"11")])
+    sources = {"a": names["A"], "b": names["B"]}
+    transform = Transform(spark, server_url, names["C"], sources, job.country_totals)
+    try:
+        (first,) = transform.run()
+        assert first.rows_read == {"a": 3, "b": 3}
+        commit_items(store, names["A"], [(b"u1", b"FR"), (b"u3", None)])
+        (second,) = transform.run()
+        assert second.rows_read == {"a": 2, "b": 0} and second.rows_written == 2
+    finally:
+        transform.close()
+    assert snapshot(store, names["C"]) == {b"FR": b"12"}  # DE lost both users: deleted
+    assert snapshot(store, names["C"]) == job.recompute(
+        snapshot(store, names["A"]), snapshot(store, names["B"])
+    )
