@@ -15,7 +15,7 @@ up), alternately
   checkpointed, lookups by Spark tasks, the result written by Spark tasks) — the baseline,
 
 both on the same session and collections. Also timed, as the floor no runner goes below: the bare HTTP
-work of a round from one Python process (diff of A, point reads of the changed users' amounts in B, a
+work of a round from one Python process (diff of A, the changed users' amounts in B by ``getMany``, a
 generation of C with a putMany and a commit). Prints the median seconds per round of each, the ratio of
 the small-round path to the old one, where the small-round path spends its time (planning and starting
 the round; the job: the user's function with its lookups, collecting and writing the result; the commit;
@@ -136,13 +136,14 @@ def watch_latency(spark: object, url: str, client: Client) -> float:
 
 def bare_http_round(client: Client, since: bytes, target_counter: int) -> float:
     """The HTTP work of one round from this process, no Spark: seconds."""
-    from diffstore.spark.lookup import fetch
+    from diffstore.spark.lookup import get_many
 
     started = time.perf_counter()
     a, b, c = client.collection("A"), client.collection("B"), client.collection("C_bare")
     page = a.diff_page_columns(since, limit=10_000)
     b_at = b.generation_id
-    amounts = fetch(b, b_at, sorted(page.keys))
+    amounts: dict[bytes, bytes] = {}
+    get_many(b, b_at, sorted(page.keys), amounts)
     totals: dict[bytes, int] = {}
     for key, old, new in zip(page.keys, page.from_values, page.to_values, strict=True):
         amount = int(amounts.get(key, b"0"))

@@ -9,9 +9,10 @@ local data (``createDataFrame`` of an Arrow table: already in memory, nothing to
 page is dropped and the diff is read by Spark tasks as before — one extra page request for a large round.
 
 A round whose every diff was read this way is a small round through and through: its lookups run on the
-driver (the keys collected, their values fetched with range queries, handed back as local data, which
-Spark then joins by broadcast), and its result is collected to the driver (``toArrow``) and written with
-putMany from here, instead of by a Python data source write (planning processes, tasks, a commit
+driver (the keys collected — no Spark job at all when Spark folded their plan into a local relation —,
+their values fetched with ``getMany``, handed back as local data, which Spark then joins by broadcast),
+and its result is collected to the driver (``toArrow``) and written with putMany from here into the
+round's open generation, instead of by a Python data source write (planning processes, tasks, a commit
 process: about a second even for a handful of rows). The result of a small round is assumed to be small
 too — a job that turns a few changes into millions of rows should set ``local_diff_max_rows=0``.
 """
@@ -88,7 +89,9 @@ def driver_lookup(transform: Transform, plan: RoundPlan) -> Callable[[str, DataF
         if alias not in pinned:
             raise KeyError(f"unknown source {alias!r}; known: {sorted(pinned)}")
         collection, generation = pinned[alias]
-        wanted = sorted({k for k in keys.select("key").toArrow().column("key").to_pylist() if k is not None})
+        # collect(), not toArrow(): a plan that Spark folded into a local relation (keys picked from the
+        # local diffs by projections and filters) is then answered without a Spark job at all
+        wanted = sorted({bytes(row[0]) for row in keys.select("key").collect() if row[0] is not None})
         handle = transform._handle(collection)
         # contiguous slices fetched concurrently: the server answers several requests at once
         size = min(GET_MANY_KEYS, max(FETCH_SLICE_MIN, -(-len(wanted) // FETCH_THREADS)))
