@@ -11,8 +11,9 @@ Invariants:
   A commit is durable when its transaction returns (``StoreConfig.sync``, the default); without it the
   worker flushes every ``sync_interval_ms``.
 - Commit (and delete) listeners run after the transaction that committed, outside the lock: in the
-  committing thread for events of this process, in the wake-up thread for those of others
-  (:mod:`diffstore.engine.wakeup`).
+  committing thread for events of this process; for those of others, in the wake-up thread, or in the
+  thread of an event loop that took the notices over (:meth:`Store.commit_notices`,
+  :mod:`diffstore.engine.wakeup`).
 - Background work (automatic commits, GC steps, phantom purges, purges of deleted collections) is due
   in LMDB (the ``due`` table, ``dropped``, ``phantom_ttl``, reader positions), not in memory: any process's
   worker may do it, each item is taken inside the write transaction that does it (so it is done once),
@@ -49,7 +50,7 @@ from diffstore.engine.tables import (
     validate_generation_id,
 )
 from diffstore.engine.types import CollectionInfo, StoreConfig
-from diffstore.engine.wakeup import Wakeup
+from diffstore.engine.wakeup import NoticeSource, Wakeup
 from diffstore.errors import CollectionExists, DiffstoreError, InvalidRequest, StorageError
 
 CommitListener = Callable[[str, bytes], None]
@@ -339,6 +340,21 @@ class Store:
                 self._listeners.remove(listener)
 
         return remove
+
+    def commit_notices(self) -> NoticeSource:
+        """Lets the caller's event loop read other processes' commit notices instead of a thread.
+
+        Register ``fileno()`` for reading and call ``drain()`` whenever it is readable: the events reach
+        this store's listeners in that thread, at once. Call ``release()`` before the loop stops watching
+        (a thread reads them again). See :mod:`diffstore.engine.wakeup`.
+        """
+        return self._wakeup.hand_over(self._on_notice)
+
+    @property
+    def commit_notices_dropped(self) -> int:
+        """Commit notices not sent to another process because its queue was full (its long polls then
+        answer at their timeout at the latest)."""
+        return self._wakeup.dropped
 
     def add_delete_listener(self, listener: DeleteListener) -> Callable[[], None]:
         """Calls ``listener(name)`` once a collection is deleted (by any process); returns a remover."""

@@ -6,9 +6,12 @@ which returns once the response is complete or the client has gone: a waiter cos
 one timer handle and one :class:`Waiter`.
 
 Invariants:
-    * The commit listener runs in the committing thread and only schedules ``_wake`` on the event loop
-      (``call_soon_threadsafe``); ``_wake`` pops the collection's whole group, so one commit answers every
-      waiter of that collection at once.
+    * A commit of this process: the commit listener runs in the committing thread and only schedules
+      ``_wake`` on the event loop (``call_soon_threadsafe``). A commit of another process: the hub has
+      the store's commit notices read by the event loop itself (``Store.commit_notices``: the loop
+      watches the wake-up socket and drains it when readable), so the listener runs on the loop and calls
+      ``_wake`` there and then -- no thread, no hand-off. ``_wake`` pops the collection's whole group, so
+      one commit answers every waiter of that collection at once.
     * An answer is encoded once per (generation id, codec) -- body, headers and the two ASGI messages --
       and the same messages go to every waiter. Each waiter's two sends run eagerly inside ``_wake``:
       uvicorn's ``send`` writes to the socket and returns without suspending unless that connection's
@@ -27,15 +30,16 @@ Invariants:
       uvicorn's cycle; anything unexpected (another server, paused writes, a uvicorn that does not
       match) falls back to the two ASGI sends. What this needs of uvicorn is in
       :mod:`diffstore.server.uvicorn_adapter`, the one module that knows uvicorn's insides.
-    * Commits of other processes over the same data directory reach the hub like local ones (the
-      store's commit listeners hear them through :mod:`diffstore.engine.wakeup`): each process's hub
-      answers its own waiters.
+    * Commits of other processes over the same data directory reach the hub through the store's
+      listeners (:mod:`diffstore.engine.wakeup`), read on the loop as above: each process's hub answers
+      its own waiters.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
     from starlette.types import Message, Send
 
     from diffstore.engine.store import Store
+    from diffstore.engine.wakeup import NoticeSource
 
 Answer = tuple["Message", "Message"]
 RAW_SEND = "diffstore.raw_send"  # scope key: the server's send, before any middleware wrapped it
@@ -100,6 +105,13 @@ async def _carry_on(coro: Coroutine[Any, Any, None], pending: Any) -> None:
     except BaseException:
         coro.close()
         raise
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class Waiter:
@@ -165,14 +177,28 @@ class CommitHub:
     def __init__(self) -> None:
         self._waiters: dict[str, set[Waiter]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None  # the loop's thread: listeners called there wake at once
+        self._notices: NoticeSource | None = None  # other processes' commits, read by the loop
         self._unsubscribe: Callable[[], None] | None = None
         self.closed = False
         self.written_directly = 0  # answers that went out as one write to uvicorn's cycle (see the module)
 
     def attach(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
-        """Starts listening to ``store``'s commits; wake-ups are delivered on ``loop``."""
+        """Starts listening to ``store``'s commits; wake-ups are delivered on ``loop``.
+
+        Called on ``loop``'s thread, the loop also reads other processes' commit notices itself.
+        """
         self._loop = loop
         self.closed = False
+        if _running_loop() is loop:
+            self._loop_thread = threading.get_ident()
+            notices = store.commit_notices()
+            try:
+                loop.add_reader(notices.fileno(), notices.drain)
+            except NotImplementedError:  # a loop without add_reader (Windows' proactor): the thread reads
+                notices.release()
+            else:
+                self._notices = notices
         unsubscribe_commits = store.add_commit_listener(self._on_commit)
         unsubscribe_deletes = store.add_delete_listener(self._on_delete)
 
@@ -183,6 +209,11 @@ class CommitHub:
         self._unsubscribe = unsubscribe
 
     def detach(self) -> None:
+        notices, self._notices = self._notices, None
+        if notices is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(notices.fileno())
+            notices.release()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -214,6 +245,9 @@ class CommitHub:
             waiter.deliver(encode_answer(waiter.given, waiter.codec))
 
     def _on_commit(self, collection: str, generation_id: bytes) -> None:
+        if threading.get_ident() == self._loop_thread:  # on the loop (another process's commit, drained)
+            self._wake(collection, generation_id)
+            return
         loop = self._loop
         # Reading the dict from another thread is safe under the GIL; a waiter added after this check
         # reads the current generation itself (see the invariants above).
@@ -221,6 +255,9 @@ class CommitHub:
             loop.call_soon_threadsafe(self._wake, collection, generation_id)
 
     def _on_delete(self, collection: str) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self.deleted(collection)
+            return
         loop = self._loop
         if loop is not None and collection in self._waiters and not loop.is_closed():
             loop.call_soon_threadsafe(self.deleted, collection)

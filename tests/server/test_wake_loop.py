@@ -1,0 +1,214 @@
+"""Commit notices of other processes read by the server's event loop itself (``Store.commit_notices``),
+by a thread in a process without a loop, and what a burst larger than the socket's queue leaves behind.
+
+Real processes, a real uvicorn (in-process or ``diffstore serve``) on free ports, waits with deadlines."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+
+from diffstore.engine.store import Store
+from diffstore.engine.types import StoreConfig
+from diffstore.engine.wakeup import Wakeup
+from tests.helpers import close_pipes
+
+from .conftest import live_server, wait_until
+from .test_cli import DRIVER, free_port, server_rx_queue, wait_healthy
+
+DEADLINE_S = 60.0
+ROOT = Path(__file__).resolve().parents[2]
+# another process: commits generation argv[3] of collection argv[2] (started by it) with an embedded store
+COMMIT = (
+    "import sys; from diffstore import Store, StoreConfig\n"
+    "with Store.open(sys.argv[1], StoreConfig(background=False)) as store:\n"
+    "    c = store.collection(sys.argv[2])\n"
+    "    c.start_generation(sys.argv[3].encode())\n"
+    "    c.commit_generation(sys.argv[3].encode())\n"
+)
+
+
+def commit_elsewhere(data: Path, collection: str, generation: str) -> None:
+    """Commits ``generation`` of ``collection`` in another process and waits for it to exit."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", COMMIT, str(data), collection, generation],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=DEADLINE_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def wakeup_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "diffstore-wakeup"]
+
+
+def long_poll(port: int, collection: str, given: str, timeout_ms: int = 300_000) -> socket.socket:
+    poll = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S)
+    poll.sendall(
+        f"GET /collections/{collection}/generationId/stream?generationId={given}&timeoutMs={timeout_ms}"
+        " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    )
+    return poll
+
+
+def answer(poll: socket.socket) -> bytes:
+    """The poll's whole answer (the server closes the connection after it); fails at the deadline."""
+    data = b""
+    while chunk := poll.recv(65536):
+        data += chunk
+    poll.close()
+    return data
+
+
+def test_the_server_loop_reads_other_processes_commits(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with live_server(data) as live:
+        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+        assert wakeup_threads() == []  # the loop reads the notices: no thread does
+        port = int(live.url.rsplit(":", 1)[1])
+        polls = [long_poll(port, "m", "") for _ in range(3)]
+        hub = live.app.state.hub
+        wait_until(lambda: hub.waiting("m") == 3, DEADLINE_S, "the polls to wait")
+        commit_elsewhere(data, "m", "1")
+        for poll in polls:
+            got = answer(poll)
+            assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b'{"generationId":{"value":"1"}}')
+        assert hub.written_directly == 3  # woken on the loop: the one-write fan-out pass
+
+
+def test_a_store_without_a_loop_hears_other_processes_through_its_thread_again_after_a_loop(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with Store.open(data, StoreConfig(background=False)) as store:
+        store.create_collection("m", manual=True)
+        heard: list[tuple[str, bytes]] = []
+        got = threading.Event()
+
+        def listener(name: str, generation: bytes) -> None:
+            heard.append((name, generation))
+            got.set()
+
+        store.add_commit_listener(listener)
+        assert len(wakeup_threads()) == 1
+        commit_elsewhere(data, "m", "1")
+        assert got.wait(DEADLINE_S)
+        assert heard == [("m", b"1")]
+
+        # handed over to a "loop" (this test's thread): the thread stops; drain delivers here
+        notices = store.commit_notices()
+        wait_until(lambda: wakeup_threads() == [], DEADLINE_S, "the thread to stop")
+        got.clear()
+        commit_elsewhere(data, "m", "2")
+        readable, _, _ = select.select([notices.fileno()], [], [], DEADLINE_S)
+        assert readable
+        caller = threading.get_ident()
+        threads: list[int] = []
+        store.add_commit_listener(lambda name, generation: threads.append(threading.get_ident()))
+        assert notices.drain() == 1
+        assert heard[-1] == ("m", b"2") and threads == [caller]
+        assert notices.drain() == 0  # nothing left, and it does not block
+
+        # released: the thread reads again
+        notices.release()
+        assert len(wakeup_threads()) == 1
+        got.clear()
+        commit_elsewhere(data, "m", "3")
+        assert got.wait(DEADLINE_S)
+        assert heard[-1] == ("m", b"3")
+    assert wakeup_threads() == []
+
+
+def test_the_events_of_one_transaction_travel_in_one_datagram(tmp_path: Path) -> None:
+    """A transaction that commits more collections than a UNIX datagram queue holds (10) loses none."""
+    heard: list[tuple[str, bytes | None]] = []
+    listening, committing = Wakeup(tmp_path), Wakeup(tmp_path)
+    try:
+        notices = listening.hand_over(lambda name, generation: heard.append((name, generation)))
+        events: list[tuple[str, bytes | None]] = [(f"c{i:03d}", b"%d" % i) for i in range(50)]
+        committing.notify([*events, ("gone", None)])
+        assert committing.dropped == 0
+        readable, _, _ = select.select([notices.fileno()], [], [], DEADLINE_S)
+        assert readable and notices.drain() == 1
+        assert heard == [*events, ("gone", None)]
+        assert listening.received == 1
+    finally:
+        committing.close()
+        listening.close()
+
+
+def test_a_burst_past_the_socket_queue_drops_notices_and_long_polls_still_answer(tmp_path: Path) -> None:
+    """The worker is stopped (SIGSTOP) while another process commits more often than its wake-up socket
+    can queue: the committer counts the notices it could not send; once the worker runs again its loop
+    drains what was queued, a long poll whose notice was dropped answers at its timeout (and the next
+    poll sees the commit at once), and the loop's reader still wakes later polls."""
+    data = tmp_path / "data"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, "serve", "--data", str(data), "--port", str(port), "--workers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    stopped = False
+    try:
+        wait_healthy(url, "diffstore serve --workers 1 to start")
+        for name in ("late", "burst"):
+            created = httpx.post(url + "/collections/", json={"collectionName": name, "isManual": True})
+            assert created.status_code == 200
+        wait_until(lambda: len(list((data / "wake").iterdir())) == 1, DEADLINE_S, "the server to listen")
+        poll = long_poll(port, "late", "", timeout_ms=3_000)
+
+        def waiting() -> bool:
+            text = httpx.get(url + "/metrics").text
+            return "diffstore_longpoll_waiters 1.0" in text
+
+        wait_until(waiting, DEADLINE_S, "the poll to wait")
+        os.kill(server.pid, signal.SIGSTOP)
+        stopped = True
+        with Store.open(data, StoreConfig(background=False)) as store:
+            burst = store.collection("burst")
+            for n in range(1, 31):  # 30 transactions, one notice each: the queue holds 10 or so
+                burst.start_generation(b"%03d" % n)
+                burst.commit_generation(b"%03d" % n)
+            late = store.collection("late")
+            late.start_generation(b"1")
+            late.commit_generation(b"1")  # its notice finds the queue full too
+            assert store.commit_notices_dropped >= 1
+        os.kill(server.pid, signal.SIGCONT)
+        stopped = False
+        got = answer(poll)  # at its timeout (3 s), with the id it was given
+        assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b'{"generationId":{"value":""}}')
+        again = answer(long_poll(port, "late", ""))  # the current generation differs: at once
+        assert again.endswith(b'{"generationId":{"value":"1"}}')
+
+        # the loop's reader survived the burst: the next commit wakes a waiting poll
+        poll = long_poll(port, "late", "1")
+        wait_until(lambda: server_rx_queue(port, poll.getsockname()[1]) == 0, DEADLINE_S, "the poll read")
+        wait_until(waiting, DEADLINE_S, "the poll to wait")
+        commit_elsewhere(data, "late", "2")
+        assert answer(poll).endswith(b'{"generationId":{"value":"2"}}')
+    finally:
+        if stopped:
+            os.kill(server.pid, signal.SIGCONT)
+        server.send_signal(signal.SIGTERM)
+        try:
+            code = server.wait(timeout=DEADLINE_S)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+        output = server.stdout.read().decode() if server.stdout else ""
+        close_pipes(server)
+    assert code == 0, output
