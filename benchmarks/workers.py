@@ -6,12 +6,16 @@ Figures (every server is ``diffstore serve`` in its own process tree, as users r
   diff pages   2 client processes, each reading the diff (beginning -> current) of its half of the key range
                in msgpack pages of 10k, over and over for ``--seconds``; records/s of both together,
                ``--workers 2`` vs ``--workers 1``, rounds interleaved, medians              goal >= 1.6x
-               Clients (``--client``): "lean" (default) is one raw keep-alive HTTP/1.1 connection per process
-               and ``msgpack.unpackb`` per page; "raw" counts each page's items without decoding them (what
-               the server alone can do); "httpx" is httpx. With 2 workers the clients' two
-               connections are on different workers (a client reconnects until they are: the kernel spreads
-               connections by a hash, which two can share). Printed beside: the CPU cores the clients and the
-               server used, and the most 2 workers can give on this machine's CPUs given both
+               Clients (``--client``): "raw" (default) is one raw keep-alive HTTP/1.1 connection per process
+               that receives every byte of every page, walks each page's msgpack in C (each item skipped
+               whole, not made into objects), counts the items and follows the page's real cursor; each
+               complete pass must count exactly the records of its range. "lean" is the same connection with
+               ``msgpack.unpackb`` of every page (what a bulk reader that keeps the items pays); "httpx" is
+               httpx. With 2 workers the clients' two connections are on different workers (a client
+               reconnects until they are: the kernel spreads connections by a hash, which two can share).
+               Printed beside: the CPU the clients and the server spent per record, and the most 2 workers
+               can give on this machine's CPUs given both: 2 workers and the clients share the CPUs, so the
+               ratio is at most 2 s / (s + c) (s: server CPU per record, c: clients' CPU per record)
   wake-up      a commit by another process (an embedded ``Store`` in a child process; its stamp is taken
                when ``commit_generation`` has returned, i.e. the commit is durable) -> each of 10 long polls
                (spread over 2 workers) holding its answer; p50/p99 over every answer of ``--wake-rounds``
@@ -131,15 +135,17 @@ def load(url: str, records: int) -> None:
         ).raise_for_status()
 
 
-def read_diff(conn: Connection, url: str, lo: bytes, hi: bytes, seconds: float, client: str) -> None:
+def read_diff(
+    conn: Connection, url: str, lo: bytes, hi: bytes, expected: int, seconds: float, client: str
+) -> None:
     """Child process: reads the diff of [lo, hi) page by page, again and again; sends
-    (records/s, CPU seconds it used, wall seconds).
+    (records/s, CPU seconds it used, wall seconds). Each complete pass must count ``expected`` records.
 
-    ``client``: "lean" is one raw keep-alive HTTP/1.1 connection and ``msgpack.unpackb`` of each answer
-    (what a bulk reader needs, and no more); "raw" the same connection, counting the items without
-    making them (a client that costs next to nothing: what the server alone can do); "httpx" is httpx, as
-    a first-time user writes it. Its connection is open when it says "ready"; told "again", it opens a
-    new one.
+    ``client``: "raw" is one raw keep-alive HTTP/1.1 connection receiving every byte of each answer and
+    walking its msgpack in C without making the items into objects (a client that costs next to
+    nothing: what the server can do); "lean" the same connection with ``msgpack.unpackb`` of each answer
+    (what a bulk reader that keeps the items needs, and no more); "httpx" is httpx, as a first-time user
+    writes it. Its connection is open when it says "ready"; told "again", it opens a new one.
     """
     records = 0
     get_page, close = _connect(url, client)
@@ -152,12 +158,16 @@ def read_diff(conn: Connection, url: str, lo: bytes, hi: bytes, seconds: float, 
     while time.perf_counter() - start < seconds:
         body = msgpack.packb({"fromGenerationId": b"", "fromKey": lo, "toKey": hi, "limit": BATCH})
         page = get_page("POST", "/collections/d/diff/", body)
+        passed = 0
         while True:
-            records += len(page["items"])
+            passed += len(page["items"])
             cursor = page.get("cursorId")
             if not cursor:
                 break
             page = get_page("GET", f"/collections/d/diff/{cursor}", b"")
+        if passed != expected:
+            raise RuntimeError(f"a pass over [{lo!r}, {hi!r}) read {passed} records, not {expected}")
+        records += passed
     wall = time.perf_counter() - start
     conn.send((records / wall, time.process_time() - cpu, wall))
 
@@ -227,12 +237,12 @@ def diff_rate(
     clients and the server (all its processes) used meanwhile, and the client connections per server
     process (each client's connection on a process of its own, when the server has several)."""
     middle = b"key-%012d" % (records // 2)
-    ranges = [(b"key-", middle), (middle, b"key-\xff")]
+    ranges = [(b"key-", middle, records // 2), (middle, b"key-\xff", records - records // 2)]
     context = multiprocessing.get_context("spawn")
     pipes, procs = [], []
-    for lo, hi in ranges:
+    for lo, hi, expected in ranges:
         ours, theirs = context.Pipe()
-        proc = context.Process(target=read_diff, args=(theirs, url, lo, hi, seconds, client))
+        proc = context.Process(target=read_diff, args=(theirs, url, lo, hi, expected, seconds, client))
         proc.start()
         pipes.append(ours)
         procs.append(proc)
@@ -398,9 +408,9 @@ def main() -> None:
     parser.add_argument(
         "--client",
         choices=("lean", "raw", "httpx"),
-        default="lean",
-        help="diff readers: one keep-alive connection + msgpack (lean), the same counting items without"
-        " decoding them (raw), or httpx",
+        default="raw",
+        help="diff readers: one keep-alive connection receiving every byte and counting each page's items"
+        " in C (raw), the same decoding every page with msgpack.unpackb (lean), or httpx",
     )
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -424,9 +434,9 @@ def main() -> None:
                     shutil.rmtree(data)
                     print(
                         f"diff round {r}, --workers {workers}: {rate:,.0f} records/s; CPU cores used: clients"
-                        f" {client_cores:.2f}, server {server_cores:.2f}; connections per server process"
-                        f" {spread};"
-                        f" load average {os.getloadavg()[0]:.1f}",
+                        f" {client_cores:.2f}, server {server_cores:.2f} (per record: clients"
+                        f" {client_cores / rate * 1e6:.2f} us, server {server_cores / rate * 1e6:.2f} us);"
+                        f" connections per server process {spread}; load average {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
             one, two = statistics.median(rates[1]), statistics.median(rates[2])
@@ -436,12 +446,16 @@ def main() -> None:
             client_one = statistics.median(c for c, _ in cores[1])
             server_one = statistics.median(s for _, s in cores[1])
             bound = 2 * server_one / (server_one + client_one) if server_one + client_one else float("nan")
+            per_c, per_s = client_one / one * 1e6, server_one / one * 1e6
+            busy_two = statistics.median(c + s for c, s in cores[2])
             print(
                 f"diff pages, 2 {args.client} client processes over 2 key ranges: --workers 2 {two:,.0f}"
-                f" records/s, --workers 1 {one:,.0f}; ratio {two / one:.2f} (goal >= 1.6). Per record the"
-                f" clients used {client_one / server_one if server_one else float('nan'):.2f}x the server's"
-                f" CPU: on {len(os.sched_getaffinity(0))} CPUs shared by both, 2 workers can reach at most"
-                f" {bound:.2f}x one worker (2 server / (server + client)), less whatever else runs"
+                f" records/s, --workers 1 {one:,.0f}; ratio {two / one:.2f} (goal >= 1.6)."
+                f" CPU per record with one worker: server s = {per_s:.2f} us ({server_one:.2f} cores),"
+                f" clients c = {per_c:.2f} us ({client_one:.2f} cores), c/s = {client_one / server_one:.2f};"
+                f" on {len(os.sched_getaffinity(0))} CPUs shared by both, 2 workers can reach at most"
+                f" 2s/(s+c) = {bound:.2f}x one worker (one worker: about one core, its GIL), less whatever"
+                f" else runs; with 2 workers clients and server kept {busy_two:.2f} cores busy"
             )
         if "wake" in only:
             with serve(root / "wake-2", 2) as url, committing(root / "wake-2") as pipe:
