@@ -341,12 +341,13 @@ class Store:
 
         return remove
 
-    def commit_notices(self) -> NoticeSource:
+    def commit_notices(self) -> NoticeSource | None:
         """Lets the caller's event loop read other processes' commit notices instead of a thread.
 
         Register ``fileno()`` for reading and call ``drain()`` whenever it is readable: the events reach
         this store's listeners in that thread, at once. Call ``release()`` before the loop stops watching
-        (a thread reads them again). See :mod:`diffstore.engine.wakeup`.
+        (a thread reads them again). None while another loop reads them (two servers over one store):
+        its thread delivers them to every listener. See :mod:`diffstore.engine.wakeup`.
         """
         return self._wakeup.hand_over(self._on_notice)
 

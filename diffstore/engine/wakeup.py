@@ -211,12 +211,13 @@ class Wakeup:
             if self._thread is None and self._source is None:
                 self._start_thread(listener)
 
-    def hand_over(self, deliver: Deliver) -> NoticeSource:
+    def hand_over(self, deliver: Deliver) -> NoticeSource | None:
         """Hands the reading of the listening socket (bound now if it was not) to the caller's event loop:
-        the thread stops (or never starts) until the source is released. One source at a time."""
+        the thread stops (or never starts) until the source is released. None while another loop holds
+        the source (one at a time): that loop's thread then delivers to every listener."""
         with self._state_lock:
             if self._source is not None:
-                raise RuntimeError("the commit notices are read by another loop already")
+                return None
             listener = self._bind(deliver)
             self._stop_thread()
             self._source = NoticeSource(self, listener, self._deliver or deliver)

@@ -192,13 +192,14 @@ class CommitHub:
         self.closed = False
         if _running_loop() is loop:
             self._loop_thread = threading.get_ident()
-            notices = store.commit_notices()
-            try:
-                loop.add_reader(notices.fileno(), notices.drain)
-            except NotImplementedError:  # a loop without add_reader (Windows' proactor): the thread reads
-                notices.release()
-            else:
-                self._notices = notices
+            notices = store.commit_notices()  # None: another server's loop reads them for the store
+            if notices is not None:
+                try:
+                    loop.add_reader(notices.fileno(), notices.drain)
+                except NotImplementedError:  # a loop without add_reader (Windows' proactor): a thread reads
+                    notices.release()
+                else:
+                    self._notices = notices
         unsubscribe_commits = store.add_commit_listener(self._on_commit)
         unsubscribe_deletes = store.add_delete_listener(self._on_delete)
 

@@ -15,10 +15,13 @@ import threading
 from pathlib import Path
 
 import httpx
+import uvicorn
 
 from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
 from diffstore.engine.wakeup import Wakeup
+from diffstore.server import ServerConfig
+from diffstore.server.app import create_app
 from tests.helpers import close_pipes
 
 from .conftest import live_server, wait_until
@@ -108,6 +111,8 @@ def test_a_store_without_a_loop_hears_other_processes_through_its_thread_again_a
 
         # handed over to a "loop" (this test's thread): the thread stops; drain delivers here
         notices = store.commit_notices()
+        assert notices is not None
+        assert store.commit_notices() is None  # one loop at a time
         wait_until(lambda: wakeup_threads() == [], DEADLINE_S, "the thread to stop")
         got.clear()
         commit_elsewhere(data, "m", "2")
@@ -136,6 +141,7 @@ def test_the_events_of_one_transaction_travel_in_one_datagram(tmp_path: Path) ->
     listening, committing = Wakeup(tmp_path), Wakeup(tmp_path)
     try:
         notices = listening.hand_over(lambda name, generation: heard.append((name, generation)))
+        assert notices is not None
         events: list[tuple[str, bytes | None]] = [(f"c{i:03d}", b"%d" % i) for i in range(50)]
         committing.notify([*events, ("gone", None)])
         assert committing.dropped == 0
@@ -212,3 +218,34 @@ def test_a_burst_past_the_socket_queue_drops_notices_and_long_polls_still_answer
         output = server.stdout.read().decode() if server.stdout else ""
         close_pipes(server)
     assert code == 0, output
+
+
+def test_two_servers_over_one_store_are_both_woken_by_another_process(tmp_path: Path) -> None:
+    """One loop reads the store's notices; the other server's hub hears them from that loop's thread."""
+    data = tmp_path / "data"
+    with Store.open(data, StoreConfig(background=False)) as store:
+        store.create_collection("m", manual=True)
+        servers, threads, ports = [], [], []
+        for _ in range(2):
+            port = free_port()
+            app = create_app(store, ServerConfig(port=port))
+            server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+            thread = threading.Thread(target=server.run, daemon=True)
+            thread.start()
+            servers.append(server)
+            threads.append(thread)
+            ports.append(port)
+        try:
+            for server in servers:
+                wait_until(lambda: server.started, DEADLINE_S, "the server to start")  # noqa: B023
+            polls = [long_poll(port, "m", "") for port in ports]
+            hubs = [server.config.app.state.hub for server in servers]
+            wait_until(lambda: all(hub.waiting("m") == 1 for hub in hubs), DEADLINE_S, "both polls to wait")
+            commit_elsewhere(data, "m", "1")
+            for poll in polls:
+                assert answer(poll).endswith(b'{"generationId":{"value":"1"}}')
+        finally:
+            for server in servers:
+                server.should_exit = True
+            for thread in threads:
+                thread.join(timeout=DEADLINE_S)
