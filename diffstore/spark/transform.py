@@ -114,8 +114,8 @@ class Transform:
         local_diff_max_rows: a source's diff with at most this many changes (one HTTP page, at most
             10,000) is read on the driver and handed to Spark as local data, instead of by Spark tasks
             that are then checkpointed: small rounds skip two Spark jobs per source. 0 turns it off.
-            The default, 5,000, is below where Spark's parallel tasks win (between 5,000 and 10,000
-            changes in ``benchmarks/small_rounds.py``).
+            The default, 5,000, is below where Spark's parallel tasks catch up (at 10,000 changes
+            both paths take about as long in ``benchmarks/small_rounds.py``).
         lease_ttl_ms: run as one of several runners of this target, exactly one active: rounds run only
             while this runner holds the target's lease ``transform`` (renewed every ttl/3 by a
             :class:`~diffstore.leases.LeaseGuard` thread) and carry its fencing token; the others stand
