@@ -7,9 +7,10 @@ Figures (every server is ``diffstore serve`` in its own process tree, as users r
                in msgpack pages of 10k, over and over for ``--seconds``; records/s of both together,
                ``--workers 2`` vs ``--workers 1``, rounds interleaved, medians              goal >= 1.6x
                Clients (``--client``): "raw" (default) is one raw keep-alive HTTP/1.1 connection per process
-               that receives every byte of every page, walks each page's msgpack in C (each item skipped
-               whole, not made into objects), counts the items and follows the page's real cursor; each
-               complete pass must count exactly the records of its range. "lean" is the same connection with
+               that receives every byte of every page, walks each page's msgpack in C (the items array
+               skipped whole, no object made for an item), counts the items from the array's header and
+               follows the page's real cursor; each complete pass must count exactly the records of its
+               range (about 0.03 us of Python per record, then the kernel's copy). "lean" is the same with
                ``msgpack.unpackb`` of every page (what a bulk reader that keeps the items pays); "httpx" is
                httpx. With 2 workers the clients' two connections are on different workers (a client
                reconnects until they are: the kernel spreads connections by a hash, which two can share).
@@ -222,17 +223,17 @@ def _connect(url: str, client: str) -> tuple[Pages, Callable[[], None]]:
         body = reader.read(length)
         if client == "lean":
             return msgpack.unpackb(body)
-        # "raw": the page's items are counted and skipped (parsed in C, no object made for them)
-        unpacker = msgpack.Unpacker()
+        # "raw": the items array is walked whole by one skip() in C (every item parsed, no object made)
+        # and counted from its header; the other fields (the cursor) are decoded
+        unpacker = msgpack.Unpacker(max_buffer_size=max(len(body), 1 << 20))
         unpacker.feed(body)
         page: dict[str, Any] = {}
         for _ in range(unpacker.read_map_header()):
             field = unpacker.unpack()
             if field == "items":
-                count = unpacker.read_array_header()
-                for _ in range(count):
-                    unpacker.skip()
-                page["items"] = range(count)
+                at = unpacker.tell()
+                unpacker.skip()
+                page["items"] = range(array_length(body, at))
             else:
                 page[field] = unpacker.unpack()
         return page
@@ -242,6 +243,18 @@ def _connect(url: str, client: str) -> tuple[Pages, Callable[[], None]]:
         sock.close()
 
     return lean_page, close
+
+
+def array_length(data: bytes, at: int) -> int:
+    """The length of the msgpack array whose header starts at ``data[at]``."""
+    head = data[at]
+    if head & 0xF0 == 0x90:  # fixarray
+        return head & 0x0F
+    if head == 0xDC:  # array 16
+        return int.from_bytes(data[at + 1 : at + 3], "big")
+    if head == 0xDD:  # array 32
+        return int.from_bytes(data[at + 1 : at + 5], "big")
+    raise ValueError(f"not a msgpack array header: {head:#x}")
 
 
 def diff_rate(
