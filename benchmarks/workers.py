@@ -26,6 +26,9 @@ Figures (every server is ``diffstore serve`` in its own process tree, as users r
                the durable commit to each client holding its answer; baseline: the bare uvloop fan-out floor
                of benchmarks/http_api.py in interleaved rounds (its commit stamp is taken as it receives
                the commit request)                                                        goal <= 1.1x
+               Printed beside: the same floor spread over as many processes as workers (each woken by a
+               datagram, as the workers are), and the CPU each server used from the commit until every
+               client held its answer (the client process shares the CPUs with them)
 
 On a machine shared with other work the figures move between runs: compare the ratios of one run. On two
 CPUs, servers and clients share them (no pinning here: the point of workers is to use every CPU).
@@ -68,6 +71,88 @@ from http_api import (
 
 MSGPACK = {"content-type": "application/msgpack", "accept": "application/msgpack"}
 BATCH = 10_000
+# The bare fan-out floor of http_api.FANOUT_FLOOR spread over processes as ``serve --workers N`` spreads the
+# waiters: N uvloop processes (forked) on one port with SO_REUSEPORT, each answering its own waiters with one
+# pre-built response in one loop. The process that receives the commit request stamps it, tells the others
+# by a UNIX datagram (as diffstore's wake-up does) and fans out its own; the others fan out theirs when the
+# datagram arrives (read by the loop). Arguments: stamps file, processes, port.
+FANOUT_FLOOR_PROCESSES = """
+import asyncio, os, signal, socket, sys, time, uvloop
+stamps, processes, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+EMPTY = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: 2\\r\\n\\r\\n{}"
+BODY = b'{"generationId":{"value":"1"}}'
+ANSWER = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: %d\\r\\n\\r\\n%s" % (
+    len(BODY), BODY)
+def address(i):
+    return b"\\0diffstore-floor-%d-%d" % (port, i)
+kids = []
+me = 0
+for i in range(1, processes):
+    pid = os.fork()
+    if pid == 0:
+        me, kids = i, []
+        break
+    kids.append(pid)
+if kids:
+    def stop(signum, frame):
+        for kid in kids:
+            os.kill(kid, signal.SIGTERM)
+        os._exit(0)
+    signal.signal(signal.SIGTERM, stop)
+out = os.open(stamps, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+waiting = {}
+notices = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+notices.bind(address(me))
+notices.setblocking(False)
+def fan_out(collection):
+    for transport in waiting.pop(collection, []):
+        transport.write(ANSWER)
+def on_notice():
+    while True:
+        try:
+            fan_out(notices.recv(4096).decode())
+        except BlockingIOError:
+            return
+class Floor(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+    def data_received(self, data):
+        self.buffer += data
+        while b"\\r\\n\\r\\n" in self.buffer:
+            head, _, rest = self.buffer.partition(b"\\r\\n\\r\\n")
+            length = 0
+            for line in head.split(b"\\r\\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(rest) < length:
+                return
+            self.buffer = rest[length:]
+            path = head.split(b" ")[1].decode()
+            collection = path.split("/")[2] if path.startswith("/collections/") else ""
+            if "/generationId/stream" in path:
+                waiting.setdefault(collection, []).append(self.transport)
+            elif path.endswith("/generation/commit"):
+                os.write(out, b"%s %d\\n" % (collection.encode(), time.perf_counter_ns()))
+                for i in range(processes):
+                    if i != me:
+                        notices.sendto(collection.encode(), address(i))
+                fan_out(collection)
+                self.transport.write(EMPTY)
+            else:
+                self.transport.write(EMPTY)
+async def main():
+    loop = asyncio.get_running_loop()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(4096)
+    loop.add_reader(notices.fileno(), on_notice)
+    server = await loop.create_server(Floor, sock=listener)
+    await server.serve_forever()
+uvloop.run(main())
+"""
 
 
 @contextmanager
@@ -501,44 +586,56 @@ def main() -> None:
             )
         if "fanout" in only:
             raise_fd_limit(args.waiters + 200)
-            ours: list[tuple[float, float, float]] = []
-            floor: list[tuple[float, float, float]] = []
-            floor_stamps = root / "floor-stamps"
+            n = args.fanout_workers
+            results: dict[str, list[tuple[float, float, float]]] = {"ours": [], "floor": [], "floor-n": []}
+            stamps = {"floor": root / "floor-stamps", "floor-n": root / "floor-n-stamps"}
             with (
-                serve_process(root / "fanout", args.fanout_workers) as (url, pid),
+                serve_process(root / "fanout", n) as (url, pid),
                 committing(root / "fanout") as pipe,
-                child(FANOUT_FLOOR, str(floor_stamps)) as floor_url,
+                child(FANOUT_FLOOR, str(stamps["floor"])) as floor_url,
+                child(FANOUT_FLOOR_PROCESSES, str(stamps["floor-n"]), str(n)) as floor_n_url,
             ):
-                floor_pid = next(
-                    proc.pid
-                    for proc in psutil.Process().children()
-                    if str(floor_stamps) in proc.cmdline()  # the floor's process, by its argument
-                )
+                pids = {"ours": pid}
+                for proc in psutil.Process().children():  # each floor's process, by its stamps argument
+                    for name, path in stamps.items():
+                        if str(path) in proc.cmdline():
+                            pids[name] = proc.pid
+                urls = {"ours": url, "floor": floor_url, "floor-n": floor_n_url}
+                order = ["ours", "floor", "floor-n"]
                 for r in range(args.rounds):
-                    for which in ("ours", "floor") if r % 2 == 0 else ("floor", "ours"):
-                        if which == "ours":
-                            ours.append(fanout_round(url, pid, pipe, None, f"f{r}", args.waiters))
-                        else:
-                            floor.append(
-                                fanout_round(floor_url, floor_pid, None, floor_stamps, f"f{r}", args.waiters)
+                    for which in order[r % 3 :] + order[: r % 3]:
+                        results[which].append(
+                            fanout_round(
+                                urls[which],
+                                pids[which],
+                                pipe if which == "ours" else None,
+                                stamps.get(which),
+                                f"f{r}",
+                                args.waiters,
                             )
+                        )
                     print(
-                        f"fan-out round {r}: ours p50 {ours[-1][0]:.1f} ms p99 {ours[-1][1]:.1f} ms"
-                        f" (server CPU {ours[-1][2]:.1f} ms), floor p50 {floor[-1][0]:.1f} ms"
-                        f" p99 {floor[-1][1]:.1f} ms (CPU {floor[-1][2]:.1f} ms);"
-                        f" load average {os.getloadavg()[0]:.1f}",
+                        f"fan-out round {r}:"
+                        + ",".join(
+                            f" {which} p50 {results[which][-1][0]:.1f} ms p99 {results[which][-1][1]:.1f} ms"
+                            f" (server CPU {results[which][-1][2]:.1f} ms)"
+                            for which in order
+                        )
+                        + f"; load average {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
-            p50, p99, cpu = (statistics.median(x[i] for x in ours) for i in (0, 1, 2))
-            floor50, floor99, floor_cpu = (statistics.median(x[i] for x in floor) for i in (0, 1, 2))
+            (p50, p99, cpu), (floor50, floor99, floor_cpu), (n50, n99, n_cpu) = (
+                tuple(statistics.median(x[i] for x in results[which]) for i in (0, 1, 2)) for which in order
+            )
             print(
-                f"long poll, {args.waiters} waiters over {args.fanout_workers} workers, woken by another"
-                " process's commit:"
+                f"long poll, {args.waiters} waiters over {n} workers, woken by another process's commit:"
                 f" p50 {p50:.1f} ms, p99 {p99:.1f} ms; bare fan-out floor (one process) p50 {floor50:.1f} ms,"
-                f" p99 {floor99:.1f} ms; p99 ratio {p99 / floor99:.2f} (goal <= 1.1). Server CPU from the"
-                f" commit until every client held its answer: ours {cpu:.1f} ms, floor {floor_cpu:.1f} ms"
-                f" ({cpu / floor_cpu:.1f}x): on {len(os.sched_getaffinity(0))} CPUs the client process"
-                " reading the answers shares them with the server"
+                f" p99 {floor99:.1f} ms; p99 ratio {p99 / floor99:.2f} (goal <= 1.1). The same floor spread"
+                f" over {n} processes woken by a datagram: p50 {n50:.1f} ms, p99 {n99:.1f} ms (ours / it:"
+                f" {p99 / n99:.2f}). Server CPU from the commit until every client held its answer: ours"
+                f" {cpu:.1f} ms, floor {floor_cpu:.1f} ms, floor over {n} processes {n_cpu:.1f} ms; on"
+                f" {len(os.sched_getaffinity(0))} CPUs the client process reading the answers shares them"
+                " with the servers"
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
