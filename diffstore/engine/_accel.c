@@ -6,9 +6,9 @@
  *
  *   sorted_short_rows(items, record_prefix, record_suffix, change_prefix)
  *       The rows of ``records`` and ``changes`` for a put of (key, value) pairs whose keys are short and
- *       strictly ascend (so none repeats): (records keys, their stored values, changes keys), built as
- *       layout.py's short_rows builds them. None when the items are not such a list (the general path
- *       takes them).
+ *       strictly ascend (so none repeats), as layout.py's short_rows builds them: a SortedRows whose
+ *       records() and changes() iterate them (keys and values as bytearrays). None when the items are
+ *       not such a list (the general path takes them).
  *
  *   DiffScan(records_iter, from_seq, to_bound, stop, from_key, to_key, after_key, idle_limit, item_type, empty)
  *       An iterator of the diff items that diff.py's forward scan yields from the same records iterator;
@@ -70,11 +70,49 @@ static int compare_concat(const char *a, Py_ssize_t alen, const char *h, Py_ssiz
 
 /* ---- sorted_short_rows --------------------------------------------------------------------------- */
 
+/* The checked items of a sorted put and where their rows go: ``records()`` and ``changes()`` iterate the
+ * rows, built as they are asked for. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *items; /* a list of our own: the caller's may change while putmulti has let the GIL go */
+    PyObject *record_prefix, *record_suffix, *change_prefix, *empty; /* bytes */
+    PyObject *first_record_key, *first_change_key;
+} SortedRows;
+
+/* One pass over SortedRows' items, one row per step. Like ``zip``, it hands out the same row tuple again
+ * -- its key and value bytearrays filled anew -- when nobody but the iterator holds the row or what is
+ * in it any more: putmulti copies each row into LMDB before it asks for the next one, so a batch
+ * allocates (and frees) no object per row. Anything kept by the consumer is never written again. */
+typedef struct {
+    PyObject_HEAD
+    SortedRows *rows;
+    Py_ssize_t index;
+    int changes; /* 0: rows of ``records``, 1: rows of ``changes`` */
+    PyObject *row;
+} RowIter;
+
+static PyTypeObject SortedRowsType, RowIterType;
+
+/* the record key (changes 0) or change key (changes 1) of a short key, into ``out`` */
+static void row_key_into(SortedRows *rows, int changes, const char *k, Py_ssize_t kl, char *out) {
+    PyObject *prefix = changes ? rows->change_prefix : rows->record_prefix;
+    memcpy(out, PyBytes_AS_STRING(prefix), (size_t)PyBytes_GET_SIZE(prefix));
+    out = escape_into(out + PyBytes_GET_SIZE(prefix), k, kl);
+    out[0] = out[1] = 0;
+    if (!changes)
+        memcpy(out + 2, PyBytes_AS_STRING(rows->record_suffix), (size_t)PyBytes_GET_SIZE(rows->record_suffix));
+}
+
+static Py_ssize_t row_key_length(SortedRows *rows, int changes, const char *k, Py_ssize_t kl) {
+    Py_ssize_t el = escaped_length(k, kl);
+    if (changes) return PyBytes_GET_SIZE(rows->change_prefix) + el + 2;
+    return PyBytes_GET_SIZE(rows->record_prefix) + el + 2 + PyBytes_GET_SIZE(rows->record_suffix);
+}
+
 static PyObject *sorted_short_rows(PyObject *module, PyObject *args) {
-    PyObject *items;
-    const char *rp, *rs, *cp;
-    Py_ssize_t rpl, rsl, cpl;
-    if (!PyArg_ParseTuple(args, "Oy#y#y#:sorted_short_rows", &items, &rp, &rpl, &rs, &rsl, &cp, &cpl))
+    PyObject *items, *record_prefix, *record_suffix, *change_prefix;
+    if (!PyArg_ParseTuple(args, "OSSS:sorted_short_rows", &items, &record_prefix, &record_suffix,
+                          &change_prefix))
         return NULL;
     if (!PyList_CheckExact(items) || PyList_GET_SIZE(items) == 0) Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(items);
@@ -92,55 +130,155 @@ static PyObject *sorted_short_rows(PyObject *module, PyObject *args) {
         previous = k;
         previous_length = kl;
     }
-    /* No Python code ran since the checks: the list and its items are as checked. Three lists rather
-     * than rows of tuples: ``zip`` hands putmulti the pairs without a tuple per row to allocate and for
-     * the cyclic GC to track. */
-    PyObject *record_keys = PyList_New(n), *values = PyList_New(n), *change_keys = PyList_New(n);
-    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
-    if (record_keys == NULL || values == NULL || change_keys == NULL || empty == NULL) goto fail;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        PyObject *key = PyTuple_GET_ITEM(item, 0), *value = PyTuple_GET_ITEM(item, 1);
-        const char *k = PyBytes_AS_STRING(key);
-        Py_ssize_t kl = PyBytes_GET_SIZE(key), el = escaped_length(k, kl);
-        PyObject *record_key = PyBytes_FromStringAndSize(NULL, rpl + el + 2 + rsl);
-        PyObject *change_key = PyBytes_FromStringAndSize(NULL, cpl + el + 2);
-        PyObject *stored;
-        if (value == Py_None) {
-            stored = empty;
-            Py_INCREF(stored);
-        } else {
-            Py_ssize_t vl = PyBytes_GET_SIZE(value);
-            stored = PyBytes_FromStringAndSize(NULL, vl + 1);
-            if (stored != NULL) {
-                PyBytes_AS_STRING(stored)[0] = 1;
-                memcpy(PyBytes_AS_STRING(stored) + 1, PyBytes_AS_STRING(value), (size_t)vl);
-            }
-        }
-        /* set before the check: the lists' deallocation frees what was made (and skips NULL slots) */
-        PyList_SET_ITEM(record_keys, i, record_key);
-        PyList_SET_ITEM(values, i, stored);
-        PyList_SET_ITEM(change_keys, i, change_key);
-        if (record_key == NULL || change_key == NULL || stored == NULL) goto fail;
-        char *out = PyBytes_AS_STRING(record_key);
-        memcpy(out, rp, (size_t)rpl);
-        out = escape_into(out + rpl, k, kl);
-        out[0] = out[1] = 0;
-        memcpy(out + 2, rs, (size_t)rsl);
-        out = PyBytes_AS_STRING(change_key);
-        memcpy(out, cp, (size_t)cpl);
-        out = escape_into(out + cpl, k, kl);
-        out[0] = out[1] = 0;
+    /* No Python code ran since the checks: the list and its items are as checked. The copy holds the
+     * same (immutable) items. */
+    SortedRows *rows = PyObject_New(SortedRows, &SortedRowsType);
+    if (rows == NULL) return NULL;
+    rows->items = PyList_GetSlice(items, 0, n);
+    Py_INCREF(record_prefix);
+    rows->record_prefix = record_prefix;
+    Py_INCREF(record_suffix);
+    rows->record_suffix = record_suffix;
+    Py_INCREF(change_prefix);
+    rows->change_prefix = change_prefix;
+    rows->empty = PyBytes_FromStringAndSize(NULL, 0);
+    rows->first_record_key = rows->first_change_key = NULL;
+    if (rows->items == NULL || rows->empty == NULL) {
+        Py_DECREF(rows);
+        return NULL;
     }
-    Py_DECREF(empty);
-    return Py_BuildValue("(NNN)", record_keys, values, change_keys);
-fail:
-    Py_XDECREF(record_keys);
-    Py_XDECREF(values);
-    Py_XDECREF(change_keys);
-    Py_XDECREF(empty);
-    return NULL;
+    PyObject *first = PyTuple_GET_ITEM(PyList_GET_ITEM(rows->items, 0), 0);
+    const char *k = PyBytes_AS_STRING(first);
+    Py_ssize_t kl = PyBytes_GET_SIZE(first);
+    rows->first_record_key = PyBytes_FromStringAndSize(NULL, row_key_length(rows, 0, k, kl));
+    rows->first_change_key = PyBytes_FromStringAndSize(NULL, row_key_length(rows, 1, k, kl));
+    if (rows->first_record_key == NULL || rows->first_change_key == NULL) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    row_key_into(rows, 0, k, kl, PyBytes_AS_STRING(rows->first_record_key));
+    row_key_into(rows, 1, k, kl, PyBytes_AS_STRING(rows->first_change_key));
+    return (PyObject *)rows;
 }
+
+static void sorted_rows_dealloc(SortedRows *self) {
+    Py_XDECREF(self->items);
+    Py_XDECREF(self->record_prefix);
+    Py_XDECREF(self->record_suffix);
+    Py_XDECREF(self->change_prefix);
+    Py_XDECREF(self->empty);
+    Py_XDECREF(self->first_record_key);
+    Py_XDECREF(self->first_change_key);
+    PyObject_Free(self);
+}
+
+static PyObject *rows_iter(SortedRows *self, int changes) {
+    RowIter *it = PyObject_New(RowIter, &RowIterType);
+    if (it == NULL) return NULL;
+    Py_INCREF(self);
+    it->rows = self;
+    it->index = 0;
+    it->changes = changes;
+    it->row = NULL;
+    return (PyObject *)it;
+}
+
+static PyObject *sorted_rows_records(SortedRows *self, PyObject *unused) { return rows_iter(self, 0); }
+static PyObject *sorted_rows_changes(SortedRows *self, PyObject *unused) { return rows_iter(self, 1); }
+static Py_ssize_t sorted_rows_length(SortedRows *self) { return PyList_GET_SIZE(self->items); }
+
+static PyMethodDef sorted_rows_methods[] = {
+    {"records", (PyCFunction)sorted_rows_records, METH_NOARGS, "an iterator of the rows of ``records``"},
+    {"changes", (PyCFunction)sorted_rows_changes, METH_NOARGS, "an iterator of the rows of ``changes``"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef sorted_rows_members[] = {
+    {"first_record_key", T_OBJECT, offsetof(SortedRows, first_record_key), READONLY, "the lowest records key"},
+    {"first_change_key", T_OBJECT, offsetof(SortedRows, first_change_key), READONLY, "the lowest changes key"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PySequenceMethods sorted_rows_sequence = {.sq_length = (lenfunc)sorted_rows_length};
+
+static PyTypeObject SortedRowsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "diffstore.engine._accel.SortedRows",
+    .tp_basicsize = sizeof(SortedRows),
+    .tp_dealloc = (destructor)sorted_rows_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The checked items of a sorted put; records() and changes() iterate their rows.",
+    .tp_methods = sorted_rows_methods,
+    .tp_members = sorted_rows_members,
+    .tp_as_sequence = &sorted_rows_sequence,
+};
+
+static void row_iter_dealloc(RowIter *self) {
+    Py_XDECREF(self->rows);
+    Py_XDECREF(self->row);
+    PyObject_Free(self);
+}
+
+/* ``slot`` of the row as a bytearray of ``length`` bytes: the one there when only the row holds it */
+static char *row_buffer(PyObject *row, Py_ssize_t slot, Py_ssize_t length) {
+    PyObject *buffer = PyTuple_GET_ITEM(row, slot);
+    if (buffer != NULL && PyByteArray_CheckExact(buffer) && Py_REFCNT(buffer) == 1) {
+        if (PyByteArray_GET_SIZE(buffer) != length && PyByteArray_Resize(buffer, length) < 0) return NULL;
+        return PyByteArray_AS_STRING(buffer);
+    }
+    PyObject *fresh = PyByteArray_FromStringAndSize(NULL, length);
+    if (fresh == NULL) return NULL;
+    PyTuple_SET_ITEM(row, slot, fresh);
+    Py_XDECREF(buffer);
+    return PyByteArray_AS_STRING(fresh);
+}
+
+static PyObject *row_iter_next(RowIter *self) {
+    SortedRows *rows = self->rows;
+    if (self->index >= PyList_GET_SIZE(rows->items)) return NULL;
+    PyObject *item = PyList_GET_ITEM(rows->items, self->index);
+    self->index++;
+    PyObject *key = PyTuple_GET_ITEM(item, 0), *value = PyTuple_GET_ITEM(item, 1);
+    PyObject *row = self->row;
+    if (row == NULL || Py_REFCNT(row) != 1) { /* handed out and still held: a new one */
+        row = PyTuple_New(2);
+        if (row == NULL) return NULL;
+        Py_XSETREF(self->row, row);
+    }
+    const char *k = PyBytes_AS_STRING(key);
+    Py_ssize_t kl = PyBytes_GET_SIZE(key);
+    char *out = row_buffer(row, 0, row_key_length(rows, self->changes, k, kl));
+    if (out == NULL) return NULL;
+    row_key_into(rows, self->changes, k, kl, out);
+    if (self->changes) {
+        if (PyTuple_GET_ITEM(row, 1) != rows->empty) {
+            Py_INCREF(rows->empty);
+            Py_XSETREF(((PyTupleObject *)row)->ob_item[1], rows->empty);
+        }
+    } else if (value == Py_None) { /* a tombstone: b"" */
+        if (PyTuple_GET_ITEM(row, 1) != rows->empty) {
+            Py_INCREF(rows->empty);
+            Py_XSETREF(((PyTupleObject *)row)->ob_item[1], rows->empty);
+        }
+    } else { /* 01 value */
+        Py_ssize_t vl = PyBytes_GET_SIZE(value);
+        out = row_buffer(row, 1, vl + 1);
+        if (out == NULL) return NULL;
+        out[0] = 1;
+        memcpy(out + 1, PyBytes_AS_STRING(value), (size_t)vl);
+    }
+    Py_INCREF(row);
+    return row;
+}
+
+static PyTypeObject RowIterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "diffstore.engine._accel.RowIter",
+    .tp_basicsize = sizeof(RowIter),
+    .tp_dealloc = (destructor)row_iter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The rows of a SortedRows, one table's.",
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)row_iter_next,
+};
 
 /* ---- DiffScan ------------------------------------------------------------------------------------ */
 
@@ -421,7 +559,8 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__accel(void) {
-    if (PyType_Ready(&DiffScanType) < 0) return NULL;
+    if (PyType_Ready(&DiffScanType) < 0 || PyType_Ready(&SortedRowsType) < 0 || PyType_Ready(&RowIterType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&DiffScanType);

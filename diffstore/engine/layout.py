@@ -217,15 +217,14 @@ def short_rows(
     return record_keys, stored, [change_format % key for key in escaped]
 
 
-def sorted_short_rows(
-    cid_prefix: bytes, seq: int, items: object
-) -> tuple[list[bytes], list[bytes], list[bytes]] | None:
-    """Keys of ``records``, their stored values, and keys of ``changes`` (whose values are b"") for
-    ``items`` written in ``seq``, when the compiled
+def sorted_short_rows(cid_prefix: bytes, seq: int, items: object) -> _accel.SortedRows | None:
+    """The rows of ``records`` and of ``changes`` for ``items`` written in ``seq``, when the compiled
     accelerator is there and the items are a list of ``(key, value)`` tuples whose short keys strictly
     ascend (a bulk load of sorted keys: no key repeats, no lookup to make); else None.
 
-    The rows are those :func:`short_rows` builds for the same items (tests/engine/test_accel.py).
+    The rows are those :func:`short_rows` builds for the same items (tests/engine/test_accel.py), built
+    as ``putmulti`` asks for them, into the same row and bytearrays again once it let go of them: no
+    object per row.
     """
     accel = ACCEL
     if accel is None:

@@ -17,6 +17,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import lmdb
 import msgpack
@@ -35,6 +36,9 @@ from diffstore.engine.tables import (
 from diffstore.engine.types import PutItem, PutResult, ReaderUpdate
 from diffstore.engine.visibility import ReadPoint, live_phantom, point_version
 from diffstore.errors import GenerationMismatch, InvalidRequest, NotManual, OutdatedGeneration
+
+if TYPE_CHECKING:
+    from diffstore.engine._accel import SortedRows  # the compiled accelerator's (it may not be built)
 
 
 def _require_manual(meta: CollectionMeta) -> None:
@@ -230,7 +234,7 @@ def _phantom_write(
 
 def _put_rows(
     cursor: lmdb.Cursor,
-    rows: Callable[[], Iterable[tuple[bytes, bytes]]],
+    rows: Callable[[], Iterable[tuple[bytes | bytearray, bytes | bytearray]]],
     first_key: bytes,
     count: int,
     ascending: bool,
@@ -250,9 +254,7 @@ def _put_rows(
     cursor.putmulti(rows())
 
 
-def _sorted_rows(
-    meta: CollectionMeta, items: Iterable[PutItem], plain: bool
-) -> tuple[list[bytes], list[bytes], list[bytes]] | None:
+def _sorted_rows(meta: CollectionMeta, items: Iterable[PutItem], plain: bool) -> SortedRows | None:
     """The rows of a plain put (no phantom, no condition) of sorted short keys into the open generation,
     built at C speed (``layout.sorted_short_rows``), or None: the general path takes the items."""
     if not plain or meta.next_seq is None:
@@ -324,22 +326,9 @@ def put_many(
             kept[key] = value
         latest = kept
     if fast is not None:
-        record_keys, values, change_keys = fast
-        count = len(record_keys)
-        _put_rows(
-            txn.cursor(db=tables.records),
-            lambda: zip(record_keys, values, strict=True),
-            record_keys[0],
-            count,
-            True,
-        )
-        _put_rows(
-            txn.cursor(db=tables.changes),
-            lambda: zip(change_keys, itertools.repeat(b"")),
-            change_keys[0],
-            count,
-            True,
-        )
+        count = len(fast)
+        _put_rows(txn.cursor(db=tables.records), fast.records, fast.first_record_key, count, True)
+        _put_rows(txn.cursor(db=tables.changes), fast.changes, fast.first_change_key, count, True)
         return _written(txn, tables, meta, target, count, max_generation_records)
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False

@@ -67,11 +67,21 @@ def test_sorted_rows_are_the_general_rows(
     assert (got is not None) == applies
     if got is not None:
         record_keys, stored, change_keys = layout.short_rows(prefix, seq, dict(items))
-        assert got == (record_keys, list(stored()), change_keys)
+        assert len(got) == len(items)
+        records = [(bytes(key), bytes(value)) for key, value in got.records()]
+        changes = [(bytes(key), bytes(value)) for key, value in got.changes()]
+        assert records == list(zip(record_keys, stored(), strict=True))
+        assert changes == [(key, b"") for key in change_keys]
+        assert (got.first_record_key, got.first_change_key) == (record_keys[0], change_keys[0])
         forms = [layout.key_form(key) for key in user_keys]
-        assert got[0] == [layout.record_key(prefix, form, seq) for form in forms]
-        assert got[1] == [layout.encode_value(key, value) for key, value in items]
-        assert got[2] == [layout.change_key(prefix, seq, form) for form in forms]
+        assert [key for key, _ in records] == [layout.record_key(prefix, form, seq) for form in forms]
+        assert [value for _, value in records] == [layout.encode_value(k, v) for k, v in items]
+        assert [key for key, _ in changes] == [layout.change_key(prefix, seq, form) for form in forms]
+        # rows kept by the consumer are never filled anew (putmulti keeps none: the rows are then reused)
+        kept = list(got.records())
+        assert [(bytes(key), bytes(value)) for key, value in kept] == records
+        keys_kept = [key for key, _ in got.changes()]
+        assert [bytes(key) for key in keys_kept] == [key for key, _ in changes]
 
 
 @pytest.mark.parametrize(
@@ -232,6 +242,7 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
     base = [(b"k%05d" % i, None if i % 7 == 0 else b"v%d" % i) for i in range(2000)]
     base += [(LONG + b"%d" % i, b"l") for i in range(30)] + [(b"z\x00%d" % i, b"0") for i in range(30)]
     base.sort()
+    short = [item for item in base if len(item[0]) <= layout.LONG_KEY_PREFIX]
     with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
         coll = store.create_collection("c", manual=True)
         coll.start_generation(b"1")
@@ -242,8 +253,14 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
         coll.commit_generation(b"2")
 
         def work() -> None:
-            accel.sorted_short_rows(base, b"\x00\x00\x00\x01", b"\x00" * 8, b"\x00" * 12)
-            accel.sorted_short_rows([*base, (b"a", b"")], b"\x00\x00\x00\x01", b"\x00" * 8, b"\x00" * 12)
+            rows = accel.sorted_short_rows(short, b"\x00\x00\x00\x01", b"\x00" * 8, b"\x00" * 12)
+            assert rows is not None
+            assert sum(1 for _ in rows.records()) == sum(1 for _ in rows.changes()) == len(short)
+            assert list(rows.records())  # rows kept: a new row per item
+            assert (
+                accel.sorted_short_rows([*base, (b"a", b"")], b"\x00\x00\x00\x01", b"\x00" * 8, b"\x00" * 12)
+                is None
+            )
             assert sum(1 for _ in coll.diff(b"1", b"2")) > 1000
             assert list(coll.diff(b"", b"2", from_key=b"k00100", to_key=b"k01000"))
             unfinished = coll.diff(b"", b"2")
