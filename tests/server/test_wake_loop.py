@@ -52,6 +52,14 @@ def commit_elsewhere(data: Path, collection: str, generation: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def queue_length() -> int:
+    """How many datagrams Linux queues on a UNIX datagram socket (``net.unix.max_dgram_qlen``)."""
+    try:
+        return int(Path("/proc/sys/net/unix/max_dgram_qlen").read_text())
+    except (OSError, ValueError):
+        return 10
+
+
 def wakeup_threads() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == "diffstore-wakeup"]
 
@@ -183,11 +191,11 @@ def test_a_burst_past_the_socket_queue_drops_notices_and_long_polls_still_answer
         wait_until(waiting, DEADLINE_S, "the poll to wait")
         os.kill(server.pid, signal.SIGSTOP)
         stopped = True
-        with Store.open(data, StoreConfig(background=False)) as store:
+        with Store.open(data, StoreConfig(background=False, sync=False)) as store:
             burst = store.collection("burst")
-            for n in range(1, 31):  # 30 transactions, one notice each: the queue holds 10 or so
-                burst.start_generation(b"%03d" % n)
-                burst.commit_generation(b"%03d" % n)
+            for n in range(1, queue_length() + 21):  # one notice per transaction: more than the queue holds
+                burst.start_generation(b"%06d" % n)
+                burst.commit_generation(b"%06d" % n)
             late = store.collection("late")
             late.start_generation(b"1")
             late.commit_generation(b"1")  # its notice finds the queue full too
