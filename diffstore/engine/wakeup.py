@@ -55,7 +55,7 @@ _log = logging.getLogger("diffstore.engine")
 _ABSTRACT = sys.platform.startswith("linux")
 _RECEIVE_BUFFER = 1 << 20
 _MAX_DATAGRAM = 64 * 1024
-_MAX_EVENTS = 1_000  # events per datagram: a transaction's events fit in 64 KiB with short names
+_MAX_PAYLOAD = _MAX_DATAGRAM - 8  # the events of one datagram, beside its array header
 _STOP = b""
 _DRAIN_MAX = 256  # datagrams one drain() takes at most: a flood cannot hold the caller's loop for long
 
@@ -65,11 +65,25 @@ Event = tuple[str, bytes | None]
 
 
 def _encode(events: Sequence[Event]) -> list[bytes]:
-    """The datagrams that carry ``events``: all of them in one, unless they are very many."""
-    return [
-        msgpack.packb([[name, generation] for name, generation in events[lo : lo + _MAX_EVENTS]])
-        for lo in range(0, len(events), _MAX_EVENTS)
-    ]
+    """The datagrams that carry ``events``: all of them in one, unless they pass what a receiver takes in
+    one ``recv`` (then as few as fit)."""
+    datagrams: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for name, generation in events:
+        item = msgpack.packb([name, generation])
+        if chunk and size + len(item) > _MAX_PAYLOAD:
+            datagrams.append(_array(chunk))
+            chunk, size = [], 0
+        chunk.append(item)
+        size += len(item)
+    if chunk:
+        datagrams.append(_array(chunk))
+    return datagrams
+
+
+def _array(items: list[bytes]) -> bytes:
+    return bytes(msgpack.Packer().pack_array_header(len(items))) + b"".join(items)
 
 
 def _decode(data: bytes) -> list[Event]:

@@ -162,6 +162,27 @@ def test_the_events_of_one_transaction_travel_in_one_datagram(tmp_path: Path) ->
         listening.close()
 
 
+def test_events_past_one_datagram_travel_in_as_few_as_fit(tmp_path: Path) -> None:
+    heard: list[tuple[str, bytes | None]] = []
+    listening, committing = Wakeup(tmp_path), Wakeup(tmp_path)
+    try:
+        notices = listening.hand_over(lambda name, generation: heard.append((name, generation)))
+        assert notices is not None
+        events: list[tuple[str, bytes | None]] = [("c" * 200 + f"{i:05d}", b"%d" % i) for i in range(400)]
+        committing.notify(events)  # about 85 KB of events: more than one recv takes (64 KiB)
+        assert committing.dropped == 0
+        taken = 0
+        while len(heard) < len(events):
+            readable, _, _ = select.select([notices.fileno()], [], [], DEADLINE_S)
+            assert readable, f"{len(heard)} of {len(events)} events arrived"
+            taken += notices.drain()
+        assert heard == events
+        assert taken == 2 and listening.received == 2 and listening.malformed == 0
+    finally:
+        committing.close()
+        listening.close()
+
+
 def test_a_burst_past_the_socket_queue_drops_notices_and_long_polls_still_answer(tmp_path: Path) -> None:
     """The worker is stopped (SIGSTOP) while another process commits more often than its wake-up socket
     can queue: the committer counts the notices it could not send; once the worker runs again its loop
