@@ -15,11 +15,21 @@
  *       when it stops early, ``handed`` is the key form where the keyed way takes over (else None).
  *
  * See layout.py's docstring for the layout these loops read and write.
+ *
+ * ``SOURCE`` is the digest of this file that setup.py passed to the build: layout.py does not use a build
+ * of another version of the source (a stale in-place build after a pull), it warns and runs the twins.
+ *
+ * Written for CPython with the GIL (we run 3.11): the row reuse below reads reference counts, which only
+ * the GIL makes stable; a free-threaded build never reuses a row.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <string.h>
+
+#ifndef DIFFSTORE_ACCEL_SOURCE
+#define DIFFSTORE_ACCEL_SOURCE "" /* built by hand: layout.py then runs the twins */
+#endif
 
 #define LONG_KEY_PREFIX 200
 #define MAX_RECORD_KEY 511 /* LMDB's default key limit */
@@ -218,10 +228,19 @@ static void row_iter_dealloc(RowIter *self) {
     PyObject_Free(self);
 }
 
+/* Whether nothing but the row (or the iterator) holds ``object``: with the GIL, no other thread can take
+ * a reference while we hold it, and a holder always owns one (py-lmdb's putmulti holds the row it got
+ * while it copies the row, buffers exported hold their bytearray). */
+#ifdef Py_GIL_DISABLED
+#define SOLELY_OURS(object) 0
+#else
+#define SOLELY_OURS(object) (Py_REFCNT(object) == 1)
+#endif
+
 /* ``slot`` of the row as a bytearray of ``length`` bytes: the one there when only the row holds it */
 static char *row_buffer(PyObject *row, Py_ssize_t slot, Py_ssize_t length) {
     PyObject *buffer = PyTuple_GET_ITEM(row, slot);
-    if (buffer != NULL && PyByteArray_CheckExact(buffer) && Py_REFCNT(buffer) == 1) {
+    if (buffer != NULL && PyByteArray_CheckExact(buffer) && SOLELY_OURS(buffer)) {
         if (PyByteArray_GET_SIZE(buffer) != length && PyByteArray_Resize(buffer, length) < 0) return NULL;
         return PyByteArray_AS_STRING(buffer);
     }
@@ -236,10 +255,9 @@ static PyObject *row_iter_next(RowIter *self) {
     SortedRows *rows = self->rows;
     if (self->index >= PyList_GET_SIZE(rows->items)) return NULL;
     PyObject *item = PyList_GET_ITEM(rows->items, self->index);
-    self->index++;
     PyObject *key = PyTuple_GET_ITEM(item, 0), *value = PyTuple_GET_ITEM(item, 1);
     PyObject *row = self->row;
-    if (row == NULL || Py_REFCNT(row) != 1) { /* handed out and still held: a new one */
+    if (row == NULL || !SOLELY_OURS(row)) { /* handed out and still held: a new one */
         row = PyTuple_New(2);
         if (row == NULL) return NULL;
         Py_XSETREF(self->row, row);
@@ -266,6 +284,7 @@ static PyObject *row_iter_next(RowIter *self) {
         out[0] = 1;
         memcpy(out + 1, PyBytes_AS_STRING(value), (size_t)vl);
     }
+    self->index++; /* only now: after an error (no memory) the same item comes next */
     Py_INCREF(row);
     return row;
 }
@@ -296,6 +315,8 @@ typedef struct {
     PyObject *from_raw, *to_raw; /* owned; identical objects: the key was not written in the range */
     Py_ssize_t idle;
     int done;
+    int initialised; /* __init__ ran: it runs once (the loop keeps pointers into the bytes it was given) */
+    int running;     /* in __next__: the records iterator may call back into Python */
     PyObject *handed; /* the form the keyed way resumes at, or NULL */
 } DiffScan;
 
@@ -310,6 +331,10 @@ static int scan_init(DiffScan *self, PyObject *args, PyObject *kwargs) {
     if (!PyArg_ParseTuple(args, "OSSSOOOnOO:DiffScan", &it, &from_seq, &to_bound, &stop, &from_key, &to_key,
                           &after_key, &idle_limit, &item_type, &empty))
         return -1;
+    if (self->initialised) {
+        PyErr_SetString(PyExc_TypeError, "DiffScan: already initialised");
+        return -1;
+    }
     if (!PyIter_Check(it) || !PyType_Check(item_type) ||
         !PyType_IsSubtype((PyTypeObject *)item_type, &PyTuple_Type) || !PyTuple_CheckExact(empty)) {
         PyErr_SetString(PyExc_TypeError, "DiffScan: bad arguments");
@@ -346,10 +371,29 @@ static int scan_init(DiffScan *self, PyObject *args, PyObject *kwargs) {
     self->idle = -1; /* the first head (none) is not a key */
     self->done = 0;
     Py_CLEAR(self->handed);
+    self->initialised = 1;
+    return 0;
+}
+
+/* The scan holds a Python iterator (anything, in principle), which may hold the scan: the cyclic GC must
+ * see it. The other fields are bytes (no cycle through them). */
+static int scan_traverse(DiffScan *self, visitproc visit, void *arg) {
+    Py_VISIT(self->it);
+    Py_VISIT(self->item_type);
+    Py_VISIT(self->empty_tuple);
+    return 0;
+}
+
+static int scan_clear(DiffScan *self) {
+    self->done = 1; /* a finalizer that still calls __next__ gets StopIteration */
+    Py_CLEAR(self->it);
+    Py_CLEAR(self->item_type);
+    Py_CLEAR(self->empty_tuple);
     return 0;
 }
 
 static void scan_dealloc(DiffScan *self) {
+    PyObject_GC_UnTrack(self);
     Py_XDECREF(self->it);
     Py_XDECREF(self->from_seq);
     Py_XDECREF(self->to_bound);
@@ -432,8 +476,7 @@ static int hand_over(DiffScan *self, const char *form, Py_ssize_t length) {
     return self->handed == NULL ? -1 : 0;
 }
 
-static PyObject *scan_next(DiffScan *self) {
-    if (self->done || self->it == NULL) return NULL;
+static PyObject *scan_step(DiffScan *self) {
     const char *fs = PyBytes_AS_STRING(self->from_seq), *tb = PyBytes_AS_STRING(self->to_bound);
     Py_ssize_t fsl = PyBytes_GET_SIZE(self->from_seq), tbl = PyBytes_GET_SIZE(self->to_bound);
     for (;;) {
@@ -524,6 +567,18 @@ static PyObject *scan_next(DiffScan *self) {
     }
 }
 
+static PyObject *scan_next(DiffScan *self) {
+    if (self->done || self->it == NULL) return NULL;
+    if (self->running) {
+        PyErr_SetString(PyExc_ValueError, "DiffScan already executing");
+        return NULL;
+    }
+    self->running = 1;
+    PyObject *item = scan_step(self);
+    self->running = 0;
+    return item;
+}
+
 static PyObject *scan_handed(DiffScan *self, void *closure) {
     if (self->handed == NULL) Py_RETURN_NONE;
     Py_INCREF(self->handed);
@@ -539,8 +594,10 @@ static PyTypeObject DiffScanType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "diffstore.engine._accel.DiffScan",
     .tp_basicsize = sizeof(DiffScan),
     .tp_dealloc = (destructor)scan_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The diff's forward scan over a records iterator (see diff.py).",
+    .tp_traverse = (traverseproc)scan_traverse,
+    .tp_clear = (inquiry)scan_clear,
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)scan_next,
     .tp_getset = scan_getset,
@@ -563,9 +620,8 @@ PyMODINIT_FUNC PyInit__accel(void) {
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    Py_INCREF(&DiffScanType);
-    if (PyModule_AddObject(m, "DiffScan", (PyObject *)&DiffScanType) < 0) {
-        Py_DECREF(&DiffScanType);
+    if (PyModule_AddType(m, &DiffScanType) < 0 || PyModule_AddType(m, &SortedRowsType) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE", DIFFSTORE_ACCEL_SOURCE) < 0) {
         Py_DECREF(m);
         return NULL;
     }

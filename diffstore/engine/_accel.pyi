@@ -2,6 +2,9 @@
 
 from collections.abc import Iterator
 
+SOURCE: str
+"""sha256 of the _accel.c this was built from (setup.py passes it; layout.py compares)."""
+
 class SortedRows:
     """The checked items of a sorted put; ``records()`` and ``changes()`` iterate their rows (each row
     tuple, and its bytearrays, may be filled anew once the consumer lets go of it)."""

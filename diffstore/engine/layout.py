@@ -65,13 +65,38 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import warnings
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import msgpack
 
 try:
     from diffstore.engine import _accel
 except ImportError:  # not built (no C compiler at install time): the pure-Python twins run
+    _accel = None  # type: ignore[assignment]
+
+
+def _current(accel: object, source: Path) -> bool:
+    """Whether ``accel`` was built from ``source`` as it is now (true when the source is not there: an
+    installed wheel ships the build alone). An in-place build outlives a pull that changed the source
+    until ``make install`` rebuilds it: the twins are right, the stale build may not be."""
+    try:
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return True
+    if getattr(accel, "SOURCE", None) == digest:
+        return True
+    warnings.warn(
+        f"{source.name} changed since {getattr(accel, '__file__', 'the accelerator')} was built: running "
+        "the pure-Python code (same results, slower); `make install` rebuilds it",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False
+
+
+if _accel is not None and not _current(_accel, Path(__file__).with_name("_accel.c")):
     _accel = None  # type: ignore[assignment]
 
 ACCEL = _accel

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
+import sys
 import tempfile
 import tracemalloc
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
 import hypothesis.strategies as st
+import lmdb
 import pytest
 from hypothesis import given, settings
 
@@ -294,3 +298,162 @@ def test_the_scan_refuses_what_is_not_a_records_iterator() -> None:
         accel.DiffScan(iter([]), b"", b"", b"", "a str bound", None, None, 8, DiffItem, ())  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         accel.DiffScan(iter([]), b"", b"", b"", None, None, None, 8, dict, ())  # type: ignore[arg-type]
+
+
+# --- reference counts, reuse of rows, the scan as a Python object ---------------------------------------
+
+SCAN_ARGS = (b"\x00" * 8, b"\x00" * 7 + b"\x02", b"\xff", None, None, None, 8, DiffItem, ())
+
+
+def records_rows(count: int) -> list[tuple[bytes, bytes]]:
+    """A records table's rows for ``count`` short keys, each written in seq 1 and again in seq 2."""
+    rows = []
+    for i in range(count):
+        head = b"\x00\x00\x00\x01" + b"k%03d" % i + b"\x00\x00"
+        rows += [
+            (head + (1).to_bytes(8, "big"), b"\x01old"),
+            (head + (2).to_bytes(8, "big"), b"\x01new%d" % i),
+        ]
+    return rows
+
+
+def test_the_compiled_loops_leave_the_reference_counts_of_their_inputs_as_they_were() -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    items = [(b"k%04d" % i, None if i % 5 == 0 else b"v%d" % i) for i in range(500)]
+    prefix, suffix, change = b"\x00\x00\x00\x07", b"\x00" * 7 + b"\x01", b"\x00\x00\x00\x07" + b"\x00" * 8
+    records = records_rows(300)
+    watched = [items, prefix, suffix, change, records, DiffItem, *SCAN_ARGS[:3]]
+    watched += [part for item in items for part in item if part is not None]  # None: shared by all
+    watched += [part for row in records for part in row]
+    before = [sys.getrefcount(thing) for thing in watched]
+    for _ in range(50):
+        rows = accel.sorted_short_rows(items, prefix, suffix, change)
+        assert rows is not None
+        for _ in rows.records():
+            pass
+        kept = list(rows.changes())
+        assert len(kept) == len(items)
+        del rows, kept
+        scan = accel.DiffScan(iter(records), *SCAN_ARGS)
+        assert len(list(scan)) == 300
+        stopped = accel.DiffScan(iter(records), *SCAN_ARGS)
+        next(stopped)
+        del scan, stopped
+    assert [sys.getrefcount(thing) for thing in watched] == before
+
+
+def test_a_row_is_filled_anew_only_when_nothing_else_holds_it_or_its_buffers() -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    items = [(b"a", b"1"), (b"b", b"22"), (b"c", None), (b"d", b"4444")]
+    rows = accel.sorted_short_rows(items, b"P", b"S", b"C")
+    assert rows is not None
+    expected = [(bytes(key), bytes(value)) for key, value in list(rows.records())]
+    # let go of each row before asking for the next (putmulti's way, and map's): one tuple for all of them
+    assert len(set(map(id, rows.records()))) == 1
+    # keep a buffer of a row, or a view of it, but not the row: what is kept is never written again
+    it = rows.records()
+    key = next(it)[0]
+    view = memoryview(next(it)[1])
+    rest = [(bytes(k), bytes(v)) for k, v in it]
+    assert bytes(key) == expected[0][0]
+    assert bytes(view) == expected[1][1]
+    assert rest == expected[2:]
+
+
+def test_a_put_interrupted_by_a_full_map_leaves_the_rows_whole(tmp_path: Path) -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    items = [(b"k%06d" % i, b"v" * 200) for i in range(20_000)]
+    rows = accel.sorted_short_rows(items, b"\x00\x00\x00\x01", b"\x00" * 8, b"\x00" * 12)
+    assert rows is not None
+    env = lmdb.open(str(tmp_path / "small"), map_size=1 << 20)
+    try:
+        with pytest.raises(lmdb.MapFullError), env.begin(write=True) as txn:
+            txn.cursor().putmulti(rows.records(), append=True)
+        with env.begin(write=True) as txn:
+            assert txn.stat()["entries"] == 0
+            consumed, added = txn.cursor().putmulti(itertools.islice(rows.records(), 100), append=True)
+            assert (consumed, added) == (100, 100)
+            assert [bytes(k) for k, _ in txn.cursor()] == [
+                bytes(k) for k, _ in itertools.islice(rows.records(), 100)
+            ]
+    finally:
+        env.close()
+
+
+class _Records:
+    """A records iterator that calls back into the scan fed from it (as a finalizer or a thread could) when
+    asked for its second row."""
+
+    def __init__(self, rows: list[tuple[bytes, bytes]], action: str) -> None:
+        self.rows = iter(rows)
+        self.action = action
+        self.asked = 0
+        self.scan: object = None
+
+    def __iter__(self) -> _Records:
+        return self
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        self.asked += 1
+        if self.asked == 2 and self.action == "next":
+            next(self.scan)  # type: ignore[call-overload]
+        if self.asked == 2 and self.action == "init":
+            # other bounds: before the fix, the scan went on comparing with the freed ones (ASan: a
+            # heap-use-after-free in compare_bytes)
+            self.scan.__init__(self, b"x" * 8, b"y" * 8, b"\xff" * 2, None, None, None, 8, DiffItem, ())  # type: ignore[misc]
+        return next(self.rows)
+
+
+def test_the_scan_refuses_to_run_inside_itself() -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    reentrant = _Records(records_rows(20), "next")
+    scan = accel.DiffScan(reentrant, *SCAN_ARGS)
+    reentrant.scan = scan
+    with pytest.raises(ValueError, match="already executing"):  # before: the inner call took items
+        list(scan)
+    assert len(list(accel.DiffScan(iter(records_rows(20)), *SCAN_ARGS))) == 20
+
+
+def test_the_scan_is_initialised_once() -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    again = _Records(records_rows(20), "init")
+    # bounds made here, held by the scan alone
+    scan = accel.DiffScan(
+        again, bytes(8), bytes(7) + b"\x02", bytes([255]) * 3, None, None, None, 8, DiffItem, ()
+    )
+    again.scan = scan
+    with pytest.raises(TypeError, match="already initialised"):
+        list(scan)
+
+
+def test_a_scan_in_a_reference_cycle_is_collected() -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    records = _Records(records_rows(5), "")
+    scan = accel.DiffScan(records, *SCAN_ARGS)
+    records.scan = scan  # scan -> records -> scan
+    gone = weakref.ref(records)
+    next(scan)
+    del records, scan
+    gc.collect()
+    assert gone() is None
+
+
+# --- a build of another version of the source --------------------------------------------------------------
+
+
+def test_a_build_of_other_source_is_not_used(tmp_path: Path) -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    source = Path(layout.__file__).with_name("_accel.c")
+    assert layout._current(accel, source)
+    pulled = tmp_path / "_accel.c"
+    pulled.write_bytes(source.read_bytes() + b"/* a change from a pull */\n")
+    with pytest.warns(RuntimeWarning, match="make install"):
+        assert not layout._current(accel, pulled)
+    assert layout._current(accel, tmp_path / "absent.c")  # an installed wheel: no source beside it
