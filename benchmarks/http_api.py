@@ -91,17 +91,9 @@ with Store.open(config.data_dir, StoreConfig(commit_delay_ms=config.commit_delay
     store.add_commit_listener(stamp)
     serve_store(store, config)
 """
-# The floor of a long-poll fan-out in Python on this machine: uvloop, no HTTP framework, one pre-built
-# response written to each waiting socket in one loop. It answers the calls the long-poll round makes
-# (create, start, describe: ``{}``) and stamps each commit the way SERVE_STAMPED does, before the fan-out.
-FANOUT_FLOOR = """
-import asyncio, os, sys, time, uvloop
-out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-waiting = {}
-EMPTY = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: 2\\r\\n\\r\\n{}"
-BODY = b'{"generationId":{"value":"1"}}'
-ANSWER = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: %d\\r\\n\\r\\n%s" % (
-    len(BODY), BODY)
+# The floors' HTTP side: parses requests, parks each long poll's transport in ``waiting`` by collection,
+# hands a commit to the script's own ``committed(collection)`` (stamp, fan out) and answers the rest ``{}``.
+FLOOR_PROTOCOL = """
 class Floor(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport, self.buffer = transport, b""
@@ -121,25 +113,42 @@ class Floor(asyncio.Protocol):
             collection = path.split("/")[2] if path.startswith("/collections/") else ""
             if "/generationId/stream" in path:
                 waiting.setdefault(collection, []).append(self.transport)
-            elif path.endswith("/generation/commit"):
-                os.write(out, b"%s %d\\n" % (collection.encode(), time.perf_counter_ns()))
-                in_sends = 0
-                for transport in waiting.pop(collection, []):
-                    before = time.perf_counter_ns()
-                    transport.write(ANSWER)
-                    in_sends += time.perf_counter_ns() - before
-                written = time.perf_counter_ns()
-                os.write(out, b"%s:written %d\\n%s:sends %d\\n" % (
-                    collection.encode(), written, collection.encode(), in_sends))
-                self.transport.write(EMPTY)
             else:
+                if path.endswith("/generation/commit"):
+                    committed(collection)
                 self.transport.write(EMPTY)
-async def main():
+"""
+# The floor of a long-poll fan-out in Python on this machine: uvloop, no HTTP framework, one pre-built
+# response written to each waiting socket in one loop. It answers the calls the long-poll round makes
+# (create, start, describe: ``{}``) and stamps each commit the way SERVE_STAMPED does, before the fan-out.
+FANOUT_FLOOR = (
+    """
+import asyncio, os, sys, time, uvloop
+out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+waiting = {}
+EMPTY = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: 2\\r\\n\\r\\n{}"
+BODY = b'{"generationId":{"value":"1"}}'
+ANSWER = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: %d\\r\\n\\r\\n%s" % (
+    len(BODY), BODY)
+def committed(collection):
+    os.write(out, b"%s %d\\n" % (collection.encode(), time.perf_counter_ns()))
+    in_sends = 0
+    for transport in waiting.pop(collection, []):
+        before = time.perf_counter_ns()
+        transport.write(ANSWER)
+        in_sends += time.perf_counter_ns() - before
+    written = time.perf_counter_ns()
+    os.write(out, b"%s:written %d\\n%s:sends %d\\n" % (
+        collection.encode(), written, collection.encode(), in_sends))
+"""
+    + FLOOR_PROTOCOL
+    + """async def main():
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Floor, "127.0.0.1", int(sys.argv[2]), backlog=4096)
     await server.serve_forever()
 uvloop.run(main())
 """
+)
 BARE = """
 import sys, uvicorn
 from fastapi import FastAPI, Response

@@ -59,6 +59,7 @@ import msgpack
 import psutil
 from http_api import (
     FANOUT_FLOOR,
+    FLOOR_PROTOCOL,
     SERVE_STAMPED,
     child,
     free_port,
@@ -76,7 +77,8 @@ BATCH = 10_000
 # pre-built response in one loop. The process that receives the commit request stamps it, tells the others
 # by a UNIX datagram (as diffstore's wake-up does) and fans out its own; the others fan out theirs when the
 # datagram arrives (read by the loop). Arguments: stamps file, processes, port.
-FANOUT_FLOOR_PROCESSES = """
+FANOUT_FLOOR_PROCESSES = (
+    """
 import asyncio, os, signal, socket, sys, time, uvloop
 stamps, processes, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 EMPTY = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: 2\\r\\n\\r\\n{}"
@@ -113,35 +115,15 @@ def on_notice():
             fan_out(notices.recv(4096).decode())
         except BlockingIOError:
             return
-class Floor(asyncio.Protocol):
-    def connection_made(self, transport):
-        self.transport, self.buffer = transport, b""
-    def data_received(self, data):
-        self.buffer += data
-        while b"\\r\\n\\r\\n" in self.buffer:
-            head, _, rest = self.buffer.partition(b"\\r\\n\\r\\n")
-            length = 0
-            for line in head.split(b"\\r\\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            if len(rest) < length:
-                return
-            self.buffer = rest[length:]
-            path = head.split(b" ")[1].decode()
-            collection = path.split("/")[2] if path.startswith("/collections/") else ""
-            if "/generationId/stream" in path:
-                waiting.setdefault(collection, []).append(self.transport)
-            elif path.endswith("/generation/commit"):
-                os.write(out, b"%s %d\\n" % (collection.encode(), time.perf_counter_ns()))
-                for i in range(processes):
-                    if i != me:
-                        notices.sendto(collection.encode(), address(i))
-                fan_out(collection)
-                self.transport.write(EMPTY)
-            else:
-                self.transport.write(EMPTY)
-async def main():
+def committed(collection):
+    os.write(out, b"%s %d\\n" % (collection.encode(), time.perf_counter_ns()))
+    for i in range(processes):
+        if i != me:
+            notices.sendto(collection.encode(), address(i))
+    fan_out(collection)
+"""
+    + FLOOR_PROTOCOL
+    + """async def main():
     loop = asyncio.get_running_loop()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -153,6 +135,7 @@ async def main():
     await server.serve_forever()
 uvloop.run(main())
 """
+)
 
 
 @contextmanager
