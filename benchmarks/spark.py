@@ -36,16 +36,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
 from job import country_totals  # noqa: E402
+from small_rounds import BATCH, COUNTRIES, user  # noqa: E402
 
 from diffstore.client import Client  # noqa: E402
 from diffstore.server.cli import default_workers  # noqa: E402
-
-COUNTRIES = [b"DE", b"FR", b"JP", b"US", b"BR", b"IN", b"CN", b"GB"]
-BATCH = 10_000
-
-
-def user(i: int) -> bytes:
-    return b"user%09d" % i
 
 
 def load(client: Client, name: str, generation: bytes, value_of: object, records: int) -> None:

@@ -36,7 +36,7 @@ Phantom ids are taken as the ``phantomId`` EncodedString that ``phantom/start`` 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -184,32 +184,27 @@ def _diff(transform: Transform, source: PreviewSource, max_rows: int) -> pa.Tabl
     handle = transform._handle(source.collection)
     changed: dict[bytes, list[bytes | None]] = {}
 
-    def check() -> None:
-        if len(changed) > max_rows:
-            raise PreviewTooLarge(
-                f"preview: source {source.alias!r} ({source.collection}) has more than {max_rows} changes "
-                "to preview; previews run on the driver: catch the target up with a real run first, or "
-                "raise max_rows"
-            )
+    def absorb(items: Iterable[DiffItem]) -> None:
+        """Adds changes on top of ``changed``: a key keeps its first fromValue and its last toValue."""
+        for item in items:
+            entry = changed.get(item.key)
+            if entry is not None:
+                entry[1] = item.to_value
+                continue
+            changed[item.key] = [item.from_value, item.to_value]
+            if len(changed) > max_rows:
+                raise PreviewTooLarge(
+                    f"preview: source {source.alias!r} ({source.collection}) has more than {max_rows} "
+                    "changes to preview; previews run on the driver: catch the target up with a real run "
+                    "first, or raise max_rows"
+                )
 
     if source.from_generation_id != source.to_generation_id:
-        # a split range comes back as several pages: a key keeps its first fromValue and its last toValue
-        for item in handle.diff(source.from_generation_id, source.to_generation_id, limit=_PAGE):
-            entry = changed.get(item.key)
-            if entry is None:
-                changed[item.key] = [item.from_value, item.to_value]
-                check()
-            else:
-                entry[1] = item.to_value
+        # a split range comes back as several pages
+        absorb(handle.diff(source.from_generation_id, source.to_generation_id, limit=_PAGE))
     if source.phantom_id is not None:
         with _naming(source.alias, source.collection):
-            for item in every_phantom_change(handle, source.phantom_id, source.to_generation_id):
-                entry = changed.get(item.key)
-                if entry is None:
-                    changed[item.key] = [item.from_value, item.to_value]
-                    check()
-                else:
-                    entry[1] = item.to_value
+            absorb(every_phantom_change(handle, source.phantom_id, source.to_generation_id))
     rows = sorted((key, old, new) for key, (old, new) in changed.items() if old != new)
     columns = [pa.array([row[i] for row in rows], pa.binary()) for i in range(3)]
     return pa.Table.from_arrays(columns, names=["key", "fromValue", "toValue"])
