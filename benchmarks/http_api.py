@@ -76,12 +76,12 @@ def stamp(name, generation_id):
     os.write(out, b"%s %d\\n" % (name.encode(), time.perf_counter_ns()))
 # the moment a fan-out pass has written every answer: its first connection bookkeeping after the writes
 from diffstore.server import longpoll
-finish, passes = longpoll.finish_directly, []
-def finish_stamped(cycle, status):
+finish, passes = longpoll.Waiter.finish, []
+def finish_stamped(waiter, status):
     if passes:
         os.write(out, b"%s:written %d\\n" % (passes.pop().encode(), time.perf_counter_ns()))
-    finish(cycle, status)
-longpoll.finish_directly = finish_stamped
+    finish(waiter, status)
+longpoll.Waiter.finish = finish_stamped
 wake = longpoll.CommitHub._wake
 def wake_stamped(hub, collection, generation_id):
     passes[:] = [collection]

@@ -30,6 +30,20 @@ Invariants:
       uvicorn's cycle; anything unexpected (another server, paused writes, a uvicorn that does not
       match) falls back to the two ASGI sends. What this needs of uvicorn is in
       :mod:`diffstore.server.uvicorn_adapter`, the one module that knows uvicorn's insides.
+    * Under ``diffstore serve`` a waiter does not even keep its ASGI call: once registered it is
+      *parked* (:func:`diffstore.server.uvicorn_adapter.park`) -- the call returns at once, uvicorn
+      counts the request as answered, and the connection is held for the answer, which the hub writes
+      and then finishes as uvicorn's ``send`` would. Waking a parked waiter is thus one write and
+      uvicorn's end-of-response bookkeeping: no task to resume, no middleware to unwind. A parked
+      waiter whose client goes is dropped by the protocol's ``connection_lost`` (:meth:`CommitHub.left`).
+      Parked requests are counted in the HTTP metrics by the hub, a pass at a time
+      (:attr:`CommitHub.on_answered`), not by the metrics middleware, which saw the call end early.
+    * After a fan-out pass the parked connections' bookkeeping (uvicorn's end of response: its keep-alive
+      timer, the access log, reading on) waits :data:`FINISH_AFTER_S`, or less for a connection whose
+      client sends its next request first (the protocol finishes the answered request before it reads a
+      byte of the next). Its clients are reading their answers meanwhile, and on a machine they share
+      with the server every CPU-microsecond of bookkeeping in the middle of a fan-out delays its last
+      answers; no request ever waits for it. A shutdown finishes at once.
     * Commits of other processes over the same data directory reach the hub through the store's
       listeners (:mod:`diffstore.engine.wakeup`), read on the loop as above: each process's hub answers
       its own waiters.
@@ -40,10 +54,18 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from diffstore.server.uvicorn_adapter import Rendered, direct_cycle, finish_directly, write_directly
+from diffstore.server.uvicorn_adapter import (
+    Parked,
+    Rendered,
+    direct_cycle,
+    finish_directly,
+    park,
+    write_directly,
+)
 from diffstore.wire import Codec, error_to_wire, generation_to_wire
 
 if TYPE_CHECKING:
@@ -54,6 +76,10 @@ if TYPE_CHECKING:
 
 Answer = tuple["Message", "Message"]
 RAW_SEND = "diffstore.raw_send"  # scope key: the server's send, before any middleware wrapped it
+PARKED = "diffstore.parked"  # scope key, set once the request is parked: its answer comes from the hub
+REQUEST_STARTED = "diffstore.request_started"  # scope key: perf_counter() at the request's arrival
+FINISH_AFTER_S = 0.05  # a fan-out's bookkeeping waits this long, unless a connection needs it sooner
+AnswerCounter = Callable[[int, list[float]], None]  # (status, seconds each request took): one pass's answers
 
 
 def encode_answer(generation_id: bytes, codec: Codec) -> Answer:
@@ -128,9 +154,19 @@ class Waiter:
         "answered",
         "error",
         "sending",
+        "parked",
+        "started",
     )
 
-    def __init__(self, collection: str, given: bytes, codec: Codec, send: Send, raw_send: Any = None) -> None:
+    def __init__(
+        self,
+        collection: str,
+        given: bytes,
+        codec: Codec,
+        send: Send,
+        raw_send: Any = None,
+        started: float | None = None,
+    ) -> None:
         self.collection = collection
         self.given = given
         self.codec = codec
@@ -141,24 +177,50 @@ class Waiter:
         self.answered = False
         self.error: BaseException | None = None
         self.sending: asyncio.Task[None] | None = None  # a send that had to wait, carried on in a task
+        self.parked: Parked | None = None  # the held connection, once the ASGI call has ended (see park)
+        self.started = time.perf_counter() if started is None else started
 
-    def deliver(self, answer: Answer, rendered: Rendered | None = None) -> Any:
+    def park(self, hub: CommitHub) -> bool:
+        """Ends the need for this request's ASGI call to wait, if the server allows (see the module).
+
+        True: the call must return now without sending; the hub answers through :attr:`parked`.
+        """
+        if self.cycle is None:
+            return False
+        self.parked = park(self.cycle, lambda: hub.left(self))
+        return self.parked is not None
+
+    def deliver(self, answer: Answer, rendered: Rendered | None = None) -> bool:
         """Sends ``answer`` unless the waiter was answered already.
 
-        With ``rendered`` (a fan-out pass), returns the uvicorn cycle the answer was written to directly,
-        for the caller to finish once every waiter has its bytes; otherwise finishes it here.
+        With ``rendered`` (a fan-out pass), True means the answer was written directly and the caller
+        :meth:`finish`-es the waiter once every waiter has its bytes; otherwise it is finished here.
         """
         if self.answered:
-            return None
+            return False
         self.answered = True
-        cycle = self.cycle
-        if cycle is None or not write_directly(cycle, answer, {} if rendered is None else rendered):
-            self.sending = run_eagerly(self.send_answer(answer))
-            return None
+        parked = self.parked
+        if parked is not None:
+            parked.write(answer)
+        else:
+            cycle = self.cycle
+            if cycle is None or not write_directly(cycle, answer, {} if rendered is None else rendered):
+                self.sending = run_eagerly(self.send_answer(answer))
+                return False
         if rendered is None:
-            finish_directly(cycle, answer[0]["status"])
-            return None
-        return cycle
+            self.finish(answer[0]["status"])
+            return False
+        return True
+
+    def finish(self, status: int) -> None:
+        """The end of an answer written directly: the connection's bookkeeping (see :meth:`deliver`)."""
+        parked = self.parked
+        if parked is not None:
+            if self.timer is not None:
+                self.timer.cancel()
+            parked.finish(status)
+        else:
+            finish_directly(self.cycle, status)
 
     async def send_answer(self, answer: Answer) -> None:
         """The answer as two ASGI sends (the way for any server but uvicorn's httptools protocol)."""
@@ -182,6 +244,7 @@ class CommitHub:
         self._unsubscribe: Callable[[], None] | None = None
         self.closed = False
         self.written_directly = 0  # answers that went out as one write to uvicorn's cycle (see the module)
+        self.on_answered: AnswerCounter | None = None  # counts parked requests' answers (the metrics)
 
     def attach(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
         """Starts listening to ``store``'s commits; wake-ups are delivered on ``loop``.
@@ -239,11 +302,30 @@ class CommitHub:
             if not group:
                 del self._waiters[waiter.collection]
 
+    def left(self, waiter: Waiter) -> None:
+        """A parked waiter's client has gone: the waiter is dropped (unanswered, if it still was)."""
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        if not waiter.answered:
+            waiter.answered = True
+            self.discard(waiter)
+
     def expire(self, waiter: Waiter) -> None:
         """The waiter's timeout: it is answered with the id it was given."""
         self.discard(waiter)
         if not waiter.answered:
             waiter.deliver(encode_answer(waiter.given, waiter.codec))
+            self._count(200, (waiter,))
+
+    def _count(self, status: int, waiters: Any) -> None:
+        """Hands the answers of parked waiters to :attr:`on_answered` (the others count themselves)."""
+        on_answered = self.on_answered
+        if on_answered is None:
+            return
+        now = time.perf_counter()
+        seconds = [now - waiter.started for waiter in waiters if waiter.parked is not None]
+        if seconds:
+            on_answered(status, seconds)
 
     def _on_commit(self, collection: str, generation_id: bytes) -> None:
         if threading.get_ident() == self._loop_thread:  # on the loop (another process's commit, drained)
@@ -263,29 +345,54 @@ class CommitHub:
         if loop is not None and collection in self._waiters and not loop.is_closed():
             loop.call_soon_threadsafe(self.deleted, collection)
 
-    def _wake(self, collection: str, generation_id: bytes | None) -> None:
-        """Answers every waiter of ``collection`` with ``generation_id`` (``None``: with its own id)."""
+    def _wake(self, collection: str, generation_id: bytes | None, finish_now: bool = False) -> None:
+        """Answers every waiter of ``collection`` with ``generation_id`` (``None``: with its own id).
+
+        ``finish_now``: the connections' bookkeeping is done in the pass, not left for later.
+        """
         group = self._waiters.pop(collection, None)
         if not group:
             return
         answers: dict[tuple[bytes, Codec], Answer] = {}
         rendered: Rendered = {}
-        written = []  # cycles written directly: finished once every waiter has its bytes
+        whole: dict[tuple[tuple[bytes, Codec], tuple[int, bool]], bytes] = {}  # parked waiters' bytes
+        written: list[Waiter] = []  # parked waiters answered: finished later (see the module)
+        unparked: list[Waiter] = []  # others written directly: finished once every waiter has its bytes
         collecting = gc.isenabled()
         if collecting:  # the pass allocates a little per waiter; a collection in its middle would stall it
             gc.disable()
         try:
             for waiter in group:
+                if waiter.answered:
+                    continue
                 key = (waiter.given if generation_id is None else generation_id, waiter.codec)
+                parked = waiter.parked
+                if parked is not None:  # the bulk of a fan-out: one dict lookup and one write each
+                    shaped = (key, parked.shape)
+                    data = whole.get(shaped)
+                    if data is None:
+                        answer = answers.get(key)
+                        if answer is None:
+                            answer = answers[key] = encode_answer(*key)
+                        data = whole[shaped] = parked.render(answer)
+                    waiter.answered = True
+                    parked.send(data)
+                    parked.owed = 200
+                    written.append(waiter)
+                    continue
                 answer = answers.get(key)
                 if answer is None:
                     answer = answers[key] = encode_answer(*key)
-                cycle = waiter.deliver(answer, rendered)
-                if cycle is not None:
-                    written.append(cycle)
-            self.written_directly += len(written)
-            for cycle in written:
-                finish_directly(cycle, 200)  # every answer of a pass is a 200 (encode_answer)
+                if waiter.deliver(answer, rendered):
+                    unparked.append(waiter)
+            self._finish(unparked)  # their ASGI calls wait for it
+            self.written_directly += len(written) + len(unparked)
+            self._count(200, written)
+            loop = self._loop
+            if finish_now or loop is None or loop.is_closed():
+                self._finish(written)
+            else:  # the clients are reading their answers now: the bookkeeping can wait (see the module)
+                loop.call_later(FINISH_AFTER_S, self._finish, written)
         finally:
             if collecting:
                 gc.enable()
@@ -295,11 +402,18 @@ class CommitHub:
 
         Runs on the event loop when the store says the collection was deleted, by any process.
         """
-        for waiter in self._waiters.pop(collection, ()):
+        waiters = [waiter for waiter in self._waiters.pop(collection, ()) if not waiter.answered]
+        for waiter in waiters:
             waiter.deliver(encode_deleted(collection, waiter.codec))
+        self._count(404, waiters)
 
     def close(self) -> None:
         """Answers every waiter (with the id it was given) and refuses new ones; runs on the event loop."""
         self.closed = True
         for collection in list(self._waiters):
-            self._wake(collection, None)
+            self._wake(collection, None, finish_now=True)
+
+    @staticmethod
+    def _finish(waiters: list[Waiter]) -> None:
+        for waiter in waiters:
+            waiter.finish(200)  # every answer of a pass is a 200 (encode_answer)

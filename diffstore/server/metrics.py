@@ -24,6 +24,8 @@ metrics live in the process, in a registry of their own per app (no global state
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import logging
 import os
 import re
@@ -40,6 +42,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from diffstore.engine import overview
+from diffstore.server.longpoll import PARKED, REQUEST_STARTED
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -53,6 +56,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WAITERS_REFRESH_S = 0.5
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 UNMATCHED = "<unmatched>"
+LONG_POLL_ROUTE = "/collections/{c}/generationId/stream"
 _log = logging.getLogger("diffstore.server.metrics")
 _FAST_PATH = re.compile(r"/collections/[^/]+/(.+?)/?")
 
@@ -193,6 +197,7 @@ class ServerMetrics:
     def attach(self) -> None:
         """Listens to the store's writes and keeps the waiter gauge fresh (call on the event loop)."""
         self._remove_listener = self.store.add_write_listener(self.on_write)
+        self.hub.on_answered = self.observe_long_polls
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_waiters())
 
     def detach(self) -> None:
@@ -202,6 +207,8 @@ class ServerMetrics:
         if self._refresher is not None:
             self._refresher.cancel()
             self._refresher = None
+        if self.hub.on_answered == self.observe_long_polls:
+            self.hub.on_answered = None
 
     def on_write(self, event: WriteEvent) -> None:
         for collection, _ in event.commits:
@@ -223,6 +230,41 @@ class ServerMetrics:
             await asyncio.sleep(WAITERS_REFRESH_S)
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        requests, durations = self._labelled(route, method, status)
+        requests.inc()
+        durations.observe(seconds)
+
+    def observe_many(self, route: str, method: str, status: int, seconds: list[float]) -> None:
+        """As :meth:`observe` for each of ``seconds``, in a few updates (one per histogram bucket hit).
+
+        Each update of a multiprocess metric is a locked write to its file: a fan-out answering a
+        thousand long polls would otherwise make thousands of them.
+        """
+        if not seconds:
+            return
+        requests, durations = self._labelled(route, method, status)
+        requests.inc(len(seconds))
+        bounds = getattr(durations, "_upper_bounds", None)
+        buckets = getattr(durations, "_buckets", None)
+        total = getattr(durations, "_sum", None)
+        if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+            for value in seconds:  # a prometheus_client whose histogram is not as expected: one by one
+                durations.observe(value)
+            return
+        # Histogram.observe's own rule: the first bucket whose upper bound is >= the value (the last is +Inf)
+        hits = collections.Counter(bisect.bisect_left(bounds, value) for value in seconds)
+        for index, count in hits.items():
+            buckets[index].inc(count)
+        total.inc(sum(seconds))
+
+    def observe_long_polls(self, status: int, seconds: list[float]) -> None:
+        """The hub's answers to parked long polls (``CommitHub.on_answered``)."""
+        try:
+            self.observe_many(LONG_POLL_ROUTE, "GET", status, seconds)
+        except Exception:  # counting must never break the fan-out
+            _log.exception("counting long-poll answers failed")
+
+    def _labelled(self, route: str, method: str, status: int) -> tuple[Any, Any]:
         key = (route, method, status)
         children = self._children.get(key)
         if children is None:
@@ -231,8 +273,7 @@ class ServerMetrics:
                 self.request_seconds.labels(route, method),
             )
             self._children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        return children
 
     def render(self) -> bytes:
         """The text exposition of every metric (reads the store: call it off the event loop)."""
@@ -277,9 +318,10 @@ class HttpMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
+        started = scope[REQUEST_STARTED] = time.perf_counter()
         # A long poll answered by the commit fan-out is written straight to the connection (see
-        # longpoll), never through this ``send``: such an answer is a 200.
+        # longpoll), never through this ``send``: such an answer is a 200. A parked one is counted by
+        # the hub when its answer goes out (ServerMetrics.observe_many), not here.
         status = 200
 
         async def counting_send(message: Message) -> None:
@@ -294,7 +336,8 @@ class HttpMetrics:
             status = 500
             raise
         finally:
-            self._count(scope, status, time.perf_counter() - started)
+            if not scope.get(PARKED):
+                self._count(scope, status, time.perf_counter() - started)
 
     def _count(self, scope: Scope, status: int, seconds: float) -> None:
         try:

@@ -9,6 +9,10 @@ uvicorn's public interface is ASGI, ``uvicorn.Config`` and ``uvicorn.Server``. B
 * ``RequestResponseCycle``'s state and ``STATUS_LINE``: a long-poll fan-out writes each answer as one
   whole response straight to the connection (:func:`direct_cycle`, :func:`write_directly`,
   :func:`finish_directly`; see :mod:`diffstore.server.longpoll`).
+* Parking (:func:`park`, :class:`Parked`): a long poll that has to wait ends its ASGI call at once and
+  leaves its connection to :class:`Parked`, which writes the answer when it comes and then does what
+  uvicorn's ``send`` does at the end of a response. Meanwhile the protocol holds back what the client
+  sends (it belongs to the next request) and tells the parked request when the client goes.
 * ``Server._captured_signals``: the signals a graceful shutdown caught (:func:`take_captured_signals`).
 
 ``pyproject.toml`` pins uvicorn to :data:`SUPPORTED`. At start-up :func:`mismatch` checks the installed
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -32,6 +37,7 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 from diffstore.server.transport import CoalescingTransport
 
 SUPPORTED = ((0, 29), (0, 55))  # [lower, upper): the versions pyproject.toml admits
+HELD_BACK_MAX_BYTES = 64 * 1024  # what a parked connection reads ahead before it pauses reading
 _log = logging.getLogger("diffstore.server")
 
 _CYCLE_ATTRIBUTES = (
@@ -49,6 +55,7 @@ _CYCLE_ATTRIBUTES = (
     "scope",
 )
 _PROTOCOL_METHODS = (
+    "data_received",
     "connection_made",
     "connection_lost",
     "on_message_begin",
@@ -102,6 +109,21 @@ def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type:
 
     class Protocol(base):  # type: ignore[misc]
         _read_timer: asyncio.TimerHandle | None = None
+        parks = True  # park() may hold this protocol's connection for a long poll
+        parked: Parked | None = None
+        held_back = b""  # bytes received while parked: the next request's, fed to the parser after
+
+        def data_received(self, data: bytes) -> None:
+            parked = self.parked
+            if parked is not None and parked.owed is not None:  # answered, its bookkeeping left for later
+                parked.finish(parked.owed)
+                parked = self.parked
+            if parked is None:
+                super().data_received(data)
+                return
+            self.held_back += data
+            if len(self.held_back) > HELD_BACK_MAX_BYTES:  # a client that will not wait: stop reading it
+                self.flow.pause_reading()
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(CoalescingTransport(transport, self.loop))
@@ -109,6 +131,9 @@ def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            parked, self.parked = self.parked, None
+            if parked is not None:
+                parked.on_lost()
             super().connection_lost(exc)
 
         def on_message_begin(self) -> None:
@@ -218,16 +243,101 @@ def finish_directly(cycle: Any, status: int) -> None:
     """What uvicorn's ``send`` does once a response is complete: log it, wake the app, let the
     connection take its next request (or close it)."""
     if cycle.access_log:
-        scope = cycle.scope
-        cycle.access_logger.info(
-            '%s - "%s %s HTTP/%s" %d',
-            get_client_addr(scope),
-            scope["method"],
-            get_path_with_query_string(scope),
-            scope["http_version"],
-            status,
-        )
+        _log_access(cycle, status)
     cycle.message_event.set()
     if not cycle.keep_alive:
         cycle.transport.close()
     cycle.on_response()
+
+
+class Parked:
+    """A request whose ASGI call has ended before its answer: the connection is held until :meth:`finish`.
+
+    Made by :func:`park`. The cycle counts as answered for uvicorn, so the app's call returns without a
+    500; the protocol holds back further bytes of the client and calls ``on_lost`` if the client goes.
+    The answer goes out with :meth:`write` (one whole response) and :meth:`finish` (uvicorn's
+    end-of-response bookkeeping, after which the connection reads its next request). A fan-out may leave
+    :meth:`finish` for later by setting :attr:`owed`: the client has its answer, and the protocol finishes
+    the request itself before it reads anything more from that client.
+    """
+
+    __slots__ = ("cycle", "protocol", "on_response", "on_lost", "shape", "send", "owed")
+
+    def __init__(self, cycle: Any, protocol: Any, on_lost: Callable[[], None]) -> None:
+        self.cycle = cycle
+        self.protocol = protocol
+        self.on_response = cycle.on_response  # uvicorn replaces the cycle's own once the app returns
+        self.on_lost = on_lost
+        # What the bytes of an answer depend on besides the answer: waiters of one shape share them.
+        # Neither changes while parked (uvicorn's shutdown closes a completed cycle's connection instead).
+        self.shape = (id(cycle.default_headers), cycle.keep_alive)
+        transport = cycle.transport
+        self.send: Callable[[bytes], None] = (
+            transport.write_now if type(transport) is CoalescingTransport else transport.write
+        )
+        # The status of an answer written whose :meth:`finish` is still to come: it comes at the latest
+        # when the client sends its next request (the protocol calls it before reading a byte of it).
+        self.owed: int | None = None
+
+    def render(self, answer: Answer) -> bytes:
+        """``answer`` as the whole response :meth:`send` writes (see :func:`render`)."""
+        return render(answer, self.cycle.default_headers, self.cycle.keep_alive)
+
+    def write(self, answer: Answer) -> None:
+        """Writes ``answer`` as one whole response (a fan-out renders once per shape, then :meth:`send`)."""
+        self.send(self.render(answer))
+
+    def finish(self, status: int) -> None:
+        """What uvicorn's ``send`` does once a response is complete; then the held-back bytes are read.
+
+        Once only: later calls, and calls after the connection was lost, do nothing.
+        """
+        protocol = self.protocol
+        if protocol.parked is not self:
+            return
+        protocol.parked = None
+        self.owed = None
+        cycle = self.cycle
+        if cycle.access_log:
+            _log_access(cycle, status)
+        if not cycle.keep_alive:
+            cycle.transport.close()
+        self.on_response()
+        held, protocol.held_back = protocol.held_back, b""
+        if held and not cycle.transport.is_closing():
+            protocol.data_received(held)
+
+
+def park(cycle: Any, on_lost: Callable[[], None]) -> Parked | None:
+    """Parks the request of ``cycle`` (see :class:`Parked`), or returns None if it cannot be parked.
+
+    It can when ``cycle`` (from :func:`direct_cycle`) is its connection's current request, nothing of a
+    response has gone out, no later request is queued behind it and the connection is open, on this
+    module's protocol. The caller's ASGI call must then return without sending anything.
+    """
+    protocol: Any = getattr(cycle.on_response, "__self__", None)
+    if (
+        not getattr(protocol, "parks", False)
+        or protocol.cycle is not cycle
+        or protocol.pipeline
+        or cycle.response_started
+        or cycle.disconnected
+        or cycle.transport.is_closing()
+    ):
+        return None
+    parked = Parked(cycle, protocol, on_lost)
+    cycle.response_started = cycle.response_complete = True
+    protocol.parked = parked
+    return parked
+
+
+def _log_access(cycle: Any, status: int) -> None:
+    scope = cycle.scope
+    cycle.access_logger.info(
+        '%s - "%s %s HTTP/%s" %d',
+        get_client_addr(scope),
+        scope["method"],
+        get_path_with_query_string(scope),
+        scope["http_version"],
+        status,
+    )

@@ -4,8 +4,10 @@ GET is served in the fast lane (:mod:`diffstore.server.fastlane`): one commit ma
 thousands of waiters at once. :func:`serve_stream` parses the query itself, registers a
 :class:`~diffstore.server.longpoll.Waiter` with the app's :class:`~diffstore.server.longpoll.CommitHub`,
 reads the current generation on the event loop and then awaits ``receive()``, which returns once the hub
-has sent the answer or the client has gone. No thread and no extra task per waiter; a client that goes
-away frees its waiter at once. The FastAPI route below only documents the endpoint.
+has sent the answer or the client has gone -- or, under ``diffstore serve``, parks the request and
+returns at once (the hub writes the answer to the held connection; see :mod:`diffstore.server.longpoll`).
+No thread and no extra task per waiter; a client that goes away frees its waiter at once. The FastAPI
+route below only documents the endpoint.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from fastapi import APIRouter, Query, Response
 from diffstore.errors import DiffstoreError, InvalidRequest
 from diffstore.server import schemas
 from diffstore.server.fastlane import header, send_error
-from diffstore.server.longpoll import RAW_SEND, Answer, CommitHub, Waiter, encode_answer
+from diffstore.server.longpoll import (
+    PARKED,
+    RAW_SEND,
+    REQUEST_STARTED,
+    Answer,
+    CommitHub,
+    Waiter,
+    encode_answer,
+)
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routing import route
 from diffstore.wire import decode_es
@@ -91,7 +101,7 @@ async def serve_stream(lane: FastLane, collection: str, scope: Scope, receive: R
     try:
         given, timeout_ms = parse_query(scope["query_string"], lane.config)
         if given is not None:
-            waiter = Waiter(collection, given, out, send, scope.get(RAW_SEND))
+            waiter = Waiter(collection, given, out, send, scope.get(RAW_SEND), scope.get(REQUEST_STARTED))
             if not hub.add(waiter):  # shutting down: answer with what is current now
                 waiter = None
         # after registering (see the hub's invariants); a point read, done on the event loop
@@ -109,13 +119,17 @@ async def serve_stream(lane: FastLane, collection: str, scope: Scope, receive: R
             hub.discard(waiter)
         await send_answer(send, encode_answer(current, out))
         return
-    await wait(hub, waiter, timeout_ms, receive)
-
-
-async def wait(hub: CommitHub, waiter: Waiter, timeout_ms: int, receive: Receive) -> None:
-    """Returns once ``waiter`` is answered (its response complete) or its client is gone."""
-    waiter.task = asyncio.current_task()
     waiter.timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, hub.expire, waiter)
+    if waiter.park(hub):
+        scope[PARKED] = True
+        return
+    await wait(hub, waiter, receive)
+
+
+async def wait(hub: CommitHub, waiter: Waiter, receive: Receive) -> None:
+    """Returns once ``waiter`` (its timer armed) is answered (its response complete) or its client is gone."""
+    waiter.task = asyncio.current_task()
+    assert waiter.timer is not None
     try:
         # the first receive() hands over the (empty) request body; the next one returns
         # http.disconnect once the response is complete or the connection is closed
