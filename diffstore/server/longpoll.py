@@ -389,7 +389,9 @@ class CommitHub:
             self.written_directly += len(written) + len(unparked)
             self._count(200, written)
             loop = self._loop
-            if finish_now or loop is None or loop.is_closed():
+            if not written:
+                pass
+            elif finish_now or loop is None or loop.is_closed():
                 self._finish(written)
             else:  # the clients are reading their answers now: the bookkeeping can wait (see the module)
                 loop.call_later(FINISH_AFTER_S, self._finish, written)
