@@ -74,18 +74,13 @@ config = ServerConfig(data_dir=sys.argv[1], port=int(sys.argv[3]))
 out = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 def stamp(name, generation_id):
     os.write(out, b"%s %d\\n" % (name.encode(), time.perf_counter_ns()))
-# the moment a fan-out pass has written every answer: its first connection bookkeeping after the writes
+# the moment a fan-out pass has written every answer: the end of the pass (the parked connections'
+# bookkeeping comes after, see diffstore.server.longpoll)
 from diffstore.server import longpoll
-finish, passes = longpoll.Waiter.finish, []
-def finish_stamped(waiter, status):
-    if passes:
-        os.write(out, b"%s:written %d\\n" % (passes.pop().encode(), time.perf_counter_ns()))
-    finish(waiter, status)
-longpoll.Waiter.finish = finish_stamped
 wake = longpoll.CommitHub._wake
-def wake_stamped(hub, collection, generation_id):
-    passes[:] = [collection]
-    wake(hub, collection, generation_id)
+def wake_stamped(hub, collection, generation_id, finish_now=False):
+    wake(hub, collection, generation_id, finish_now)
+    os.write(out, b"%s:written %d\\n" % (collection.encode(), time.perf_counter_ns()))
 longpoll.CommitHub._wake = wake_stamped
 with Store.open(config.data_dir, StoreConfig(commit_delay_ms=config.commit_delay_ms)) as store:
     store.add_commit_listener(stamp)
