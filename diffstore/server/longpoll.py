@@ -357,7 +357,9 @@ class CommitHub:
         rendered: Rendered = {}
         whole: dict[tuple[tuple[bytes, Codec], tuple[int, bool]], bytes] = {}  # parked waiters' bytes
         written: list[Waiter] = []  # parked waiters answered: finished later (see the module)
-        unparked: list[Waiter] = []  # others written directly: finished once every waiter has its bytes
+        # finished once every waiter has its bytes: the unparked written directly (their ASGI calls wait
+        # for it) and parked ones whose connection closes after the answer
+        at_once: list[Waiter] = []
         collecting = gc.isenabled()
         if collecting:  # the pass allocates a little per waiter; a collection in its middle would stall it
             gc.disable()
@@ -378,16 +380,17 @@ class CommitHub:
                     waiter.answered = True
                     parked.send(data)
                     parked.owed = 200
-                    written.append(waiter)
+                    # a connection that ends with its answer is closed now: its client reads until then
+                    (written if parked.shape[1] else at_once).append(waiter)
                     continue
                 answer = answers.get(key)
                 if answer is None:
                     answer = answers[key] = encode_answer(*key)
                 if waiter.deliver(answer, rendered):
-                    unparked.append(waiter)
-            self._finish(unparked)  # their ASGI calls wait for it
-            self.written_directly += len(written) + len(unparked)
-            self._count(200, written)
+                    at_once.append(waiter)
+            self._finish(at_once)
+            self.written_directly += len(written) + len(at_once)
+            self._count(200, written + at_once)
             loop = self._loop
             if not written:
                 pass

@@ -264,3 +264,18 @@ def test_a_client_that_pipelines_much_while_parked_gets_every_answer_in_order(ma
         bodies = read_bodies(sock, 1 + count)
     assert bodies[0] == b'{"generationId":{"value":"1"}}'
     assert set(bodies[1:]) == {b'{"ok":true}'}
+
+
+def test_a_parked_long_poll_that_asked_to_close_is_closed_with_its_answer(
+    manual: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(longpoll, "FINISH_AFTER_S", 3600.0)  # the close must not wait for the sweep
+    with connect(manual) as sock:
+        sock.sendall(POLL.replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n"))
+        wait_until(lambda: len(parked(manual)) == 1, what="the parked waiter")
+        commit(manual, "m", "1")
+        data = b""
+        while chunk := sock.recv(65536):  # ends when the server closes the connection
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 OK") and b"connection: close\r\n" in data
+    assert data.endswith(b'{"generationId":{"value":"1"}}')
