@@ -43,7 +43,8 @@ Invariants:
       client sends its next request first (the protocol finishes the answered request before it reads a
       byte of the next). Its clients are reading their answers meanwhile, and on a machine they share
       with the server every CPU-microsecond of bookkeeping in the middle of a fan-out delays its last
-      answers; no request ever waits for it. A shutdown finishes at once.
+      answers; no request ever waits for it. A connection that ends with its answer is closed in the
+      pass (its client reads until then), and a shutdown finishes every one at once.
     * Commits of other processes over the same data directory reach the hub through the store's
       listeners (:mod:`diffstore.engine.wakeup`), read on the loop as above: each process's hub answers
       its own waiters.
