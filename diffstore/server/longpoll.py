@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from diffstore.server.uvicorn_adapter import (
     Parked,
     Rendered,
+    abandon_if_gone,
     direct_cycle,
     finish_directly,
     park,
@@ -202,9 +203,12 @@ class Waiter:
         self.answered = True
         parked = self.parked
         if parked is not None:
-            parked.write(answer)
+            if not parked.write(answer):
+                return False
         else:
             cycle = self.cycle
+            if cycle is not None and abandon_if_gone(cycle):  # its route sees the client gone
+                return False
             if cycle is None or not write_directly(cycle, answer, {} if rendered is None else rendered):
                 self.sending = run_eagerly(self.send_answer(answer))
                 return False
@@ -379,7 +383,10 @@ class CommitHub:
                             answer = answers[key] = encode_answer(*key)
                         data = whole[shaped] = parked.render(answer)
                     waiter.answered = True
-                    parked.send(data)
+                    try:
+                        parked.send(data)
+                    except RuntimeError:  # closed already (see Parked.write): its on_lost comes, or came
+                        continue
                     parked.owed = 200
                     # a connection that ends with its answer is closed now: its client reads until then
                     (written if parked.shape[1] else at_once).append(waiter)

@@ -215,6 +215,20 @@ def render(answer: Answer, default_headers: Any, keep_alive: bool) -> bytes:
     return b"".join(parts)
 
 
+def abandon_if_gone(cycle: Any) -> bool:
+    """True if ``cycle``'s connection is closing: the cycle is then marked disconnected and its app woken
+    (its ``receive()`` returns ``http.disconnect``).
+
+    uvicorn marks only a connection's newest request disconnected when the client goes; a request with
+    another pipelined behind it would otherwise wait for ever, and writing to it fails on uvloop.
+    """
+    if not cycle.transport.is_closing():
+        return False
+    cycle.disconnected = True
+    cycle.message_event.set()
+    return True
+
+
 def write_directly(cycle: Any, answer: Answer, rendered: Rendered) -> bool:
     """Writes ``answer`` as one whole response to ``cycle`` (see :func:`direct_cycle`) if it can take it now.
 
@@ -283,9 +297,16 @@ class Parked:
         """``answer`` as the whole response :meth:`send` writes (see :func:`render`)."""
         return render(answer, self.cycle.default_headers, self.cycle.keep_alive)
 
-    def write(self, answer: Answer) -> None:
-        """Writes ``answer`` as one whole response (a fan-out renders once per shape, then :meth:`send`)."""
-        self.send(self.render(answer))
+    def write(self, answer: Answer) -> bool:
+        """Writes ``answer`` as one whole response (a fan-out renders once per shape, then :meth:`send`).
+
+        False: the connection is closed already (its ``on_lost`` comes, or came, from the protocol).
+        """
+        try:
+            self.send(self.render(answer))
+        except RuntimeError:  # uvloop refuses writes to a closed handle; asyncio drops them silently
+            return False
+        return True
 
     def finish(self, status: int) -> None:
         """What uvicorn's ``send`` does once a response is complete; then the held-back bytes are read.

@@ -279,3 +279,19 @@ def test_a_parked_long_poll_that_asked_to_close_is_closed_with_its_answer(
             data += chunk
     assert data.startswith(b"HTTP/1.1 200 OK") and b"connection: close\r\n" in data
     assert data.endswith(b'{"generationId":{"value":"1"}}')
+
+
+def test_a_gone_client_with_a_request_behind_its_long_poll_breaks_no_fan_out(manual: Live) -> None:
+    # uvicorn marks only the newest request of a closed connection disconnected: the long poll in front
+    # of a pipelined request is neither parked nor told, and writing to it would fail on uvloop
+    gone = connect(manual)
+    gone.sendall(POLL + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    with connect(manual) as sock:
+        sock.sendall(POLL)
+        wait_until(lambda: hub(manual).waiting("m") == 2, what="two waiters")
+        assert len(parked(manual)) == 1
+        gone.close()
+        commit(manual, "m", "1")
+        assert read_response(sock) == b'{"generationId":{"value":"1"}}'
+    wait_until(lambda: tasks(manual) == 0, what="the gone client's ASGI call to end")
+    assert manual.ok("GET", "/healthz") == {"ok": True}
