@@ -24,8 +24,6 @@ metrics live in the process, in a registry of their own per app (no global state
 from __future__ import annotations
 
 import asyncio
-import bisect
-import collections
 import logging
 import os
 import re
@@ -43,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from diffstore.engine import overview
 from diffstore.server.longpoll import PARKED, REQUEST_STARTED
+from diffstore.server.prometheus_adapter import observe_all
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -235,27 +234,13 @@ class ServerMetrics:
         durations.observe(seconds)
 
     def observe_many(self, route: str, method: str, status: int, seconds: list[float]) -> None:
-        """As :meth:`observe` for each of ``seconds``, in a few updates (one per histogram bucket hit).
-
-        Each update of a multiprocess metric is a locked write to its file: a fan-out answering a
-        thousand long polls would otherwise make thousands of them.
-        """
+        """As :meth:`observe` for each of ``seconds``, in one update per histogram bucket hit (a fan-out
+        answers a thousand long polls at once; see :mod:`diffstore.server.prometheus_adapter`)."""
         if not seconds:
             return
         requests, durations = self._labelled(route, method, status)
         requests.inc(len(seconds))
-        bounds = getattr(durations, "_upper_bounds", None)
-        buckets = getattr(durations, "_buckets", None)
-        total = getattr(durations, "_sum", None)
-        if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
-            for value in seconds:  # a prometheus_client whose histogram is not as expected: one by one
-                durations.observe(value)
-            return
-        # Histogram.observe's own rule: the first bucket whose upper bound is >= the value (the last is +Inf)
-        hits = collections.Counter(bisect.bisect_left(bounds, value) for value in seconds)
-        for index, count in hits.items():
-            buckets[index].inc(count)
-        total.inc(sum(seconds))
+        observe_all(durations, seconds)
 
     def observe_long_polls(self, status: int, seconds: list[float]) -> None:
         """The hub's answers to parked long polls (``CommitHub.on_answered``)."""

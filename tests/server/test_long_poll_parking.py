@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from diffstore.server import longpoll, uvicorn_adapter
@@ -227,11 +227,6 @@ def _samples(registry: CollectorRegistry) -> dict[tuple[str, frozenset[tuple[str
         for sample in family.samples
         if not sample.name.endswith("_created")
     }
-
-
-def test_histogram_internals_match_what_observe_many_assumes() -> None:
-    histogram = Histogram("x_seconds", "x", registry=CollectorRegistry())
-    assert len(histogram._upper_bounds) == len(histogram._buckets)
 
 
 def test_the_sweep_finishes_an_answered_connection_that_stays_idle(
