@@ -56,7 +56,7 @@ import asyncio
 import gc
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from diffstore.server.uvicorn_adapter import (
@@ -322,7 +322,7 @@ class CommitHub:
             waiter.deliver(encode_answer(waiter.given, waiter.codec))
             self._count(200, (waiter,))
 
-    def _count(self, status: int, waiters: Any) -> None:
+    def _count(self, status: int, waiters: Iterable[Waiter]) -> None:
         """Hands the answers of parked waiters to :attr:`on_answered` (the others count themselves)."""
         on_answered = self.on_answered
         if on_answered is None:
@@ -365,6 +365,13 @@ class CommitHub:
         # finished once every waiter has its bytes: the unparked written directly (their ASGI calls wait
         # for it) and parked ones whose connection closes after the answer
         at_once: list[Waiter] = []
+
+        def answer_of(key: tuple[bytes, Codec]) -> Answer:
+            answer = answers.get(key)
+            if answer is None:
+                answer = answers[key] = encode_answer(*key)
+            return answer
+
         collecting = gc.isenabled()
         if collecting:  # the pass allocates a little per waiter; a collection in its middle would stall it
             gc.disable()
@@ -378,34 +385,24 @@ class CommitHub:
                     shaped = (key, parked.shape)
                     data = whole.get(shaped)
                     if data is None:
-                        answer = answers.get(key)
-                        if answer is None:
-                            answer = answers[key] = encode_answer(*key)
-                        data = whole[shaped] = parked.render(answer)
+                        data = whole[shaped] = parked.render(answer_of(key))
                     waiter.answered = True
-                    try:
-                        parked.send(data)
-                    except RuntimeError:  # closed already (see Parked.write): its on_lost comes, or came
+                    if not parked.write_bytes(data):  # closed already: its on_lost comes, or came
                         continue
                     parked.owed = 200
                     # a connection that ends with its answer is closed now: its client reads until then
                     (written if parked.shape[1] else at_once).append(waiter)
-                    continue
-                answer = answers.get(key)
-                if answer is None:
-                    answer = answers[key] = encode_answer(*key)
-                if waiter.deliver(answer, rendered):
+                elif waiter.deliver(answer_of(key), rendered):
                     at_once.append(waiter)
             self._finish(at_once)
             self.written_directly += len(written) + len(at_once)
             self._count(200, written + at_once)
-            loop = self._loop
-            if not written:
-                pass
-            elif finish_now or loop is None or loop.is_closed():
-                self._finish(written)
-            else:  # the clients are reading their answers now: the bookkeeping can wait (see the module)
-                loop.call_later(FINISH_AFTER_S, self._finish, written)
+            if written:
+                loop = self._loop
+                if finish_now or loop is None or loop.is_closed():
+                    self._finish(written)
+                else:  # the clients are reading their answers now: the bookkeeping can wait (see the module)
+                    loop.call_later(FINISH_AFTER_S, self._finish, written)
         finally:
             if collecting:
                 gc.enable()

@@ -256,12 +256,8 @@ def write_directly(cycle: Any, answer: Answer, rendered: Rendered) -> bool:
 def finish_directly(cycle: Any, status: int) -> None:
     """What uvicorn's ``send`` does once a response is complete: log it, wake the app, let the
     connection take its next request (or close it)."""
-    if cycle.access_log:
-        _log_access(cycle, status)
     cycle.message_event.set()
-    if not cycle.keep_alive:
-        cycle.transport.close()
-    cycle.on_response()
+    _end_response(cycle, status, cycle.on_response)
 
 
 class Parked:
@@ -298,12 +294,16 @@ class Parked:
         return render(answer, self.cycle.default_headers, self.cycle.keep_alive)
 
     def write(self, answer: Answer) -> bool:
-        """Writes ``answer`` as one whole response (a fan-out renders once per shape, then :meth:`send`).
+        """Writes ``answer`` as one whole response (a fan-out renders once per shape: :meth:`write_bytes`).
 
         False: the connection is closed already (its ``on_lost`` comes, or came, from the protocol).
         """
+        return self.write_bytes(self.render(answer))
+
+    def write_bytes(self, data: bytes) -> bool:
+        """Writes a whole response rendered by :meth:`render`; False as :meth:`write`."""
         try:
-            self.send(self.render(answer))
+            self.send(data)
         except RuntimeError:  # uvloop refuses writes to a closed handle; asyncio drops them silently
             return False
         return True
@@ -319,11 +319,7 @@ class Parked:
         protocol.parked = None
         self.owed = None
         cycle = self.cycle
-        if cycle.access_log:
-            _log_access(cycle, status)
-        if not cycle.keep_alive:
-            cycle.transport.close()
-        self.on_response()
+        _end_response(cycle, status, self.on_response)
         held, protocol.held_back = protocol.held_back, b""
         if held and not cycle.transport.is_closing():
             protocol.data_received(held)
@@ -352,13 +348,19 @@ def park(cycle: Any, on_lost: Callable[[], None]) -> Parked | None:
     return parked
 
 
-def _log_access(cycle: Any, status: int) -> None:
-    scope = cycle.scope
-    cycle.access_logger.info(
-        '%s - "%s %s HTTP/%s" %d',
-        get_client_addr(scope),
-        scope["method"],
-        get_path_with_query_string(scope),
-        scope["http_version"],
-        status,
-    )
+def _end_response(cycle: Any, status: int, on_response: Callable[[], None]) -> None:
+    """uvicorn's end of a complete response: the access log, the close of a connection not kept alive,
+    and ``on_response`` (the protocol's: it arms the keep-alive timer and reads the next request)."""
+    if cycle.access_log:
+        scope = cycle.scope
+        cycle.access_logger.info(
+            '%s - "%s %s HTTP/%s" %d',
+            get_client_addr(scope),
+            scope["method"],
+            get_path_with_query_string(scope),
+            scope["http_version"],
+            status,
+        )
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    on_response()
