@@ -17,6 +17,7 @@ from diffstore.server.errors import install_error_handlers
 from diffstore.server.fastlane import FastLane
 from diffstore.server.longpoll import RAW_SEND, CommitHub
 from diffstore.server.openapi import build_openapi
+from diffstore.server.overview_watch import OverviewWatch
 from diffstore.server.routes import FAST_LANE, ROUTERS
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     """
     config = config or ServerConfig()
     hub = CommitHub()
+    watch = OverviewWatch(store)
+    hub.on_close.append(watch.close)  # the overview's long polls answer at shutdown too
     server_metrics = metrics.ServerMetrics(store, hub)
 
     @asynccontextmanager
@@ -59,6 +62,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
         # reads on the event loop (the fast lane's point reads) never wait for a writer thread
         store.never_wait_for_writers_here()
         hub.attach(store, asyncio.get_running_loop())
+        watch.attach(asyncio.get_running_loop())
         server_metrics.attach()
         app.state.large_bodies = asyncio.Semaphore(1)  # bound to this loop
         try:
@@ -80,6 +84,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.store = store
     app.state.config = config
     app.state.hub = hub
+    app.state.overview_watch = watch
     app.state.budget = Budget(config.inflight_body_max_bytes)
     app.state.large_bodies = asyncio.Semaphore(1)  # see exchange.handle
     app.state.metrics = server_metrics

@@ -250,6 +250,7 @@ class CommitHub:
         self.closed = False
         self.written_directly = 0  # answers that went out as one write to uvicorn's cycle (see the module)
         self.on_answered: AnswerCounter | None = None  # counts parked requests' answers (the metrics)
+        self.on_close: list[Callable[[], None]] = []  # other long polls to answer at shutdown
 
     def attach(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
         """Starts listening to ``store``'s commits; wake-ups are delivered on ``loop``.
@@ -420,6 +421,8 @@ class CommitHub:
     def close(self) -> None:
         """Answers every waiter (with the id it was given) and refuses new ones; runs on the event loop."""
         self.closed = True
+        for close in self.on_close:
+            close()
         for collection in list(self._waiters):
             self._wake(collection, None, finish_now=True)
 

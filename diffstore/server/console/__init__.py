@@ -13,30 +13,27 @@ Routes added for it (documented in ``docs/console.md``):
   whatever the number of collections.
 - ``GET /overview/changes?since=V&timeoutMs=T``: a long poll answering ``{"version": V'}`` as soon as the
   overview's version (a digest of the collections and readers) differs from ``since``, or ``since`` at the
-  timeout. The server rechecks every :data:`CHANGES_CHECK_S`, so commits of any worker process count.
+  timeout. Waiting costs no work per waiter: commits of any process, and any other write, start one shared
+  check (:mod:`diffstore.server.overview_watch`).
 - ``GET /collections/{c}/generations?limit=N``: the newest committed generation ids (to browse or diff
   as of one of them).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from importlib import resources
 from pathlib import Path
 
-import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
 
 from diffstore.engine import overview
 from diffstore.server import schemas
-from diffstore.server.exchange import Exchange, handle, respond, store_of
+from diffstore.server.exchange import Exchange, handle, respond
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routing import route
 from diffstore.wire import Body
 
-CHANGES_CHECK_S = 0.2
 CHANGES_TIMEOUT_MAX_MS = 60_000
 STATIC = Path(str(resources.files(__name__) / "static"))
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css"}
@@ -120,12 +117,10 @@ async def overview_changes(
     since: str | None = Query(None, description="the version the caller has (absent: answer at once)"),
     timeoutMs: int = Query(30_000, ge=0, le=CHANGES_TIMEOUT_MAX_MS),  # noqa: N803 (the wire's spelling)
 ) -> Response:
-    store = store_of(request)
-    hub = request.app.state.hub  # closed when the server shuts down: answer then, as long polls do
+    watch = request.app.state.overview_watch
     codec = response_codec(request.headers.get("accept"))
-    deadline = time.monotonic() + timeoutMs / 1000
-    while True:
-        current = await anyio.to_thread.run_sync(overview.version, store)
-        if since is None or current != since or time.monotonic() >= deadline or hub.closed:
-            return respond(codec.dumps({"version": current}), codec)
-        await asyncio.sleep(min(CHANGES_CHECK_S, max(0.0, deadline - time.monotonic())))
+    if since is None:
+        current = await watch.current()
+    else:
+        current = await watch.wait(since, timeoutMs / 1000)
+    return respond(codec.dumps({"version": current}), codec)
