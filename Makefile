@@ -10,7 +10,9 @@ $(PY):
 # setup.py and the C source: the engine's compiled accelerator is built at install (rebuilt when it changes)
 $(STAMP): $(PY) pyproject.toml setup.py diffstore/engine/_accel.c
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev]'
+	# compat: a path entry (.pth) instead of an import hook, so that Spark's lookup of pyspark_* packages
+	# (pkgutil.iter_modules) finds pyspark_diffstore from any working directory
+	$(PY) -m pip install -e '.[dev]' --config-settings editable_mode=compat
 	# The official HStreamDB client (a test peer) builds only with an old setuptools, outside isolation.
 	$(PY) -m pip install 'setuptools<82' wheel
 	$(PY) -m pip install --no-build-isolation 'hstreamdb==0.5.0'

@@ -16,7 +16,9 @@ _EXPORTS = {
     "TARGET": "diffstore.spark.transform",
     "Transform": "diffstore.spark.transform",
     "TransformError": "diffstore.spark.transform",
+    "connect_session": "diffstore.spark.session",
     "local_session": "diffstore.spark.session",
+    "master_session": "diffstore.spark.session",
     "register": "diffstore.spark.source",
 }
 
@@ -27,4 +29,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'diffstore.spark' has no attribute {name!r}")
+    from diffstore.spark.session import require_pyspark
+
+    require_pyspark(f"diffstore.spark.{name}")  # one line naming the extra, not "No module named 'pyspark'"
     return getattr(importlib.import_module(module), name)

@@ -1,4 +1,7 @@
-"""``diffstore transform``: run an A+B→C job (SPEC §6) on a local Spark session, with progress.
+"""``diffstore transform``: run an A+B→C job (SPEC §6) on a Spark session, with progress.
+
+The session is a local one (``--master local[N]``, the default), one on a cluster (``--master
+spark://…``) or one of a Spark Connect server (``--remote sc://…``); the same runner serves all three.
 
 pyspark is imported only when the command runs, so the ``diffstore`` command works without it.
 """
@@ -56,7 +59,17 @@ def add_commands(subparsers: Any) -> None:
         f" within T + 1 s of the active one's death (default {DEFAULT_TTL_MS}; 0: no lease)",
     )
     parser.add_argument("--partitions", type=int, default=4, help="Spark partitions per diff read")
-    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master: local[N] (default local[2]) or a cluster's (spark://host:7077, yarn, k8s://…)",
+    )
+    parser.add_argument(
+        "--remote",
+        default=os.environ.get("SPARK_REMOTE"),
+        metavar="sc://HOST:PORT",
+        help="run on a Spark Connect server instead of --master (default: $SPARK_REMOTE)",
+    )
     parser.add_argument(
         "--token",
         default=os.environ.get("DIFFSTORE_TOKEN"),
@@ -204,6 +217,22 @@ def check_collections(args: argparse.Namespace, sources: dict[str, str]) -> None
             )
 
 
+def start_session(args: argparse.Namespace) -> Any:
+    """The session ``--remote``/``--master`` ask for, the ``diffstore`` format registered; a Connect
+    server that does not answer is one line (``diffstore.cli`` prints the ConnectionError)."""
+    from diffstore.spark.session import connect_session, local_session, master_session
+
+    if args.remote:
+        try:
+            return connect_session(args.remote, "diffstore-transform")
+        except (ValueError, ModuleNotFoundError) as exc:
+            raise SystemExit(f"diffstore transform: --remote: {exc}") from None
+    master = args.master
+    if master == "local" or (master.startswith("local[") and master[6:-1].isdigit()):
+        return local_session("diffstore-transform", cores=int(master[6:-1] or 1) if master != "local" else 1)
+    return master_session(master, "diffstore-transform")
+
+
 def run_transform(args: argparse.Namespace) -> int:
     """Runs the transform command; returns the exit code."""
     sources = _sources(args.source)
@@ -219,18 +248,20 @@ def run_transform(args: argparse.Namespace) -> int:
             raise SystemExit(f"--lease-ttl-ms: {exc} (0: no lease)") from None
     fn = load_job(args.job)
     check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
+    from diffstore.spark.session import require_pyspark
+
+    try:
+        require_pyspark("diffstore transform")
+    except ModuleNotFoundError as exc:
+        raise SystemExit(f"diffstore transform: {exc}") from None
     from rich.console import Console
     from rich.markup import escape
 
-    from diffstore.spark.session import local_session
     from diffstore.spark.transform import RoundStats, Transform, TransformError, encode_id
 
     console = Console(stderr=True)
     logs.configure_from(args)
     report = logs.Reporter(console, _log, args.log_format)
-    cores = 2
-    if args.master.startswith("local[") and args.master[6:-1].isdigit():
-        cores = int(args.master[6:-1])
 
     metrics, metrics_server = None, None
     if args.metrics_port is not None:
@@ -294,7 +325,7 @@ def run_transform(args: argparse.Namespace) -> int:
             )
 
     with console.status("starting Spark"):
-        spark = local_session("diffstore-transform", cores=cores)
+        spark = start_session(args)
     transform = Transform(
         spark,
         args.url,

@@ -1,4 +1,5 @@
-"""A small local SparkSession for tests, examples and benchmarks (settings proven on a 2-core box).
+"""Sessions for diffstore's entry points: a small local one (settings proven on a 2-core box), one on a
+cluster master, one of a Spark Connect server — each with the ``diffstore`` format registered.
 
 Why each setting: the UI and its port are useless here; two shuffle partitions suit ``local[2]``; the
 driver must bind to 127.0.0.1 (else it may pick another interface); a serial GC with C1 only starts the JVM
@@ -10,9 +11,11 @@ directory is put on ``PYTHONPATH`` when diffstore is not installed.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,3 +75,98 @@ def local_session(app_name: str = "diffstore", cores: int = 2, shuffle_partition
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark  # type: ignore[no-any-return]
+
+
+def require_pyspark(what: str = "diffstore's Spark front") -> None:
+    """Raises a one-line :class:`ModuleNotFoundError` that names the fix when pyspark (or pyarrow) is
+    missing, instead of the bare ``No module named 'pyspark'`` of the first import."""
+    import importlib.util
+
+    for module in ("pyspark", "pyarrow"):
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(
+                f"{what} needs {module}, which is not installed: pip install 'diffstore[spark]' "
+                "(from a clone: pip install '.[spark]')",
+                name=module,
+            )
+
+
+CONNECT_PROBE_TIMEOUT_S = 5.0
+
+
+def connect_session(remote: str, app_name: str = "diffstore") -> SparkSession:
+    """A session of the Spark Connect server at ``remote`` (``sc://host:port``), the format registered.
+
+    The server's Python workers (and its executors') run the data source, so diffstore must be installed
+    where they run (docs/spark.md, "Clusters, Spark Connect, managed platforms").
+
+    Raises:
+        ConnectionError: nothing answers at ``remote`` (one line saying what to start), instead of the
+            Connect client's retries for minutes.
+        ModuleNotFoundError: pyspark's Connect client misses a package (one line naming the extra).
+    """
+    require_pyspark("Spark Connect")
+    address = urlparse(remote)
+    if address.scheme != "sc" or not address.hostname:
+        raise ValueError(f"a Spark Connect address looks like sc://host:15002, got {remote!r}")
+    port = address.port or 15002
+    try:
+        with socket.create_connection((address.hostname, port), timeout=CONNECT_PROBE_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise ConnectionError(
+            f"no Spark Connect server answers at {remote} ({exc.strerror or exc}): start one "
+            "(sbin/start-connect-server.sh, or spark-submit --class "
+            "org.apache.spark.sql.connect.service.SparkConnectServer) or fix the address"
+        ) from None
+    try:
+        from pyspark.sql.connect import utils
+        from pyspark.sql.pandas import utils as pandas_utils
+
+        # what pyspark's Connect client checks when it starts, without its doctest shortcut (which exits
+        # a `python -c` process)
+        for check in (
+            pandas_utils.require_minimum_pandas_version,
+            pandas_utils.require_minimum_pyarrow_version,
+            utils.require_minimum_grpc_version,
+            utils.require_minimum_grpcio_status_version,
+            utils.require_minimum_googleapis_common_protos_version,
+            utils.require_minimum_zstandard_version,
+        ):
+            check()
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            f"the Spark Connect client needs more packages ({exc}): pip install 'diffstore[spark]'"
+        ) from None
+    from pyspark.sql import SparkSession
+
+    from diffstore.spark.source import register
+
+    spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
+    # a runtime SQL setting, so it may be set over Connect: the data source's errors then reach the
+    # caller as one line instead of a Python traceback
+    spark.conf.set("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
+    register(spark)
+    return spark
+
+
+def master_session(master: str, app_name: str = "diffstore") -> SparkSession:
+    """A session on a cluster ``master`` (``spark://…``, ``yarn``, ``k8s://…``), the format registered.
+
+    Nothing of :func:`local_builder`'s is set but the one-line errors: the cluster's own configuration
+    (``spark-defaults.conf``, ``--conf``) decides the rest, and its executors must have diffstore
+    installed (``PYSPARK_PYTHON`` names their interpreter).
+    """
+    require_pyspark("a Spark session")
+    from pyspark.sql import SparkSession
+
+    from diffstore.spark.source import register
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
+        .getOrCreate()
+    )
+    register(spark)
+    return spark

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ from diffstore.engine.types import UNSET, ReaderUpdate
 from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, NoSuchReader
 from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark._prefetch import ahead
-from diffstore.spark.options import SparkReadOptions, SparkWriteOptions
+from diffstore.spark.options import DEFAULT_BATCH_ROWS, SparkReadOptions, SparkWriteOptions
 
 SNAPSHOT_SCHEMA = StructType(
     [StructField("key", BinaryType(), False), StructField("value", BinaryType(), True)]
@@ -245,6 +245,36 @@ def put_batches(
     return WrittenBatch(rows, requests)
 
 
+WRITTEN_SCHEMA = "rows long"
+_WRITTEN_ARROW = pa.schema([pa.field("rows", pa.int64())])
+
+
+def put_partition(
+    url: str,
+    codec: str,
+    collection: str,
+    generation_id: bytes,
+    token: str | None = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function that puts a partition's ``key``, ``value`` rows into the open generation
+    ``generation_id`` and answers one row: how many it put (:data:`WRITTEN_SCHEMA`)."""
+
+    def put(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        target = shared_client(url, codec, token).collection(collection)
+        written = put_batches(target, generation_id, batch_rows, batches)
+        yield pa.RecordBatch.from_arrays([pa.array([written.rows], pa.int64())], schema=_WRITTEN_ARROW)
+
+    return put
+
+
+def check_writable(schema: StructType) -> None:
+    """Raises :class:`InvalidRequest` unless ``schema`` has binary columns ``key`` and ``value``."""
+    names = {field.name: field.dataType for field in schema.fields}
+    if not isinstance(names.get("key"), BinaryType) or not isinstance(names.get("value"), BinaryType):
+        raise InvalidRequest(f"writing needs binary columns key and value, got {schema.simpleString()}")
+
+
 def reader_updates(entries: Iterable[Mapping[str, Any]]) -> list[ReaderUpdate]:
     """``{"readerName", "generationId", "expectedGenerationId"?}`` entries as the client's updates
     (an absent ``expectedGenerationId`` means no compare-and-set)."""
@@ -318,9 +348,7 @@ class DiffstoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DiffstoreWriter:
         if overwrite:
             raise InvalidRequest("the diffstore format only appends into an open generation (mode append)")
-        names = {field.name: field.dataType for field in schema.fields}
-        if not isinstance(names.get("key"), BinaryType) or not isinstance(names.get("value"), BinaryType):
-            raise InvalidRequest(f"writing needs binary columns key and value, got {schema.simpleString()}")
+        check_writable(schema)
         options = SparkWriteOptions.parse(self.options)
         connection = options.connection
         # Checked here, on the driver, so that a wrong generation fails as one line before any task runs.

@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from diffstore import shell
 from diffstore.client import Collection
@@ -46,15 +44,27 @@ from diffstore.errors import Conflict, DiffstoreError, LeaseLost, NoSuchCollecti
 from diffstore.leases import LeaseConfig, LeaseGuard
 from diffstore.rounds import Round, ensure_readers, source_reader
 from diffstore.spark._clients import new_client
-from diffstore.spark._py4j import activate_session, observed_count
 from diffstore.spark._ranges import by_key_range
 from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
 from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
 from diffstore.spark.plan import NONCE_BYTES, RoundPlan, SourceRange, plan_sources
 from diffstore.spark.preview import DEFAULT_MAX_ROWS, DEFAULT_TTL_SECONDS, PhantomIdLike, run_preview
-from diffstore.spark.small_rounds import DIFF_ARROW, driver_lookup, read_small_diff, write_small_result
-from diffstore.spark.source import DIFF_SCHEMA, describe_failure, reader_updates, register
+from diffstore.spark.small_rounds import (
+    DIFF_ARROW,
+    driver_lookup,
+    read_small_diff,
+    write_small_result,
+)
+from diffstore.spark.source import (
+    DIFF_SCHEMA,
+    WRITTEN_SCHEMA,
+    check_writable,
+    describe_failure,
+    put_partition,
+    reader_updates,
+    register,
+)
 
 TARGET = "@target"
 """Pass as ``lookup``'s first argument to read the target's values as they were before this round."""
@@ -274,57 +284,47 @@ class Transform:
         return lookup
 
     def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
-        activate_session(self.spark)
         local = {s.alias: read_small_diff(self, s) for s in plan.sources if not s.empty}
         if all(table is not None for table in local.values()):
             return self._run_small(plan, local)
-        tag = uuid.uuid4().hex[:12]
-        counted = {alias: len(table) for alias, table in local.items() if table is not None}
         cuts = self._cuts(plan)
         first = next((s.alias for s in plan.sources if not s.empty), None)
-        observations = {alias: Observation(f"diffstore_read_{alias}_{tag}") for alias in self.sources}
-        diffs = {
-            s.alias: self._diff_frame(s, cuts if s.alias == first else None).observe(
-                observations[s.alias], F.count(F.lit(1)).alias("rows")
-            )
-            for s in plan.sources
-            if local.get(s.alias) is None
-        }
-        if self.materialize_diffs:
-            # Read each diff over HTTP exactly once: jobs use a diff several times (joins, lookups'
-            # inputs), and every use would otherwise page through the server again.
-            empty = {s.alias for s in plan.sources if s.empty}
-            diffs = {
-                alias: frame if alias in empty else frame.localCheckpoint(eager=True)
-                for alias, frame in diffs.items()
-            }
-        for alias, table in local.items():
-            if table is not None:  # already in driver memory: no read job, no checkpoint
-                diffs[alias] = self.spark.createDataFrame(table, DIFF_SCHEMA)
-        diffs = {s.alias: diffs[s.alias] for s in plan.sources}
-        empty = {s.alias for s in plan.sources if s.empty}
+        diffs: dict[str, DataFrame] = {}
+        # Counted by the runner itself, with public calls only (no Observation, whose "did it run" needs
+        # the JVM's handle and does not exist over Spark Connect): local tables by their length, a
+        # materialized diff by a count of its checkpoint; a diff left lazy is not counted (None).
+        rows_read: dict[str, int | None] = {}
+        for s in plan.sources:
+            table = local.get(s.alias)
+            if s.empty:
+                diffs[s.alias], rows_read[s.alias] = self._diff_frame(s, None), 0
+            elif table is not None:  # already in driver memory: no read job, no checkpoint
+                diffs[s.alias] = self.spark.createDataFrame(table, DIFF_SCHEMA)
+                rows_read[s.alias] = len(table)
+            elif self.materialize_diffs:
+                # Read each diff over HTTP exactly once: jobs use a diff several times (joins, lookups'
+                # inputs), and every use would otherwise page through the server again.
+                frame = self._diff_frame(s, cuts if s.alias == first else None).localCheckpoint(eager=True)
+                diffs[s.alias], rows_read[s.alias] = frame, frame.count()
+            else:
+                diffs[s.alias] = self._diff_frame(s, cuts if s.alias == first else None)
+                rows_read[s.alias] = None
         result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
-        written = Observation(f"diffstore_written_{tag}")
-        result = result.observe(written, F.count(F.lit(1)).alias("rows"))
-        writer = (
-            result.write.format("diffstore")
-            .mode("append")
-            .option("url", self.url)
-            .option("collection", self.target)
-            .option("codec", self.codec)
-            .option("generationIdEncoding", "base64")
-            .option("generationId", encode_generation(plan.generation_id))
-            .option("commit", "false")  # the runner commits, so that a lost compare-and-set is seen typed
-            .option("abortOnFailure", "false")
-        )
-        if self.token is not None:
-            writer = writer.option("token", self.token)
-        writer.save()
-        rows_read = {
-            alias: 0 if alias in empty else counted[alias] if alias in counted else observed_count(obs)
-            for alias, obs in observations.items()
-        }
-        return rows_read, observed_count(written)
+        return rows_read, self._write(plan.generation_id, result)
+
+    def _write(self, generation_id: bytes, result: DataFrame) -> int:
+        """Writes a round's result into its open generation from the executors; returns the row count.
+
+        Each task puts its rows (:func:`~diffstore.spark.source.put_partition`) and answers one row, its
+        count, which the driver sums: the count of what was written, from the one job that wrote it,
+        with no Spark-side metrics (those need the JVM's handles, absent over Spark Connect). A failed
+        or speculative attempt's answer is dropped by Spark, and its puts are harmless (the same keys
+        again, in the same uncommitted generation). Not the data source's writer: its planning and its
+        separate commit process cost most of a second, and the runner commits itself.
+        """
+        check_writable(result.schema)
+        put = put_partition(self.url, self.codec, self.target, generation_id, self.token)
+        return sum(int(row[0]) for row in result.mapInArrow(put, WRITTEN_SCHEMA).collect())
 
     def _run_small(
         self, plan: RoundPlan, local: Mapping[str, pa.Table | None]
