@@ -23,6 +23,7 @@ from diffstore.errors import DiffstoreError, StorageError, Unauthorized
 # Modules that contribute sub-commands; each may be missing while its front is optional (spark).
 _FRONTS = (
     "diffstore.server.cli",
+    "diffstore.server.store_cli",
     "diffstore.client.cli",
     "diffstore.client.commands",
     "diffstore.client.lineage_cli",

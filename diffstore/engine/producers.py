@@ -77,3 +77,29 @@ def admit(
         pending, pending_seq = seq_no, generation_seq
     txn.put(key, _ROW.pack(committed, pending, pending_seq), db=tables.producers)
     return True
+
+
+def forget_pending(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_seq: int) -> None:
+    """Forgets the seqNos pending in generation ``generation_seq``, whose records were dropped while it
+    stays registered (a backup empties a non-manual collection's open generation): a retry of those
+    writes must be written, not skipped as a duplicate."""
+    prefix = meta.cid_prefix
+    cursor = txn.cursor(db=tables.producers)
+    found = cursor.set_range(prefix)
+    while found and cursor.key().startswith(prefix):
+        committed, _, pending_seq = _ROW.unpack(cursor.value())
+        if pending_seq == generation_seq:
+            cursor.put(cursor.key(), _ROW.pack(committed, 0, _NO_GENERATION))
+        found = cursor.next()
+
+
+def check_row(raw: bytes, meta: CollectionMeta) -> str | None:
+    """What is wrong with a stored producer row of ``meta`` (None: nothing), for ``diffstore check``."""
+    if len(raw) != _ROW.size:
+        return f"holds {len(raw)} bytes, not {_ROW.size}"
+    _, pending, pending_seq = _ROW.unpack(raw)
+    if pending_seq == _NO_GENERATION:
+        return None if pending == 0 else f"has seqNo {pending} pending in no generation"
+    if pending_seq > meta.last_seq:
+        return f"has seqNo {pending} pending in generation #{pending_seq}, never handed out"
+    return None

@@ -59,6 +59,8 @@ _log = logging.getLogger("diffstore.engine")
 _NEXT_CID = b"\x00next_cid"  # not a legal collection name, so it cannot collide with one
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 5.0
+MAX_DBS = len(layout.TABLES) + 2
+MAX_READERS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,17 +125,25 @@ class Store:
     def __init__(self, path: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
         self.path = Path(path)
         self.config = config or StoreConfig()
-        self.env = storage.open_environment(
-            self.path,
-            map_size=self.config.map_size,
-            sync=self.config.sync,
-            max_dbs=len(layout.TABLES) + 2,
-            max_readers=2048,
-        )
+        storage.refuse_unfinished_backup(self.path)
+        # held shared while the store is open: a compaction (which needs the store to itself) waits for it
+        self._directory_lock = storage.DirectoryLock(self.path)
+        try:
+            self.env = storage.open_environment(
+                self.path,
+                map_size=self.config.map_size,
+                sync=self.config.sync,
+                max_dbs=MAX_DBS,
+                max_readers=MAX_READERS,
+            )
+        except BaseException:
+            self._directory_lock.release()
+            raise
         try:
             self.tables = Tables.open(self.env)
         except lmdb.Error as exc:
             self.env.close()
+            self._directory_lock.release()
             raise self._storage_error(exc, f"cannot open the store at {self.path}") from exc
         self.cursors = CursorCodec(CursorSecret(self.path))  # signs page tokens (one secret per directory)
         self._write_lock = threading.RLock()
@@ -189,6 +199,7 @@ class Store:
                 raise self._storage_error(exc, "flushing the store at close failed") from exc
             finally:
                 self.env.close()
+                self._directory_lock.release()
 
     # --- transactions ---------------------------------------------------------------------------
 

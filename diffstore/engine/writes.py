@@ -49,6 +49,14 @@ def _require_manual(meta: CollectionMeta) -> None:
 def drop_open_generation(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> CollectionMeta:
     """Deletes the open generation's records (cost follows its writes) and forgets it."""
     assert meta.next is not None and meta.next_seq is not None
+    drop_open_records(txn, tables, meta)
+    unregister_generation(txn, tables, meta, meta.next, meta.next_seq)
+    return meta.with_(next=None, next_seq=None, next_count=0)
+
+
+def drop_open_records(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:
+    """Deletes the records written into the open generation (and their index rows); it stays registered."""
+    assert meta.next_seq is not None
     prefix = meta.cid_prefix
     run = layout.change_prefix(prefix, meta.next_seq)
     cursor = txn.cursor(db=tables.changes)
@@ -60,8 +68,6 @@ def drop_open_generation(txn: lmdb.Transaction, tables: Tables, meta: Collection
                 records.delete()
             if not cursor.delete():
                 break
-    unregister_generation(txn, tables, meta, meta.next, meta.next_seq)
-    return meta.with_(next=None, next_seq=None, next_count=0)
 
 
 def start_generation(

@@ -19,7 +19,7 @@ from typing import Any
 import lmdb
 import msgpack
 
-from diffstore.engine.storage import open_environment, storage_error
+from diffstore.engine.storage import DirectoryLock, open_environment, refuse_unfinished_backup, storage_error
 from diffstore.streams.sharding import shard_ranges
 
 from . import keys
@@ -30,7 +30,7 @@ MAX_NAME_LENGTH = 255
 MAX_SHARD_COUNT = 1024
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")  # 1..MAX_NAME_LENGTH characters
 EARLIEST, LATEST = 0, 1
-_MAX_READERS = 126  # LMDB's default
+MAX_READERS = 126  # LMDB's default
 
 
 def check_identifier(kind: str, name: str) -> None:
@@ -102,19 +102,27 @@ class StreamStore:
         """
         self._path = path
         self._map_size = map_size
-        self._env = open_environment(
-            path, map_size=map_size, sync=sync, max_dbs=len(keys.DB_NAMES), max_readers=_MAX_READERS
-        )
+        refuse_unfinished_backup(path)
+        self._directory_lock = DirectoryLock(path)  # shared: a compaction waits for the store to close
+        try:
+            self._env = open_environment(
+                path, map_size=map_size, sync=sync, max_dbs=len(keys.DB_NAMES), max_readers=MAX_READERS
+            )
+        except BaseException:
+            self._directory_lock.release()
+            raise
         try:
             self._db = {name.decode(): self._env.open_db(name) for name in keys.DB_NAMES}
         except lmdb.Error as exc:
             self._env.close()
+            self._directory_lock.release()
             raise storage_error(
                 exc, path, map_size, writing=True, doing=f"cannot open stream store at {path}"
             ) from exc
 
     def close(self) -> None:
         self._env.close()
+        self._directory_lock.release()
 
     @contextmanager
     def _txn(self, write: bool = False) -> Iterator[lmdb.Transaction]:

@@ -1,0 +1,136 @@
+"""``diffstore backup``, ``check`` and ``compact``: whole-store tools over a data directory (or, for a
+backup, a running server). The work is in the engine (``engine/backup.py``, ``check.py``, ``compact.py``);
+this module parses, shows progress on a terminal and prints the outcome. Failures are one line on stderr
+(``diffstore.cli``) and a non-zero exit.
+
+``diffstore backup`` tells the two kinds of store apart by itself: the data directory of ``diffstore serve``
+or of ``diffstore streams serve`` (the stream server's) is backed up the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from diffstore.errors import InvalidRequest, StorageError, Unauthorized, error_from_code
+
+_CHUNK = 1 << 20
+BACKUP_FORMAT_HEADER = "x-diffstore-backup"  # what GET /backup answers with (server/routes/backup.py)
+EXPECTED_BYTES_HEADER = "x-diffstore-backup-expected-bytes"
+
+
+def add_commands(subparsers: Any) -> None:
+    """Registers ``backup``, ``check`` and ``compact`` on the ``diffstore`` command."""
+    parser = subparsers.add_parser(
+        "backup",
+        help="copy one consistent committed state of a store into a new directory",
+        description="Copies one consistent committed state of a store into OUT, a new (or empty) directory "
+        "that 'diffstore serve --data OUT' opens as it is. From the data directory (--data, beside the "
+        "processes that write it; a stream server's directory too) or from a running server (--url).",
+        epilog="Open generations are left out (manual collections: as if aborted; automatic ones: kept "
+        "open, empty), and so are phantoms. A backup cut off midway leaves OUT marked unfinished: serve and "
+        "check refuse it. See docs/backups.md.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", metavar="DIR", help="the data directory of the store to back up")
+    source.add_argument("--url", metavar="URL", help="the base URL of a running diffstore server")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("DIFFSTORE_TOKEN"),
+        help="with --url: bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
+    )
+    parser.add_argument("out", metavar="OUT", help="the directory to write (must not exist, or be empty)")
+    parser.set_defaults(func=_backup)
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from diffstore.engine import backup
+
+    out = Path(args.out)
+    with _progress("backing up") as progress:
+        if args.data is not None:
+            result = backup.backup_directory(Path(args.data), out, progress)
+        else:
+            result = _backup_from_server(args.url, args.token, out, progress)
+    print(
+        f"backed up a {result.kind.value} into {out}: {result.bytes:,} bytes,"
+        f" {result.collections} collections;"
+        f" left out: {result.open_generations_left_out} open generations of manual collections (as if"
+        f" aborted), the records of {result.open_generations_emptied} open automatic generations,"
+        f" {result.phantoms_left_out} phantom records"
+    )
+    return 0
+
+
+def _backup_from_server(
+    url: str, token: str | None, out: Path, progress: Callable[[int, int], None] | None
+) -> Any:
+    import httpx
+
+    from diffstore.engine import backup
+
+    backup.check_target(out)
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        with (
+            httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(60.0)) as http,
+            http.stream("GET", "/backup") as response,
+        ):
+            _require_backup_answer(url, response)
+            expected = int(response.headers.get(EXPECTED_BYTES_HEADER, "0") or 0)
+            try:
+                return backup.receive(response.iter_bytes(_CHUNK), out, expected, progress)
+            except httpx.HTTPError as exc:
+                raise StorageError(
+                    f"the backup stream from {url} broke off ({type(exc).__name__}: {exc}); {out} is left"
+                    " marked unfinished: delete it and take the backup again"
+                ) from exc
+    except httpx.HTTPError as exc:  # the server cannot be reached: diffstore.cli says so in one line
+        raise StorageError(str(exc) or type(exc).__name__) from exc
+
+
+def _require_backup_answer(url: str, response: Any) -> None:
+    if response.status_code == 200 and response.headers.get(BACKUP_FORMAT_HEADER):
+        return
+    response.read()
+    code = None
+    with contextlib.suppress(ValueError, AttributeError):
+        body = response.json()
+        code, reason = body.get("error"), body.get("reason")
+    if response.status_code == 401 and code:
+        raise Unauthorized(reason)
+    if code and response.status_code != 404:
+        raise error_from_code(code, f"GET /backup: {reason}")
+    raise InvalidRequest(
+        f"{url} is not a diffstore server that serves backups (GET /backup answered {response.status_code})"
+    )
+
+
+@contextlib.contextmanager
+def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A bytes progress bar on a terminal (stderr); None elsewhere (scripts, tests)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(
+        TextColumn(what),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update

@@ -1,0 +1,73 @@
+"""``diffstore backup``, ``check`` and ``compact`` as a user runs them: real subprocesses over real stores.
+Every bad input is one line on stderr, a non-zero exit, and nothing changed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from diffstore import Store, StoreConfig
+from diffstore.engine import storage
+
+DEADLINE_S = 120.0
+
+
+def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diffstore", *argv],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_line(done: subprocess.CompletedProcess[str], command: str) -> str:
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"diffstore {command}: "), lines[0]
+    return lines[0]
+
+
+def make_store(path: Path) -> None:
+    with Store.open(path, StoreConfig(background=False)) as store:
+        a = store.create_collection("A")
+        a.start_generation(b"1")
+        a.put_many([(b"k%d" % i, b"v%d" % i) for i in range(100)], generation_id=b"1")
+        a.create_reader("me", None, b"1")
+        a.commit_generation(b"1")
+
+
+def files_of(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+def test_backup_of_a_data_directory_opens_as_it_is(tmp_path: Path) -> None:
+    make_store(tmp_path / "src")
+    done = cli("backup", "--data", str(tmp_path / "src"), str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert "1 collections" in done.stdout
+    assert sorted(os.listdir(tmp_path / "out")) == [storage.DATA_FILE]
+    with Store.open(tmp_path / "out", StoreConfig(background=False)) as copy:
+        a = copy.collection("A")
+        assert a.generation_id == b"1" and len(list(a.query())) == 100
+        assert [(r.name, r.generation_id) for r in a.readers()] == [("me", b"1")]
+
+
+def test_backup_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    make_store(tmp_path / "src")
+    source = files_of(tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep").write_text("mine")
+    line = one_line(cli("backup", "--data", str(tmp_path / "src"), str(out)), "backup")
+    assert "not empty" in line
+    assert files_of(out) == {"keep": b"mine"}
+    line = one_line(cli("backup", "--data", str(tmp_path / "nowhere"), str(tmp_path / "new")), "backup")
+    assert "not a directory holding a store" in line
+    assert not (tmp_path / "new").exists() and not (tmp_path / "nowhere").exists()
+    assert files_of(tmp_path / "src")[storage.DATA_FILE] == source[storage.DATA_FILE]
