@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
+import re
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -76,6 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader of our output went away (``query ... | head``): what it wanted was printed; say
+        # nothing, and keep the interpreter's last flush of stdout from failing again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except DiffstoreError as exc:  # e.g. a store that cannot be opened (a full disk): one line, no traceback
         print(f"{_command(args)}: {one_line(exc, args)}", file=sys.stderr)
         return 1
@@ -97,7 +104,18 @@ def one_line(exc: DiffstoreError, args: argparse.Namespace) -> str:
             f"cannot reach a diffstore server at {url} ({type(cause).__name__}: {cause or 'no answer'}): "
             "start one with 'diffstore serve' or point --url / DIFFSTORE_URL at it"
         )
-    return f"{exc.reason} ({exc.code})"
+    return f"{_flag_names(exc.reason, args)} ({exc.code})"
+
+
+def _flag_names(reason: str, args: argparse.Namespace) -> str:
+    """A server's message in the command's words: ``body.depth`` or ``fromGenerationId`` become the flag
+    (``--depth``, ``--from``) that set them, as the command's ``wire_flags`` map them."""
+    flags: dict[str, str] = getattr(args, "wire_flags", None) or {}
+    reason = re.sub(r"\b(?:body|query)\.(\w+)", r"\1", reason)
+    if not flags:
+        return reason
+    pattern = r"\b(" + "|".join(map(re.escape, flags)) + r")\b"
+    return re.sub(pattern, lambda m: flags[m.group(1)], reason)
 
 
 def _command(args: argparse.Namespace) -> str:

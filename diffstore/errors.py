@@ -36,7 +36,10 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
 
 from __future__ import annotations
 
+import base64
 from typing import ClassVar
+
+TEXT_FORM_PREFIX = "base64:"
 
 
 class DiffstoreError(Exception):
@@ -171,6 +174,26 @@ class StorageFull(StorageError):
     """
 
     code = "storageFull"
+
+
+def text_form(data: bytes | None) -> str:
+    """How a message names bytes (a key, a generation id): the text form every command prints and accepts.
+
+    Printable UTF-8 as it is, any other bytes as ``base64:`` and their base64 (and so printable text that
+    begins with ``base64:``); the empty generation id as ``""``, none as ``none``. Never a Python
+    ``b'...'`` repr: a message reaches shell users and HTTP clients, who read neither.
+    """
+    if data is None:
+        return "none"
+    if not data:
+        return '""'
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return TEXT_FORM_PREFIX + base64.b64encode(data).decode("ascii")
+    if text.isprintable() and not text.startswith(TEXT_FORM_PREFIX):
+        return text
+    return TEXT_FORM_PREFIX + base64.b64encode(data).decode("ascii")
 
 
 def _leaf_classes() -> dict[str, type[DiffstoreError]]:

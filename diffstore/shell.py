@@ -24,21 +24,16 @@ import importlib
 import sys
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
-from diffstore.errors import InvalidEncoding, InvalidRequest
+from diffstore.errors import TEXT_FORM_PREFIX, InvalidEncoding, InvalidRequest, text_form
 
-PREFIX = "base64:"
+PREFIX = TEXT_FORM_PREFIX
 
 
 def show(data: bytes) -> str:
-    """The text form of ``data`` (see the module docstring)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return PREFIX + base64.b64encode(data).decode("ascii")
-    if text.isprintable() and not text.startswith(PREFIX):
-        return text
-    return PREFIX + base64.b64encode(data).decode("ascii")
+    """The text form of ``data`` (see the module docstring); error messages use the same one."""
+    return text_form(data) if data else ""
 
 
 def show_opt(data: bytes | None) -> str | None:
@@ -111,3 +106,27 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def int_within(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number within ``low..high``."""
+
+    def parse_int(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be within {low}..{high}")
+        return value
+
+    return parse_int
+
+
+def http_url(text: str) -> str:
+    """An argparse type: a server's base URL, ``http://`` or ``https://`` and a host."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        example = "http://127.0.0.1:3030" if "://" in text or not text else f"http://{text}"
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL (e.g. {example})")
+    return text

@@ -37,6 +37,12 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def usage_error(done: subprocess.CompletedProcess[str]) -> str:
+    """argparse's refusal of a flag: exit 2, the usage, then one line naming the flag."""
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr.strip().splitlines()[-1]
+
+
 def test_serve_on_a_port_in_use(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -139,3 +145,80 @@ def test_ingest_creates_nothing_when_the_stream_side_fails(tmp_path: Path, hstre
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "ingest:" in done.stderr
     assert not data.exists()  # neither the store nor the collection was created
+
+
+# --- what the data commands say: the shell's text form and the flag's name, never the wire's --------------
+
+
+def test_messages_speak_the_text_form_and_the_flags(tmp_path: Path) -> None:
+    from tests.client.conftest import running_server
+
+    with running_server(tmp_path / "data") as server, server.client() as client:
+        client.create_collection("A", manual=True)
+        a = client.collection("A")
+        a.start_generation(b"\x00\x00\x00\x00\x00\x00\x00\x01")
+        a.put(b"k", b"v", generation_id=b"\x00\x00\x00\x00\x00\x00\x00\x01")
+        a.commit_generation(b"\x00\x00\x00\x00\x00\x00\x00\x01")
+        url = ["--url", server.url]
+        before = [(r.key, r.value) for r in a.query()]
+
+        line = one_line(cli("diff", "A", "--from", "2026-11-09", *url))
+        assert line == (
+            "diffstore diff: --from 2026-11-09 is above the current generation base64:AAAAAAAAAAE= "
+            "(invalidRequest)"
+        )
+        line = one_line(cli("diff", "A", "--from", "base64:AAAAAAAAAAE=", "--to", "", *url))
+        assert line == 'diffstore diff: --from base64:AAAAAAAAAAE= is above --to "" (invalidRequest)'
+        line = usage_error(cli("lineage", "A", "--depth", "11", *url))
+        assert line.endswith("argument --depth: must be within 1..10")
+        # a manual collection without an open generation: no "None, not None"
+        with pytest.raises(Exception, match="no generation is open: start one before writing"):
+            a.put(b"k", b"w")
+        assert [(r.key, r.value) for r in a.query()] == before
+
+
+def test_a_url_without_its_scheme_says_so() -> None:
+    line = usage_error(cli("query", "A", "--url", "127.0.0.1:3030"))
+    assert (
+        "argument --url: '127.0.0.1:3030' is not an http:// or https:// URL (e.g. http://127.0.0.1:3030)"
+        in (line)
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "diffstore", "collections", "ls"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        env={**os.environ, "DIFFSTORE_URL": "localhost:3030"},
+    )
+    assert "argument --url: 'localhost:3030' is not an http:// or https:// URL" in usage_error(done)
+
+
+def test_a_stream_command_names_the_address_it_could_not_reach() -> None:
+    with socket.socket() as unused:  # bound, never listening: nothing answers there
+        unused.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{unused.getsockname()[1]}"
+        # --timeout stays at its default (10 s): the command gives up after its connection check (2 s)
+        line = one_line(cli("streams", "ls", "--hstream", f"hstream://{address}"))
+    assert line.startswith(f"diffstore streams ls: cannot reach an HStream server at hstream://{address}")
+    assert f"(no connection to {address} within 2 s)" in line
+
+
+def test_query_into_a_closed_pipe_is_quiet_and_succeeds(tmp_path: Path) -> None:
+    from tests.client.conftest import running_server
+
+    with running_server(tmp_path / "data") as server, server.client() as client:
+        client.create_collection("big", manual=True)
+        big = client.collection("big")
+        big.start_generation(b"1")
+        big.put_many([(b"k%05d" % i, b"v" * 100) for i in range(20_000)], generation_id=b"1")
+        big.commit_generation(b"1")
+        done = subprocess.run(
+            f"{sys.executable} -m diffstore query big --url {server.url} | head -1; exit ${{PIPESTATUS[0]}}",
+            shell=True,
+            executable="bash",
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+    assert done.stdout == "k00000\t" + "v" * 100 + "\n"
+    assert (done.returncode, done.stderr) == (0, "")

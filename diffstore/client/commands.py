@@ -37,6 +37,7 @@ def server_options() -> argparse.ArgumentParser:
     group.add_argument(
         "--url",
         default=os.environ.get("DIFFSTORE_URL", DEFAULT_URL),
+        type=shell.http_url,
         help=f"the server's base URL (env DIFFSTORE_URL; default {DEFAULT_URL})",
     )
     group.add_argument(
@@ -44,7 +45,21 @@ def server_options() -> argparse.ArgumentParser:
         default=os.environ.get("DIFFSTORE_TOKEN"),
         help="bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
     )
+    # the wire's field names in the server's messages, as this command's flags name them (diffstore.cli)
+    parent.set_defaults(wire_flags=WIRE_FLAGS)
     return parent
+
+
+WIRE_FLAGS = {
+    "fromGenerationId": "--from",
+    "toGenerationId": "--to",
+    "generationId": "--generation",
+    "phantomId": "--phantom",
+    "fromKey": "--from-key",
+    "toKey": "--to-key",
+    "depth": "--depth",
+}
+"""The request fields a server's message may name, and the flag that sets each from the shell."""
 
 
 def output_options() -> argparse.ArgumentParser:

@@ -46,7 +46,7 @@ def add_commands(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--depth",
-        type=shell.positive_int,
+        type=shell.int_within(1, MAX_LINEAGE_DEPTH),
         default=1,
         help=f"levels to walk back, 1..{MAX_LINEAGE_DEPTH} (default 1: the generation's own moves)",
     )

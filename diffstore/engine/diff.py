@@ -37,7 +37,7 @@ from diffstore.engine.tables import (
 )
 from diffstore.engine.types import DiffItem, DiffPage, FromReader
 from diffstore.engine.visibility import lower_form, upper_form
-from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor, NoSuchReader
+from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor, NoSuchReader, text_form
 from diffstore.wire_requests import DiffRequest
 
 
@@ -89,9 +89,18 @@ def resolve_range(
     to_gen = meta.generation if to_generation_id is None else bytes(to_generation_id)
     validate_generation_id(to_gen, "toGenerationId")
     if to_gen > meta.generation:
-        raise InvalidRequest(f"toGenerationId {to_gen!r} is above the current generation {meta.generation!r}")
+        raise InvalidRequest(
+            f"toGenerationId {text_form(to_gen)} is above the current generation {text_form(meta.generation)}"
+        )
     if from_generation_id > to_gen:
-        raise InvalidRequest(f"fromGenerationId {from_generation_id!r} is above toGenerationId {to_gen!r}")
+        raise InvalidRequest(
+            f"fromGenerationId {text_form(from_generation_id)} is above "
+            + (
+                f"the current generation {text_form(to_gen)}"
+                if to_gen == meta.generation
+                else f"toGenerationId {text_form(to_gen)}"
+            )
+        )
     floor = readable_floor(txn, tables, meta)
     check_not_collected(meta, from_generation_id, floor, allow_beginning=True)
     check_not_collected(meta, to_gen, floor)

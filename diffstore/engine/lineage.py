@@ -36,7 +36,7 @@ from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import readable_floor
 from diffstore.engine.tables import MAX_NAME_BYTES, Tables, check_not_collected, resolve_seq
 from diffstore.engine.types import MAX_LINEAGE_DEPTH, Lineage, LineageSource, Reader
-from diffstore.errors import InvalidRequest
+from diffstore.errors import InvalidRequest, text_form
 
 MAX_DEPTH = MAX_LINEAGE_DEPTH
 MAX_ENTRIES = 10_000
@@ -106,7 +106,9 @@ def lineage(
         raise InvalidRequest(f"depth must be an integer 1..{MAX_DEPTH}")
     raw_seq = txn.get(layout.gen_id_key(meta.cid_prefix, generation_id), db=tables.gen_ids)
     if raw_seq is None or layout.read_u64(raw_seq) > meta.generation_seq:
-        raise InvalidRequest(f"{generation_id!r} is not a committed generation of {meta.name!r}")
+        raise InvalidRequest(
+            f"generation {text_form(generation_id)} is not a committed generation of {meta.name!r}"
+        )
     check_not_collected(meta, generation_id, readable_floor(txn, tables, meta))
     seq = layout.read_u64(raw_seq)
     walk = _Walk(txn, tables, max_entries)

@@ -8,7 +8,7 @@ import lmdb
 
 from diffstore.engine import layout
 from diffstore.engine.meta import CollectionMeta
-from diffstore.errors import GenerationCollected, InvalidRequest, NoSuchCollection
+from diffstore.errors import GenerationCollected, InvalidRequest, NoSuchCollection, text_form
 
 MAX_GENERATION_ID = 255
 MAX_NAME_BYTES = 255
@@ -148,5 +148,6 @@ def check_not_collected(
     if allow_beginning and generation_id == b"":
         return
     raise GenerationCollected(
-        f"generation {generation_id!r} of {meta.name!r} is below the readers' minimum {floor!r}"
+        f"generation {text_form(generation_id)} of {meta.name!r} is below the readers' minimum "
+        f"{text_form(floor)}"
     )

@@ -35,7 +35,7 @@ from diffstore.engine.tables import (
 )
 from diffstore.engine.types import PutItem, PutResult, ReaderUpdate
 from diffstore.engine.visibility import ReadPoint, live_phantom, point_version
-from diffstore.errors import GenerationMismatch, InvalidRequest, NotManual, OutdatedGeneration
+from diffstore.errors import GenerationMismatch, InvalidRequest, NotManual, OutdatedGeneration, text_form
 
 if TYPE_CHECKING:
     from diffstore.engine._accel import SortedRows  # the compiled accelerator's (it may not be built)
@@ -76,12 +76,15 @@ def start_generation(
     _require_manual(meta)
     validate_generation_id(generation_id)
     if generation_id <= meta.generation:
-        raise OutdatedGeneration(f"{generation_id!r} is not above the current generation {meta.generation!r}")
+        raise OutdatedGeneration(
+            f"generation {text_form(generation_id)} is not above the current generation "
+            f"{text_form(meta.generation)}"
+        )
     if meta.next == generation_id:
         return meta
     if meta.next is not None:
         if not (abort_outdated and generation_id > meta.next):
-            raise OutdatedGeneration(f"generation {meta.next!r} is open")
+            raise OutdatedGeneration(f"generation {text_form(meta.next)} is open: commit or abort it first")
         meta = drop_open_generation(txn, tables, meta)
     seq = meta.last_seq + 1
     meta = meta.with_(next=bytes(generation_id), next_seq=seq, last_seq=seq, next_count=0)
@@ -99,7 +102,7 @@ def commit_generation(
 ) -> CollectionMeta:
     _require_manual(meta)
     if meta.next is None or generation_id != meta.next:
-        raise GenerationMismatch(f"{generation_id!r} is not the open generation {meta.next!r}")
+        raise GenerationMismatch(_not_open(generation_id, meta))
     moves = readers.apply_updates(txn, tables, meta, updates)
     lineage.record(txn, tables, meta, moves)  # the open generation's moves, in the same transaction
     meta = meta.with_(
@@ -109,12 +112,18 @@ def commit_generation(
     return meta
 
 
+def _not_open(generation_id: bytes, meta: CollectionMeta) -> str:
+    if meta.next is None:
+        return f"generation {text_form(generation_id)} is not open: no generation is open"
+    return f"generation {text_form(generation_id)} is not the open generation {text_form(meta.next)}"
+
+
 def abort_generation(
     txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes
 ) -> CollectionMeta:
     _require_manual(meta)
     if meta.next is None or generation_id != meta.next:
-        raise GenerationMismatch(f"{generation_id!r} is not the open generation {meta.next!r}")
+        raise GenerationMismatch(_not_open(generation_id, meta))
     meta = drop_open_generation(txn, tables, meta)
     save_meta(txn, tables, meta)
     return meta
@@ -305,7 +314,12 @@ def put_many(
         or meta.next_seq is None
         or (generation_id is not None and generation_id != meta.next)
     ):
-        raise GenerationMismatch(f"writes must name the open generation {meta.next!r}, not {generation_id!r}")
+        raise GenerationMismatch(
+            "no generation is open: start one before writing"
+            if meta.next is None
+            else f"writes must name the open generation {text_form(meta.next)}, "
+            f"not {text_form(generation_id)}"
+        )
     if meta.manual and generation_id is None:
         raise GenerationMismatch("a manual collection's writes must name the open generation")
     target = meta.next

@@ -35,6 +35,7 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument(
         "--url",
         default=os.environ.get("DIFFSTORE_URL", DEFAULT_URL),
+        type=shell.http_url,
         help=f"the diffstore server (env DIFFSTORE_URL; default {DEFAULT_URL})",
     )
     parser.add_argument(

@@ -212,6 +212,24 @@ class StreamClient:
 
     # -- cluster and lookups -------------------------------------------------------------------------------
 
+    def check_reachable(self, timeout_s: float) -> None:
+        """Raises :class:`StreamUnavailable` unless the URL's node takes a connection within ``timeout_s``.
+
+        Calls wait for a (re)connecting channel up to their whole deadline, which rides out a restart but
+        makes a command against a server that is not there wait that long to say so; a command checks
+        first, briefly.
+        """
+        self._stub(self._url.address)
+        ready = grpc.channel_ready_future(self._channels[self._url.address])
+        try:
+            ready.result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            raise StreamUnavailable(
+                f"no connection to {self._url.address} within {timeout_s:g} s", code="UNAVAILABLE"
+            ) from None
+        finally:
+            ready.cancel()
+
     def echo(self, message: str) -> str:
         return self._call("Echo", self._stub(self._url.address).Echo, pb.EchoRequest(msg=message)).msg
 

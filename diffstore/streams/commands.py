@@ -42,6 +42,8 @@ from diffstore.streams.client import (
 )
 
 DEFAULT_HSTREAM_URL = f"hstream://127.0.0.1:{DEFAULT_PORT}"
+CONNECT_TIMEOUT_S = 2.0
+"""How long a command waits for the server to take a connection before it says it cannot reach it."""
 
 
 def hstream_options() -> argparse.ArgumentParser:
@@ -149,6 +151,7 @@ def connected(args: argparse.Namespace) -> Iterator[StreamClient]:
         raise InvalidRequest(f"--timeout {args.timeout}: must be above 0")
     config = StreamClientConfig(args.hstream, timeout_s=args.timeout)
     with stream_errors(args.hstream), StreamClient(config) as client:
+        client.check_reachable(min(CONNECT_TIMEOUT_S, args.timeout))
         yield client
 
 
