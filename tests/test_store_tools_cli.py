@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from diffstore import Store, StoreConfig
-from diffstore.engine import storage
+from diffstore.engine import layout, storage
+from diffstore.engine.tables import load_meta
 
 DEADLINE_S = 120.0
 
@@ -71,3 +72,30 @@ def test_backup_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
     assert "not a directory holding a store" in line
     assert not (tmp_path / "new").exists() and not (tmp_path / "nowhere").exists()
     assert files_of(tmp_path / "src")[storage.DATA_FILE] == source[storage.DATA_FILE]
+
+
+def test_check_prints_each_problem_and_exits_1(tmp_path: Path) -> None:
+    make_store(tmp_path / "s")
+    done = cli("check", "--data", str(tmp_path / "s"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("tables)") and "every invariant holds" in done.stdout
+    with Store.open(tmp_path / "s", StoreConfig(background=False)) as store, store.write() as scope:
+        meta = load_meta(scope.txn, store.tables, "A")
+        scope.txn.delete(layout.gen_key(meta.cid_prefix, meta.generation_seq), db=store.tables.gens)
+        scope.txn.put(
+            layout.change_key(meta.cid_prefix, 1, layout.key_form(b"zz")), b"", db=store.tables.changes
+        )
+    done = cli("check", "--data", str(tmp_path / "s"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1].endswith("tables)") and f": {len(lines) - 1} problems" in lines[-1], lines
+    assert any("is not registered" in line for line in lines[:-1])
+    assert any("b'zz\\x00\\x00' #1 has no record" in line for line in lines[:-1]), lines
+
+
+def test_check_bad_input_is_one_line(tmp_path: Path) -> None:
+    line = one_line(cli("check", "--data", str(tmp_path / "nowhere")), "check")
+    assert "not a directory holding a store" in line and not (tmp_path / "nowhere").exists()
+    (tmp_path / "empty").mkdir()
+    line = one_line(cli("check", "--data", str(tmp_path / "empty")), "check")
+    assert "no data.mdb" in line and os.listdir(tmp_path / "empty") == []

@@ -47,6 +47,16 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("out", metavar="OUT", help="the directory to write (must not exist, or be empty)")
     parser.set_defaults(func=_backup)
 
+    parser = subparsers.add_parser(
+        "check",
+        help="verify every invariant of a store's layout",
+        description="Verifies every invariant of a diffstore store's layout in one read transaction (on a "
+        "live store, beside its writers, or on a backup): one line per problem, then a summary.",
+        epilog="Exit 0 only when every invariant holds, 1 otherwise. See docs/backups.md.",
+    )
+    parser.add_argument("--data", metavar="DIR", required=True, help="the data directory to check")
+    parser.set_defaults(func=_check)
+
 
 def _backup(args: argparse.Namespace) -> int:
     from diffstore.engine import backup
@@ -65,6 +75,19 @@ def _backup(args: argparse.Namespace) -> int:
         f" {result.phantoms_left_out} phantom records"
     )
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from diffstore.engine import check
+
+    with _status(f"checking {args.data}"):
+        report = check.check_directory(Path(args.data), lambda problem: print(problem, flush=True))
+    rows = sum(report.rows.values())
+    if report.ok:
+        print(f"{args.data}: every invariant holds ({rows:,} rows in {len(report.rows)} tables)")
+        return 0
+    print(f"{args.data}: {len(report.problems)} problems ({rows:,} rows in {len(report.rows)} tables)")
+    return 1
 
 
 def _backup_from_server(
@@ -109,6 +132,18 @@ def _require_backup_answer(url: str, response: Any) -> None:
     raise InvalidRequest(
         f"{url} is not a diffstore server that serves backups (GET /backup answered {response.status_code})"
     )
+
+
+@contextlib.contextmanager
+def _status(what: str) -> Iterator[None]:
+    """A spinner on a terminal (stderr) while work of unknown length runs."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(what):
+        yield
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from diffstore import Store, StoreConfig
-from diffstore.engine import backup, files, storage
+from diffstore.engine import backup, check, files, storage
 from diffstore.errors import InvalidRequest, StorageError
 from tests.helpers import close_pipes
 
@@ -73,6 +73,10 @@ def test_backups_taken_while_processes_commit_equal_the_source_at_their_generati
             out = tmp_path / f"backup-{i}"
             backup.backup_directory(source, out)
             outs.append(out)
+            live_report = check.check_directory(source)  # beside the writers, in one read transaction
+            assert live_report.ok, live_report.problems
+            backup_report = check.check_directory(out)
+            assert backup_report.ok, backup_report.problems
             for proc in writers:  # the writers went on meanwhile
                 acknowledged(proc, 3 * (i + 2))
         for proc in writers:

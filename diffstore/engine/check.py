@@ -1,0 +1,486 @@
+"""``diffstore check``: every invariant of the storage layout (``layout.py``), verified in one read snapshot.
+
+It runs on a live store (one read transaction: a consistent state, and writers go on meanwhile) and on a
+backup. It reads every row of every table once, and looks rows up in the others; memory holds each
+collection's generation table and the set of live and deleted collection ids, never the records.
+
+The invariants, table by table (a ``cid`` is *live* when a ``collections`` row holds it, *dropped* when
+``dropped`` holds it: a deleted collection whose rows the background purge has not removed yet):
+
+- ``collections``: every row unpacks; ids are unique, below the next id, never also dropped; the
+  generations are ordered (current < open; seqs within ``last_seq``); a non-manual collection always has
+  an open generation, and its ids are its seqs (8 bytes big-endian); ``gc_done_seq`` and the GC horizon
+  are not past the current generation.
+- ``gens``/``gen_ids``: the two directions agree row for row; ids ascend with seqs; every registered
+  generation is committed (seq <= current) or the open one; the current and open ones are registered.
+- ``records``: every row's cid is live or dropped; for a live one its seq is registered and committed or
+  open (no record of an aborted or unknown generation), its value decodes, a long key's form matches
+  the key it holds, and ``changes`` has its row.
+- ``changes``: every row has its record; the open generation's rows number at least one and at most
+  ``next_count`` when it has writes, none when it has not.
+- ``readers``/``targets``: each reader row of a live collection has its reverse row with the same data
+  and back; a reader targets a collection of this store, or a stream (a ``scheme://`` target).
+- ``due``: an automatic-commit row names a live automatic collection; a GC position names a live
+  collection, a registered generation not past the GC horizon, and one GC has not finished.
+- ``lineage``: rows of live collections name committed generations and unpack.
+- ``leases``, ``producers``, ``phantoms``, ``phantom_ttl``: rows unpack, belong to live (or dropped)
+  collections; a phantom's records have its expiry row.
+
+Each problem is one line (:class:`Problem`); the caller prints them and a summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lmdb
+import msgpack
+
+from diffstore.engine import files, layout, producers, storage
+from diffstore.engine.meta import CollectionMeta, non_manual_generation
+from diffstore.engine.tables import Tables
+from diffstore.errors import InvalidRequest
+
+_NEXT_CID = b"\x00next_cid"  # the store's own row in ``collections`` (engine/store.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One broken invariant: the table it was found in and what is wrong."""
+
+    table: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.table}: {self.what}"
+
+
+@dataclass(slots=True)
+class Report:
+    """What a check found: its problems and how many rows of each table it read."""
+
+    problems: list[Problem] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(slots=True)
+class _Collection:
+    meta: CollectionMeta
+    gens: dict[int, bytes] = field(default_factory=dict)  # seq -> generation id
+    open_changes: int = 0
+
+
+def check(
+    txn: lmdb.Transaction, tables: Tables, on_problem: Callable[[Problem], None] | None = None
+) -> Report:
+    """Checks every invariant of the module docstring in ``txn``.
+
+    Args:
+        on_problem: called with each problem as it is found (to print it at once).
+    """
+    report = Report()
+
+    def bad(table: str, what: str) -> None:
+        problem = Problem(table, what)
+        report.problems.append(problem)
+        if on_problem is not None:
+            on_problem(problem)
+
+    checker = _Checker(txn, tables, bad, report.rows)
+    checker.run()
+    return report
+
+
+class _Checker:
+    def __init__(
+        self,
+        txn: lmdb.Transaction,
+        tables: Tables,
+        bad: Callable[[str, str], None],
+        rows: dict[str, int],
+    ) -> None:
+        self.txn, self.tables, self.bad, self.rows = txn, tables, bad, rows
+        self.live: dict[int, _Collection] = {}  # cid -> collection
+        self.names: set[str] = set()
+        self.dropped: set[int] = set()
+
+    def run(self) -> None:
+        self._collections()
+        self._dropped()
+        self._generations()
+        self._records()
+        self._changes()
+        self._readers()
+        self._targets()
+        self._due()
+        self._lineage()
+        self._leases()
+        self._producers()
+        self._phantoms()
+        self._open_counts()
+
+    def _rows(self, table: str) -> Iterator[tuple[bytes, bytes]]:
+        count = 0
+        for key, value in self.txn.cursor(db=getattr(self.tables, table)):
+            count += 1
+            yield bytes(key), bytes(value)
+        self.rows[table] = count
+
+    def _owner(self, table: str, key: bytes) -> _Collection | None:
+        """The live collection a row's cid names; None for a dropped one; a problem for any other."""
+        if len(key) < 4:
+            self.bad(table, f"row {key!r} is too short to name a collection")
+            return None
+        cid = int.from_bytes(key[:4], "big")
+        found = self.live.get(cid)
+        if found is None and cid not in self.dropped:
+            self.bad(table, f"row {key!r} belongs to collection #{cid}, which is neither live nor deleted")
+        return found
+
+    # --- collections and generations ----------------------------------------------------------
+
+    def _collections(self) -> None:
+        next_cid: int | None = None
+        for key, raw in self._rows("collections"):
+            if key == _NEXT_CID:
+                next_cid = layout.read_u64(raw) if len(raw) == 8 else None
+                if next_cid is None:
+                    self.bad("collections", "the next collection id is not 8 bytes")
+                continue
+            try:
+                name = key.decode()
+                meta = CollectionMeta.unpack(name, raw)
+            except (UnicodeDecodeError, ValueError, TypeError, msgpack.UnpackException) as exc:
+                self.bad("collections", f"row {key!r} does not unpack ({exc})")
+                continue
+            if meta.cid in self.live:
+                self.bad(
+                    "collections", f"{name!r} and {self.live[meta.cid].meta.name!r} share id #{meta.cid}"
+                )
+                continue
+            self.live[meta.cid] = _Collection(meta)
+            self.names.add(name)
+            self._meta_rules(meta)
+        for cid in self.live:
+            if next_cid is not None and cid >= next_cid:
+                self.bad("collections", f"collection #{cid} is not below the next id {next_cid}")
+
+    def _meta_rules(self, meta: CollectionMeta) -> None:
+        where = f"collection {meta.name!r}"
+        if meta.generation_seq > meta.last_seq:
+            self.bad(
+                "collections",
+                f"{where}: current generation #{meta.generation_seq} > last seq {meta.last_seq}",
+            )
+        if (meta.next is None) != (meta.next_seq is None):
+            self.bad("collections", f"{where}: the open generation has an id without a seq, or the reverse")
+        if meta.next is not None and meta.next_seq is not None:
+            if meta.next <= meta.generation:
+                self.bad(
+                    "collections", f"{where}: open generation {meta.next!r} <= current {meta.generation!r}"
+                )
+            if not meta.generation_seq < meta.next_seq <= meta.last_seq:
+                self.bad("collections", f"{where}: open generation #{meta.next_seq} out of order")
+        elif meta.next_count:
+            self.bad("collections", f"{where}: counts {meta.next_count} writes but has no open generation")
+        if not meta.manual:
+            if meta.next_seq is None:
+                self.bad("collections", f"{where}: an automatic collection without an open generation")
+            elif meta.next != non_manual_generation(meta.next_seq):
+                self.bad(
+                    "collections", f"{where}: open generation {meta.next!r} is not its seq {meta.next_seq}"
+                )
+            if meta.generation != non_manual_generation(meta.generation_seq):
+                self.bad("collections", f"{where}: generation {meta.generation!r} is not its seq")
+        if meta.gc_done_seq > meta.generation_seq:
+            self.bad(
+                "collections", f"{where}: GC finished generation #{meta.gc_done_seq}, past the current one"
+            )
+        if meta.gc_horizon is not None and meta.gc_horizon > meta.generation:
+            self.bad("collections", f"{where}: GC horizon {meta.gc_horizon!r} is past the current generation")
+
+    def _dropped(self) -> None:
+        for key, _ in self._rows("dropped"):
+            if len(key) != 4:
+                self.bad("dropped", f"row {key!r} is not a collection id")
+                continue
+            cid = int.from_bytes(key, "big")
+            if cid in self.live:
+                self.bad(
+                    "dropped", f"collection #{cid} ({self.live[cid].meta.name!r}) is both live and deleted"
+                )
+            self.dropped.add(cid)
+
+    def _generations(self) -> None:
+        for key, raw in self._rows("gens"):
+            owner = self._owner("gens", key)
+            if owner is None:
+                continue
+            if len(key) != 12:
+                self.bad("gens", f"row {key!r} is not a collection id and a seq")
+                continue
+            seq = layout.read_u64(key[4:])
+            owner.gens[seq] = raw
+            meta = owner.meta
+            if seq > meta.generation_seq and seq != meta.next_seq:
+                self.bad("gens", f"{meta.name!r}: generation {raw!r} (#{seq}) is neither committed nor open")
+            back = self.txn.get(layout.gen_id_key(meta.cid_prefix, raw), db=self.tables.gen_ids)
+            if back is None or layout.read_u64(back) != seq:
+                self.bad("gen_ids", f"{meta.name!r}: generation {raw!r} (#{seq}) has no matching id row")
+        for key, raw in self._rows("gen_ids"):
+            owner = self._owner("gen_ids", key)
+            if owner is None:
+                continue
+            if len(raw) != 8 or owner.gens.get(layout.read_u64(raw)) != key[4:]:
+                self.bad("gens", f"{owner.meta.name!r}: generation id {key[4:]!r} has no matching seq row")
+        for owner in self.live.values():
+            meta, previous = owner.meta, None
+            for seq in sorted(owner.gens):
+                gen = owner.gens[seq]
+                if previous is not None and gen <= previous:
+                    self.bad("gens", f"{meta.name!r}: generation ids do not ascend with seqs at #{seq}")
+                previous = gen
+            if owner.gens.get(meta.generation_seq) != meta.generation:
+                self.bad(
+                    "gens", f"{meta.name!r}: its current generation {meta.generation!r} is not registered"
+                )
+            if meta.next_seq is not None and owner.gens.get(meta.next_seq) != meta.next:
+                self.bad("gens", f"{meta.name!r}: its open generation {meta.next!r} is not registered")
+
+    # --- records and their index ----------------------------------------------------------------
+
+    def _records(self) -> None:
+        for key, raw in self._rows("records"):
+            owner = self._owner("records", key)
+            if owner is None:
+                continue
+            meta = owner.meta
+            if len(key) < 4 + 2 + 8:
+                self.bad("records", f"{meta.name!r}: row {key!r} is too short")
+                continue
+            form, seq = layout.split_record_key(key)
+            if seq not in owner.gens:
+                self.bad("records", f"{meta.name!r}: a record of unregistered generation #{seq} ({form!r})")
+            elif seq > meta.generation_seq and seq != meta.next_seq:
+                self.bad(
+                    "records", f"{meta.name!r}: a record of generation #{seq}, neither committed nor open"
+                )
+            problem = _record_value_problem(form, raw)
+            if problem is not None:
+                self.bad("records", f"{meta.name!r}: record {form!r} #{seq}: {problem}")
+            if self.txn.get(layout.change_key(meta.cid_prefix, seq, form), db=self.tables.changes) is None:
+                self.bad(
+                    "changes", f"{meta.name!r}: record {form!r} #{seq} is missing from its generation's index"
+                )
+
+    def _changes(self) -> None:
+        for key, _ in self._rows("changes"):
+            owner = self._owner("changes", key)
+            if owner is None:
+                continue
+            meta = owner.meta
+            seq, form = layout.split_change_key(key)
+            if self.txn.get(layout.record_key(meta.cid_prefix, form, seq), db=self.tables.records) is None:
+                self.bad("changes", f"{meta.name!r}: index row {form!r} #{seq} has no record")
+            if seq == meta.next_seq:
+                owner.open_changes += 1
+
+    def _open_counts(self) -> None:
+        for owner in self.live.values():
+            meta = owner.meta
+            if meta.next_seq is None:
+                continue
+            if (owner.open_changes == 0) != (meta.next_count == 0) or owner.open_changes > meta.next_count:
+                self.bad(
+                    "collections",
+                    f"{meta.name!r}: the open generation counts {meta.next_count} writes but holds"
+                    f" {owner.open_changes} keys",
+                )
+
+    # --- readers ----------------------------------------------------------------------------------
+
+    def _readers(self) -> None:
+        for key, raw in self._rows("readers"):
+            owner = self._owner("readers", key)
+            if owner is None:
+                if int.from_bytes(key[:4], "big") in self.dropped:
+                    self.bad("readers", f"reader {key[4:]!r} of a deleted collection was not deleted with it")
+                continue
+            name = key[4:].decode(errors="replace")
+            try:
+                target, generation_id = msgpack.unpackb(raw, raw=False)
+            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                self.bad("readers", f"{owner.meta.name!r}: reader {name!r} does not unpack ({exc})")
+                continue
+            where = f"{owner.meta.name!r}: reader {name!r}"
+            if not isinstance(target, str) or not (target in self.names or "://" in target):
+                self.bad(
+                    "readers",
+                    f"{where} targets {target!r}, neither a collection of this store nor a stream (scheme://)",
+                )
+                continue
+            reverse = self.txn.get(
+                layout.target_key(target, owner.meta.cid_prefix, name), db=self.tables.targets
+            )
+            if reverse is None or msgpack.unpackb(reverse, raw=False) != [name, generation_id]:
+                self.bad("targets", f"{where}: its reverse index row is missing or differs")
+
+    def _targets(self) -> None:
+        for key, raw in self._rows("targets"):
+            if len(key) != 36:
+                self.bad("targets", f"row {key!r} is not a target, a collection id and a name digest")
+                continue
+            cid = layout.owner_of_target_key(key)
+            owner = self.live.get(cid)
+            try:
+                name, generation_id = msgpack.unpackb(raw, raw=False)
+            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                self.bad("targets", f"row {key!r} does not unpack ({exc})")
+                continue
+            if owner is None:
+                self.bad("targets", f"reader {name!r} of collection #{cid}, which is not live")
+                continue
+            stored = self.txn.get(layout.reader_key(owner.meta.cid_prefix, name), db=self.tables.readers)
+            if stored is None:
+                self.bad("targets", f"{owner.meta.name!r}: reader {name!r} is indexed but does not exist")
+                continue
+            target, stored_generation = msgpack.unpackb(stored, raw=False)
+            if (
+                key != layout.target_key(target, owner.meta.cid_prefix, name)
+                or stored_generation != generation_id
+            ):
+                self.bad("targets", f"{owner.meta.name!r}: the index row of reader {name!r} differs from it")
+
+    # --- background work, lineage, leases, producers, phantoms ---------------------------------
+
+    def _due(self) -> None:
+        by_name = {c.meta.name: c for c in self.live.values()}
+        for key, raw in self._rows("due"):
+            name = layout.name_of_auto_commit_due_key(key)
+            if name is not None:
+                found = by_name.get(name)
+                if found is None or found.meta.manual:
+                    self.bad(
+                        "due", f"an automatic commit is due for {name!r}, which is no automatic collection"
+                    )
+                elif len(raw) != 8:
+                    self.bad("due", f"the due time of {name!r} is not 8 bytes")
+                continue
+            if key[:1] != b"g" or len(key) != 5:
+                self.bad("due", f"row {key!r} is of no known kind")
+                continue
+            owner = self.live.get(int.from_bytes(key[1:], "big"))
+            if owner is None:
+                self.bad(
+                    "due", f"a GC position of collection #{int.from_bytes(key[1:], 'big')}, which is not live"
+                )
+                continue
+            seq, _ = layout.read_gc_position(raw)
+            meta = owner.meta
+            if seq not in owner.gens or seq <= meta.gc_done_seq or seq > meta.generation_seq:
+                self.bad(
+                    "due", f"{meta.name!r}: the GC position is at generation #{seq}, not one GC is collecting"
+                )
+        for owner in self.live.values():
+            meta = owner.meta
+            if (
+                not meta.manual
+                and meta.next_count
+                and self.txn.get(layout.auto_commit_due_key(meta.name), db=self.tables.due) is None
+            ):
+                self.bad(
+                    "due", f"{meta.name!r}: its open generation has writes but no automatic commit is due"
+                )
+
+    def _lineage(self) -> None:
+        for key, raw in self._rows("lineage"):
+            owner = self._owner("lineage", key)
+            if owner is None:
+                continue
+            seq, name = layout.split_lineage_key(key)
+            meta = owner.meta
+            if seq not in owner.gens or seq > meta.generation_seq:
+                self.bad(
+                    "lineage", f"{meta.name!r}: moves of reader {name!r} at #{seq}, no committed generation"
+                )
+            try:
+                _, _, _, _ = msgpack.unpackb(raw, raw=False)
+            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                self.bad(
+                    "lineage", f"{meta.name!r}: the move of reader {name!r} at #{seq} does not unpack ({exc})"
+                )
+
+    def _leases(self) -> None:
+        for key, raw in self._rows("leases"):
+            owner = self._owner("leases", key)
+            if owner is None:
+                continue
+            try:
+                holder, version, expires, _ = layout.unpack_lease(raw)
+            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                self.bad("leases", f"{owner.meta.name!r}: lease {key[4:]!r} does not unpack ({exc})")
+                continue
+            if version < 1 or (holder is None and expires != 0):
+                self.bad("leases", f"{owner.meta.name!r}: lease {key[4:]!r} is inconsistent")
+
+    def _producers(self) -> None:
+        for key, raw in self._rows("producers"):
+            owner = self._owner("producers", key)
+            if owner is None:
+                continue
+            problem = producers.check_row(raw, owner.meta)
+            if problem is not None:
+                self.bad("producers", f"{owner.meta.name!r}: producer {key[4:]!r} {problem}")
+
+    def _phantoms(self) -> None:
+        for key, raw in self._rows("phantom_ttl"):
+            self._owner("phantom_ttl", key)
+            if len(key) != 12 or len(raw) != 8:
+                self.bad("phantom_ttl", f"row {key!r} is not a collection id and a phantom with an expiry")
+        for key, _ in self._rows("phantoms"):
+            owner = self._owner("phantoms", key)
+            if owner is None:
+                continue
+            if self.txn.get(key[:12], db=self.tables.phantom_ttl) is None:
+                self.bad(
+                    "phantoms", f"{owner.meta.name!r}: a record of phantom {key[4:12].hex()} without expiry"
+                )
+
+
+def check_directory(path: Path, on_problem: Callable[[Problem], None] | None = None) -> Report:
+    """Checks the store in directory ``path`` (live or a backup) in one read transaction.
+
+    Raises:
+        InvalidRequest: ``path`` holds no diffstore store (a stream server's store is not checked).
+        StorageError: it cannot be opened or read.
+    """
+    with files.open_existing(path) as opened:
+        if opened.kind is not files.Kind.STORE:
+            raise InvalidRequest(f"{path} holds a {opened.kind.value}: check verifies diffstore stores only")
+        try:
+            tables = Tables.open(opened.env)
+            with opened.env.begin() as txn:
+                return check(txn, tables, on_problem)
+        except lmdb.Error as exc:
+            raise storage.storage_error(
+                exc, path, files.MAP_SIZE, writing=False, doing="check failed"
+            ) from exc
+
+
+def _record_value_problem(form: bytes, raw: bytes) -> str | None:
+    if form.endswith(b"\x00\x00") and not layout.is_long_form(form):
+        return None if raw[:1] in (b"", b"\x01") else "a short key's value has an unknown tag"
+    if not layout.is_long_form(form):
+        return "its key form ends neither as a short nor as a long key"
+    if raw[:1] not in (b"\x02", b"\x03") or len(raw) < 4:
+        return "a long key's record does not hold its key"
+    key = layout.long_key_of_value(raw)
+    if layout.key_form(key) != form:
+        return "the key it holds does not match its form"
+    return None
