@@ -364,9 +364,15 @@ class Store:
 
     @property
     def commit_notices_dropped(self) -> int:
-        """Commit notices not sent to another process because its queue was full (its long polls then
-        answer at their timeout at the latest)."""
+        """Commit notices not sent to another process because its queue was full (that process is marked
+        and re-reads what it waits for: :meth:`commit_notices_missed`)."""
         return self._wakeup.dropped
+
+    def commit_notices_missed(self) -> int:
+        """How many times this process was found to have missed other processes' commit notices (a
+        committer found its queue full); a caller whose last figure differs re-reads the current state of
+        what it waits for. Cheap (one ``stat``); see :mod:`diffstore.engine.wakeup`."""
+        return self._wakeup.check_missed()
 
     def add_delete_listener(self, listener: DeleteListener) -> Callable[[], None]:
         """Calls ``listener(name)`` once a collection is deleted (by any process); returns a remover."""

@@ -31,10 +31,15 @@ the loop: it only hands out a file descriptor and a function::
                                                    (the HTTP hub: call_soon_threadsafe)
 
 A send never blocks the committer (``MSG_DONTWAIT``): a peer whose queue is full (Linux queues at most
-``net.unix.max_dgram_qlen`` datagrams, 10 by default, whatever the buffer) misses that datagram (counted in
-the committer's :attr:`Wakeup.dropped`; long polls answer at their timeout at the latest); a peer that is
-gone (connection refused) has its registration removed by the first committer that notices. One datagram
-per transaction, not per event, keeps a transaction that commits many collections within that queue.
+``net.unix.max_dgram_qlen`` datagrams, 10 by default, whatever the buffer -- a peer stalled during a burst
+of commits, say) misses that datagram. The committer counts it (:attr:`Wakeup.dropped`) and *marks* the
+peer: it appends a byte to the peer's registration file (never creating it: a peer that is gone stays
+gone). The peer looks at its registration's size now and then (:meth:`Wakeup.check_missed`, one
+``stat``): a mark means it may have missed commits, so it re-reads what its listeners wait for (the HTTP
+hub: the current generation of every collection with waiters) -- within a second, not at a long poll's
+timeout. A peer that is gone (connection refused) has its registration removed by the first committer that
+notices. One datagram per transaction, not per event, keeps a transaction that commits many collections
+within that queue.
 """
 
 from __future__ import annotations
@@ -159,6 +164,7 @@ class Wakeup:
         self.dropped = 0  # datagrams not sent because a peer's queue was full
         self.received = 0  # datagrams received from other processes
         self.malformed = 0  # datagrams received that were not events
+        self.missed = 0  # times this process found itself marked as having missed notices
 
     def _address(self, peer: str) -> str | bytes:
         if _ABSTRACT:
@@ -197,9 +203,42 @@ class Wakeup:
                         break
                     except BlockingIOError:
                         self.dropped += 1
+                        self._mark(peer)
+                        break  # the peer re-reads everything once it sees the mark
                     except OSError:
                         _log.exception("telling process %s about a commit failed", peer)
                         break
+
+    def _mark(self, peer: str) -> None:
+        """Tells ``peer`` it missed a notice: one byte appended to its registration (see the module)."""
+        try:
+            fd = os.open(self.directory / peer, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: gone stays gone
+        except OSError:
+            return
+        try:
+            os.write(fd, b"!")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def check_missed(self) -> int:
+        """How many times this process was found to have missed notices (another process could not send
+        it one), the marks seen now included: a caller whose last figure differs re-reads what it waits
+        for. Clears the marks; one ``stat`` when there are none."""
+        with self._state_lock:
+            peer = self._id
+            if peer is None:
+                return self.missed
+            registration = self.directory / peer
+            try:
+                if registration.stat().st_size == 0:
+                    return self.missed
+                os.truncate(registration, 0)  # before the re-read: a mark made after it is seen next time
+            except OSError:
+                return self.missed
+            self.missed += 1
+            return self.missed
 
     def _forget(self, peer: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -48,17 +48,25 @@ Invariants:
     * Commits of other processes over the same data directory reach the hub through the store's
       listeners (:mod:`diffstore.engine.wakeup`), read on the loop as above: each process's hub answers
       its own waiters.
+    * A notice can be lost: a committer whose datagram finds this process's queue full (a burst while
+      the worker stalled) drops it and marks the process. Every :data:`MISSED_CHECK_S` the hub asks the
+      store whether it was marked (one ``stat``); if so it re-reads the current generation of every
+      collection that has waiters -- one point read per collection, none per waiter -- and answers those
+      whose generation moved (or whose collection is gone). A lost notice thus costs a long poll well
+      under a second, never its timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
+from diffstore.errors import NoSuchCollection
 from diffstore.server.uvicorn_adapter import (
     Parked,
     Rendered,
@@ -80,6 +88,8 @@ Answer = tuple["Message", "Message"]
 RAW_SEND = "diffstore.raw_send"  # scope key: the server's send, before any middleware wrapped it
 PARKED = "diffstore.parked"  # scope key, set once the request is parked: its answer comes from the hub
 REQUEST_STARTED = "diffstore.request_started"  # scope key: perf_counter() at the request's arrival
+_log = logging.getLogger("diffstore.server")
+MISSED_CHECK_S = 0.5  # how often the hub asks whether commit notices were lost (one stat)
 FINISH_AFTER_S = 0.05  # a fan-out's bookkeeping waits this long, unless a connection needs it sooner
 AnswerCounter = Callable[[int, list[float]], None]  # (status, seconds each request took): one pass's answers
 
@@ -251,6 +261,10 @@ class CommitHub:
         self.written_directly = 0  # answers that went out as one write to uvicorn's cycle (see the module)
         self.on_answered: AnswerCounter | None = None  # counts parked requests' answers (the metrics)
         self.on_close: list[Callable[[], None]] = []  # other long polls to answer at shutdown
+        self._store: Store | None = None
+        self._missed_timer: asyncio.TimerHandle | None = None
+        self._missed_seen = 0  # the store's count of lost-notice marks when last looked at
+        self.rechecks = 0  # times the waiters' collections were re-read after lost notices
 
     def attach(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
         """Starts listening to ``store``'s commits; wake-ups are delivered on ``loop``.
@@ -258,7 +272,13 @@ class CommitHub:
         Called on ``loop``'s thread, the loop also reads other processes' commit notices itself.
         """
         self._loop = loop
+        self._store = store
         self.closed = False
+        self._missed_seen = store.commit_notices_missed()
+        if _running_loop() is loop:
+            self._schedule_missed_check()
+        else:
+            loop.call_soon_threadsafe(self._schedule_missed_check)
         if _running_loop() is loop:
             self._loop_thread = threading.get_ident()
             notices = store.commit_notices()  # None: another server's loop reads them for the store
@@ -278,7 +298,52 @@ class CommitHub:
 
         self._unsubscribe = unsubscribe
 
+    def _schedule_missed_check(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not self.closed:
+            self._missed_timer = loop.call_later(MISSED_CHECK_S, self._check_missed)
+
+    def _check_missed(self) -> None:
+        """Re-reads the waited-for collections if the store says notices were lost (see the module)."""
+        self._missed_timer = None
+        store = self._store
+        if store is None or self.closed:
+            return
+        try:
+            missed = store.commit_notices_missed()
+            if missed != self._missed_seen:
+                self._missed_seen = missed
+                self.rechecks += 1
+                self.recheck(store)
+        except Exception:  # a store closing under a shutdown, say: the next tick tries again
+            _log.exception("re-reading the collections of waiting long polls failed")
+        self._schedule_missed_check()
+
+    def recheck(self, store: Store) -> None:
+        """Answers the waiters whose collection moved away from the id they were given, or is gone."""
+        for collection in list(self._waiters):
+            try:
+                current = store.collection(collection).generation_id
+            except NoSuchCollection:
+                self.deleted(collection)
+                continue
+            group = self._waiters.get(collection)
+            if not group:
+                continue
+            moved = {waiter for waiter in group if waiter.given != current}
+            if not moved:
+                continue
+            staying = group - moved  # given the current id: they wait for the next commit
+            self._waiters[collection] = moved
+            self._wake(collection, current)
+            if staying:
+                self._waiters[collection] = staying
+
     def detach(self) -> None:
+        if self._missed_timer is not None:
+            self._missed_timer.cancel()
+            self._missed_timer = None
+        self._store = None
         notices, self._notices = self._notices, None
         if notices is not None:
             if self._loop is not None and not self._loop.is_closed():

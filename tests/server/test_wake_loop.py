@@ -183,11 +183,12 @@ def test_events_past_one_datagram_travel_in_as_few_as_fit(tmp_path: Path) -> Non
         listening.close()
 
 
-def test_a_burst_past_the_socket_queue_drops_notices_and_long_polls_still_answer(tmp_path: Path) -> None:
+def test_a_burst_past_the_socket_queue_drops_notices_and_the_stalled_worker_rechecks(tmp_path: Path) -> None:
     """The worker is stopped (SIGSTOP) while another process commits more often than its wake-up socket
-    can queue: the committer counts the notices it could not send; once the worker runs again its loop
-    drains what was queued, a long poll whose notice was dropped answers at its timeout (and the next
-    poll sees the commit at once), and the loop's reader still wakes later polls."""
+    can queue: the committer counts the notices it could not send and marks the worker; once the worker
+    runs again it sees the mark and re-reads the collections its polls wait for, so every poll answers
+    with the new generation -- not at its timeout (20 s) with the id it was given -- and the loop's
+    reader still wakes later polls."""
     data = tmp_path / "data"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -197,19 +198,20 @@ def test_a_burst_past_the_socket_queue_drops_notices_and_long_polls_still_answer
         stderr=subprocess.STDOUT,
     )
     stopped = False
+    names = [f"late{i:02d}" for i in range(16)]
     try:
         wait_healthy(url, "diffstore serve --workers 1 to start")
-        for name in ("late", "burst"):
+        for name in ("burst", *names):
             created = httpx.post(url + "/collections/", json={"collectionName": name, "isManual": True})
             assert created.status_code == 200
         wait_until(lambda: len(list((data / "wake").iterdir())) == 1, DEADLINE_S, "the server to listen")
-        poll = long_poll(port, "late", "", timeout_ms=3_000)
+        polls = [long_poll(port, name, "", timeout_ms=20_000) for name in names]
 
-        def waiting() -> bool:
+        def waiting(count: int) -> bool:
             text = httpx.get(url + "/metrics").text
-            return "diffstore_longpoll_waiters 1.0" in text
+            return f"diffstore_longpoll_waiters {count}.0" in text
 
-        wait_until(waiting, DEADLINE_S, "the poll to wait")
+        wait_until(lambda: waiting(len(names)), DEADLINE_S, "the polls to wait")
         os.kill(server.pid, signal.SIGSTOP)
         stopped = True
         with Store.open(data, StoreConfig(background=False, sync=False)) as store:
@@ -217,22 +219,22 @@ def test_a_burst_past_the_socket_queue_drops_notices_and_long_polls_still_answer
             for n in range(1, queue_length() + 21):  # one notice per transaction: more than the queue holds
                 burst.start_generation(b"%06d" % n)
                 burst.commit_generation(b"%06d" % n)
-            late = store.collection("late")
-            late.start_generation(b"1")
-            late.commit_generation(b"1")  # its notice finds the queue full too
-            assert store.commit_notices_dropped >= 1
+            for name in names:  # their notices find the queue full too
+                late = store.collection(name)
+                late.start_generation(b"1")
+                late.commit_generation(b"1")
+            assert store.commit_notices_dropped >= len(names)
         os.kill(server.pid, signal.SIGCONT)
         stopped = False
-        got = answer(poll)  # at its timeout (3 s), with the id it was given
-        assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b'{"generationId":{"value":""}}')
-        again = answer(long_poll(port, "late", ""))  # the current generation differs: at once
-        assert again.endswith(b'{"generationId":{"value":"1"}}')
+        for poll in polls:
+            got = answer(poll)
+            assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b'{"generationId":{"value":"1"}}'), got
 
         # the loop's reader survived the burst: the next commit wakes a waiting poll
-        poll = long_poll(port, "late", "1")
+        poll = long_poll(port, names[0], "1")
         wait_until(lambda: server_rx_queue(port, poll.getsockname()[1]) == 0, DEADLINE_S, "the poll read")
-        wait_until(waiting, DEADLINE_S, "the poll to wait")
-        commit_elsewhere(data, "late", "2")
+        wait_until(lambda: waiting(1), DEADLINE_S, "the poll to wait")
+        commit_elsewhere(data, names[0], "2")
         assert answer(poll).endswith(b'{"generationId":{"value":"2"}}')
     finally:
         if stopped:
@@ -247,6 +249,23 @@ def test_a_burst_past_the_socket_queue_drops_notices_and_long_polls_still_answer
         output = server.stdout.read().decode() if server.stdout else ""
         close_pipes(server)
     assert code == 0, output
+
+
+def test_a_committer_marks_a_peer_whose_queue_is_full_and_the_peer_sees_it_once(tmp_path: Path) -> None:
+    listening, committing = Wakeup(tmp_path), Wakeup(tmp_path)
+    try:
+        notices = listening.hand_over(lambda name, generation: None)
+        assert notices is not None
+        assert listening.check_missed() == 0
+        for n in range(queue_length() + 5):  # nobody drains: the queue fills
+            committing.notify([("c", b"%d" % n)])
+        assert committing.dropped >= 1
+        assert listening.check_missed() == 1  # marked: re-read what is waited for
+        assert listening.check_missed() == 1  # seen once; the marks are cleared
+        assert notices.drain() + committing.dropped == queue_length() + 5
+    finally:
+        committing.close()
+        listening.close()
 
 
 def test_two_servers_over_one_store_are_both_woken_by_another_process(tmp_path: Path) -> None:
