@@ -21,7 +21,10 @@ import argparse
 import base64
 import binascii
 import importlib
+import importlib.util
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -79,14 +82,20 @@ def load_callable(spec: str, option: str) -> Callable[..., Any]:
         sys.path.insert(0, "")
     try:
         target: object = importlib.import_module(module_name)
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and not _is_prefix(exc.name, module_name):  # found; one of its imports is not
+            raise InvalidRequest(
+                f"{option} {spec}: {module_name} imports {exc.name}, which is not installed "
+                f"(pip install {exc.name.partition('.')[0]}{_EXTRA_OF.get(exc.name.partition('.')[0], '')})"
+            ) from exc
         raise InvalidRequest(
             f"{option} {spec}: cannot import {module_name} ({exc}); run from the directory that holds "
             f"{module_name.replace('.', '/')}.py or add it to PYTHONPATH"
         ) from exc
-    except Exception as exc:  # the module itself failed while importing: say so in one line
+    except Exception as exc:  # the module itself failed while importing: where and why, in one line
         raise InvalidRequest(
-            f"{option} {spec}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+            f"{option} {spec}: importing {module_name} failed{_where(exc, module_name)}: "
+            f"{type(exc).__name__}: {_first_line(exc)}"
         ) from exc
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -95,6 +104,35 @@ def load_callable(spec: str, option: str) -> Callable[..., Any]:
     if not callable(target):
         raise InvalidRequest(f"{option} {spec}: {attr} is not a function")
     return target
+
+
+# the packages diffstore's extras bring, so that a job or mapper missing one is told which extra to install
+_EXTRA_OF = {"pyspark": ", or diffstore's spark extra: pip install 'diffstore[spark]'"}
+_EXTRA_OF["pyarrow"] = _EXTRA_OF["pandas"] = _EXTRA_OF["pyspark"]
+
+
+def _is_prefix(name: str, module_name: str) -> bool:
+    """Whether ``name`` is ``module_name`` or one of its parent packages (the module itself is missing)."""
+    return module_name == name or module_name.startswith(name + ".")
+
+
+def _where(exc: BaseException, module_name: str) -> str:
+    """`` at FILE:LINE`` of the user's module where ``exc`` was raised (a SyntaxError's own place)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" at {os.path.relpath(exc.filename)}:{exc.lineno}"
+    try:  # a module that failed is no longer in sys.modules: find its file again
+        origin = getattr(importlib.util.find_spec(module_name), "origin", None)
+    except (ImportError, ValueError):
+        origin = None
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == origin]
+    return f" at {os.path.relpath(origin)}:{frames[-1].lineno}" if origin and frames else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return exc.msg
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else "(no message)"
 
 
 def positive_int(text: str) -> int:

@@ -62,6 +62,9 @@ def test_a_data_directory_that_cannot_be_created(tmp_path: Path) -> None:
 def test_mapper_and_job_import_from_the_current_directory(tmp_path: Path) -> None:
     (tmp_path / "mymapper.py").write_text("def to_items(record):\n    return None\n\nnot_callable = 1\n")
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "syntax.py").write_text("def f(x)\n    return x\n")
+    (tmp_path / "needs.py").write_text("import diffstore_no_such_dependency\n")
+    (tmp_path / "arrow.py").write_text("import pyarrow\n\npyarrow.array([1, 'x'])\n")
     os.chdir(tmp_path)
     try:
         sys.modules.pop("mymapper", None)
@@ -71,10 +74,14 @@ def test_mapper_and_job_import_from_the_current_directory(tmp_path: Path) -> Non
             ("mymapper:nope", "mymapper has no nope"),
             ("mymapper:not_callable", "not_callable is not a function"),
             ("nomodule:f", "cannot import nomodule"),
-            ("broken:f", "importing broken failed: RuntimeError: boom"),
+            ("broken:f", "importing broken failed at broken.py:1: RuntimeError: boom"),
+            ("syntax:f", "importing syntax failed at syntax.py:1: SyntaxError: expected ':'$"),
+            ("needs:f", "needs imports diffstore_no_such_dependency, which is not installed"),
+            ("arrow:f", "importing arrow failed at arrow.py:3: ArrowInvalid: Could not convert 'x'"),
         ]:
-            with pytest.raises(InvalidRequest, match=message):
+            with pytest.raises(InvalidRequest, match=message) as raised:
                 shell.load_callable(spec, "--mapper")
+            assert "\n" not in raised.value.reason
     finally:
         os.chdir(Path(__file__).parent.parent)
         sys.modules.pop("mymapper", None)
@@ -222,3 +229,22 @@ def test_query_into_a_closed_pipe_is_quiet_and_succeeds(tmp_path: Path) -> None:
         )
     assert done.stdout == "k00000\t" + "v" * 100 + "\n"
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_transform_without_pyspark_says_to_install_it(tmp_path: Path) -> None:
+    """In the directory that holds the job (which imports pyspark), as in docs/first-hour.md."""
+    (tmp_path / "shout.py").write_text(
+        "from pyspark.sql import functions as F\n\ndef job(spark, diffs, lookup):\n    pass\n"
+    )
+    no_pyspark = "import sys; sys.modules['pyspark'] = None; from diffstore.cli import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", no_pyspark, "transform", "--job", "shout:job", "--target", "t"]
+        + ["--source", "a=A", "--url", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        cwd=tmp_path,
+    )
+    line = one_line(done)
+    assert line.startswith("diffstore transform: Spark is not installed here (pyspark is missing): ")
+    assert "pip install 'diffstore[spark]'" in line and "cannot import shout" not in line

@@ -247,14 +247,17 @@ def run_transform(args: argparse.Namespace) -> int:
             LeaseConfig("transform", ttl_ms=args.lease_ttl_ms)
         except ValueError as exc:
             raise SystemExit(f"--lease-ttl-ms: {exc} (0: no lease)") from None
-    fn = load_job(args.job)
-    check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
     from diffstore.spark.session import require_pyspark
 
-    try:
+    try:  # first: a job file imports pyspark, and without it would fail as if it could not be found
         require_pyspark("diffstore transform")
     except ModuleNotFoundError as exc:
-        raise SystemExit(f"diffstore transform: {exc}") from None
+        raise SystemExit(
+            f"diffstore transform: Spark is not installed here ({exc.name} is missing): "
+            "pip install 'diffstore[spark]' (from a clone: pip install '.[spark]'); Spark also needs Java 17"
+        ) from None
+    fn = load_job(args.job)
+    check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
     from rich.console import Console
     from rich.markup import escape
 
