@@ -10,13 +10,20 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY pyproject.toml setup.py README.md LICENSE ./
+# The dependencies first, from pyproject.toml alone: a change to the source then rebuilds only the layers
+# below, not this one (the base package's dependencies only: no spark extra, no dev tools).
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+        > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+COPY setup.py README.md LICENSE ./
 COPY diffstore ./diffstore
-# The base package only: no spark extra, no dev tools. gcc only while installing: it builds the engine's
-# compiled hot loops (diffstore/engine/_accel.c; without it the engine would run their pure-Python twins).
+# gcc only while installing: it builds the engine's compiled hot loops (diffstore/engine/_accel.c; without
+# it the engine would run their pure-Python twins).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && pip install . \
+    && pip install --no-deps . \
     && python -c "from diffstore.engine import layout; assert layout.ACCEL is not None" \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home diffstore \

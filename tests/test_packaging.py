@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import venv
 from pathlib import Path
 
@@ -108,3 +109,48 @@ def test_the_wheel_installs_without_extras_and_serves_without_pyspark(tmp_path: 
         server.send_signal(signal.SIGINT)
         _, stderr = server.communicate(timeout=60)
     assert server.returncode == 0, stderr
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n(\s*#.*\n)*", " ", (REPO / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def test_the_image_installs_its_dependencies_before_it_copies_the_source(tmp_path: Path) -> None:
+    """So that a change to the source reuses the (slow) dependency layer of the image."""
+    steps = dockerfile_instructions()
+    copies = [i for i, (keyword, _) in enumerate(steps) if keyword == "COPY"]
+    dependencies = next(
+        i for i, (keyword, args) in enumerate(steps) if keyword == "RUN" and "pip install -r" in args
+    )
+    source = next(
+        i for i, (keyword, args) in enumerate(steps) if keyword == "COPY" and "diffstore" in args.split()
+    )
+    assert [steps[i][1] for i in copies if i < dependencies] == ["pyproject.toml ./"]
+    assert dependencies < source
+    # the step's own command, run on our pyproject.toml, lists exactly the base dependencies
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    command = re.search(r'python -c "(.*?)"\s*>', steps[dependencies][1])
+    assert command, steps[dependencies][1]
+    listed = subprocess.run(
+        [sys.executable, "-c", command.group(1)], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.split()
+    with (REPO / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    assert listed == project["dependencies"]
+    assert "pip install --no-deps ." in " ".join(args for _, args in steps[source:])
+
+
+def test_the_python_versions_are_declared() -> None:
+    with (REPO / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    declared = [
+        tuple(int(n) for n in c.rsplit(" ", 1)[1].split("."))
+        for c in project["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    ]
+    floor = tuple(int(n) for n in re.fullmatch(r">=(\d+)\.(\d+)", project["requires-python"]).groups())  # type: ignore[union-attr]
+    assert declared and min(declared) == floor and declared == sorted(declared)
+    assert sys.version_info[:2] in declared  # the interpreter the tests run on is one of them
