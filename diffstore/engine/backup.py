@@ -34,8 +34,7 @@ transaction).
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,10 +48,7 @@ from diffstore.errors import InvalidRequest, StorageError
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
 
-Progress = Callable[[int, int], None]
-"""Called with (bytes copied so far, bytes expected in all: an estimate) while a copy runs."""
-
-_POLL_S = 0.1
+Progress = files.Progress
 _MIN_BYTES = 2 * 4096  # LMDB's two meta pages: anything shorter is not a data file at all
 _MARK_TEXT = (
     "This directory holds a diffstore backup that was cut off before it was finished.\n"
@@ -90,7 +86,7 @@ def claim_target(out: Path) -> None:
         f.write(_MARK_TEXT)
         f.flush()
         os.fsync(f.fileno())
-    _sync_directory(out)
+    files.sync_directory(out)
 
 
 def backup_directory(source: Path, out: Path, progress: Progress | None = None) -> BackupResult:
@@ -105,13 +101,13 @@ def backup_directory(source: Path, out: Path, progress: Progress | None = None) 
     files.require_data_file(source)
     check_target(out)
     with files.open_existing(source) as opened:
-        expected = _expected_bytes(opened)
+        expected = files.expected_bytes(opened)
         claim_target(out)
         crashpoints.reached("backup-claimed")
         target = out / storage.DATA_FILE
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            _copy_watched(opened.env, fd, expected, progress)
+            files.copy_watched(opened.env, fd, expected, progress)
             os.fsync(fd)
         except (lmdb.Error, OSError) as exc:
             raise storage.storage_error(
@@ -180,7 +176,7 @@ def finish(out: Path) -> BackupResult:
     ):  # made by the settling; a restore makes its own
         (out / leftover).unlink(missing_ok=True)
     (out / storage.UNFINISHED_BACKUP).unlink()
-    _sync_directory(out)
+    files.sync_directory(out)
     collections, left_out, emptied, phantoms = counts
     return BackupResult(
         opened.kind, (out / storage.DATA_FILE).stat().st_size, collections, left_out, emptied, phantoms
@@ -262,43 +258,3 @@ def expected_bytes(store: Store) -> int:
 
 def _tables_of(tables: Tables) -> list[lmdb._Database]:
     return [getattr(tables, name.decode()) for name in layout.TABLES]
-
-
-def _expected_bytes(opened: files.Opened) -> int:
-    names = [name for name in _table_names(opened.env)]
-    handles = [opened.env.open_db(name, create=False) for name in names]
-    return space.measure(opened.env, handles, opened.path).used_bytes
-
-
-def _table_names(env: lmdb.Environment) -> list[bytes]:
-    with env.begin() as txn:
-        return [bytes(key) for key, _ in txn.cursor()]
-
-
-def _copy_watched(env: lmdb.Environment, fd: int, expected: int, progress: Progress | None) -> None:
-    """LMDB's compacting copy into ``fd`` in a thread (it gives up the GIL), its progress told from here."""
-    failure: list[BaseException] = []
-
-    def copy() -> None:
-        try:
-            env.copyfd(fd, compact=True)
-        except BaseException as exc:  # handed to the waiting thread, raised there
-            failure.append(exc)
-
-    worker = threading.Thread(target=copy, name="diffstore-backup-copy", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(_POLL_S)
-        if progress is not None:
-            copied = os.fstat(fd).st_size
-            progress(copied, max(expected, copied))
-    if failure:
-        raise failure[0]
-
-
-def _sync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -13,20 +13,27 @@ stream server's (``diffstore streams serve``); a tool tells them apart by their 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import layout, storage
+from diffstore.engine import layout, space, storage
 from diffstore.errors import InvalidRequest, StorageError
 
 MAP_SIZE = 1 << 40  # an upper bound, as the store's default: the file is mapped, never allocated
 MAX_DBS = 32  # at least the tables of either kind
 DEFAULT_MAX_READERS = 126  # LMDB's own, when no lock file says otherwise
+_POLL_S = 0.1
 _STREAM_TABLE = b"streams"  # a table of the stream server's store (diffstore/streams/server/keys.py)
+
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes copied so far, bytes expected in all: an estimate) while a copy runs."""
 
 
 class Kind(Enum):
@@ -116,3 +123,44 @@ def opened_environment(path: Path, *, unfinished_backup: bool = False, sync: boo
         yield Opened(env, kind, path)
     finally:
         env.close()
+
+
+def expected_bytes(opened: Opened) -> int:
+    """About the size of the compacting copy of ``opened`` (its pages in use), for progress."""
+    names = [name for name in _table_names(opened.env)]
+    handles = [opened.env.open_db(name, create=False) for name in names]
+    return space.measure(opened.env, handles, opened.path).used_bytes
+
+
+def _table_names(env: lmdb.Environment) -> list[bytes]:
+    with env.begin() as txn:
+        return [bytes(key) for key, _ in txn.cursor()]
+
+
+def copy_watched(env: lmdb.Environment, fd: int, expected: int, progress: Progress | None) -> None:
+    """LMDB's compacting copy into ``fd`` in a thread (it gives up the GIL), its progress told from here."""
+    failure: list[BaseException] = []
+
+    def copy() -> None:
+        try:
+            env.copyfd(fd, compact=True)
+        except BaseException as exc:  # handed to the waiting thread, raised there
+            failure.append(exc)
+
+    worker = threading.Thread(target=copy, name="diffstore-backup-copy", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(_POLL_S)
+        if progress is not None:
+            copied = os.fstat(fd).st_size
+            progress(copied, max(expected, copied))
+    if failure:
+        raise failure[0]
+
+
+def sync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
