@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -27,6 +28,9 @@ FORMATS = ("text", "json")
 # attributes every LogRecord has; anything else on a record came from ``extra=``
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 _ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
+# uvicorn adds ``color_message``, its message with terminal colours, to its records; JSON has no terminal
+_NOT_FIELDS = _STANDARD | {"color_message"}
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class JsonFormatter(logging.Formatter):
@@ -37,13 +41,13 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "event": record.getMessage(),
+            "event": _ANSI.sub("", record.getMessage()),
         }
         if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
             entry.update(zip(_ACCESS_FIELDS, record.args, strict=True))
         for name, value in vars(record).items():
-            if name not in _STANDARD and not name.startswith("_") and name not in entry:
-                entry[name] = value
+            if name not in _NOT_FIELDS and not name.startswith("_") and name not in entry:
+                entry[name] = _ANSI.sub("", value) if isinstance(value, str) else value
         if record.exc_info:
             entry["exc_info"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()

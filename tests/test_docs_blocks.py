@@ -502,7 +502,7 @@ def test_streams(tmp_path: Path) -> None:
 @page_test("docs/operations.md")
 def test_operations_json_logs(tmp_path: Path) -> None:
     page = Page("docs/operations.md")
-    command, sample = page.next("diffstore serve --access-log --log-format json").splitlines()
+    command, ready_sample, sample = page.next("diffstore serve --access-log --log-format json").splitlines()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with background(tmp_path, shell_env()) as jobs:
@@ -525,6 +525,13 @@ def test_operations_json_logs(tmp_path: Path) -> None:
         assert {k: line[k] for k in ("level", "logger", "method", "path", "status")} == {
             k: expected[k] for k in ("level", "logger", "method", "path", "status")
         }
+        # the address line, as the page shows it (on our port), and no terminal colours anywhere
+        ready = json.loads(ready_sample.replace("3030", str(port)))
+        logged = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        assert [{**entry, "time": ""} for entry in logged if entry["logger"] == "diffstore.server"] == [
+            {**ready, "time": ""}
+        ]
+        assert "\x1b" not in log.read_text() and "\\u001b" not in log.read_text()
         assert jobs.stop_all() == [0]
     page.done()
 

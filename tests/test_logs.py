@@ -106,8 +106,19 @@ def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path, workers: str
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
+    assert b"\x1b" not in output and b"\\u001b" not in output  # no terminal colours, raw or escaped
     lines = [json.loads(line) for line in output.decode().splitlines() if line.strip()]
     assert lines, output
+    # the address is announced once the server accepts (after a worker's startup), at INFO, with the
+    # console's and the API docs' addresses; nothing about it comes earlier, or as a warning
+    (ready,) = [
+        i for i, line in enumerate(lines) if line["logger"] == "diffstore.server" and url in line["event"]
+    ]
+    assert lines[ready]["level"] == "info" and lines[ready]["logger"] == "diffstore.server"
+    assert f"console {url}/ui/" in lines[ready]["event"] and f"API docs {url}/docs" in lines[ready]["event"]
+    started = [i for i, line in enumerate(lines) if line["event"] == "Application startup complete."]
+    assert started and started[0] < ready
+    assert not [line for line in lines if line["level"] == "warning"], lines
     for line in lines:
         assert {"time", "level", "event", "logger"} <= line.keys(), line
     access = [line for line in lines if line["logger"] == "uvicorn.access"]

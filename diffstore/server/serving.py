@@ -31,7 +31,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -56,7 +56,13 @@ _EARLY_DEATH_S = 2.0
 class GracefulServer(uvicorn.Server):
     """A uvicorn server that answers the app's open long-polls as soon as shutdown begins."""
 
-    def __init__(self, app: FastAPI, config: ServerConfig, **uvicorn_options: Any) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        config: ServerConfig,
+        on_ready: Callable[[int], None] | None = None,
+        **uvicorn_options: Any,
+    ) -> None:
         options: dict[str, Any] = {
             "host": config.host,
             "port": config.port,
@@ -70,6 +76,12 @@ class GracefulServer(uvicorn.Server):
         super().__init__(uvicorn.Config(app, **options))
         self.fastapi_app = app
         self.received_signals: list[int] = []
+        self.on_ready = on_ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.on_ready is not None:  # listening, the app's startup done: it accepts now
+            self.on_ready(self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.fastapi_app.state.hub.close()
@@ -88,8 +100,16 @@ def serve(config: ServerConfig) -> int:
     if config.workers > 1:
         return supervise(config)
     with _open_store(config) as store:
-        serve_store(store, config)
+        serve_store(store, config, on_ready=lambda port: _log.info(ready_message(config, port)))
     return 0
+
+
+def ready_message(config: ServerConfig, port: int) -> str:
+    """What ``diffstore serve`` logs once it accepts: its address, the console's and the API docs'."""
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    base = f"http://{host}:{port}"
+    workers = f"{config.workers} workers" if config.workers > 1 else "1 process"
+    return f"diffstore serving {base} ({workers}): console {base}/ui/, API docs {base}/docs"
 
 
 @contextlib.contextmanager
@@ -104,13 +124,20 @@ def _open_store(config: ServerConfig) -> Iterator[Store]:
         yield store
 
 
-def serve_store(store: Store, config: ServerConfig, sockets: list[socket.socket] | None = None) -> None:
-    """Serves an open store until a signal (the caller closes it), with the process tuned for a server."""
+def serve_store(
+    store: Store,
+    config: ServerConfig,
+    sockets: list[socket.socket] | None = None,
+    on_ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serves an open store until a signal (the caller closes it), with the process tuned for a server.
+
+    ``on_ready(port)`` is called once the server accepts connections."""
     # Engine calls run in worker threads; with the default 5 ms switch interval a worker that finishes
     # while the event loop is busy waits up to 5 ms for the GIL, which caps a loaded server's point reads.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # uvicorn's loggers go through the handler diffstore.logs set up (text or JSON)
-    server = GracefulServer(create_app(store, config), config, log_config=None)
+    server = GracefulServer(create_app(store, config), config, on_ready, log_config=None)
     # Everything imported so far lives as long as the process: keep it out of the collector's full
     # passes, which otherwise walk FastAPI's and pydantic's whole heap and stall the event loop.
     gc.collect()
@@ -143,16 +170,17 @@ def bind(config: ServerConfig, *, listen: bool = True, reuse_port: bool = _REUSE
     return sock
 
 
-def worker_main(config: ServerConfig, sock: socket.socket, supervisor: int) -> None:
+def worker_main(config: ServerConfig, sock: socket.socket, supervisor: int, ready: Any = None) -> None:
     """One worker process: its own store over the shared directory, serving on its own listening socket
-    bound to the supervisor's port (Linux), or on the supervisor's shared one."""
+    bound to the supervisor's port (Linux), or on the supervisor's shared one; sets the ``ready`` event
+    (a ``multiprocessing`` Event) once it accepts."""
     if not _die_with_parent(supervisor):
         return  # the supervisor died while this worker was starting
     logs.configure(config.log_level, config.log_format)  # a spawned process starts without handlers
     if _REUSE_PORT:
         sock = bind(dataclasses.replace(config, port=sock.getsockname()[1]))
     with _open_store(config) as store:
-        serve_store(store, config, sockets=[sock])
+        serve_store(store, config, sockets=[sock], on_ready=lambda port: ready.set() if ready else None)
 
 
 def _die_with_parent(supervisor: int) -> bool:
@@ -193,6 +221,8 @@ def supervise(config: ServerConfig) -> int:
     metrics_dir = metrics.prepare_multiprocess()  # inherited by the workers: a scrape of one sums them all
     context = multiprocessing.get_context("spawn")
     stopping: list[int] = []
+    ready = context.Event()  # set by the first worker that accepts: then the address is worth announcing
+    announced = False
 
     def on_signal(signum: int, frame: object) -> None:
         stopping.append(signum)
@@ -203,16 +233,18 @@ def supervise(config: ServerConfig) -> int:
 
     def start() -> None:
         process = context.Process(
-            target=worker_main, args=(config, sock, os.getpid()), name="diffstore-worker"
+            target=worker_main, args=(config, sock, os.getpid(), ready), name="diffstore-worker"
         )
         process.start()
         workers[process.sentinel] = (process, time.monotonic())
 
     try:
-        _log.warning("diffstore: %d workers on http://%s:%d", config.workers, config.host, config.port)
         for _ in range(config.workers):
             start()
         while not stopping:
+            if not announced and ready.is_set():
+                _log.info(ready_message(config, sock.getsockname()[1]))
+                announced = True
             for sentinel in wait(list(workers), timeout=0.5):
                 process, started = workers.pop(sentinel)  # type: ignore[arg-type]
                 process.join()
