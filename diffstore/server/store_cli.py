@@ -20,7 +20,9 @@ from typing import Any
 from diffstore.errors import InvalidRequest, StorageError, Unauthorized, error_from_code
 
 _CHUNK = 1 << 20
-BACKUP_FORMAT_HEADER = "x-diffstore-backup"  # what GET /backup answers with (server/routes/backup.py)
+# what GET /backup answers with (server/routes/backup.py, not imported: it pulls in FastAPI)
+BACKUP_FORMAT_HEADER = "x-diffstore-backup"
+BACKUP_FORMAT = "lmdb-compact"
 EXPECTED_BYTES_HEADER = "x-diffstore-backup-expected-bytes"
 
 
@@ -143,7 +145,7 @@ def _backup_from_server(
 
 
 def _require_backup_answer(url: str, response: Any) -> None:
-    if response.status_code == 200 and response.headers.get(BACKUP_FORMAT_HEADER):
+    if response.status_code == 200 and response.headers.get(BACKUP_FORMAT_HEADER) == BACKUP_FORMAT:
         return
     response.read()
     code = None

@@ -42,6 +42,7 @@ SPEC_ROUTES = {
     ("POST", "/collections/{c}/leases/{name}/renew"),
     ("POST", "/collections/{c}/leases/{name}/release"),
     ("GET", "/healthz"),
+    ("GET", "/backup"),  # SPEC §8
 }
 BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/phantom/changes"),  # transform previews (docs/protocol.md)

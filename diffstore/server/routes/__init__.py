@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from diffstore.server.fastlane import Handler
 from diffstore.server.routes import (
+    backup,
     collections,
     diff,
     generation,
@@ -35,6 +36,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     splits.router,
     leases.router,
     lineage.router,
+    backup.router,
 )
 
 # served in raw ASGI before the router (see diffstore.server.fastlane); the routers above document them

@@ -1,0 +1,136 @@
+"""``GET /backup`` and ``diffstore backup --url``: a real server over a store that another process keeps
+committing to; the backup is one committed state, check passes on it, and a server on it serves. Bad
+URLs and tokens are one line with nothing written."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from diffstore import Store, StoreConfig
+from diffstore.engine import check, storage
+from diffstore.server import ServerConfig
+from tests.engine.test_backup import acknowledged, snapshot_of, spawn_writer, stop
+from tests.helpers import wait_until
+from tests.server.conftest import live_server
+
+DEADLINE_S = 120.0
+TOKEN = "s3cret"
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DIFFSTORE_TOKEN"}
+    return subprocess.run(
+        [sys.executable, "-m", "diffstore", *argv],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        env=env,
+    )
+
+
+def one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("diffstore backup: "), done.stderr
+    return lines[0]
+
+
+def test_a_backup_over_http_while_another_process_commits(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    writer = spawn_writer(source, "w")
+    try:
+        acknowledged(writer, 3)
+        with live_server(source, ServerConfig(token=TOKEN)) as live:
+            live.ok("POST", "/collections/", {"collectionName": "A", "isManual": True})
+            done = cli("backup", "--url", live.url, "--token", TOKEN, str(tmp_path / "out"))
+            assert done.returncode == 0, done.stderr
+            assert "into" in done.stdout and done.stderr == ""
+            acknowledged(writer, 3)  # it went on meanwhile
+    finally:
+        stop(writer)
+    out = tmp_path / "out"
+    assert sorted(os.listdir(out)) == [storage.DATA_FILE]
+    assert check.check_directory(out).ok
+    with Store.open(source, StoreConfig(background=False)) as live_store, Store.open(out) as copy:
+        w = copy.collection("w")
+        g = w.generation_id
+        assert w.next_generation_id is None
+        assert [(r.name, r.generation_id) for r in w.readers()] == [("pos", g)]
+        assert snapshot_of(copy, "w", g) == snapshot_of(live_store, "w", g)
+        assert {c.name for c in copy.collections()} == {"w", "auto-w", "A"}
+    with live_server(out) as served:  # a server on the backup serves it
+        answer = served.ok("POST", "/collections/w/get", {"key": {"value": "last"}})
+        assert answer["item"] is not None
+
+
+def test_a_client_that_goes_away_ends_the_copy(tmp_path: Path) -> None:
+    with live_server(tmp_path / "s") as live:
+        c = live.store.create_collection("A")
+        c.start_generation(b"1")
+        c.put_many([(b"k%06d" % i, os.urandom(500)) for i in range(20_000)], generation_id=b"1")
+        c.commit_generation(b"1")
+        with live.http.stream("GET", "/backup") as response:
+            assert response.status_code == 200
+            assert response.headers["x-diffstore-backup"] == "lmdb-compact"
+            assert int(response.headers["x-diffstore-backup-expected-bytes"]) > 10_000_000
+            next(response.iter_bytes(65536))
+
+        def copying() -> bool:
+            return any(t.name == "diffstore-backup-stream" for t in threading.enumerate())
+
+        wait_until(lambda: not copying(), DEADLINE_S, what="the copy to stop")
+        # a whole one still works afterwards
+        assert len(live.http.get("/backup").content) > 10_000_000
+
+
+@contextmanager
+def other_server(status: int) -> Iterator[str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+            self.send_response(status)
+            self.send_header("content-type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>not diffstore</html>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_bad_urls_and_tokens_are_one_line_and_write_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with live_server(tmp_path / "s", ServerConfig(token=TOKEN)) as live:
+        line = one_line(cli("backup", "--url", live.url, "--token", "wrong", str(out)))
+        assert "unauthorized" in line and "--token" in line
+        line = one_line(cli("backup", "--url", live.url, str(out)))
+        assert "unauthorized" in line
+        taken = tmp_path / "taken"
+        taken.mkdir()
+        (taken / "x").write_text("mine")
+        line = one_line(cli("backup", "--url", live.url, "--token", TOKEN, str(taken)))
+        assert "not empty" in line and os.listdir(taken) == ["x"]
+    for status in (404, 200):
+        with other_server(status) as url:
+            line = one_line(cli("backup", "--url", url, str(out)))
+            assert "is not a diffstore server" in line
+    with other_server(200) as url:
+        pass
+    line = one_line(cli("backup", "--url", url, str(out)))  # nobody listens there any more
+    assert "cannot reach a diffstore server" in line
+    assert not out.exists()
