@@ -92,12 +92,20 @@ def add_commands(subparsers: Any) -> None:
     collections_sub = collections.add_subparsers(dest="action", metavar="ACTION", required=True)
     parser = command(collections_sub, "ls", "list the collections")
     parser.set_defaults(func=collections_ls)
-    parser = command(collections_sub, "create", "create a collection")
+    parser = command(collections_sub, "create", "create a collection (say which kind: --manual or --auto)")
     parser.add_argument("name", metavar="NAME")
-    parser.add_argument(
+    # No default: the Python API's (Store/Client.create_collection) is manual and the shell's used to be
+    # automatic; asking keeps every front in agreement (the HTTP API requires isManual too).
+    kind = parser.add_mutually_exclusive_group(required=True)
+    kind.add_argument(
         "--manual",
         action="store_true",
-        help="generations are started and committed by the caller (default: each put commits on its own)",
+        help="its writer starts and commits each generation (a pipeline's target: ingest, transform)",
+    )
+    kind.add_argument(
+        "--auto",
+        action="store_true",
+        help="each write commits on its own, shortly after it (what 'diffstore put' writes to)",
     )
     parser.set_defaults(func=collections_create)
     parser = command(collections_sub, "rm", "remove a collection and all its data")
@@ -255,7 +263,7 @@ def put(args: argparse.Namespace) -> int:
         if collection.manual:
             raise NotManual(
                 f"collection {args.collection} is manual: its writer starts and commits each generation "
-                "(write with the Python client or the HTTP API, or create a collection without --manual)"
+                "(write with the Python client or the HTTP API, or create a collection with --auto)"
             )
         result = collection.put(key, value)
         wait_for_commit(client, args.collection, result.generation_id)

@@ -49,7 +49,7 @@ def test_text_form_round_trips() -> None:
 
 
 def test_collections_ls_create_show_rm(capsys: pytest.CaptureFixture[str], server: LiveServer) -> None:
-    assert run(capsys, server, "collections", "create", "orders") == (
+    assert run(capsys, server, "collections", "create", "orders", "--auto") == (
         0,
         "created collection orders (auto)\n",
         "",
@@ -68,10 +68,32 @@ def test_collections_ls_create_show_rm(capsys: pytest.CaptureFixture[str], serve
     assert [info.name for info in server.store.collections()] == ["orders"]
 
 
+def test_collections_create_asks_which_kind(capsys: pytest.CaptureFixture[str], server: LiveServer) -> None:
+    """The shell has no default kind (the Python API's is manual, the HTTP API requires isManual)."""
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, server, "collections", "create", "c")
+    assert exited.value.code == 2
+    assert "one of the arguments --manual --auto is required" in capsys.readouterr().err
+    assert server.store.collections() == []
+    with pytest.raises(SystemExit):
+        run(capsys, server, "collections", "create", "c", "--manual", "--auto")
+    assert server.store.collections() == []
+
+
+def test_every_python_front_defaults_to_manual() -> None:
+    import inspect
+
+    from diffstore import Store
+    from diffstore.client import AsyncClient, Client
+
+    for front in (Store, Client, AsyncClient):
+        assert inspect.signature(front.create_collection).parameters["manual"].default is True, front
+
+
 def test_put_get_query_diff_and_generation_ids_round_trip(
     capsys: pytest.CaptureFixture[str], server: LiveServer
 ) -> None:
-    assert run(capsys, server, "collections", "create", "c")[0] == 0
+    assert run(capsys, server, "collections", "create", "c", "--auto")[0] == 0
     code, out, _ = run(capsys, server, "put", "c", "k1", "one", "--format", "json")
     assert code == 0
     first = json.loads(out)["generationId"]
@@ -108,7 +130,7 @@ def test_get_of_an_absent_key_exits_1(capsys: pytest.CaptureFixture[str], server
 
 
 def test_readers_ls_and_diff_from_reader(capsys: pytest.CaptureFixture[str], server: LiveServer) -> None:
-    assert run(capsys, server, "collections", "create", "c")[0] == 0
+    assert run(capsys, server, "collections", "create", "c", "--auto")[0] == 0
     code, out, _ = run(capsys, server, "put", "c", "a", "1", "--format", "json")
     first = shell.parse(json.loads(out)["generationId"])
     with server.client() as client:
@@ -125,7 +147,7 @@ def test_readers_ls_and_diff_from_reader(capsys: pytest.CaptureFixture[str], ser
     [
         (("get", "nosuch", "k"), "diffstore get: no collection named 'nosuch' (noSuchCollection)\n"),
         (("collections", "rm", "nosuch"), "diffstore collections rm: no collection named 'nosuch'"),
-        (("collections", "create", "c"), "(collectionExists)"),
+        (("collections", "create", "c", "--auto"), "(collectionExists)"),
         (("put", "m", "k", "v"), "diffstore put: collection m is manual"),
         (("diff", "c", "--from-reader", "nobody"), "(noSuchReader)"),
         (("get", "c", "base64:*"), "(invalidEncoding)"),
