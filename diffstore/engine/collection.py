@@ -12,7 +12,18 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from diffstore.engine import diff, layout, leases, lineage, phantoms, producers, readers, reads, writes
+from diffstore.engine import (
+    cursor_spill,
+    diff,
+    layout,
+    leases,
+    lineage,
+    phantoms,
+    producers,
+    readers,
+    reads,
+    writes,
+)
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import load_meta, save_meta
 from diffstore.engine.types import (
@@ -223,7 +234,31 @@ class Collection:
         limit: int | None = None,
         cursor: str | None = None,
     ) -> QueryPage:
-        """One page of visible records in key order; ``cursor`` continues a previous page."""
+        """One page of visible records in key order; ``cursor`` continues a previous page.
+
+        The page's cursor is short whatever the keys (a long one is stored: see ``cursor_spill``).
+        """
+        page = self._query_page(
+            generation_id,
+            phantom_id,
+            from_key,
+            to_key,
+            limit,
+            None if cursor is None else cursor_spill.expand(self._store, cursor),
+        )
+        if page.cursor is None or len(page.cursor) <= cursor_spill.INLINE_TOKEN_MAX:
+            return page
+        return QueryPage(page.generation_id, page.items, cursor_spill.shorten(self._store, page.cursor))
+
+    def _query_page(
+        self,
+        generation_id: bytes | None,
+        phantom_id: bytes | None,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        limit: int | None,
+        cursor: str | None,
+    ) -> QueryPage:
         config = self._store.config
         with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
@@ -251,10 +286,10 @@ class Collection:
     ) -> Iterator[Record]:
         """Every visible record in key order, page by page (all pages read the same pinned generation)."""
         limit = min(_ITER_PAGE, self._store.config.max_page_limit)
-        page = self.query_page(generation_id, phantom_id, from_key, to_key, limit=limit)
+        page = self._query_page(generation_id, phantom_id, from_key, to_key, limit, None)
         yield from page.items
-        while page.cursor is not None:
-            page = self.query_page(cursor=page.cursor)
+        while page.cursor is not None:  # kept in hand: never stored, whatever its length
+            page = self._query_page(None, None, None, None, None, page.cursor)
             yield from page.items
 
     def keys_around(
@@ -306,10 +341,10 @@ class Collection:
                 limit or config.default_page_limit,
             )
         else:
-            request = cursor
+            request = cursor_spill.expand(self._store, cursor)
         with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
-            return diff.diff_page(
+            page = diff.diff_page(
                 txn,
                 self._store.tables,
                 meta,
@@ -318,6 +353,10 @@ class Collection:
                 max_limit=config.max_page_limit,
                 max_generations=config.max_diff_generations,
             )
+        if page.cursor is None or len(page.cursor) <= cursor_spill.INLINE_TOKEN_MAX:
+            return page
+        shortened = cursor_spill.shorten(self._store, page.cursor)
+        return DiffPage(page.from_generation_id, page.to_generation_id, page.items, shortened)
 
     def diff(
         self,

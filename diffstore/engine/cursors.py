@@ -11,6 +11,9 @@ Invariants:
     * Every decoded field is checked again (type and range, ``limit`` within 1..the store's maximum) even
       behind a good MAC, so a token of an older format or another configuration is ``noSuchCursor`` too,
       never a ``TypeError`` deep in a read nor a page above the limit.
+    * A token longer than a URL comfortably carries (a resume key of kilobytes) is stored in the store
+      and handed out as a short *reference* token ``MAC || [version, "r", digest]`` instead
+      (:mod:`diffstore.engine.cursor_spill`): what reaches a client is always short.
     * The secret lives in the data directory (``cursor.secret``), made once with an atomic link, so every
       process serving the directory, before and after a restart, signs and checks with the same key.
 
@@ -45,6 +48,9 @@ _MAX_SEQ = (1 << 64) - 1
 _MAX_CID = (1 << 32) - 1
 # the longest token worth decoding: three keys of the largest size in base64, plus the fields
 MAX_TOKEN_CHARS = 4 * (3 * _MAX_KEY + 4096) // 3
+_REFERENCE = "r"  # a token that names a stored token by its digest
+REFERENCE_DIGEST_BYTES = 16
+REFERENCE_CHARS_MAX = 96  # a reference token is about 60 characters
 
 
 def _check_int(value: object, low: int, high: int, what: str) -> None:
@@ -208,6 +214,28 @@ class CursorCodec:
             kind, fields = "d", cursor.fields()
         body = msgpack.packb([_VERSION, kind, *fields], use_bin_type=True)
         return base64.urlsafe_b64encode(self._mac(body) + body).rstrip(b"=").decode()
+
+    def reference(self, digest: bytes) -> str:
+        """A short token naming a stored token by its digest (see :mod:`diffstore.engine.cursor_spill`)."""
+        body = msgpack.packb([_VERSION, _REFERENCE, digest], use_bin_type=True)
+        return base64.urlsafe_b64encode(self._mac(body) + body).rstrip(b"=").decode()
+
+    def referenced(self, token: str) -> bytes | None:
+        """The digest a reference token names; None for any other token (which :meth:`decode` judges)."""
+        if not isinstance(token, str) or len(token) > REFERENCE_CHARS_MAX:
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            mac, body = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
+            if not hmac.compare_digest(mac, self._mac(body)):
+                return None
+            decoded = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except (ValueError, TypeError, UnicodeError, msgpack.UnpackException):
+            return None
+        if type(decoded) is not list or len(decoded) != 3 or decoded[:2] != [_VERSION, _REFERENCE]:
+            return None
+        digest = decoded[2]
+        return digest if type(digest) is bytes and len(digest) == REFERENCE_DIGEST_BYTES else None
 
     def decode(self, token: str, kind: type[QueryCursor] | type[DiffCursor], max_limit: int) -> Cursor:
         """A token of ``kind`` whose page size is at most ``max_limit``.

@@ -125,6 +125,7 @@ TABLES = (
     b"dropped",
     b"due",
     b"lineage",
+    b"cursors",
 )
 
 TOMBSTONE = b""
@@ -428,3 +429,36 @@ def lineage_key(cid_prefix: bytes, seq: int, name: str) -> bytes:
 def split_lineage_key(raw: bytes) -> tuple[int, str]:
     """(seq, reader name) of a lineage-table key."""
     return int(_U64.unpack(raw[4:12])[0]), raw[12:].decode()
+
+
+# --- cursors: the resume positions of page tokens too long for a URL (engine/cursor_spill.py) ---------
+# b"e" + digest -> u64 number + the full token; b"a" + u64 number -> digest (the oldest first, to evict);
+# CURSOR_TOTALS -> u64 entries + u64 bytes of the stored tokens + u64 the next number
+CURSOR_TOTALS = b"t"
+CURSOR_AGE_PREFIX = b"a"
+
+
+def cursor_entry_key(digest: bytes) -> bytes:
+    return b"e" + digest
+
+
+def cursor_age_key(number: int) -> bytes:
+    return CURSOR_AGE_PREFIX + _U64.pack(number)
+
+
+def pack_cursor_entry(number: int, token: bytes) -> bytes:
+    return _U64.pack(number) + token
+
+
+def unpack_cursor_entry(raw: bytes) -> tuple[int, bytes]:
+    return _U64.unpack_from(raw)[0], bytes(raw[8:])
+
+
+def pack_cursor_totals(entries: int, size: int, next_number: int) -> bytes:
+    return _U64.pack(entries) + _U64.pack(size) + _U64.pack(next_number)
+
+
+def unpack_cursor_totals(raw: bytes | None) -> tuple[int, int, int]:
+    if raw is None:
+        return 0, 0, 0
+    return _U64.unpack_from(raw)[0], _U64.unpack_from(raw, 8)[0], _U64.unpack_from(raw, 16)[0]
