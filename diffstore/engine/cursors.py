@@ -44,7 +44,7 @@ _SECRET_BYTES = 32
 SECRET_FILE = "cursor.secret"
 _MAX_KEY = (1 << 24) - 1  # layout.MAX_KEY_LENGTH (kept here so that this module stays import-light)
 _MAX_ID = 255  # generation and phantom ids
-_MAX_SEQ = (1 << 64) - 1
+_MAX_SEQ = (1 << 64) - 2  # a seq + 1 must still be a u64: reads seek just past a pinned seq
 _MAX_CID = (1 << 32) - 1
 # the longest token worth decoding: three keys of the largest size in base64, plus the fields
 MAX_TOKEN_CHARS = 4 * (3 * _MAX_KEY + 4096) // 3

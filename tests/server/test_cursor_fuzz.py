@@ -161,6 +161,28 @@ def test_forged_fields(
         assert fields[0] == 2 and 1 <= fields[8 if kind == "query" else 10] <= 10_000
 
 
+# every integer field of each token (index in [version, kind, *fields]): cid and seqs, and the limit
+_INT_FIELDS = {"query": (2, 4, 8), "diff": (2, 4, 6, 10)}
+_EDGES = (-(2**63), -2, -1, 0, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1)
+
+
+@pytest.mark.parametrize("kind", ["query", "diff"])
+def test_every_integer_field_at_its_edges_is_refused_or_served_never_a_500(
+    fuzzed: tuple[Live, dict[str, str]], kind: str
+) -> None:
+    """A token re-signed with the server's key and an integer field at the edge of its type (a diff whose
+    ``to_seq`` is 2**64 - 1 used to overflow the read's upper bound: a 500 and a reset connection)."""
+    live, tokens = fuzzed
+    fields = msgpack.unpackb(_raw(tokens[kind])[16:], raw=False)
+    before = raw_state(live.store)
+    for index in _INT_FIELDS[kind]:
+        for edge in _EDGES:
+            changed = [*fields[:index], edge, *fields[index + 1 :]]
+            _follow(live, kind, _sign(live.store.cursors, changed))
+    assert raw_state(live.store) == before
+    assert _follow(live, kind, tokens[kind]) == 200  # and the server still serves
+
+
 def _wrong_key_dir(factory: pytest.TempPathFactory) -> Path:
     path = factory.getbasetemp() / "wrong-key"
     path.mkdir(exist_ok=True)
