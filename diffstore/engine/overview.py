@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from diffstore.engine import layout
+from diffstore.engine import layout, space, storage
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import list_readers
 from diffstore.engine.tables import Tables, load_meta, resolve_seq
@@ -135,6 +135,17 @@ def size_bytes(store: Store) -> int:
     """Bytes of the store's data file in use (pages up to the highest one ever used)."""
     info = store.env.info()
     return int((info["last_pgno"] + 1) * store.env.stat()["psize"])
+
+
+def space_of(store: Store) -> space.Space:
+    """The data file's size, its pages in use and its free pages (what ``diffstore compact`` gives back)."""
+    tables = [getattr(store.tables, name.decode()) for name in layout.TABLES]
+    try:
+        return space.measure(store.env, tables, store.path)
+    except lmdb.Error as exc:
+        raise storage.storage_error(
+            exc, store.path, store.config.map_size, writing=False, doing="reading the store's size failed"
+        ) from exc
 
 
 def version(store: Store) -> str:

@@ -126,6 +126,18 @@ class _StoreCollector(Collector):
             "Bytes of the store's data file in use",
             value=overview.size_bytes(self.store),
         )
+        room = overview.space_of(self.store)
+        yield GaugeMetricFamily(
+            "diffstore_store_file_bytes", "Size of the store's data file on disk", value=room.file_bytes
+        )
+        yield GaugeMetricFamily(
+            "diffstore_store_free_pages",
+            "Pages of the store's data file holding no data: what 'diffstore compact' gives back to the disk",
+            value=room.free_pages,
+        )
+        yield GaugeMetricFamily(
+            "diffstore_store_page_bytes", "Size of one page of the store's data file", value=room.page_bytes
+        )
         # Automatic commits are retried by the process that took them: with several workers these two
         # describe the scraped process (a failure that persists shows in every process that retries it).
         health = self.store.health()

@@ -323,7 +323,10 @@ class OverviewCollection(BaseModel):
 
 class Overview(BaseModel):
     collections: list[OverviewCollection]
-    storeSizeBytes: int
+    storeSizeBytes: int = Field(description="bytes of the data file up to its highest page in use")
+    storeFileBytes: int = Field(description="the data file's size on disk")
+    storeFreePages: int = Field(description="pages holding no data: what diffstore compact gives back")
+    storePageBytes: int = Field(description="the size of one page")
 
 
 class GenerationList(BaseModel):

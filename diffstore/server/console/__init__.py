@@ -60,6 +60,7 @@ async def static_file(name: str = "index.html") -> FileResponse:
 
 def overview_to_wire(x: Exchange) -> Body:
     es, es_opt = x.out.es, x.out.es_opt
+    room = overview.space_of(x.store)
     return {
         "collections": [
             {
@@ -81,6 +82,9 @@ def overview_to_wire(x: Exchange) -> Body:
             for state in overview.overview(x.store)
         ],
         "storeSizeBytes": overview.size_bytes(x.store),
+        "storeFileBytes": room.file_bytes,
+        "storeFreePages": room.free_pages,
+        "storePageBytes": room.page_bytes,
     }
 
 

@@ -301,8 +301,10 @@ async function viewCollections(signal) {
   };
   filter.addEventListener("input", applyFilter);
   const draw = (overview) => {
-    const size = (overview.storeSizeBytes / 1048576).toFixed(1);
-    document.getElementById("count").textContent = `${overview.collections.length} · store ${size} MiB`;
+    const size = (overview.storeFileBytes / 1048576).toFixed(1);
+    const free = ((overview.storeFreePages * overview.storePageBytes) / 1048576).toFixed(1);
+    document.getElementById("count").textContent =
+      `${overview.collections.length} · store ${size} MiB (${free} MiB free)`;
     const tbody = document.querySelector("#collections tbody");
     // a screenful at once, the rest right after: the first page shows before thousands of rows are laid out
     tbody.innerHTML = collectionRows(overview.collections.slice(0, FIRST_ROWS));
