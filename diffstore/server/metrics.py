@@ -24,6 +24,7 @@ metrics live in the process, in a registry of their own per app (no global state
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -156,6 +157,33 @@ class _StoreCollector(Collector):
         )
 
 
+PER_COLLECTION = frozenset({"diffstore_commits", "diffstore_records_written"})
+"""Metrics labelled by collection, whose series go with the collection (:meth:`ServerMetrics.on_delete`)."""
+
+
+class _LiveCollectionsOnly(Collector):
+    """The merged multiprocess metrics minus the per-collection series of deleted collections.
+
+    A worker removes a deleted collection's series from its own metrics, but its shared file (and those
+    of workers that have exited) keeps the values: the scrape leaves them out instead.
+    """
+
+    def __init__(self, merged: Collector, store: Store) -> None:
+        self.merged = merged
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        live: set[str] | None = None
+        for metric in self.merged.collect():
+            if metric.name in PER_COLLECTION:
+                if live is None:
+                    live = {info.name for info in self.store.collections()}
+                metric.samples = [
+                    sample for sample in metric.samples if sample.labels.get("collection") in live
+                ]
+            yield metric
+
+
 class ServerMetrics:
     """The metrics of one app over one store; :meth:`attach` starts listening, :meth:`detach` stops."""
 
@@ -170,7 +198,8 @@ class ServerMetrics:
         if self.multiprocess:
             from prometheus_client import multiprocess
 
-            multiprocess.MultiProcessCollector(self.registry)  # type: ignore[no-untyped-call]
+            merged = multiprocess.MultiProcessCollector(None)  # type: ignore[no-untyped-call]
+            self.registry.register(_LiveCollectionsOnly(merged, store))
         self.registry.register(_StoreCollector(store))
         self.requests = Counter(
             "diffstore_http_requests",
@@ -203,11 +232,13 @@ class ServerMetrics:
         # (route, method, status) -> the two labelled children: labels() costs more than the update itself
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._remove_listener: Any = None
+        self._remove_delete_listener: Any = None
         self._refresher: asyncio.Task[None] | None = None
 
     def attach(self) -> None:
         """Listens to the store's writes and keeps the waiter gauge fresh (call on the event loop)."""
         self._remove_listener = self.store.add_write_listener(self.on_write)
+        self._remove_delete_listener = self.store.add_delete_listener(self.on_delete)
         self.hub.on_answered = self.observe_long_polls
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_waiters())
 
@@ -215,6 +246,9 @@ class ServerMetrics:
         if self._remove_listener is not None:
             self._remove_listener()
             self._remove_listener = None
+        if self._remove_delete_listener is not None:
+            self._remove_delete_listener()
+            self._remove_delete_listener = None
         if self._refresher is not None:
             self._refresher.cancel()
             self._refresher = None
@@ -230,6 +264,13 @@ class ServerMetrics:
             self.gc_versions_removed.inc(event.gc_versions_removed)
         if event.phantom_records_purged:
             self.phantom_records_purged.inc(event.phantom_records_purged)
+
+    def on_delete(self, collection: str) -> None:
+        """A collection was deleted (by any process): its series go too, so that creating and deleting
+        collections does not pile up series (a re-created one starts from zero)."""
+        for metric in (self.commits, self.records_written):
+            with contextlib.suppress(KeyError):
+                metric.remove(collection)
 
     async def _refresh_waiters(self) -> None:
         last = -1

@@ -110,6 +110,28 @@ def test_commits_and_records_written(manual: Live) -> None:
     assert value(samples, "diffstore_commits_total", collection="dst") == 0
 
 
+def test_the_series_of_a_deleted_collection_go_with_it(manual: Live) -> None:
+    """Create/delete cycles leave no series behind (they used to pile up, two per collection)."""
+    for cycle in range(20):
+        name = f"tmp{cycle}"
+        manual.ok("POST", "/collections/", {"collectionName": name, "isManual": True})
+        commit(manual, name, "g1", {"k": "v"})
+        manual.ok("DELETE", f"/collections/{name}")
+    commit(manual, "src", "g1", {"a": "1"})
+    per_collection = {
+        (name, labels["collection"])
+        for (name, labels_items), _ in scrape(manual).items()
+        for labels in [dict(labels_items)]
+        if "collection" in labels and name.endswith("_total")
+    }
+    assert per_collection == {
+        ("diffstore_commits_total", "src"),
+        ("diffstore_records_written_total", "src"),
+    }
+    metrics = manual.app.state.metrics
+    assert {labels for labels, _ in metrics.commits._metrics.items()} == {("src",)}  # nothing kept inside
+
+
 def test_auto_commits_count_too(tmp_path: Path) -> None:
     with live_server(tmp_path / "data") as live:
         live.ok("POST", "/collections/", {"collectionName": "auto", "isManual": False})

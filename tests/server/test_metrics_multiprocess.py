@@ -131,6 +131,27 @@ def test_a_scrape_of_one_worker_counts_the_work_of_every_worker(two_workers: tup
         thread.join(timeout=60)
 
 
+def test_a_deleted_collections_series_leave_every_workers_scrape(two_workers: tuple[str, str]) -> None:
+    a, b = two_workers
+    for name, worker in (("gone", a), ("kept", b)):
+        created = httpx.post(f"{worker}/collections/", json={"collectionName": name, "isManual": False})
+        assert created.status_code == 200
+        item = {"item": {"key": {"value": "k"}, "value": {"value": "v"}}}
+        assert httpx.post(f"{worker}/collections/{name}/put", json=item).status_code == 200
+    for worker in (a, b):
+        for name in ("gone", "kept"):
+            wait_until(
+                lambda w=worker, n=name: _value(w, "diffstore_commits_total", collection=n) == 1,  # type: ignore[misc]
+                30,
+                what="the automatic commits to be counted",
+            )
+    assert httpx.delete(f"{b}/collections/gone").status_code == 200  # A wrote it, B deletes it
+    for worker in (a, b):
+        text = httpx.get(f"{worker}/metrics").text
+        assert 'collection="gone"' not in text
+        assert _value(worker, "diffstore_records_written_total", collection="kept") == 1
+
+
 def test_serve_with_two_workers_sums_them_in_every_scrape(tmp_path: Path) -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
