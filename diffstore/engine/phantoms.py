@@ -13,7 +13,10 @@ changes". Ids carry their collection (:func:`diffstore.engine.layout.phantom_of`
 on another collection is named as such.
 
 A page's work and memory grow with the phantom's records from its first key to just past its last one
-(a whole long-key group at most), never with the collection's size nor with the rest of the phantom.
+(a whole long-key group at most), never with the collection's size nor with the rest of the phantom --
+and a page examines at most :data:`SCAN_MAX` of the phantom's records: a phantom of many records that
+change nothing (a preview that rewrote every value as it was) answers a page early, with fewer than
+``limit`` changes (none, perhaps) and the ``next_key`` to go on from.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from diffstore.engine.visibility import (
     upper_form,
 )
 from diffstore.errors import InvalidRequest
+
+SCAN_MAX = 10_000
+"""The phantom records one page examines at most (then it answers with the key to go on from)."""
 
 
 def live_phantom_of(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, phantom_id: bytes) -> int:
@@ -71,9 +77,10 @@ def changes_page(
     to_key)``, in key order; ``next_key`` is the first key of the next page (None: this is the last)."""
     live_phantom_of(txn, tables, meta, phantom_id)
     point = read_point(txn, tables, meta, generation_id, phantom_id)
-    changes = sorted(_changes(txn, tables, point, from_key, to_key, limit))
+    found, resume = _changes(txn, tables, point, from_key, to_key, limit)
+    changes = sorted(found)
     page = changes[:limit]
-    next_key = changes[limit].key if len(changes) > limit else None
+    next_key = changes[limit].key if len(changes) > limit else resume
     return PhantomChanges(point.generation_id, page, next_key)
 
 
@@ -84,10 +91,11 @@ def _changes(
     from_key: bytes | None,
     to_key: bytes | None,
     limit: int,
-) -> list[DiffItem]:
+) -> tuple[list[DiffItem], bytes | None]:
     """The changes in the range, in form order, stopping once ``limit + 1`` are found at a short key: every
     later key is then above them all (forms sort like keys outside long-key groups), so a page costs its
-    own records, not the rest of the phantom."""
+    own records, not the rest of the phantom. Also stops at the first short key past :data:`SCAN_MAX`
+    records examined, and then returns that key (examined by the next page) with the changes before it."""
     assert point.phantom is not None
     prefix = layout.phantom_prefix(point.meta.cid_prefix, point.phantom)
     records = txn.cursor(db=tables.records)
@@ -95,13 +103,19 @@ def _changes(
     found: list[DiffItem] = []
     cursor = txn.cursor(db=tables.phantoms)
     if not cursor.set_range(prefix + lower_form(from_key)):
-        return found
+        return found, None
+    examined = 0
     for raw_key, raw in cursor:
         if not raw_key.startswith(prefix):
             break
         form = raw_key[len(prefix) :]
         if upper is not None and form >= upper:
             break
+        examined += 1
+        if examined > SCAN_MAX and not layout.is_long_form(form):
+            resume = layout.short_key_of_form(form)
+            if from_key is None or resume > from_key:  # always a step forward
+                return found, resume
         version = phantom_version(msgpack.unpackb(raw), point.generation_id)
         if version is None:
             continue  # every record of the phantom for this key is above the read's generation
@@ -120,4 +134,4 @@ def _changes(
             found.append(DiffItem(key, before, after))
             if len(found) > limit and not layout.is_long_form(form):
                 break
-    return found
+    return found, None

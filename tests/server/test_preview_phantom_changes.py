@@ -13,6 +13,7 @@ import msgpack
 import pytest
 
 from diffstore.client import Client
+from diffstore.engine import phantoms
 from diffstore.engine.types import DiffItem
 
 from .conftest import Live, es, unes, wait_until
@@ -228,3 +229,31 @@ def test_pages_of_any_size_hold_every_change_once_in_key_order(live: Live) -> No
                 page = engine.phantom_changes(phantom, page.generation_id, page.next_key, limit=limit)
                 remote = client.collection("m").phantom_changes(phantom, b"", remote.next_key, limit=limit)
             assert pages == every, limit
+
+
+def test_a_page_examines_a_bounded_number_of_unchanged_records(live: Live) -> None:
+    """A phantom that rewrites 2 * SCAN_MAX values as they were changes only its first and last key: a page
+    with ``limit: 1`` answers early (``nextKey`` within the first SCAN_MAX + 1 records), not after reading
+    the whole phantom, and following ``nextKey`` still finds every change once."""
+    live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+    engine = live.store.collection("m")
+    same = [b"k%06d" % i for i in range(2 * phantoms.SCAN_MAX)]
+    engine.start_generation(b"1")
+    engine.put_many([(key, b"v") for key in same], generation_id=b"1")
+    engine.commit_generation(b"1")
+    phantom = engine.start_phantom()
+    engine.put_many([(b"a", b"new"), *((key, b"v") for key in same), (b"z", b"new")], generation_id=b"1",
+                    phantom_id=phantom)  # fmt: skip
+    first = live.ok("POST", "/collections/m/phantom/changes", {"phantomId": es(phantom), "limit": 1})
+    assert [unes(item["key"]) for item in first["items"]] == [b"a"]
+    assert b"a" < unes(first["nextKey"]) <= same[phantoms.SCAN_MAX]  # answered early
+    found: list[bytes] = []
+    page = engine.phantom_changes(phantom, limit=1)
+    pages = 1
+    while True:
+        found += [item.key for item in page.items]
+        if page.next_key is None:
+            break
+        page = engine.phantom_changes(phantom, page.generation_id, page.next_key, limit=1)
+        pages += 1
+    assert found == [b"a", b"z"] and pages >= 3
