@@ -496,6 +496,34 @@ def test_streams(tmp_path: Path) -> None:
     page.done()
 
 
+# --- docs/backups.md ---------------------------------------------------------------------------------
+
+
+@page_test("docs/backups.md")
+def test_backups(tmp_path: Path, server: LiveServer) -> None:
+    page = Page("docs/backups.md")
+    check_synopsis(page.next("diffstore backup --data DIR OUT"))
+    env = shell_env(server.url)
+    with contextlib.chdir(tmp_path):  # the page's store goes in the working directory
+        run_python(page.next("from diffstore import Store"), {})
+    printed = sh(page.next("diffstore backup --data data/ backup-1"), tmp_path, env)
+    assert "1 open generations of manual collections" in printed
+    assert "backup-1: every invariant holds" in printed
+    sh(local(page.next("diffstore backup --url http://127.0.0.1:3030 backup-2"), server.url), tmp_path, env)
+    assert (tmp_path / "backup-2" / "data.mdb").exists()
+    printed = sh(page.next("mv data data-lost"), tmp_path, env)
+    assert "data: every invariant holds" in printed
+    printed = sh(page.next("diffstore compact --data data"), tmp_path, env)
+    assert printed.startswith("compacted the diffstore store in data:")
+    from diffstore import Store
+
+    with Store.open(tmp_path / "data") as store:  # restored: the committed state, no open generation
+        a = store.collection("A")
+        assert (a.generation_id, a.next_generation_id) == (b"1", None)
+        assert a.get(b"apple").value == b"red" and a.get(b"pear") is None
+    page.done()
+
+
 # --- docs/operations.md ------------------------------------------------------------------------------
 
 
