@@ -15,7 +15,8 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   ├── NoSuchRoute
     │   ├── NoSuchCollection
     │   ├── NoSuchReader
-    │   └── NoSuchCursor
+    │   ├── NoSuchCursor
+    │   └── NoSuchGeneration
     ├── MethodNotAllowed .......... 405
     ├── Conflict .................. 409
     │   ├── CollectionExists
@@ -24,7 +25,9 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   ├── GenerationMismatch
     │   ├── NotManual
     │   ├── BadVersion
-    │   └── LeaseLost ............. a lease (or a fencing token) that no longer holds
+    │   ├── LeaseLost ............. a lease (or a fencing token) that no longer holds
+    │   ├── ReadOnlyReplica ....... a write sent to a read replica
+    │   └── NotReplica ............ a replica operation (promote) sent to a primary
     ├── Gone ...................... 410
     │   ├── GenerationCollected
     │   └── CursorExpired
@@ -92,6 +95,12 @@ class NoSuchCursor(NotFound):
     code = "noSuchCursor"
 
 
+class NoSuchGeneration(NotFound):
+    """A generation id that is not one of the collection's committed generations."""
+
+    code = "noSuchGeneration"
+
+
 class MethodNotAllowed(DiffstoreError):
     code = "methodNotAllowed"
 
@@ -131,6 +140,18 @@ class LeaseLost(Conflict):
     """
 
     code = "leaseLost"
+
+
+class ReadOnlyReplica(Conflict):
+    """The server is a read replica (``serve --replica-of``): it refuses every write; nothing changed."""
+
+    code = "readOnlyReplica"
+
+
+class NotReplica(Conflict):
+    """A replica-only operation (promote, the replica's status) asked of a server that is not a replica."""
+
+    code = "notReplica"
 
 
 class Gone(DiffstoreError):

@@ -22,6 +22,7 @@ from diffstore.engine import (
     producers,
     readers,
     reads,
+    replication,
     writes,
 )
 from diffstore.engine.meta import CollectionMeta
@@ -532,6 +533,30 @@ class Collection:
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return leases.list_leases(txn, self._store.tables, meta)
+
+    # --- what replicas read ---------------------------------------------------------------------
+
+    def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
+        """Committed generation ids below ``before`` (default: from the current one), newest first, none
+        below the readable floor; and whether more remain."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return replication.committed_generations(txn, self._store.tables, meta, before, limit)
+
+    def generation_records(
+        self, generation_id: bytes, from_key: bytes | None = None, limit: int = 1000
+    ) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
+        """The records the committed generation ``generation_id`` wrote (``None``: a tombstone), a page
+        from ``from_key`` in storage order, and the key the next page starts at (None: no more).
+
+        Raises:
+            NoSuchGeneration: not a committed generation. GenerationCollected: below the readable floor.
+        """
+        with self._store.page_read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return replication.generation_records(
+                txn, self._store.tables, meta, generation_id, from_key, limit
+            )
 
     def producer_last_seq_no(self, producer_id: str) -> int:
         """The last seqNo stored for ``producer_id`` (0 when unknown)."""

@@ -40,6 +40,11 @@ Named tables (sub-databases)::
     lineage      cid | seq(u64) | reader name(utf-8) -> msgpack [target, target cid | None, from, to]
                                                         a reader moved by the commit of generation seq
                                                         (from/to: generation ids or None; see lineage.py)
+    replica      "primary"                           -> URL(utf-8)  this store follows that server
+                 "id"                                -> this replica's id(utf-8), names its readers there
+                 "promoted"                          -> unix ms(u64)  promoted: a primary since then
+                 "applied"                           -> u64  primary generations applied, ever
+                 "lag" | name(utf-8)                 -> msgpack [lag generations, unapplied since ms | None]
 
 Background work lives in ``due`` rather than in a process's memory, so that any process that opens the
 directory can do it, and each item is taken (read, done, deleted) inside one write transaction: done once.
@@ -126,9 +131,11 @@ TABLES = (
     b"due",
     b"lineage",
     b"cursors",
+    b"replica",
 )
 
 TOMBSTONE = b""
+NEXT_CID = b"\x00next_cid"  # a row of ``collections``: not a legal collection name, so never one
 
 
 def cid_bytes(cid: int) -> bytes:
@@ -295,6 +302,23 @@ def gen_key(cid_prefix: bytes, seq: int) -> bytes:
 
 def gen_id_key(cid_prefix: bytes, generation_id: bytes) -> bytes:
     return cid_prefix + generation_id
+
+
+# --- replica state (see replication.py) ----------------------------------------------------------
+
+REPLICA_PRIMARY = b"primary"
+REPLICA_ID = b"id"
+REPLICA_PROMOTED = b"promoted"
+REPLICA_APPLIED = b"applied"
+REPLICA_LAG = b"lag"
+
+
+def replica_lag_key(name: str) -> bytes:
+    return REPLICA_LAG + name.encode()
+
+
+def replica_lag_name(raw: bytes) -> str:
+    return raw[len(REPLICA_LAG) :].decode()
 
 
 # --- phantoms --------------------------------------------------------------------------------

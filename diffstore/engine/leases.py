@@ -216,3 +216,20 @@ def list_leases(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> 
             owner, version, expires_at_ms, _ = layout.unpack_lease(raw)
             found.append(Lease(layout.lease_name_of_key(key), owner, version, expires_at_ms))
     return found
+
+
+def replicate(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, copies: list[Lease], now_ms: int
+) -> None:
+    """Stores a primary's lease rows as they are (a replica's copy; see ``replication``).
+
+    A version never goes back (a copy older than the stored row is left out), so a fencing token keeps
+    meaning the same holder after a promotion. The primary's ttl is not on the wire: a copy keeps the
+    stored one, else the time left (at least 1 ms), which only a renew without ``ttl_ms`` reads.
+    """
+    for lease in copies:
+        found = _load(txn, tables, meta, lease.name)
+        if found is not None and found[0].version > lease.version:
+            continue
+        ttl = found[1] if found is not None else max(1, lease.expires_at_ms - now_ms)
+        _store(txn, tables, meta, lease, ttl)

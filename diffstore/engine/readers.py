@@ -182,3 +182,14 @@ def minimum_generation(txn: lmdb.Transaction, tables: Tables, target: str) -> by
             if minimum is None or generation_id < minimum:
                 minimum = generation_id
     return minimum
+
+
+def put_copy(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, reader: Reader) -> Reader:
+    """Stores a primary's reader as it is, created when missing (a replica's copy; no horizon check: the
+    primary made that check). Returns the reader as it was before (at null when it was missing)."""
+    reader = Reader(reader.name, reader.collection, normalize_generation(reader.generation_id))
+    existing = load_reader(txn, tables, owner, reader.name)
+    if existing is not None and existing.collection != reader.collection:
+        delete_reader(txn, tables, owner, reader.name)
+    _store_reader(txn, tables, owner, reader)
+    return existing if existing is not None else Reader(reader.name, reader.collection, None)

@@ -35,28 +35,26 @@ from pathlib import Path
 import lmdb
 import msgpack
 
-from diffstore.engine import background, layout, storage
+from diffstore.engine import background, layout, replication, storage
 from diffstore.engine.collection import Collection
 from diffstore.engine.cursors import CursorCodec, CursorSecret
 from diffstore.engine.events import WriteEvent, WriteListener
-from diffstore.engine.meta import CollectionMeta, non_manual_generation
+from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.priority import WriterFirst
 from diffstore.engine.tables import (
     Tables,
+    create_meta,
     load_meta,
-    register_generation,
-    save_meta,
     validate_collection_name,
     validate_generation_id,
 )
-from diffstore.engine.types import CollectionInfo, StoreConfig
+from diffstore.engine.types import CollectionInfo, Lease, Reader, ReplicaGeneration, ReplicaState, StoreConfig
 from diffstore.engine.wakeup import NoticeSource, Wakeup
-from diffstore.errors import CollectionExists, DiffstoreError, InvalidRequest, StorageError
+from diffstore.errors import DiffstoreError, InvalidRequest, StorageError
 
 CommitListener = Callable[[str, bytes], None]
 DeleteListener = Callable[[str], None]
 _log = logging.getLogger("diffstore.engine")
-_NEXT_CID = b"\x00next_cid"  # not a legal collection name, so it cannot collide with one
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 5.0
 MAX_DBS = len(layout.TABLES) + 2
@@ -402,23 +400,7 @@ class Store:
             if not manual:
                 raise InvalidRequest("initialGenerationId is only for manual collections")
         with self.write() as scope:
-            txn = scope.txn
-            if txn.get(name.encode(), db=self.tables.collections) is not None:
-                raise CollectionExists(f"collection {name!r} exists")
-            raw_cid = txn.get(_NEXT_CID, db=self.tables.collections)
-            cid = layout.read_u64(raw_cid) if raw_cid else 1
-            txn.put(_NEXT_CID, layout.u64(cid + 1), db=self.tables.collections)
-            if manual:
-                gen = bytes(initial_generation_id or b"")
-                meta = CollectionMeta(name, cid, True, gen, 0, None, None, 0)
-                register_generation(txn, self.tables, meta, gen, 0)
-            else:
-                meta = CollectionMeta(
-                    name, cid, False, non_manual_generation(0), 0, non_manual_generation(1), 1, 1
-                )
-                register_generation(txn, self.tables, meta, meta.generation, 0)
-                register_generation(txn, self.tables, meta, non_manual_generation(1), 1)
-            save_meta(txn, self.tables, meta)
+            create_meta(scope.txn, self.tables, name, manual, initial_generation_id)
         return Collection(self, name)
 
     def collection(self, name: str) -> Collection:
@@ -432,7 +414,7 @@ class Store:
         found: list[CollectionInfo] = []
         with self.read() as txn:
             for raw_name, raw in txn.cursor(db=self.tables.collections):
-                if raw_name == _NEXT_CID:
+                if raw_name == layout.NEXT_CID:
                     continue
                 meta = CollectionMeta.unpack(raw_name.decode(), raw)
                 found.append(CollectionInfo(meta.name, meta.manual))
@@ -475,9 +457,68 @@ class Store:
             txn.delete(layout.auto_commit_due_key(name), db=tables.due)
             txn.delete(layout.gc_position_key(prefix), db=tables.due)
             txn.put(prefix, b"", db=tables.dropped)
+            replication.forget(txn, tables, name)
             scope.deletions.append(name)
         with self._wake:
             self._failures.pop(name, None)
+
+    # --- replication (see engine/replication.py; the follower is diffstore.replica) ---------------------
+
+    def replica_state(self) -> ReplicaState:
+        """Whether this store follows a primary, was promoted, how far behind it is."""
+        with self.read() as txn:
+            return replication.state(txn, self.tables)
+
+    def read_only(self) -> bool:
+        """Whether the store is a replica that refuses writes (not promoted); two point reads."""
+        with self.read() as txn:
+            return replication.is_following(txn, self.tables)
+
+    def become_replica(self, primary: str, replica_id: str) -> ReplicaState:
+        """Marks the store a replica of ``primary`` (a no-op when it is one already).
+
+        Raises:
+            InvalidRequest: the store holds collections of its own, follows another primary, or was
+                promoted.
+        """
+        with self.write() as scope:
+            return replication.become(scope.txn, self.tables, primary, replica_id)
+
+    def promote_replica(self) -> None:
+        """Stops following, in one transaction: every later apply is refused, writes are accepted.
+
+        Raises:
+            NotReplica: the store is not a replica (or was promoted already).
+        """
+        with self.write() as scope:
+            replication.promote(scope.txn, self.tables, self.config.now_ms())
+
+    def apply_replica_generation(self, step: ReplicaGeneration) -> bool:
+        """Applies one generation of the primary (its id, records, reader moves, the replica's position) in
+        one transaction; False when it was applied before. See ``replication.apply`` for the errors."""
+        with self.write() as scope:
+            meta = replication.apply(scope.txn, self.tables, step)
+            if meta is None:
+                return False
+            scope.commits.append((step.collection, meta.generation))
+            if step.records:
+                scope.records_written[step.collection] = len(step.records)
+        return True
+
+    def copy_replica_readers(
+        self, name: str, at_generation: bytes, readers: list[Reader], leases: list[Lease]
+    ) -> bool:
+        """Sets a collection's readers and leases to the primary's, if the replica is still at
+        ``at_generation`` (False: it is not; nothing changed)."""
+        with self.write() as scope:
+            return replication.copy_readers(
+                scope.txn, self.tables, name, at_generation, readers, leases, self.config.now_ms()
+            )
+
+    def set_replica_lag(self, name: str, generations: int, unapplied_since_ms: int | None) -> None:
+        """Records how far a collection of the replica is behind (``/replica``, metrics)."""
+        with self.write() as scope:
+            replication.set_lag(scope.txn, self.tables, name, generations, unapplied_since_ms)
 
     def _reader_target(self, txn: lmdb.Transaction, reader_key: bytes) -> str:
         raw = txn.get(reader_key, db=self.tables.readers)

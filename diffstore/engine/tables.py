@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import lmdb
 
 from diffstore.engine import layout
-from diffstore.engine.meta import CollectionMeta
-from diffstore.errors import GenerationCollected, InvalidRequest, NoSuchCollection, text_form
+from diffstore.engine.meta import CollectionMeta, non_manual_generation
+from diffstore.errors import CollectionExists, GenerationCollected, InvalidRequest, NoSuchCollection, text_form
 
 MAX_GENERATION_ID = 255
 MAX_NAME_BYTES = 255
@@ -34,6 +34,7 @@ class Tables:
     due: lmdb._Database
     lineage: lmdb._Database
     cursors: lmdb._Database
+    replica: lmdb._Database
     # The engine's only in-memory caches. Each is keyed by what it was computed from, as read from LMDB in
     # the transaction that uses it, so a hit is right whichever process changed the store meanwhile
     # (see docs/process-model.md):
@@ -152,3 +153,25 @@ def check_not_collected(
         f"generation {text_form(generation_id)} of {meta.name!r} is below the readers' minimum "
         f"{text_form(floor)}"
     )
+
+
+def create_meta(
+    txn: lmdb.Transaction, tables: Tables, name: str, manual: bool, initial_generation_id: bytes | None
+) -> CollectionMeta:
+    """Creates a collection's row (with a new cid) and registers its first generation(s); see
+    ``Store.create_collection``. Raises :class:`CollectionExists`."""
+    if txn.get(name.encode(), db=tables.collections) is not None:
+        raise CollectionExists(f"collection {name!r} exists")
+    raw_cid = txn.get(layout.NEXT_CID, db=tables.collections)
+    cid = layout.read_u64(raw_cid) if raw_cid else 1
+    txn.put(layout.NEXT_CID, layout.u64(cid + 1), db=tables.collections)
+    if manual:
+        gen = bytes(initial_generation_id or b"")
+        meta = CollectionMeta(name, cid, True, gen, 0, None, None, 0)
+        register_generation(txn, tables, meta, gen, 0)
+    else:
+        meta = CollectionMeta(name, cid, False, non_manual_generation(0), 0, non_manual_generation(1), 1, 1)
+        register_generation(txn, tables, meta, meta.generation, 0)
+        register_generation(txn, tables, meta, non_manual_generation(1), 1)
+    save_meta(txn, tables, meta)
+    return meta

@@ -295,3 +295,67 @@ class Lease:
     def held_at(self, now_ms: int) -> bool:
         """Whether someone holds it at ``now_ms``."""
         return self.owner is not None and now_ms < self.expires_at_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaGeneration:
+    """One generation of a primary, as a replica applies it (``Store.apply_replica_generation``).
+
+    Attributes:
+        collection: the collection's name (the same on both sides).
+        manual: whether it is manual on the primary (used when the apply creates it).
+        previous: the replica's current generation this applies on top of (its stored position), or
+            None: the apply creates the collection (a first copy, ``records`` then hold every record
+            visible at ``generation_id``).
+        generation_id: the primary's generation id, kept as it is.
+        records: what the primary's generation wrote, ``(key, value)``; ``None`` is a tombstone.
+        readers: the readers of this collection that the primary's commit moved (its lineage), at their
+            new positions; a missing one is created. They become this generation's lineage here too.
+        floor: reads below ``generation_id`` answer ``generationCollected`` (a first copy taken after the
+            primary had history: the replica does not hold what came before).
+        lag_generations, unapplied_since_ms: how far behind the replica still is after this one (stored
+            in the same transaction, for ``/replica`` and the metrics).
+
+    The primary's commit time and metadata (SPEC §8) are to join these fields, stored in the same
+    transaction as everything else here.
+    """
+
+    collection: str
+    manual: bool
+    previous: bytes | None
+    generation_id: bytes
+    records: list[tuple[bytes, bytes | None]]
+    readers: tuple[Reader, ...] = ()
+    floor: bool = False
+    lag_generations: int = 0
+    unapplied_since_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLag:
+    """How far one collection of a replica is behind its primary."""
+
+    collection: str
+    generations: int
+    unapplied_since_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """Whether a store follows a primary: ``primary`` None is a store that never did.
+
+    ``promoted_at_ms`` set: it did, and was promoted to a primary then (it accepts writes).
+    ``replica_id`` names the readers it holds on the primary; ``applied`` counts the primary generations
+    it applied, ever.
+    """
+
+    primary: str | None = None
+    replica_id: str | None = None
+    promoted_at_ms: int | None = None
+    applied: int = 0
+    lags: tuple[ReplicaLag, ...] = ()
+
+    @property
+    def following(self) -> bool:
+        """A replica that refuses writes (a primary, or a promoted replica, does not)."""
+        return self.primary is not None and self.promoted_at_ms is None

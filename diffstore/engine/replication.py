@@ -1,0 +1,331 @@
+"""Replication, the engine's side: a primary's generation applied as it is, and the store's replica state.
+
+A replica (``diffstore serve --replica-of``, see :mod:`diffstore.replica`) copies each generation of each
+collection of its primary. The engine knows nothing of where they come from; it offers:
+
+- :func:`apply`: one primary generation -- its id, the records it wrote, the readers its commit moved --
+  applied in ONE write transaction. The replica's position is the collection's own current generation
+  (the ids are the primary's), so the position moves in the same transaction as the data: an apply whose
+  ``previous`` is not the current generation changes nothing (already applied, or refused).
+- :func:`copy_readers`: the primary's readers and leases as they are, applied only while the replica is
+  at the generation they were read at (readers also move outside commits, leases never commit).
+- the ``replica`` table's state (primary, id, promotion, counters, lag), read and written here only.
+
+Invariants:
+- Generation ids, and so the order of generations, are the primary's. An automatic collection keeps
+  ``seq == int(generation id)`` (its ids are its seqs, ``meta.non_manual_generation``), so after a
+  promotion its own next generations carry on from the primary's.
+- Nothing is half-applied: each apply is one transaction; a promotion (:func:`promote`) is one too, and
+  every apply checks in its own transaction that the store was not promoted.
+"""
+
+from __future__ import annotations
+
+import lmdb
+import msgpack
+
+from diffstore.engine import layout, leases, lineage, readers, writes
+from diffstore.engine.meta import CollectionMeta, non_manual_generation
+from diffstore.engine.tables import (
+    Tables,
+    check_not_collected,
+    create_meta,
+    load_meta,
+    register_generation,
+    save_meta,
+    validate_generation_id,
+)
+from diffstore.engine.types import Lease, Reader, ReplicaGeneration, ReplicaLag, ReplicaState
+from diffstore.errors import BadVersion, InvalidRequest, NoSuchGeneration, NotReplica
+
+# an apply writes a whole primary generation into one generation, whatever its size
+_NO_THRESHOLD = 1 << 62
+
+
+# --- state ------------------------------------------------------------------------------------------------
+
+
+def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
+    """The store's replica state as stored."""
+    primary = txn.get(layout.REPLICA_PRIMARY, db=tables.replica)
+    if primary is None:
+        return ReplicaState()
+    replica_id = txn.get(layout.REPLICA_ID, db=tables.replica)
+    promoted = txn.get(layout.REPLICA_PROMOTED, db=tables.replica)
+    applied = txn.get(layout.REPLICA_APPLIED, db=tables.replica)
+    lags: list[ReplicaLag] = []
+    cursor = txn.cursor(db=tables.replica)
+    if cursor.set_range(layout.REPLICA_LAG):
+        for key, raw in cursor:
+            if not key.startswith(layout.REPLICA_LAG):
+                break
+            generations, since = msgpack.unpackb(raw)
+            lags.append(ReplicaLag(layout.replica_lag_name(key), generations, since))
+    return ReplicaState(
+        primary=bytes(primary).decode(),
+        replica_id=bytes(replica_id).decode() if replica_id else None,
+        promoted_at_ms=layout.read_u64(promoted) if promoted else None,
+        applied=layout.read_u64(applied) if applied else 0,
+        lags=tuple(lags),
+    )
+
+
+def is_following(txn: lmdb.Transaction, tables: Tables) -> bool:
+    """Whether the store is a replica that refuses writes (two point reads)."""
+    return (
+        txn.get(layout.REPLICA_PRIMARY, db=tables.replica) is not None
+        and txn.get(layout.REPLICA_PROMOTED, db=tables.replica) is None
+    )
+
+
+def become(txn: lmdb.Transaction, tables: Tables, primary: str, replica_id: str) -> ReplicaState:
+    """Makes the store a replica of ``primary`` (or checks that it is one already).
+
+    Raises:
+        InvalidRequest: the store holds collections but is no replica, or follows another primary, or was
+            promoted (a promoted replica is a primary for good).
+    """
+    current = state(txn, tables)
+    if current.primary is None:
+        cursor = txn.cursor(db=tables.collections)
+        if any(key != layout.NEXT_CID for key in cursor.iternext(values=False)):
+            raise InvalidRequest("the data directory holds collections of its own: a replica starts empty")
+        txn.put(layout.REPLICA_PRIMARY, primary.encode(), db=tables.replica)
+        txn.put(layout.REPLICA_ID, replica_id.encode(), db=tables.replica)
+        return state(txn, tables)
+    if current.promoted_at_ms is not None:
+        raise InvalidRequest(
+            f"this store was a replica of {current.primary} and was promoted: it is a primary"
+        )
+    if current.primary != primary:
+        raise InvalidRequest(f"this store is a replica of {current.primary}, not of {primary}")
+    return current
+
+
+def promote(txn: lmdb.Transaction, tables: Tables, now_ms: int) -> None:
+    """Stops following: from this transaction on the store is a primary (raises :class:`NotReplica`)."""
+    if not is_following(txn, tables):
+        raise NotReplica("this server is not a replica")
+    txn.put(layout.REPLICA_PROMOTED, layout.u64(now_ms), db=tables.replica)
+    cursor = txn.cursor(db=tables.replica)
+    lag_keys: list[bytes] = []
+    if cursor.set_range(layout.REPLICA_LAG):
+        for key in cursor.iternext(values=False):
+            if not key.startswith(layout.REPLICA_LAG):
+                break
+            lag_keys.append(bytes(key))
+    for key in lag_keys:
+        txn.delete(key, db=tables.replica)
+
+
+def _require_following(txn: lmdb.Transaction, tables: Tables) -> None:
+    if not is_following(txn, tables):
+        raise NotReplica("this store is not a replica (or was promoted): nothing is applied")
+
+
+def set_lag(txn: lmdb.Transaction, tables: Tables, name: str, generations: int, since_ms: int | None) -> None:
+    _require_following(txn, tables)
+    txn.put(layout.replica_lag_key(name), msgpack.packb([generations, since_ms]), db=tables.replica)
+
+
+def forget(txn: lmdb.Transaction, tables: Tables, name: str) -> None:
+    """Drops the lag row of a collection the replica no longer holds."""
+    txn.delete(layout.replica_lag_key(name), db=tables.replica)
+
+
+# --- applying ---------------------------------------------------------------------------------------------
+
+
+def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> CollectionMeta | None:
+    """Applies one primary generation; returns the new meta, or None when it was applied before.
+
+    Raises:
+        NotReplica: the store is not (or no longer) a replica.
+        BadVersion: the replica is neither at ``step.previous`` nor past ``step.generation_id`` (its
+            follower must start the collection over); nothing changed.
+    """
+    _require_following(txn, tables)
+    validate_generation_id(step.generation_id)
+    if step.previous is None:
+        if txn.get(step.collection.encode(), db=tables.collections) is not None:
+            return None
+        meta = create_meta(
+            txn, tables, step.collection, step.manual, step.generation_id if step.manual else None
+        )
+        if not step.manual and step.generation_id == meta.generation:
+            # a new automatic collection: its generation 0 holds nothing, its next one is open
+            _count_applied(txn, tables, step)
+            return meta
+        if step.manual:
+            # the first copy lands in the initial generation: open it again to write there
+            meta = meta.with_(next=meta.generation, next_seq=0)
+        else:
+            meta = _move_open_generation(txn, tables, meta, step.generation_id)
+    else:
+        meta = load_meta(txn, tables, step.collection)
+        if meta.generation != step.previous:
+            if meta.generation >= step.generation_id:
+                return None
+            raise BadVersion(
+                f"the replica of {step.collection!r} is at {meta.generation!r}, not {step.previous!r}"
+            )
+        if step.generation_id <= meta.generation:
+            raise InvalidRequest("a replicated generation must be above the current one")
+        if meta.next != step.generation_id:
+            meta = _move_open_generation(txn, tables, meta, step.generation_id)
+    meta, _, _ = writes.put_many(
+        txn,
+        tables,
+        meta,
+        step.records,
+        generation_id=step.generation_id,
+        phantom_id=None,
+        if_not_present=False,
+        skip_unchanged=False,
+        producer_id=None,
+        seq_no=None,
+        max_generation_records=_NO_THRESHOLD,
+    )
+    moves = [(readers.put_copy(txn, tables, meta, reader), reader) for reader in step.readers]
+    lineage.record(txn, tables, meta, moves)
+    meta = _commit(txn, tables, meta)
+    if step.floor and step.previous is None and step.records:
+        meta = meta.with_(gc_horizon=meta.generation)
+    save_meta(txn, tables, meta)
+    _count_applied(txn, tables, step)
+    return meta
+
+
+def _count_applied(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> None:
+    applied = txn.get(layout.REPLICA_APPLIED, db=tables.replica)
+    count = (layout.read_u64(applied) if applied else 0) + 1
+    txn.put(layout.REPLICA_APPLIED, layout.u64(count), db=tables.replica)
+    set_lag(txn, tables, step.collection, step.lag_generations, step.unapplied_since_ms)
+
+
+def _move_open_generation(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes
+) -> CollectionMeta:
+    """Opens ``generation_id`` as the next generation, dropping an open one (an automatic collection always
+    has one; its seq is its id's number, see the module)."""
+    if meta.next is not None:
+        meta = writes.drop_open_generation(txn, tables, meta)
+    if meta.manual:
+        seq = meta.last_seq + 1
+    else:
+        if len(generation_id) != 8:
+            raise InvalidRequest("an automatic collection's generation ids are 8 bytes")
+        seq = layout.read_u64(generation_id)
+    meta = meta.with_(next=generation_id, next_seq=seq, last_seq=max(seq, meta.last_seq), next_count=0)
+    register_generation(txn, tables, meta, generation_id, seq)
+    return meta
+
+
+def _commit(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> CollectionMeta:
+    assert meta.next is not None and meta.next_seq is not None
+    if meta.manual:
+        return meta.with_(
+            generation=meta.next, generation_seq=meta.next_seq, next=None, next_seq=None, next_count=0
+        )
+    seq = meta.next_seq + 1
+    meta = meta.with_(
+        generation=meta.next,
+        generation_seq=meta.next_seq,
+        next=non_manual_generation(seq),
+        next_seq=seq,
+        last_seq=max(seq, meta.last_seq),
+        next_count=0,
+    )
+    register_generation(txn, tables, meta, meta.next, seq)  # type: ignore[arg-type]
+    return meta
+
+
+def copy_readers(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    name: str,
+    at_generation: bytes,
+    copies: list[Reader],
+    lease_copies: list[Lease],
+    now_ms: int,
+) -> bool:
+    """Makes the collection's readers (all but the replica readers' own, see the follower) and leases
+    those given, if the replica is still at ``at_generation`` (False: it moved on, nothing changed)."""
+    _require_following(txn, tables)
+    meta = load_meta(txn, tables, name)
+    if meta.generation != at_generation:
+        return False
+    wanted = {reader.name for reader in copies}
+    for reader in readers.list_readers(txn, tables, meta):
+        if reader.name not in wanted:
+            readers.delete_reader(txn, tables, meta, reader.name)
+    for reader in copies:
+        readers.put_copy(txn, tables, meta, reader)
+    leases.replicate(txn, tables, meta, lease_copies, now_ms)
+    return True
+
+
+# --- what a primary serves its replicas --------------------------------------------------------------------
+
+
+def committed_generations(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, before: bytes | None, limit: int
+) -> tuple[list[bytes], bool]:
+    """Up to ``limit`` committed generation ids below ``before`` (None: from the current one), newest first,
+    none below the readable floor; and whether more remain."""
+    floor = readers.readable_floor(txn, tables, meta)
+    found: list[bytes] = []
+    prefix = meta.cid_prefix
+    cursor = txn.cursor(db=tables.gens)
+    if not cursor.set_key(layout.gen_key(prefix, meta.generation_seq)):
+        return found, False
+    while True:
+        generation_id = bytes(cursor.value())
+        if floor is not None and generation_id < floor:
+            return found, False
+        if before is None or generation_id < before:
+            if len(found) == limit:
+                return found, True
+            found.append(generation_id)
+        if not cursor.prev() or not cursor.key().startswith(prefix):
+            return found, False
+
+
+def generation_records(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    generation_id: bytes,
+    from_key: bytes | None,
+    limit: int,
+) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
+    """The records a committed generation wrote, in key-form order from ``from_key``, at most ``limit``;
+    and the key to go on from (None: no more).
+
+    Raises:
+        NoSuchGeneration: ``generation_id`` is not a committed generation of the collection.
+        GenerationCollected: it is below the readable floor (its records may be gone).
+    """
+    raw_seq = txn.get(layout.gen_id_key(meta.cid_prefix, generation_id), db=tables.gen_ids)
+    if raw_seq is None or layout.read_u64(raw_seq) > meta.generation_seq:
+        raise NoSuchGeneration(f"{generation_id!r} is not a committed generation of {meta.name!r}")
+    check_not_collected(meta, generation_id, readers.readable_floor(txn, tables, meta))
+    seq = layout.read_u64(raw_seq)
+    run = layout.change_prefix(meta.cid_prefix, seq)
+    start = run + layout.key_form(from_key) if from_key is not None else run
+    found: list[tuple[bytes, bytes | None]] = []
+    cursor = txn.cursor(db=tables.changes)
+    if not cursor.set_range(start):
+        return found, None
+    for change in cursor.iternext(values=False):
+        if not change.startswith(run):
+            return found, None
+        form = change[len(run) :]
+        raw = txn.get(layout.record_key(meta.cid_prefix, form, seq), db=tables.records)
+        if raw is None:  # cannot happen above the floor; a row without its record is skipped
+            continue
+        key = layout.key_of(form, raw)
+        if len(found) == limit:
+            return found, key
+        found.append((key, layout.decode_value(raw)))
+    return found, None
