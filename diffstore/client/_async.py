@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -80,6 +80,15 @@ class AsyncClient:
     async def execute(self, call: Call[T]) -> T:
         """Performs one raw call (see :mod:`diffstore.client._calls`)."""
         return await self._transport.execute(call)
+
+    async def replica_status(self) -> Any:
+        """A read replica's ``{primary, collections: [{collectionName, lagGenerations, lagSeconds}]}``
+        (raises :class:`~diffstore.errors.NotReplica` on a primary)."""
+        return await self.execute(_calls.replica_status())
+
+    async def promote(self) -> bool:
+        """Turns a read replica into a primary (raises :class:`~diffstore.errors.NotReplica` on a primary)."""
+        return await self.execute(_calls.promote())
 
     async def healthz(self) -> bool:
         return await self.execute(_calls.healthz())
@@ -375,6 +384,18 @@ class AsyncCollection:
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive_async(_plans.diff_items(self.name, request), self.client.execute)
+
+    async def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
+        """Committed generation ids below ``before`` (default: from the current one), newest first, none
+        below the readable floor; and whether more remain."""
+        return await self._run(_calls.generations(self.name, before, limit))
+
+    async def generation_records(
+        self, generation_id: bytes, from_key: bytes | None = None, limit: int = 1000
+    ) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
+        """The records the committed generation ``generation_id`` wrote (a page from ``from_key``) and
+        the key the next page starts at (None: no more)."""
+        return await self._run(_calls.generation_records(self.name, generation_id, from_key, limit))
 
     async def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
         return await self._run(_calls.splits(self.name, count, generation_id))

@@ -334,6 +334,42 @@ def lineage(name: str, generation_id: bytes, depth: int) -> Call[Lineage]:
     return Call("POST", collection_path(name, "lineage"), lineage_from_wire, request.to_wire)
 
 
+def generations(name: str, before: bytes | None, limit: int) -> Call[tuple[list[bytes], bool]]:
+    params = {"limit": str(limit)}
+    if before is not None:
+        params |= {
+            ("before" if k == "generationId" else "beforeEncoding"): v
+            for k, v in _generation_param(before).items()
+        }
+
+    def parse(obj: Any, codec: Codec) -> tuple[list[bytes], bool]:
+        f = Fields(obj, codec, "response")
+        ids = [Fields(e, codec, "items[]").es("generationId") for e in f.array("items")]
+        return ids, f.has("nextBefore") and f.raw("nextBefore") is not None
+
+    return Call("GET", collection_path(name, "generations"), parse, params=params)
+
+
+def generation_records(
+    name: str, generation_id: bytes, from_key: bytes | None, limit: int
+) -> Call[tuple[list[tuple[bytes, bytes | None]], bytes | None]]:
+    def body(codec: Codec) -> Body:
+        out: Body = {"generationId": codec.es(generation_id), "limit": limit}
+        if from_key is not None:
+            out["fromKey"] = codec.es(from_key)
+        return out
+
+    def parse(obj: Any, codec: Codec) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
+        f = Fields(obj, codec, "response")
+        items = []
+        for entry in f.array("items"):
+            e = Fields(entry, codec, "items[]")
+            items.append((e.es("key"), e.es_nullable("value")))
+        return items, f.es_opt("nextKey")
+
+    return Call("POST", collection_path(name, "generations", "records"), parse, body)
+
+
 # --------------------------------------------------------------------------------------------- leases
 
 
@@ -363,6 +399,18 @@ def renew_lease(name: str, lease_name: str, owner: str, version: int, ttl_ms: in
 def release_lease(name: str, lease_name: str, owner: str, version: int) -> Call[None]:
     request = ReleaseLeaseRequest(owner, version)
     return Call("POST", collection_path(name, "leases", lease_name, "release"), _empty, request.to_wire)
+
+
+def replica_status() -> Call[Any]:
+    """``GET /replica``: the answer as decoded (``{primary, collections: [...]}``)."""
+    return Call("GET", "/replica", lambda obj, codec: obj)
+
+
+def promote() -> Call[bool]:
+    def parse(obj: Any, codec: Codec) -> bool:
+        return Fields(obj, codec, "response").flag("promoted")
+
+    return Call("POST", "/replica/promote", parse)
 
 
 def healthz() -> Call[bool]:

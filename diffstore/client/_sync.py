@@ -10,7 +10,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -91,6 +91,15 @@ class Client:
     def execute(self, call: Call[T]) -> T:
         """Performs one raw call (see :mod:`diffstore.client._calls`)."""
         return self._transport.execute(call)
+
+    def replica_status(self) -> Any:
+        """A read replica's ``{primary, collections: [{collectionName, lagGenerations, lagSeconds}]}``
+        (raises :class:`~diffstore.errors.NotReplica` on a primary)."""
+        return self.execute(_calls.replica_status())
+
+    def promote(self) -> bool:
+        """Turns a read replica into a primary (raises :class:`~diffstore.errors.NotReplica` on a primary)."""
+        return self.execute(_calls.promote())
 
     def healthz(self) -> bool:
         return self.execute(_calls.healthz())
@@ -423,6 +432,18 @@ class Collection:
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)
+
+    def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
+        """Committed generation ids below ``before`` (default: from the current one), newest first, none
+        below the readable floor; and whether more remain."""
+        return self._run(_calls.generations(self.name, before, limit))
+
+    def generation_records(
+        self, generation_id: bytes, from_key: bytes | None = None, limit: int = 1000
+    ) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
+        """The records the committed generation ``generation_id`` wrote (a page from ``from_key``) and
+        the key the next page starts at (None: no more)."""
+        return self._run(_calls.generation_records(self.name, generation_id, from_key, limit))
 
     def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
         return self._run(_calls.splits(self.name, count, generation_id))

@@ -47,11 +47,24 @@ def _serve_command(args: argparse.Namespace) -> int:
             metrics=args.metrics,
             log_level=args.log_level,
             log_format=args.log_format,
+            replica_of=args.replica_of.rstrip("/") if args.replica_of else None,
+            replica_token=args.replica_token or os.environ.get("DIFFSTORE_REPLICA_TOKEN"),
         )
     except InvalidRequest as exc:
         print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
         return 2
     logs.configure_from(args)
+    if config.replica_of is not None:
+        from diffstore.replica import Unreachable, check_primary
+
+        try:
+            problem = check_primary(config.replica_of, config.replica_token)
+        except Unreachable as exc:
+            print(f"diffstore serve: warning: {exc}", file=sys.stderr)
+            problem = None
+        if problem is not None:
+            print(f"diffstore serve: error: {problem}", file=sys.stderr)
+            return 2
     from diffstore.server.serving import serve
 
     return serve(config)
@@ -126,6 +139,19 @@ def add_commands(subparsers: Any) -> None:
         dest="metrics",
         action="store_false",
         help="do not count and time each request in /metrics (engine metrics stay)",
+    )
+    parser.add_argument(
+        "--replica-of",
+        metavar="URL",
+        default=None,
+        help="serve a read replica of the diffstore server at URL (writes answer 409 readOnlyReplica;"
+        " 'diffstore promote' makes it a primary; see docs/replicas.md)",
+    )
+    parser.add_argument(
+        "--replica-token",
+        metavar="T",
+        default=None,
+        help="the primary's bearer token (default: $DIFFSTORE_REPLICA_TOKEN)",
     )
     logs.add_arguments(parser)
     parser.set_defaults(func=_serve_command)

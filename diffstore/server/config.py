@@ -52,6 +52,8 @@ class ServerConfig:
         metrics: count and time every request for ``/metrics`` (about 5-20 us per request, see
             ``benchmarks/metrics_overhead.py``); without it ``/metrics`` still shows engine events.
         log_level, log_format: logging of the server's processes (see :mod:`diffstore.logs`).
+        replica_of: the primary's URL when the server is a read replica (``docs/replicas.md``).
+        replica_token: the primary's bearer token.
     """
 
     data_dir: str = "./data"
@@ -77,6 +79,8 @@ class ServerConfig:
     metrics: bool = True
     log_level: str = "info"
     log_format: str = "text"
+    replica_of: str | None = None
+    replica_token: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:

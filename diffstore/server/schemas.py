@@ -359,3 +359,50 @@ class LineageEntry(BaseModel):
 class LineageResponse(BaseModel):
     generationId: ES
     sources: list[LineageEntry]
+
+
+class GenerationEntry(BaseModel):
+    generationId: ES
+    committedAtMs: int | None = Field(None, description="the commit's time (not recorded yet: null)")
+    changedKeys: int | None = Field(None, description="keys the generation wrote (not recorded yet: null)")
+    metadata: dict[str, str] | None = Field(
+        None, description="the commit's metadata (not recorded yet: null)"
+    )
+
+
+class GenerationsResponse(BaseModel):
+    items: list[GenerationEntry]
+    nextBefore: ES | None = Field(
+        None, description="present when older generations remain: the next page's before"
+    )
+
+
+class GenerationRecordsQuery(_Model):
+    generationId: ES
+    fromKey: ES | None = None
+    limit: int | None = Field(default=None, ge=1, le=10_000, description="default 1,000")
+
+
+class GenerationRecord(BaseModel):
+    key: ES
+    value: ES | None
+
+
+class GenerationRecordsResponse(BaseModel):
+    items: list[GenerationRecord]
+    nextKey: ES | None = Field(None, description="present when more records remain: the next page's fromKey")
+
+
+class ReplicaCollection(BaseModel):
+    collectionName: str
+    lagGenerations: int
+    lagSeconds: float
+
+
+class ReplicaResponse(BaseModel):
+    primary: str
+    collections: list[ReplicaCollection]
+
+
+class PromoteResponse(BaseModel):
+    promoted: bool

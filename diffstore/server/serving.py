@@ -99,7 +99,7 @@ def serve(config: ServerConfig) -> int:
     """Serves until a signal (one process, or a supervisor of ``config.workers``). Returns the exit code."""
     if config.workers > 1:
         return supervise(config)
-    with _open_store(config) as store:
+    with _open_store(config) as store, following(store, config):
         serve_store(store, config, on_ready=lambda port: _log.info(ready_message(config, port)))
     return 0
 
@@ -110,6 +110,36 @@ def ready_message(config: ServerConfig, port: int) -> str:
     base = f"http://{host}:{port}"
     workers = f"{config.workers} workers" if config.workers > 1 else "1 process"
     return f"diffstore serving {base} ({workers}): console {base}/ui/, API docs {base}/docs"
+
+
+@contextlib.contextmanager
+def following(store: Store, config: ServerConfig) -> Iterator[None]:
+    """Follows ``config.replica_of`` into ``store`` while the server runs (a read replica); without it, a
+    store that is a replica is served read-only, with a warning."""
+    if config.replica_of is None:
+        state = store.replica_state()
+        if state.following:
+            _log.warning(
+                "this store is a read replica of %s: serving it read-only without following it;"
+                " start with --replica-of %s to follow, or promote it",
+                state.primary,
+                state.primary,
+            )
+        yield
+        return
+    from diffstore.replica import Follower, FollowerConfig, new_replica_id
+
+    state = store.become_replica(config.replica_of, new_replica_id())
+    follower: Follower | None = None
+    if state.following and state.replica_id is not None:
+        follower = Follower(store, FollowerConfig(config.replica_of, config.replica_token, state.replica_id))
+        follower.start()
+        _log.info("diffstore: a read replica of %s", config.replica_of)
+    try:
+        yield
+    finally:
+        if follower is not None:
+            follower.stop()
 
 
 @contextlib.contextmanager
@@ -205,9 +235,19 @@ def _die_with_parent(supervisor: int) -> bool:
 
 
 def supervise(config: ServerConfig) -> int:
-    """Runs ``config.workers`` worker processes on one socket; replaces any that dies until a signal."""
+    """Runs ``config.workers`` worker processes on one socket; replaces any that dies until a signal.
+
+    A read replica's follower runs here, in the supervisor, over a store of its own.
+    """
+    if config.replica_of is not None:
+        with _open_store(config) as store, following(store, config):
+            return _supervise(config)
     with _open_store(config):  # fails here, with one clear error, if the directory cannot be a store
         pass
+    return _supervise(config)
+
+
+def _supervise(config: ServerConfig) -> int:
     # holds the port (so that a taken one fails here, once); on Linux it only holds it: a socket that
     # listened here would be handed connections that no worker accepts
     if _REUSE_PORT:

@@ -43,10 +43,14 @@ SPEC_ROUTES = {
     ("POST", "/collections/{c}/leases/{name}/release"),
     ("GET", "/healthz"),
     ("GET", "/backup"),  # SPEC §8
+    ("GET", "/collections/{c}/generations"),  # SPEC §8
+    ("GET", "/replica"),  # SPEC §8
+    ("POST", "/replica/promote"),  # SPEC §8
 }
 BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/phantom/changes"),  # transform previews (docs/protocol.md)
     ("POST", "/collections/{c}/getMany"),  # many point reads in one request (docs/protocol.md)
+    ("POST", "/collections/{c}/generations/records"),  # what replicas follow (docs/replicas.md)
 }
 
 

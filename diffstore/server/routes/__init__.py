@@ -10,6 +10,7 @@ from diffstore.server.routes import (
     collections,
     diff,
     generation,
+    generations,
     health,
     items,
     leases,
@@ -18,6 +19,7 @@ from diffstore.server.routes import (
     producers,
     query,
     readers,
+    replica,
     splits,
     stream,
 )
@@ -37,6 +39,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     leases.router,
     lineage.router,
     backup.router,
+    generations.router,
+    replica.router,
 )
 
 # served in raw ASGI before the router (see diffstore.server.fastlane); the routers above document them

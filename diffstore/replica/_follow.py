@@ -1,0 +1,309 @@
+"""The follower's loop: one thread per collection of the primary, one that watches the list of collections.
+
+Everything it reads comes from the primary's public HTTP API (:mod:`diffstore.client`); everything it
+writes goes through the engine's replication API (``Store.apply_replica_generation`` and friends), whose
+transactions carry the replica's position. The decisions are in :mod:`diffstore.replica._plan`.
+
+One collection's step, from the replica's position R (its current generation there):
+
+1. no copy yet: take one -- the oldest generation G0 the primary still serves, a reader of ours on the
+   primary at G0 (so its GC keeps what we have not copied), every record visible at G0 -- applied as G0;
+2. long-poll the primary for a generation other than R (the poll's timeout is the idle beat: then the
+   readers and leases are copied again if they changed outside commits);
+3. list the primary's generations above R; for each, oldest first, read the records it wrote and the
+   readers its commit moved, check that our reader is still there (the collection was not deleted and
+   created again meanwhile), apply it; then move our reader on the primary to the new position.
+
+A collection deleted on the primary is deleted on the replica. Errors reaching the primary are retried
+after ``retry_s``; a promotion (``NotReplica`` from the engine) stops every thread, and the readers the
+replica held on its primary are deleted (best effort: the primary may be the reason of the promotion).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from diffstore.client import Client, Collection
+from diffstore.client import _calls as calls
+from diffstore.engine.store import Store
+from diffstore.engine.types import Reader, ReplicaGeneration
+from diffstore.errors import (
+    DiffstoreError,
+    GenerationCollected,
+    NoSuchCollection,
+    NoSuchGeneration,
+    NoSuchReader,
+    NotReplica,
+    ReaderExists,
+)
+from diffstore.replica._plan import Pending, copies_differ, reader_copies, reader_moves, reader_name
+
+_log = logging.getLogger("diffstore.replica")
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerConfig:
+    """How a replica follows its primary.
+
+    Attributes:
+        primary: the primary's base URL.
+        token: the primary's bearer token, if it has one.
+        replica_id: names the readers this replica holds on the primary (stored with the replica's state).
+        poll_ms: the long poll's timeout: how often an idle collection's readers and leases are compared.
+        collections_poll_s: how often the primary's list of collections is read (creations, deletions).
+        batch_records: records read ahead before they are applied (bounds the follower's memory; a larger
+            generation is read whole, it is applied in one transaction).
+        page_records: records per request.
+        retry_s: the wait after a failed request to the primary.
+    """
+
+    primary: str
+    token: str | None
+    replica_id: str
+    poll_ms: int = 2_000
+    collections_poll_s: float = 0.5
+    batch_records: int = 20_000
+    page_records: int = 5_000
+    retry_s: float = 0.5
+
+
+class Follower:
+    """Follows every collection of ``config.primary`` into ``store`` until :meth:`stop` or a promotion."""
+
+    def __init__(self, store: Store, config: FollowerConfig) -> None:
+        self.store = store
+        self.config = config
+        self._stopping = threading.Event()
+        self._threads: dict[str, threading.Thread] = {}
+        self._main: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._main = threading.Thread(target=self.run, name="diffstore-replica", daemon=True)
+        self._main.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopping.set()
+        if self._main is not None:
+            self._main.join(timeout_s)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
+
+    def run(self) -> None:
+        """Watches the primary's collections and keeps one thread per collection (either side has)."""
+        with self._client() as client:
+            while not self._stopping.is_set():
+                if not self.store.read_only():
+                    self._promoted(client)
+                    break
+                try:
+                    names = {info.name for info in client.collections()}
+                except DiffstoreError as exc:
+                    _log.warning("replica: cannot list the primary's collections: %s", exc.reason)
+                    names = set()
+                else:
+                    names |= {info.name for info in self.store.collections()}
+                for name in sorted(names):
+                    thread = self._threads.get(name)
+                    if thread is None or not thread.is_alive():
+                        self._threads[name] = thread = threading.Thread(
+                            target=self._follow, args=(name,), name=f"diffstore-replica:{name}", daemon=True
+                        )
+                        thread.start()
+                self._stopping.wait(self.config.collections_poll_s)
+        self._stopping.set()
+        for thread in self._threads.values():
+            thread.join(self.config.poll_ms / 1000 + 15)
+
+    def _client(self) -> Client:
+        return Client(self.config.primary, token=self.config.token)
+
+    def _follow(self, name: str) -> None:
+        with self._client() as client:
+            follower = CollectionFollower(self.store, client, name, self.config)
+            while not self._stopping.is_set():
+                try:
+                    if not follower.step():
+                        return
+                except NotReplica:
+                    self._stopping.set()  # promoted: the main thread lets the primary's readers go
+                    return
+                except DiffstoreError as exc:
+                    _log.warning("replica: %s: %s (%s); retrying", name, exc.reason, exc.code)
+                    self._stopping.wait(self.config.retry_s)
+
+    def _promoted(self, client: Client) -> None:
+        """Lets go of the readers this replica held on its primary (best effort)."""
+        ours = reader_name(self.config.replica_id)
+        for info in self.store.collections():
+            try:
+                client.collection(info.name).delete_reader(ours)
+            except DiffstoreError:
+                pass
+
+
+class CollectionFollower:
+    """Copies one collection; :meth:`step` does one step of the module's loop."""
+
+    def __init__(self, store: Store, client: Client, name: str, config: FollowerConfig) -> None:
+        self.store = store
+        self.client = client
+        self.name = name
+        self.config = config
+        self.reader = reader_name(config.replica_id)
+        self.primary = Collection(client, name, True)  # the calls made here do not depend on the kind
+        self.behind_since_ms: int | None = None
+
+    def position(self) -> bytes | None:
+        try:
+            return self.store.collection(self.name).generation_id
+        except NoSuchCollection:
+            return None
+
+    def step(self) -> bool:
+        """One step; False when the collection is gone on both sides (the thread ends)."""
+        position = self.position()
+        if position is None:
+            return self.copy_whole()
+        try:
+            current = self.client.execute(calls.generation_stream(self.name, position, self.config.poll_ms))
+        except NoSuchCollection:
+            self.drop()
+            return False
+        if current == position:
+            self.copy_readers(position)
+            return True
+        pending = Pending.after(position)
+        before: bytes | None = None
+        while True:
+            ids, more = self.primary.generations(before, limit=1000)
+            if pending.page(ids, more) or not ids:
+                break
+            before = ids[-1]
+        if not pending.found:
+            _log.warning(
+                "replica: %s: generation %r is not on the primary any more; copying it again",
+                self.name,
+                position,
+            )
+            self.drop()
+            return True
+        self.apply(position, pending.ahead)
+        return True
+
+    def drop(self) -> None:
+        try:
+            self.store.delete_collection(self.name)
+        except NoSuchCollection:
+            pass
+
+    def copy_whole(self) -> bool:
+        """Takes the first copy of the collection; False when the primary has no such collection."""
+        try:
+            manual = self.client.collection(self.name).manual
+            oldest: bytes | None = None
+            before: bytes | None = None
+            while True:
+                ids, more = self.primary.generations(before, limit=1000)
+                if ids:
+                    oldest = before = ids[-1]
+                if not more or not ids:
+                    break
+            if oldest is None:
+                return True  # nothing readable yet: try again
+            self.primary.delete_reader(self.reader)
+            self.primary.create_reader(self.reader, generation_id=oldest)
+            records: list[tuple[bytes, bytes | None]] = [
+                (r.key, r.value)
+                for r in self.primary.query(generation_id=oldest, limit=self.config.page_records)
+            ]
+            if not self.holds_reader():
+                return True
+        except NoSuchCollection:
+            return False
+        except (GenerationCollected, ReaderExists):
+            return True  # the primary moved under us: try again
+        self.store.apply_replica_generation(
+            ReplicaGeneration(self.name, manual, None, oldest, records, floor=True)
+        )
+        return True
+
+    def holds_reader(self) -> bool:
+        """Whether our reader is still there: the collection is the one we copy, not a new one."""
+        return any(reader.name == self.reader for reader in self.primary.readers())
+
+    def apply(self, position: bytes, ahead: list[bytes]) -> None:
+        now_ms = time.time_ns() // 1_000_000
+        if self.behind_since_ms is None:
+            self.behind_since_ms = now_ms
+        if len(ahead) > 1:
+            self.store.set_replica_lag(self.name, len(ahead), self.behind_since_ms)
+        manual = self.store.collection(self.name).manual
+        done = 0
+        while done < len(ahead):
+            batch: list[tuple[bytes, list[tuple[bytes, bytes | None]], tuple[Reader, ...]]] = []
+            size = 0
+            while done + len(batch) < len(ahead) and (not batch or size < self.config.batch_records):
+                generation_id = ahead[done + len(batch)]
+                try:
+                    records = self.records(generation_id)
+                    moves = reader_moves(self.primary.lineage(generation_id).sources)
+                except (NoSuchGeneration, GenerationCollected):
+                    self.drop()  # not the collection we copy any more (checked below for the others)
+                    return
+                batch.append((generation_id, records, moves))
+                size += len(records)
+            if not self.holds_reader():
+                self.drop()
+                return
+            for generation_id, records, moves in batch:
+                done += 1
+                left = len(ahead) - done
+                self.store.apply_replica_generation(
+                    ReplicaGeneration(
+                        self.name,
+                        manual,
+                        position,
+                        generation_id,
+                        records,
+                        moves,
+                        lag_generations=left,
+                        unapplied_since_ms=self.behind_since_ms if left else None,
+                    )
+                )
+                position = generation_id
+            try:
+                self.primary.update_reader(self.reader, position)
+            except NoSuchReader:
+                self.drop()
+                return
+        self.behind_since_ms = None
+
+    def records(self, generation_id: bytes) -> list[tuple[bytes, bytes | None]]:
+        found: list[tuple[bytes, bytes | None]] = []
+        from_key: bytes | None = None
+        while True:
+            page, from_key = self.primary.generation_records(
+                generation_id, from_key, self.config.page_records
+            )
+            found.extend(page)
+            if from_key is None:
+                return found
+
+    def copy_readers(self, position: bytes) -> None:
+        """Copies the primary's readers and leases when they changed outside commits (the idle beat)."""
+        readers = self.primary.readers()
+        if not any(reader.name == self.reader for reader in readers):
+            self.drop()
+            return
+        leases = self.primary.leases()
+        local = self.store.collection(self.name)
+        if not copies_differ(readers, leases, local.readers(), local.leases()):
+            return
+        if self.primary.generation_id != position:
+            return  # moved meanwhile: the next step applies it first
+        self.store.copy_replica_readers(self.name, position, reader_copies(readers), leases)

@@ -1,0 +1,29 @@
+"""``diffstore promote --url REPLICA_URL``: turns a read replica into a primary that accepts writes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from diffstore.client._sync import Client
+from diffstore.client.commands import server_options
+
+
+def add_commands(subparsers: Any) -> None:
+    """Registers ``promote`` on the ``diffstore`` command."""
+    parser = subparsers.add_parser(
+        "promote",
+        help="turn a read replica into a primary that accepts writes",
+        description="Stops a read replica (diffstore serve --replica-of) following its primary and makes it "
+        "accept writes. What it had applied stays; nothing is half-applied. See docs/replicas.md.",
+        parents=[server_options()],
+        epilog="--url is the replica's address. On a server that is not a replica: notReplica, exit 1.",
+    )
+    parser.set_defaults(func=run_promote)
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    with Client(args.url, token=args.token) as client:
+        client.promote()
+    print(f"promoted: {args.url} is a primary")
+    return 0
