@@ -22,7 +22,7 @@ import lmdb
 
 from diffstore.engine import layout, lineage, writes
 from diffstore.engine.meta import CollectionMeta
-from diffstore.engine.readers import minimum_generation
+from diffstore.engine.readers import gc_minimum
 from diffstore.engine.tables import Tables, load_meta, resolve_seq, save_meta
 from diffstore.errors import NoSuchCollection
 
@@ -136,7 +136,7 @@ def collect_step(store: StoreAccess) -> bool:
 
 
 def _gc_due(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bool:
-    minimum = minimum_generation(txn, tables, meta.name)
+    minimum = gc_minimum(txn, tables, meta.name)
     if not minimum:
         return False
     horizon = min(max(minimum, meta.gc_horizon or b""), meta.generation)
@@ -156,7 +156,7 @@ def _gc_collection(store: StoreAccess, name: str) -> bool:
         with store.write() as scope:
             txn = scope.txn
             meta = load_meta(txn, tables, name)
-            minimum = minimum_generation(txn, tables, name)
+            minimum = gc_minimum(txn, tables, name)
             if minimum is None or minimum == b"":
                 return False
             horizon = min(max(minimum, meta.gc_horizon or b""), meta.generation)

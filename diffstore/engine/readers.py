@@ -169,19 +169,61 @@ def readable_floor(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) 
     return floor
 
 
-def minimum_generation(txn: lmdb.Transaction, tables: Tables, target: str) -> bytes | None:
-    """The minimum over every reader targeting ``target`` (None: no reader targets it; null counts as "")."""
+HOLD_PREFIX = "diffstore-replica:"
+"""Readers named so are *holds*: a read replica's position on its primary (see ``replication``). A hold
+keeps the GC from collecting what its replica has not copied, but it is not a reader of the data: it
+neither raises the readable floor nor turns GC on for a collection that no other reader targets, so a
+primary answers every read the same with or without replicas."""
+
+
+def is_hold(name: str) -> bool:
+    return name.startswith(HOLD_PREFIX)
+
+
+def _minimums(txn: lmdb.Transaction, tables: Tables, target: str) -> tuple[bytes | None, bytes | None]:
+    """(minimum over the readers, minimum over the holds) targeting ``target``; None: there is none."""
     prefix = layout.target_prefix(target)
-    minimum: bytes | None = None
+    readers_min: bytes | None = None
+    holds_min: bytes | None = None
     cursor = txn.cursor(db=tables.targets)
     if cursor.set_range(prefix):
         for key, raw in cursor:
             if not key.startswith(prefix):
                 break
-            generation_id = msgpack.unpackb(raw, raw=False)[1] or b""
-            if minimum is None or generation_id < minimum:
-                minimum = generation_id
-    return minimum
+            name, generation_id = msgpack.unpackb(raw, raw=False)
+            generation_id = generation_id or b""
+            if is_hold(name):
+                if holds_min is None or generation_id < holds_min:
+                    holds_min = generation_id
+            elif readers_min is None or generation_id < readers_min:
+                readers_min = generation_id
+    return readers_min, holds_min
+
+
+def minimum_generation(txn: lmdb.Transaction, tables: Tables, target: str) -> bytes | None:
+    """The minimum over every reader targeting ``target`` (None: no reader targets it; null counts as "");
+    holds (``HOLD_PREFIX``) are not readers."""
+    return _minimums(txn, tables, target)[0]
+
+
+def gc_minimum(txn: lmdb.Transaction, tables: Tables, target: str) -> bytes | None:
+    """What GC may collect below: the readers' minimum, lowered to the holds' (None: no reader, no GC)."""
+    readers_min, holds_min = _minimums(txn, tables, target)
+    if readers_min is None or holds_min is None:
+        return readers_min
+    return min(readers_min, holds_min)
+
+
+def kept_floor(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bytes | None:
+    """The lowest generation whose records GC keeps whole (None: any): ``readable_floor`` as the holds
+    see it. What replicas copy (a generation's records) is answered down to here."""
+    floor = meta.gc_horizon
+    minimum = gc_minimum(txn, tables, meta.name)
+    if minimum:
+        live = min(minimum, meta.generation)
+        if floor is None or live > floor:
+            floor = live
+    return floor
 
 
 def put_copy(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, reader: Reader) -> Reader:

@@ -272,8 +272,9 @@ def committed_generations(
     txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, before: bytes | None, limit: int
 ) -> tuple[list[bytes], bool]:
     """Up to ``limit`` committed generation ids below ``before`` (None: from the current one), newest first,
-    none below the readable floor; and whether more remain."""
-    floor = readers.readable_floor(txn, tables, meta)
+    none below the kept floor (``readers.kept_floor``: a replica's hold keeps generations that readers
+    moved past listed); and whether more remain."""
+    floor = readers.kept_floor(txn, tables, meta)
     found: list[bytes] = []
     prefix = meta.cid_prefix
     cursor = txn.cursor(db=tables.gens)
@@ -304,12 +305,12 @@ def generation_records(
 
     Raises:
         NoSuchGeneration: ``generation_id`` is not a committed generation of the collection.
-        GenerationCollected: it is below the readable floor (its records may be gone).
+        GenerationCollected: it is below the kept floor (its records may be gone).
     """
     raw_seq = txn.get(layout.gen_id_key(meta.cid_prefix, generation_id), db=tables.gen_ids)
     if raw_seq is None or layout.read_u64(raw_seq) > meta.generation_seq:
         raise NoSuchGeneration(f"{generation_id!r} is not a committed generation of {meta.name!r}")
-    check_not_collected(meta, generation_id, readers.readable_floor(txn, tables, meta))
+    check_not_collected(meta, generation_id, readers.kept_floor(txn, tables, meta))
     seq = layout.read_u64(raw_seq)
     run = layout.change_prefix(meta.cid_prefix, seq)
     start = run + layout.key_form(from_key) if from_key is not None else run

@@ -205,18 +205,25 @@ class CollectionFollower:
         """Takes the first copy of the collection; False when the primary has no such collection."""
         try:
             manual = self.client.collection(self.name).manual
-            oldest: bytes | None = None
+            listed: list[bytes] = []
             before: bytes | None = None
             while True:
                 ids, more = self.primary.generations(before, limit=1000)
-                if ids:
-                    oldest = before = ids[-1]
+                listed.extend(ids)
                 if not more or not ids:
                     break
-            if oldest is None:
-                return True  # nothing readable yet: try again
+                before = ids[-1]
             self.primary.delete_reader(self.reader)
-            self.primary.create_reader(self.reader, generation_id=oldest)
+            oldest: bytes | None = None
+            for generation_id in reversed(listed):  # the oldest one readers may still read
+                try:
+                    self.primary.create_reader(self.reader, generation_id=generation_id)
+                except GenerationCollected:
+                    continue
+                oldest = generation_id
+                break
+            if oldest is None:
+                return True  # the primary moved under us: try again
             records: list[tuple[bytes, bytes | None]] = [
                 (r.key, r.value)
                 for r in self.primary.query(generation_id=oldest, limit=self.config.page_records)
@@ -227,9 +234,8 @@ class CollectionFollower:
             return False
         except (GenerationCollected, ReaderExists):
             return True  # the primary moved under us: try again
-        self.store.apply_replica_generation(
-            ReplicaGeneration(self.name, manual, None, oldest, records, floor=True)
-        )
+        step = ReplicaGeneration(self.name, manual, None, oldest, records, floor=True)
+        self.store.apply_replica_generation(step)
         return True
 
     def holds_reader(self) -> bool:

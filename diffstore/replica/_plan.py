@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diffstore.engine.readers import HOLD_PREFIX
 from diffstore.engine.types import Lease, LineageSource, Reader
 
-READER_PREFIX = "diffstore-replica:"
+READER_PREFIX = HOLD_PREFIX  # the engine treats them as holds: they keep GC back, reads do not see them
 
 
 def reader_name(replica_id: str) -> str:

@@ -146,3 +146,26 @@ def test_primary_lists_generations_and_their_records(store: Store) -> None:
     assert a.generations() == ([b"3", b"2"], False)
     with pytest.raises(GenerationCollected):
         a.generation_records(b"1")
+
+
+def test_a_replica_hold_keeps_gc_back_without_changing_reads(store: Store) -> None:
+    a = store.create_collection("A", manual=True)
+    for n in range(1, 5):
+        g = b"%d" % n
+        a.start_generation(g)
+        a.put(b"k", g, generation_id=g)
+        a.commit_generation(g)
+    a.create_reader("diffstore-replica:r1", generation_id=b"2")  # a replica's hold alone: no floor, no GC
+    store.run_background_once(now=1e12)
+    assert a.get(b"k", generation_id=b"1").value == b"1"  # type: ignore[union-attr]
+    assert a.generations() == ([b"4", b"3", b"2", b"1", b""], False)
+    a.create_reader("user", generation_id=b"4")  # a reader turns GC on; the hold keeps 2 and above whole
+    while store.run_background_once(now=1e12):
+        pass
+    with pytest.raises(GenerationCollected):
+        a.get(b"k", generation_id=b"3")  # the readable floor is the readers' (4)
+    assert a.generations() == ([b"4", b"3", b"2"], False)  # what the hold keeps is served to replicas
+    assert a.generation_records(b"3") == ([(b"k", b"3")], None)
+    assert a.generation_records(b"2") == ([(b"k", b"2")], None)
+    with pytest.raises(GenerationCollected):
+        a.generation_records(b"1")

@@ -1,0 +1,75 @@
+"""A replica (its own process) follows a primary (its own process): several collections, manual and
+automatic, readers moved by commits and outside them, leases, creations and deletions; every read of every
+generation answers on the replica what it answers on the primary."""
+
+from __future__ import annotations
+
+from diffstore.client import Client
+from diffstore.engine.types import ReaderUpdate
+from tests.helpers import wait_until
+
+from .compare import caught_up, every_read, generations, state
+from .conftest import Server
+
+LONG = b"L" * 300
+
+
+def _round(client: Client, n: int) -> None:
+    """One round of changes on the primary (n = 1, 2, 3...)."""
+    a = client.collection("A")
+    g = b"%04d" % n
+    a.start_generation(g)
+    a.put_many(
+        [(b"k%d" % i, b"v%d-%d" % (i, n)) for i in range(n, n + 4)]
+        + [(b"k0", None), (b"same", b"s"), (LONG + bytes([n]), b"long"), (b"\x00\xff", bytes([n]))],
+        generation_id=g,
+    )
+    a.commit_generation(g)
+    b = client.collection("B")
+    b.put_many([(b"b%d" % n, b"x"), (b"b1", b"y%d" % n)])
+    wait_until(lambda: b.generation_state()[0] != b"\x00" * 8 and b.next_generation_id is not None)
+    c = client.collection("C")
+    gc = b"c%d" % n
+    c.start_generation(gc)
+    c.put(b"sum", b"%d" % n, generation_id=gc)
+    c.commit_generation(
+        gc, [ReaderUpdate("from_a", a.generation_id), ReaderUpdate("from_b", b.generation_id)]
+    )
+
+
+def test_replica_answers_every_read_as_the_primary(primary: Server, replica: Server) -> None:
+    with primary.client() as p, replica.client() as r:
+        p.create_collection("A", manual=True)
+        p.create_collection("B", manual=False)
+        c = p.create_collection("C", manual=True, initial_generation_id=b"c0")
+        c.create_reader("from_a", "A", None)
+        c.create_reader("from_b", "B", None)
+        p.collection("A").create_reader("keep", generation_id=None)  # readers of A: GC on, nothing collected
+        for n in range(1, 4):
+            _round(p, n)
+            wait_until(lambda: caught_up(p, r), 60, what="the replica to catch up")
+        # readers and leases changed outside commits, collections created and deleted
+        p.collection("A").update_reader("keep", b"0001")
+        c.create_reader("idle", "C", b"c1")
+        c.acquire_lease("transform", "worker-1", 60_000)
+        d = p.create_collection("D", manual=False)
+        d.put(b"d", b"1")
+        wait_until(lambda: "D" in state(r), 60, what="D on the replica")
+        p.delete_collection("D")
+        e = p.create_collection("E", manual=True)
+        e.start_generation(b"1")
+        e.put(b"old", b"1", generation_id=b"1")
+        e.commit_generation(b"1")
+        wait_until(lambda: caught_up(p, r), 60, what="E on the replica")
+        p.delete_collection("E")
+        e = p.create_collection("E", manual=True)  # the same name again: another collection
+        e.start_generation(b"1")
+        e.put(b"new", b"2", generation_id=b"1")
+        e.commit_generation(b"1")
+        _round(p, 4)
+        wait_until(lambda: caught_up(p, r), 60, what="the replica to catch up at last")
+        assert "D" not in state(r)
+        held = generations(p)
+        assert generations(r) == held
+        assert every_read(r, held) == every_read(p, held)
+        assert [item.key for item in r.collection("E").query()] == [b"new"]
