@@ -48,7 +48,9 @@ def reads_at(client: Client, name: str, generation: bytes, others: list[bytes]) 
         "get": [_answer(lambda k=k: c.get_result(k, generation_id=generation)) for k in keys],
         "getMany": _answer(lambda: c.get_many(keys, generation_id=generation)),
         "around": [
-            _answer(lambda k=k: c.keys_around(k, require_key_existence=False, limit=3, generation_id=generation))
+            _answer(
+                lambda k=k: c.keys_around(k, require_key_existence=False, limit=3, generation_id=generation)
+            )
             for k in keys[:5]
         ],
         "lineage": _answer(lambda: c.lineage(generation)),
@@ -61,9 +63,7 @@ def reads_at(client: Client, name: str, generation: bytes, others: list[bytes]) 
 
 
 def every_read(client: Client, generations: dict[str, list[bytes]]) -> dict[str, Any]:
-    return {
-        name: {g: reads_at(client, name, g, gens) for g in gens} for name, gens in generations.items()
-    }
+    return {name: {g: reads_at(client, name, g, gens) for g in gens} for name, gens in generations.items()}
 
 
 def generations(client: Client) -> dict[str, list[bytes]]:
