@@ -386,8 +386,8 @@ class AsyncCollection:
         return _plans.drive_async(_plans.diff_items(self.name, request), self.client.execute)
 
     async def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
-        """Committed generation ids below ``before`` (default: from the current one), newest first, none
-        below the readable floor; and whether more remain."""
+        """Committed generation ids below ``before`` (default: from the current one), newest first (collected
+        ones too: reads there answer 410); and whether more remain."""
         return await self._run(_calls.generations(self.name, before, limit))
 
     async def generation_records(

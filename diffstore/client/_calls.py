@@ -344,7 +344,13 @@ def generations(name: str, before: bytes | None, limit: int) -> Call[tuple[list[
 
     def parse(obj: Any, codec: Codec) -> tuple[list[bytes], bool]:
         f = Fields(obj, codec, "response")
-        ids = [Fields(e, codec, "items[]").es("generationId") for e in f.array("items")]
+        # items are ES (the console's shape) or {generationId, ...} objects (SPEC §8's)
+        ids = [
+            Fields(e, codec, "items[]").es("generationId")
+            if isinstance(e, dict) and "generationId" in e
+            else codec.parse_es(e, "items[]")
+            for e in f.array("items")
+        ]
         return ids, f.has("nextBefore") and f.raw("nextBefore") is not None
 
     return Call("GET", collection_path(name, "generations"), parse, params=params)

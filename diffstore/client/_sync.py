@@ -434,8 +434,8 @@ class Collection:
         return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)
 
     def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
-        """Committed generation ids below ``before`` (default: from the current one), newest first, none
-        below the readable floor; and whether more remain."""
+        """Committed generation ids below ``before`` (default: from the current one), newest first (collected
+        ones too: reads there answer 410); and whether more remain."""
         return self._run(_calls.generations(self.name, before, limit))
 
     def generation_records(

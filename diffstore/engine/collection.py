@@ -537,8 +537,8 @@ class Collection:
     # --- what replicas read ---------------------------------------------------------------------
 
     def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
-        """Committed generation ids below ``before`` (default: from the current one), newest first, none
-        below the readable floor; and whether more remain."""
+        """Committed generation ids below ``before`` (default: from the current one), newest first (collected
+        ones too: reads there answer 410); and whether more remain."""
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return replication.committed_generations(txn, self._store.tables, meta, before, limit)

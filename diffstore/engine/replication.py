@@ -272,9 +272,7 @@ def committed_generations(
     txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, before: bytes | None, limit: int
 ) -> tuple[list[bytes], bool]:
     """Up to ``limit`` committed generation ids below ``before`` (None: from the current one), newest first,
-    none below the kept floor (``readers.kept_floor``: a replica's hold keeps generations that readers
-    moved past listed); and whether more remain."""
-    floor = readers.kept_floor(txn, tables, meta)
+    and whether more remain. Collected generations are listed too (reads there answer 410)."""
     found: list[bytes] = []
     prefix = meta.cid_prefix
     cursor = txn.cursor(db=tables.gens)
@@ -282,8 +280,6 @@ def committed_generations(
         return found, False
     while True:
         generation_id = bytes(cursor.value())
-        if floor is not None and generation_id < floor:
-            return found, False
         if before is None or generation_id < before:
             if len(found) == limit:
                 return found, True

@@ -331,6 +331,7 @@ class Overview(BaseModel):
 
 class GenerationList(BaseModel):
     items: list[ES]
+    nextBefore: ES | None = Field(None, description="present when older ones remain: the next page's before")
 
 
 class OverviewVersion(BaseModel):
@@ -359,22 +360,6 @@ class LineageEntry(BaseModel):
 class LineageResponse(BaseModel):
     generationId: ES
     sources: list[LineageEntry]
-
-
-class GenerationEntry(BaseModel):
-    generationId: ES
-    committedAtMs: int | None = Field(None, description="the commit's time (not recorded yet: null)")
-    changedKeys: int | None = Field(None, description="keys the generation wrote (not recorded yet: null)")
-    metadata: dict[str, str] | None = Field(
-        None, description="the commit's metadata (not recorded yet: null)"
-    )
-
-
-class GenerationsResponse(BaseModel):
-    items: list[GenerationEntry]
-    nextBefore: ES | None = Field(
-        None, description="present when older generations remain: the next page's before"
-    )
 
 
 class GenerationRecordsQuery(_Model):

@@ -70,7 +70,10 @@ def generations(client: Client) -> dict[str, list[bytes]]:
     """Each collection's committed generations, oldest first."""
     out: dict[str, list[bytes]] = {}
     for info in client.collections():
-        ids, more = client.collection(info.name).generations(limit=10_000)
-        assert not more
+        c = client.collection(info.name)
+        ids, more = c.generations(limit=1000)
+        while more:
+            page, more = c.generations(before=ids[-1], limit=1000)
+            ids += page
         out[info.name] = ids[::-1]
     return out

@@ -100,3 +100,17 @@ def test_overview_changes_is_a_long_poll(live: Live) -> None:
     )
     live.fail("GET", "/overview/changes", status=400, code="invalidRequest", params={"timeoutMs": 60001})
     live.fail("GET", "/overview/changes", status=400, code="invalidRequest", params={"timeoutMs": -1})
+
+
+def test_generations_page_back_with_before(live: Live) -> None:
+    live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+    for g in ("g1", "g2", "g3"):
+        _commit(live, "m", g)
+    first = live.ok("GET", "/collections/m/generations", params={"limit": 2})
+    assert [unes(i) for i in first["items"]] == [b"g3", b"g2"] and unes(first["nextBefore"]) == b"g2"
+    rest = live.ok("GET", "/collections/m/generations", params={"limit": 2, "before": "g2"})
+    assert [unes(i) for i in rest["items"]] == [b"g1", b""] and "nextBefore" not in rest
+    encoded = live.ok(
+        "GET", "/collections/m/generations", params={"before": "ZzI=", "beforeEncoding": "base64"}
+    )
+    assert [unes(i) for i in encoded["items"]] == [b"g1", b""]

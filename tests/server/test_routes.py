@@ -43,7 +43,6 @@ SPEC_ROUTES = {
     ("POST", "/collections/{c}/leases/{name}/release"),
     ("GET", "/healthz"),
     ("GET", "/backup"),  # SPEC §8
-    ("GET", "/collections/{c}/generations"),  # SPEC §8
     ("GET", "/replica"),  # SPEC §8
     ("POST", "/replica/promote"),  # SPEC §8
 }

@@ -15,14 +15,15 @@ Routes added for it (documented in ``docs/console.md``):
   overview's version (a digest of the collections and readers) differs from ``since``, or ``since`` at the
   timeout. Waiting costs no work per waiter: commits of any process, and any other write, start one shared
   check (:mod:`diffstore.server.overview_watch`).
-- ``GET /collections/{c}/generations?limit=N``: the newest committed generation ids (to browse or diff
-  as of one of them).
+- ``GET /collections/{c}/generations?limit=N[&before=G]``: the newest committed generation ids (to browse
+  or diff as of one of them; read replicas page back with ``before``).
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
@@ -32,7 +33,7 @@ from diffstore.server import schemas
 from diffstore.server.exchange import Exchange, handle, respond
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routing import route
-from diffstore.wire import Body
+from diffstore.wire import Body, decode_es
 
 CHANGES_TIMEOUT_MAX_MS = 60_000
 STATIC = Path(str(resources.files(__name__) / "static"))
@@ -101,10 +102,22 @@ async def get_overview(request: Request) -> Response:
     summary="The newest committed generation ids, newest first",
 )
 async def list_generations(
-    request: Request, c: str, limit: int = Query(50, ge=1, le=1000, description="how many (1..1000)")
+    request: Request,
+    c: str,
+    limit: int = Query(50, ge=1, le=1000, description="how many (1..1000)"),
+    before: str | None = Query(
+        None, description="only generations below this one (the last page's nextBefore)"
+    ),
+    beforeEncoding: Literal["utf8", "base64"] = Query("utf8"),  # noqa: N803 (the wire's spelling)
 ) -> Response:
+    before_id = None if before is None else decode_es({"value": before, "encoding": beforeEncoding}, "before")
+
     def work(x: Exchange) -> Body:
-        return {"items": [x.out.es(g) for g in overview.recent_generations(x.store, c, limit)]}
+        ids, more = x.store.collection(c).generations(before_id, limit)
+        body: Body = {"items": [x.out.es(g) for g in ids]}
+        if more:  # read replicas page back through a long history (docs/replicas.md)
+            body["nextBefore"] = x.out.es(ids[-1])
+        return body
 
     return await handle(request, work)
 

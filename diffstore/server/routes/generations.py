@@ -1,50 +1,22 @@
-"""``generations``: a collection's committed generations, newest first, and the records one of them wrote.
-
-What a read replica follows its primary with (see ``docs/replicas.md``); anyone may read them.
+"""``generations/records``: the records one committed generation wrote, what a read replica copies (with
+the list of generations, ``GET /collections/{c}/generations`` of :mod:`diffstore.server.console`). See
+``docs/replicas.md``; anyone may read them.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
-from diffstore.wire import Body, Fields, decode_es
+from diffstore.wire import Body, Fields
 
 router = APIRouter(tags=["generations"])
 
 MAX_LIMIT = 10_000
-DEFAULT_GENERATIONS = 100
 DEFAULT_RECORDS = 1_000
-
-
-@route(router, "GET", "/collections/{c}/generations", answer=schemas.GenerationsResponse)
-async def generations(
-    request: Request,
-    c: str,
-    limit: int = Query(DEFAULT_GENERATIONS, ge=1, le=MAX_LIMIT),
-    before: str | None = Query(None),
-    beforeEncoding: Literal["utf8", "base64"] = Query("utf8"),  # noqa: N803 -- the wire's name
-) -> Response:
-    before_id = None if before is None else decode_es({"value": before, "encoding": beforeEncoding}, "before")
-
-    def work(x: Exchange) -> Body:
-        ids, more = x.store.collection(c).generations(before_id, limit)
-        # commit times, changed keys and metadata are not recorded yet (SPEC §8): null until they are
-        items = [
-            {"generationId": x.out.es(g), "committedAtMs": None, "changedKeys": None, "metadata": None}
-            for g in ids
-        ]
-        body: Body = {"items": items}
-        if more and ids:
-            body["nextBefore"] = x.out.es(ids[-1])
-        return body
-
-    return await handle(request, work)
 
 
 @route(
