@@ -36,7 +36,7 @@ from diffstore.engine.tables import (
     validate_generation_id,
 )
 from diffstore.engine.types import Lease, Reader, ReplicaGeneration, ReplicaLag, ReplicaState
-from diffstore.errors import BadVersion, InvalidRequest, NoSuchGeneration, NotReplica
+from diffstore.errors import BadVersion, InvalidRequest, NoSuchGeneration, NotReplica, text_form
 
 # an apply writes a whole primary generation into one generation, whatever its size
 _NO_THRESHOLD = 1 << 62
@@ -167,7 +167,8 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
             if meta.generation >= step.generation_id:
                 return None
             raise BadVersion(
-                f"the replica of {step.collection!r} is at {meta.generation!r}, not {step.previous!r}"
+                f"the replica of {step.collection!r} is at {text_form(meta.generation)},"
+                f" not {text_form(step.previous)}"
             )
         if step.generation_id <= meta.generation:
             raise InvalidRequest("a replicated generation must be above the current one")
@@ -305,7 +306,7 @@ def generation_records(
     """
     raw_seq = txn.get(layout.gen_id_key(meta.cid_prefix, generation_id), db=tables.gen_ids)
     if raw_seq is None or layout.read_u64(raw_seq) > meta.generation_seq:
-        raise NoSuchGeneration(f"{generation_id!r} is not a committed generation of {meta.name!r}")
+        raise NoSuchGeneration(f"{text_form(generation_id)} is not a committed generation of {meta.name!r}")
     check_not_collected(meta, generation_id, readers.kept_floor(txn, tables, meta))
     seq = layout.read_u64(raw_seq)
     run = layout.change_prefix(meta.cid_prefix, seq)

@@ -8,7 +8,13 @@ import lmdb
 
 from diffstore.engine import layout
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
-from diffstore.errors import CollectionExists, GenerationCollected, InvalidRequest, NoSuchCollection, text_form
+from diffstore.errors import (
+    CollectionExists,
+    GenerationCollected,
+    InvalidRequest,
+    NoSuchCollection,
+    text_form,
+)
 
 MAX_GENERATION_ID = 255
 MAX_NAME_BYTES = 255

@@ -38,6 +38,7 @@ from diffstore.errors import (
     NoSuchReader,
     NotReplica,
     ReaderExists,
+    text_form,
 )
 from diffstore.replica._plan import Pending, copies_differ, reader_copies, reader_moves, reader_name
 
@@ -186,9 +187,9 @@ class CollectionFollower:
             before = ids[-1]
         if not pending.found:
             _log.warning(
-                "replica: %s: generation %r is not on the primary any more; copying it again",
+                "replica: %s: generation %s is not on the primary any more; copying it again",
                 self.name,
-                position,
+                text_form(position),
             )
             self.drop()
             return True
