@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 LAG_COUNT_MAX = 1_000_000
 """Counting stops here: a reader this far behind shows this figure (the walk is one cursor step each)."""
+_LAG_CACHE_MAX = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +80,38 @@ def _reader_lag(
     txn: lmdb.Transaction, tables: Tables, target: CollectionMeta, generation_id: bytes | None
 ) -> int:
     # null and "" are one stored value (SPEC §7): both stand before the first generation with data
-    return committed_between(txn, tables, target, resolve_seq(txn, tables, target, generation_id or b""))
+    after = max(resolve_seq(txn, tables, target, generation_id or b""), 0)
+    current = target.generation_seq
+    if after >= current:
+        return 0
+    key = (target.cid, after)
+    counted = tables.lag_cache.get(key)
+    if counted is not None and counted[0] <= current:  # only the generations committed since
+        up_to, count = counted
+        count += committed_between(txn, tables, target, up_to) if up_to < current else 0
+    else:
+        count = committed_between(txn, tables, target, after)
+    if count >= LAG_COUNT_MAX:
+        return LAG_COUNT_MAX  # not kept: the count stopped short of the current generation
+    if len(tables.lag_cache) >= _LAG_CACHE_MAX:
+        tables.lag_cache.clear()  # readers that moved on leave entries behind: start afresh, rarely
+    tables.lag_cache[key] = (current, count)
+    return count
 
 
 def overview(store: Store) -> list[CollectionOverview]:
-    """Every collection (sorted by name) with its generations and readers, from one snapshot."""
+    """Every collection (sorted by name) with its generations and readers, from one snapshot.
+
+    Cheap when scraped often: a snapshot with nothing written since the last call answers the same list,
+    and a reader's lag is counted over the generations committed since it was last counted.
+    """
     tables = store.tables
     states: list[CollectionOverview] = []
     with store.read() as txn:
+        snapshot = txn.id()
+        cached = tables.overview_cache.get(snapshot)
+        if cached is not None:
+            return list(cached)
         metas = _metas(txn, tables)
         for name in sorted(metas, key=str.encode):
             meta = metas[name]
@@ -108,6 +133,8 @@ def overview(store: Store) -> list[CollectionOverview]:
                     tuple(readers),
                 )
             )
+    tables.overview_cache.clear()  # the latest snapshot's only
+    tables.overview_cache[snapshot] = tuple(states)
     return states
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import lmdb
 
@@ -51,6 +52,13 @@ class Tables:
     # are never reused, GC keeps what generations at or above its horizon show), and a split pass reads
     # every visible key (parallel readers ask for the same cuts again and again)
     splits_cache: dict[tuple[int, int, int], list[bytes]] = field(default_factory=dict, compare=False)
+    # (cid, after seq) -> (up to seq, n): n committed generations of cid have a seq in (after, up to]. Those
+    # rows never change while a reader stands at ``after`` (GC keeps every generation above the lowest
+    # reader), so a reader's lag is counted once and then only over the generations committed since
+    # (engine/overview.py: scrapes of /metrics and /overview)
+    lag_cache: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict, compare=False)
+    # LMDB's transaction id of a snapshot -> the overview read from it: nothing written, nothing to recount
+    overview_cache: dict[int, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def open(cls, env: lmdb.Environment) -> Tables:
