@@ -158,6 +158,7 @@ async function api(method, path, body, signal) {
     }
     const data = await response.json().catch(() => null);
     if (!response.ok) throw new ApiError(response.status, data);
+    if (data === null) throw new Error(`the answer to ${method} ${path} is not the API's JSON`);
     return data;
   }
 }
@@ -182,7 +183,14 @@ function setLive(delta) {
   document.getElementById("live-status").textContent = state.livePolls > 0 ? "● live" : "";
 }
 
-const collectionPath = (name) => "/collections/" + encodeURIComponent(name);
+// "." and ".." are no collection names (the server refuses them): a browser would resolve them as dot
+// segments of the path (even percent-encoded) and ask another route, so they are refused here.
+function collectionPath(name) {
+  if (name === "." || name === "..") {
+    throw new Error(`"${name}" is not a collection name (collection names cannot be "." or "..")`);
+  }
+  return "/collections/" + encodeURIComponent(name);
+}
 
 // Follows a collection's commits with the long poll of generationId/stream; calls onCommit(newId).
 async function follow(signal, name, generation, onCommit) {
