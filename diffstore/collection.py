@@ -76,7 +76,7 @@ class Collection(Protocol):
         lease: LeaseToken | None = None,
     ) -> None: ...
 
-    def abort_generation(self, generation_id: bytes) -> None: ...
+    def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None: ...
 
     def start_phantom(self, ttl_seconds: int = 3600) -> bytes: ...
 
@@ -112,6 +112,7 @@ class Collection(Protocol):
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
+        lease: LeaseToken | None = None,
     ) -> PutResult: ...
 
     def put_many(
@@ -124,6 +125,7 @@ class Collection(Protocol):
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
+        lease: LeaseToken | None = None,
     ) -> PutResult: ...
 
     def producer_last_seq_no(self, producer_id: str) -> int: ...

@@ -15,11 +15,12 @@ A round:
    where the front has them) -- the records and the readers move in one storage transaction, or neither;
 5. on any failure :meth:`Round.abort` drops the generation if it is still the open one.
 
-A round may carry a lease's fencing token (:mod:`diffstore.leases`): its start and commit are then
-refused with ``LeaseLost`` once another owner took the lease, and its generation id ends with the lease
-version (8 bytes, before any other nonce), so that a former owner that paused between its start and its
-writes names a generation that is not the new owner's: its writes fail too, instead of landing in the new
-owner's generation.
+A round may carry a lease's fencing token (:mod:`diffstore.leases`): its start, writes, commit and abort
+are then refused with ``LeaseLost`` once another owner took the lease. The store makes that so whatever
+the ids (the open generation remembers the token it was started under, and a newer owner's start drops
+it, see :mod:`diffstore.engine.leases`), so the front must pass :attr:`Round.lease` on every write into
+the round's generation. The generation id also ends with the lease version (8 bytes, before any other
+nonce), so that rounds of two owners never share an id (which the logs and lineage show).
 
 Invariants:
     * Generation ids: an 8-byte big-endian counter, one above the first 8 bytes (zero-padded) of the larger
@@ -160,7 +161,7 @@ class Round:
         try:
             if self.collection.generation_state()[1] != self.generation_id:
                 return False
-            self.collection.abort_generation(self.generation_id)
+            self.collection.abort_generation(self.generation_id, lease=self.lease)
         except DiffstoreError:
             return False
         return True
@@ -168,7 +169,11 @@ class Round:
     def run(
         self, updates: Iterable[ReaderUpdateLike], write: Callable[[bytes], object] | None = None
     ) -> None:
-        """Start, ``write(generation_id)``, commit with ``updates``; any failure aborts and re-raises."""
+        """Start, ``write(generation_id)``, commit with ``updates``; any failure aborts and re-raises.
+
+        ``write`` must carry :attr:`lease` on its writes (a generation started under a lease refuses
+        writes without it).
+        """
         self.start()
         try:
             if write is not None:

@@ -166,6 +166,7 @@ class WriteOptions:
     skip_unchanged: bool = False
     producer_id: str | None = None
     seq_no: int | None = None
+    lease: LeaseToken | None = None
 
     @classmethod
     def from_fields(cls, f: Fields) -> WriteOptions:
@@ -176,7 +177,8 @@ class WriteOptions:
         generation_id = f.es_opt("generationId")
         if phantom_id is not None and generation_id is None:
             raise InvalidRequest("a phantom write needs a generationId")
-        return cls(generation_id, phantom_id, f.flag("skipUnchanged", False), producer_id, seq_no)
+        skip_unchanged, lease = f.flag("skipUnchanged", False), token_from_fields(f)
+        return cls(generation_id, phantom_id, skip_unchanged, producer_id, seq_no, lease)
 
     def fill(self, body: Body, codec: Codec) -> Body:
         set_if_given(body, "generationId", codec.es_opt(self.generation_id))
@@ -185,6 +187,8 @@ class WriteOptions:
             body["skipUnchanged"] = True
         set_if_given(body, "producerId", self.producer_id)
         set_if_given(body, "seqNo", self.seq_no)
+        if self.lease is not None:
+            body["lease"] = token_to_wire(self.lease)
         return body
 
     def kwargs(self) -> dict[str, Any]:
@@ -195,6 +199,7 @@ class WriteOptions:
             "skip_unchanged": self.skip_unchanged,
             "producer_id": self.producer_id,
             "seq_no": self.seq_no,
+            "lease": self.lease,
         }
 
 
@@ -387,7 +392,8 @@ class UpdateReaderRequest:
 class GenerationRequest:
     """generation/start (with ``abort_outdated``), /commit (with ``update_readers``) and /abort.
 
-    ``lease`` (start and commit) is a fencing token: refused with ``leaseLost`` unless it still holds.
+    ``lease`` (start, commit and abort) is a fencing token: refused with ``leaseLost`` unless it still holds
+    and matches the lease the open generation was started under (see :mod:`diffstore.engine.leases`).
     """
 
     generation_id: bytes

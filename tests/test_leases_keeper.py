@@ -134,7 +134,7 @@ def test_a_dead_holders_lease_is_taken_after_its_expiry_and_its_rounds_are_fence
     assert old is not None
     stale = Round.next(c, lease=old)
     stale.start()
-    c.put_many([(b"k", b"stale")], generation_id=stale.generation_id)
+    c.put_many([(b"k", b"stale")], generation_id=stale.generation_id, lease=old)
     dead.close(release=False)  # as if killed: nothing renews, nothing releases
     with LeaseGuard(c, LeaseConfig("l", "alive", ttl_ms=60_000, standby_poll_ms=5)) as alive:
         new = alive.wait_active(timeout_s=DEADLINE_S)
@@ -147,8 +147,12 @@ def test_a_dead_holders_lease_is_taken_after_its_expiry_and_its_rounds_are_fence
         fresh.start()  # discards the dead holder's generation
         with pytest.raises(GenerationMismatch):  # a zombie's late write cannot land in the new generation
             c.put_many([(b"k", b"zombie")], generation_id=stale.generation_id)
+        with pytest.raises(LeaseLost):  # nor under the new generation's id, with its old token or none
+            c.put_many([(b"k", b"zombie")], generation_id=fresh.generation_id, lease=old)
+        with pytest.raises(LeaseLost):
+            c.put_many([(b"k", b"zombie")], generation_id=fresh.generation_id)
         assert not stale.abort()  # not its generation any more: left alone
-        c.put_many([(b"k", b"fresh")], generation_id=fresh.generation_id)
+        c.put_many([(b"k", b"fresh")], generation_id=fresh.generation_id, lease=new)
         fresh.commit([("pos", fresh.generation_id)])
     assert c.get(b"k").value == b"fresh"  # type: ignore[union-attr]
     assert [r.generation_id for r in c.readers()] == [fresh.generation_id]

@@ -196,8 +196,9 @@ class AsyncCollection:
         """
         await self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease))
 
-    async def abort_generation(self, generation_id: bytes) -> None:
-        await self._run(_calls.abort_generation(self.name, generation_id))
+    async def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
+        """Drops the open generation; one started under a lease needs that lease (or a newer version)."""
+        await self._run(_calls.abort_generation(self.name, generation_id, lease))
 
     async def start_phantom(self, ttl_seconds: int = 3600) -> bytes:
         return await self._run(_calls.start_phantom(self.name, ttl_seconds))
@@ -227,8 +228,9 @@ class AsyncCollection:
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
+        lease: LeaseToken | None = None,
     ) -> PutResult:
-        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
+        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no, lease)
         return await self._run(_calls.put(self.name, key, value, if_not_present, options))
 
     async def put_many(
@@ -241,8 +243,9 @@ class AsyncCollection:
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
+        lease: LeaseToken | None = None,
     ) -> PutResult:
-        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
+        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no, lease)
         return await self._run(_calls.put_many(self.name, items, options, if_not_present))
 
     # --- leases --------------------------------------------------------------------------------

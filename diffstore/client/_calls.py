@@ -217,8 +217,8 @@ def commit_generation(
     return Call("POST", collection_path(name, "generation", "commit"), _empty, request.to_wire)
 
 
-def abort_generation(name: str, generation_id: bytes) -> Call[None]:
-    request = GenerationRequest(generation_id)
+def abort_generation(name: str, generation_id: bytes, lease: LeaseToken | None = None) -> Call[None]:
+    request = GenerationRequest(generation_id, lease=lease)
     return Call("POST", collection_path(name, "generation", "abort"), _empty, request.to_wire)
 
 

@@ -237,8 +237,9 @@ class Collection:
         """
         self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease))
 
-    def abort_generation(self, generation_id: bytes) -> None:
-        self._run(_calls.abort_generation(self.name, generation_id))
+    def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
+        """Drops the open generation; one started under a lease needs that lease (or a newer version)."""
+        self._run(_calls.abort_generation(self.name, generation_id, lease))
 
     def start_phantom(self, ttl_seconds: int = 3600) -> bytes:
         return self._run(_calls.start_phantom(self.name, ttl_seconds))
@@ -268,8 +269,9 @@ class Collection:
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
+        lease: LeaseToken | None = None,
     ) -> PutResult:
-        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
+        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no, lease)
         return self._run(_calls.put(self.name, key, value, if_not_present, options))
 
     def put_many(
@@ -282,8 +284,9 @@ class Collection:
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
+        lease: LeaseToken | None = None,
     ) -> PutResult:
-        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no)
+        options = WriteOptions(generation_id, phantom_id, skip_unchanged, producer_id, seq_no, lease)
         return self._run(_calls.put_many(self.name, items, options, if_not_present))
 
     # --- leases --------------------------------------------------------------------------------

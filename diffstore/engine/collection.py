@@ -99,13 +99,24 @@ class Collection:
     ) -> None:
         """Opens ``generation_id`` for writes (see ``writes`` for the lifecycle table).
 
-        With ``lease`` (a fencing token) it is refused with ``LeaseLost`` unless that lease still holds.
+        With ``lease`` (a fencing token) it is refused with ``LeaseLost`` unless that lease still holds;
+        the generation then remembers it, and its writes, commit and abort must carry it. A start under a
+        newer version of the lease drops a generation opened under an older one (or under none), even
+        one of the same id (see :mod:`diffstore.engine.leases`).
+
+        Raises:
+            OutdatedGeneration: see SPEC §1.
+            LeaseLost: ``lease`` no longer holds, or the open generation was started under another lease
+                (or none) that ``lease`` does not supersede; nothing changes.
         """
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
-            if lease is not None:
-                leases.fence(scope.txn, self._store.tables, meta, lease, self._store.config.now_ms())
-            writes.start_generation(scope.txn, self._store.tables, meta, generation_id, abort_outdated)
+            self._fence(scope.txn, meta, lease)
+            writes.start_generation(scope.txn, self._store.tables, meta, generation_id, abort_outdated, lease)
+
+    def _fence(self, txn: lmdb.Transaction, meta: CollectionMeta, lease: LeaseToken | None) -> None:
+        if lease is not None:
+            leases.fence(txn, self._store.tables, meta, lease, self._store.config.now_ms())
 
     def commit_generation(
         self,
@@ -118,21 +129,28 @@ class Collection:
         Raises:
             GenerationMismatch: ``generation_id`` is not the open generation.
             NoSuchReader, BadVersion, GenerationCollected: a reader update is bad; nothing changes.
-            LeaseLost: ``lease`` (a fencing token) no longer holds its lease; nothing changes.
+            LeaseLost: ``lease`` (a fencing token) no longer holds its lease, or is not the one the
+                generation was started under (None included); nothing changes.
         """
         updates = [u if isinstance(u, ReaderUpdate) else ReaderUpdate(u[0], u[1]) for u in update_readers]
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
-            if lease is not None:
-                leases.fence(scope.txn, self._store.tables, meta, lease, self._store.config.now_ms())
-            meta = writes.commit_generation(scope.txn, self._store.tables, meta, generation_id, updates)
+            self._fence(scope.txn, meta, lease)
+            tables = self._store.tables
+            meta = writes.commit_generation(scope.txn, tables, meta, generation_id, updates, lease)
             scope.commits.append((self.name, meta.generation))
 
-    def abort_generation(self, generation_id: bytes) -> None:
-        """Drops the open generation's records."""
+    def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
+        """Drops the open generation's records.
+
+        Raises:
+            GenerationMismatch: ``generation_id`` is not the open generation.
+            LeaseLost: ``lease`` no longer holds, or neither is the generation's lease nor supersedes it.
+        """
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
-            writes.abort_generation(scope.txn, self._store.tables, meta, generation_id)
+            self._fence(scope.txn, meta, lease)
+            writes.abort_generation(scope.txn, self._store.tables, meta, generation_id, lease)
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -146,15 +164,22 @@ class Collection:
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
+        lease: LeaseToken | None = None,
     ) -> PutResult:
         """Writes ``(key, value)`` (or ``(key, value, if_not_present)``) items; ``None`` is a tombstone.
 
         When a key repeats, its last item wins. With ``producer_id``/``seq_no`` a write whose seqNo is not
         above the producer's last one is skipped (``skipped=True``).
+
+        Raises:
+            LeaseLost: ``lease`` no longer holds, or (a manual collection's open generation) it is not
+                the lease the generation was started under -- a write without one into a generation
+                started with one included; nothing is written.
         """
         config = self._store.config
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
+            self._fence(scope.txn, meta, lease)
             new_meta, result, first_write = writes.put_many(
                 scope.txn,
                 self._store.tables,
@@ -167,6 +192,7 @@ class Collection:
                 producer_id=producer_id,
                 seq_no=seq_no,
                 max_generation_records=config.max_generation_records,
+                lease=lease,
             )
             if new_meta.generation != meta.generation:
                 scope.commits.append((self.name, new_meta.generation))
@@ -188,6 +214,7 @@ class Collection:
         skip_unchanged: bool = False,
         producer_id: str | None = None,
         seq_no: int | None = None,
+        lease: LeaseToken | None = None,
     ) -> PutResult:
         """Writes one record; with ``if_not_present`` an existing record wins (``was_put=False``)."""
         return self.put_many(
@@ -197,6 +224,7 @@ class Collection:
             skip_unchanged=skip_unchanged,
             producer_id=producer_id,
             seq_no=seq_no,
+            lease=lease,
         )
 
     # --- reads ---------------------------------------------------------------------------------

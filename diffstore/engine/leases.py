@@ -14,6 +14,23 @@ A lease row holds ``(holder, version v, expiry e, ttl)``; ``n`` is the store's c
     fence (name,v') holder not None, v == v', n < e         -> ok
                     else                                    -> leaseLost
 
+The open generation of a manual collection remembers the token it was started under (``next_lease`` of
+:class:`~diffstore.engine.meta.CollectionMeta`, None: started without one), so that fencing covers its
+writes too, whatever generation ids the writers use. With ``L`` that token and ``t`` the request's
+(None: the request carries no lease; a ``t`` that is not None is first fenced as above)::
+
+    start G       no open generation, or t == L            -> as SPEC §1, the new open generation keeps t
+                  t supersedes L: L None, or the same name  -> the open generation's records are dropped,
+                  with a lower version                         then G opens afresh under t (G == the old
+                                                               id included; abortOutdated not needed)
+                  else                                     -> leaseLost
+    put, putMany  t == L                                   -> as SPEC §1
+    commit        else                                     -> leaseLost
+    abort G       t == L, or t supersedes L                -> as SPEC §1
+                  else                                     -> leaseLost
+
+A phantom write opens nothing and only fences ``t``; so does any write into a non-manual collection.
+
 Renewing an expired lease that nobody took is allowed: its version is unchanged, which proves that nobody
 held it in between (any acquire by another owner bumps the version), so the renewing holder's fencing token
 never let two writers through. Fencing refuses an expired lease all the same: an owner that paused past
@@ -24,8 +41,11 @@ Invariants:
       :mod:`diffstore.engine.layout`), so a fencing token of a former holder never matches a later one.
     * Every transition reads and writes the row in one LMDB write transaction: LMDB's write lock
       serializes them across processes, so compare-and-set holds whatever process runs it.
-    * A fencing check runs inside the write transaction of the ``generation/start`` or ``/commit`` it
-      guards, before anything is written: a refused request changes nothing.
+    * A fencing check runs inside the write transaction of the ``generation/start``, ``/commit``,
+      ``/abort`` or write it guards, before anything is written: a refused request changes nothing.
+    * ``next_lease`` is set by the start that opens a generation and cleared by its commit or abort, in
+      the same transactions: a writer fenced out by a newer version changes nothing of the generation
+      it opened (its successor's start dropped it) nor of its successor's (its token is not ``L``).
 """
 
 from __future__ import annotations
@@ -36,7 +56,7 @@ from diffstore.engine import layout
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import Tables, validate_collection_name
 from diffstore.engine.types import MAX_LEASE_TTL_MS, MAX_LEASE_VERSION, Lease, LeaseToken
-from diffstore.errors import InvalidRequest, LeaseLost
+from diffstore.errors import InvalidRequest, LeaseLost, text_form
 
 MAX_NAME_BYTES = 255
 MAX_TTL_MS = MAX_LEASE_TTL_MS
@@ -233,3 +253,24 @@ def replicate(
             continue
         ttl = found[1] if found is not None else max(1, lease.expires_at_ms - now_ms)
         _store(txn, tables, meta, lease, ttl)
+
+
+def supersedes(token: LeaseToken | None, opened: LeaseToken | None) -> bool:
+    """Whether a request fenced by ``token`` may drop a generation opened under ``opened``: a newer version
+    of the same lease, or a lease where the generation was opened with none."""
+    if token is None:
+        return False
+    return opened is None or (opened.name == token.name and token.version > opened.version)
+
+
+def require_opened_under(meta: CollectionMeta, token: LeaseToken | None, what: str) -> None:
+    """Raises :class:`LeaseLost` unless the open generation was started under ``token`` (None: no lease)."""
+    opened = meta.next_lease
+    if opened == token:
+        return
+    held = "no lease" if opened is None else f"lease {opened.name!r} version {opened.version}"
+    carried = "none" if token is None else f"lease {token.name!r} version {token.version}"
+    raise LeaseLost(
+        f"generation {text_form(meta.next)} of {meta.name!r} was started under {held};"
+        f" this {what} carries {carried}"
+    )

@@ -8,6 +8,7 @@ from typing import Any
 import msgpack
 
 from diffstore.engine import layout
+from diffstore.engine.types import LeaseToken
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +19,9 @@ class CollectionMeta:
     one (None for a manual collection between generations). ``last_seq`` is the highest seq ever handed
     out. ``next_count`` counts writes into the open generation (auto-commit threshold). ``gc_horizon`` is
     the highest reader minimum the GC has acted on: reads below it answer ``generationCollected``;
-    ``gc_done_seq`` the last generation whose garbage is gone.
+    ``gc_done_seq`` the last generation whose garbage is gone. ``next_lease`` is the fencing token the
+    open generation was started under (None: none, or no open generation): writes, the commit and the
+    abort of that generation must carry it (see :mod:`diffstore.engine.leases`).
     """
 
     name: str
@@ -33,6 +36,7 @@ class CollectionMeta:
     gc_horizon: bytes | None = None
     gc_done_seq: int = -1
     phantom_counter: int = 0
+    next_lease: LeaseToken | None = None
 
     @property
     def cid_prefix(self) -> bytes:
@@ -55,6 +59,7 @@ class CollectionMeta:
                 self.gc_horizon,
                 self.gc_done_seq,
                 self.phantom_counter,
+                None if self.next_lease is None else [self.next_lease.name, self.next_lease.version],
             ],
             use_bin_type=True,
         )
@@ -62,6 +67,8 @@ class CollectionMeta:
     @classmethod
     def unpack(cls, name: str, raw: bytes) -> CollectionMeta:
         fields = msgpack.unpackb(raw, raw=False)
+        if len(fields) > 11 and fields[11] is not None:  # rows written before leases fenced have 11
+            fields[11] = LeaseToken(fields[11][0], fields[11][1])
         return cls(name, *fields)
 
 

@@ -226,7 +226,12 @@ def _commit(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> Coll
     assert meta.next is not None and meta.next_seq is not None
     if meta.manual:
         return meta.with_(
-            generation=meta.next, generation_seq=meta.next_seq, next=None, next_seq=None, next_count=0
+            generation=meta.next,
+            generation_seq=meta.next_seq,
+            next=None,
+            next_seq=None,
+            next_count=0,
+            next_lease=None,
         )
     seq = meta.next_seq + 1
     meta = meta.with_(

@@ -7,6 +7,9 @@ Lifecycle of a manual collection (G = requested id, cur = current, next = open g
     commit G:  G != next -> generationMismatch | cur := G, next := none, reader updates (all or nothing)
     abort G:   G != next -> generationMismatch | drop next's records, next := none
 
+The open generation keeps the lease token it was started under; start, commit, abort and writes check it
+(see :mod:`diffstore.engine.leases` for that table).
+
 A non-manual collection always has next = cur + 1 open; its writes are committed automatically (see
 ``background.auto_commit``) or at once when the open generation reaches ``max_generation_records``.
 """
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING
 import lmdb
 import msgpack
 
-from diffstore.engine import layout, lineage, producers, readers
+from diffstore.engine import layout, leases, lineage, producers, readers
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -33,7 +36,7 @@ from diffstore.engine.tables import (
     unregister_generation,
     validate_generation_id,
 )
-from diffstore.engine.types import PutItem, PutResult, ReaderUpdate
+from diffstore.engine.types import LeaseToken, PutItem, PutResult, ReaderUpdate
 from diffstore.engine.visibility import ReadPoint, live_phantom, point_version
 from diffstore.errors import GenerationMismatch, InvalidRequest, NotManual, OutdatedGeneration, text_form
 
@@ -51,7 +54,7 @@ def drop_open_generation(txn: lmdb.Transaction, tables: Tables, meta: Collection
     assert meta.next is not None and meta.next_seq is not None
     drop_open_records(txn, tables, meta)
     unregister_generation(txn, tables, meta, meta.next, meta.next_seq)
-    return meta.with_(next=None, next_seq=None, next_count=0)
+    return meta.with_(next=None, next_seq=None, next_count=0, next_lease=None)
 
 
 def drop_open_records(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:
@@ -71,8 +74,14 @@ def drop_open_records(txn: lmdb.Transaction, tables: Tables, meta: CollectionMet
 
 
 def start_generation(
-    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes, abort_outdated: bool
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    generation_id: bytes,
+    abort_outdated: bool,
+    lease: LeaseToken | None = None,
 ) -> CollectionMeta:
+    """Opens ``generation_id`` under ``lease`` (already fenced by the caller, in this transaction)."""
     _require_manual(meta)
     validate_generation_id(generation_id)
     if generation_id <= meta.generation:
@@ -80,6 +89,11 @@ def start_generation(
             f"generation {text_form(generation_id)} is not above the current generation "
             f"{text_form(meta.generation)}"
         )
+    if meta.next is not None and meta.next_lease != lease:
+        if not leases.supersedes(lease, meta.next_lease):
+            leases.require_opened_under(meta, lease, "start")
+        # a fenced-out writer's generation: nothing of it may survive, whatever id it has
+        meta = drop_open_generation(txn, tables, meta)
     if meta.next == generation_id:
         return meta
     if meta.next is not None:
@@ -87,7 +101,7 @@ def start_generation(
             raise OutdatedGeneration(f"generation {text_form(meta.next)} is open: commit or abort it first")
         meta = drop_open_generation(txn, tables, meta)
     seq = meta.last_seq + 1
-    meta = meta.with_(next=bytes(generation_id), next_seq=seq, last_seq=seq, next_count=0)
+    meta = meta.with_(next=bytes(generation_id), next_seq=seq, last_seq=seq, next_count=0, next_lease=lease)
     register_generation(txn, tables, meta, meta.next, seq)  # type: ignore[arg-type]
     save_meta(txn, tables, meta)
     return meta
@@ -99,14 +113,21 @@ def commit_generation(
     meta: CollectionMeta,
     generation_id: bytes,
     updates: Sequence[ReaderUpdate],
+    lease: LeaseToken | None = None,
 ) -> CollectionMeta:
     _require_manual(meta)
     if meta.next is None or generation_id != meta.next:
         raise GenerationMismatch(_not_open(generation_id, meta))
+    leases.require_opened_under(meta, lease, "commit")
     moves = readers.apply_updates(txn, tables, meta, updates)
     lineage.record(txn, tables, meta, moves)  # the open generation's moves, in the same transaction
     meta = meta.with_(
-        generation=meta.next, generation_seq=meta.next_seq, next=None, next_seq=None, next_count=0
+        generation=meta.next,
+        generation_seq=meta.next_seq,
+        next=None,
+        next_seq=None,
+        next_count=0,
+        next_lease=None,
     )
     save_meta(txn, tables, meta)
     return meta
@@ -119,11 +140,17 @@ def _not_open(generation_id: bytes, meta: CollectionMeta) -> str:
 
 
 def abort_generation(
-    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    generation_id: bytes,
+    lease: LeaseToken | None = None,
 ) -> CollectionMeta:
     _require_manual(meta)
     if meta.next is None or generation_id != meta.next:
         raise GenerationMismatch(_not_open(generation_id, meta))
+    if not leases.supersedes(lease, meta.next_lease):
+        leases.require_opened_under(meta, lease, "abort")
     meta = drop_open_generation(txn, tables, meta)
     save_meta(txn, tables, meta)
     return meta
@@ -290,6 +317,7 @@ def put_many(
     producer_id: str | None,
     seq_no: int | None,
     max_generation_records: int,
+    lease: LeaseToken | None = None,
 ) -> tuple[CollectionMeta, PutResult, bool]:
     """Writes items; returns (new meta, result, whether this was the open generation's first write)."""
     # Sorted short keys, the shape of a bulk load, skip the normalization below: strictly ascending keys
@@ -322,6 +350,8 @@ def put_many(
         )
     if meta.manual and generation_id is None:
         raise GenerationMismatch("a manual collection's writes must name the open generation")
+    if meta.manual:
+        leases.require_opened_under(meta, lease, "write")
     target = meta.next
     if with_producer and not producers.admit(txn, tables, meta, producer_id, seq_no, meta.next_seq):  # type: ignore[arg-type]
         return meta, PutResult(target, was_put=False, skipped=True), False

@@ -122,12 +122,23 @@ class PutItem(_Model):
     ifNotPresent: bool | None = None
 
 
+class LeaseTokenBody(_Model):
+    """A fencing token: refused with 409 ``leaseLost`` unless this version still holds the lease
+    (and, on a write, commit or abort, is the lease the open generation was started under)."""
+
+    name: str
+    version: int = Field(ge=1)
+
+
 class _WriteOptions(_Model):
     generationId: ES | None = None
     phantomId: ES | None = None
     skipUnchanged: bool | None = None
     producerId: str | None = None
     seqNo: int | None = Field(default=None, ge=1)
+    lease: LeaseTokenBody | None = Field(
+        default=None, description="required when the open generation was started under a lease"
+    )
 
 
 class PutOne(_WriteOptions):
@@ -163,13 +174,6 @@ class CreateReader(_Model):
 class UpdateReader(_Model):
     generationId: ES | None = None
     expectedGenerationId: ES | None = None
-
-
-class LeaseTokenBody(_Model):
-    """A fencing token: refused with 409 ``leaseLost`` unless this version still holds the lease."""
-
-    name: str
-    version: int = Field(ge=1)
 
 
 class StartGeneration(_Model):
@@ -222,6 +226,7 @@ class LeaseList(BaseModel):
 
 class AbortGeneration(_Model):
     generationId: ES
+    lease: LeaseTokenBody | None = None
 
 
 class StartPhantom(_Model):

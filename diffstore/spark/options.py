@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from diffstore.engine.types import MAX_LEASE_VERSION, LeaseToken
 from diffstore.errors import InvalidRequest
 
 DEFAULT_PARTITIONS = 4
@@ -50,6 +51,8 @@ WRITE_OPTIONS = frozenset(
         "abortOnFailure",
         "updateReaders",
         "batchRows",
+        "leaseName",
+        "leaseVersion",
     )
 )
 STREAM_READ_OPTIONS = frozenset(
@@ -197,6 +200,7 @@ class SparkWriteOptions:
     abort_on_failure: bool
     update_readers: tuple[dict[str, Any], ...]
     batch_rows: int
+    lease: LeaseToken | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SparkWriteOptions:
@@ -233,7 +237,21 @@ class SparkWriteOptions:
             abort_on_failure=_bool(options, "abortOnFailure", True),
             update_readers=tuple(updates),
             batch_rows=_int(options, "batchRows", DEFAULT_BATCH_ROWS, 1, 100_000),
+            lease=_lease(options),
         )
+
+
+def _lease(options: Mapping[str, str]) -> LeaseToken | None:
+    """``leaseName`` + ``leaseVersion``: the fencing token the open generation was started under."""
+    name = _get(options, "leaseName")
+    if name is None and _get(options, "leaseVersion") is None:
+        return None
+    if not name:
+        raise InvalidRequest("option leaseVersion needs leaseName")
+    version = _int(options, "leaseVersion", 0, 1, MAX_LEASE_VERSION)
+    if version == 0:
+        raise InvalidRequest("option leaseName needs leaseVersion")
+    return LeaseToken(name, version)
 
 
 def encode_split_keys(keys: list[bytes]) -> str:

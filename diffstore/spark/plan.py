@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from diffstore.engine.types import LeaseToken
 from diffstore.rounds import source_reader
 
 NONCE_BYTES = 8
@@ -43,11 +44,13 @@ class SourceRange:
 
 @dataclass(frozen=True, slots=True)
 class RoundPlan:
-    """One iteration: the generation to write and the pinned range of every source."""
+    """One iteration: the generation to write, the pinned range of every source, and the lease token the
+    generation is started under (every write into it carries it)."""
 
     generation_id: bytes
     base_generation_id: bytes
     sources: tuple[SourceRange, ...]
+    lease: LeaseToken | None = None
 
     def reader_updates(self) -> list[dict[str, Any]]:
         """The commit's ``updateReaders``: every reader moves to its range's end, if still at its start."""

@@ -64,9 +64,9 @@ FETCH_SLICE_MIN = 500
 """A driver lookup of more keys than this fetches contiguous slices of them in ``FETCH_THREADS`` threads."""
 
 
-def write_small_result(transform: Transform, generation_id: bytes, result: DataFrame) -> int:
-    """Collects a small round's result (``key``, ``value``) and puts it into the open generation from the
-    driver; returns the number of rows."""
+def write_small_result(transform: Transform, plan: RoundPlan, result: DataFrame) -> int:
+    """Collects a small round's result (``key``, ``value``) and puts it into the round's open generation
+    from the driver (fenced by the round's lease); returns the number of rows."""
     table = result.toArrow()
     keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
     if any(key is None for key in keys):
@@ -74,7 +74,7 @@ def write_small_result(transform: Transform, generation_id: bytes, result: DataF
     target = transform._handle(transform.target)
     items = list(zip(keys, values, strict=True))
     for start in range(0, len(items), PUT_BATCH):
-        target.put_many(items[start : start + PUT_BATCH], generation_id=generation_id)
+        target.put_many(items[start : start + PUT_BATCH], generation_id=plan.generation_id, lease=plan.lease)
     return len(items)
 
 

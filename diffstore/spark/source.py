@@ -40,8 +40,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from diffstore.client import Client, Collection, DiffColumns
-from diffstore.engine.types import UNSET, ReaderUpdate
-from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, NoSuchReader
+from diffstore.engine.types import UNSET, LeaseToken, ReaderUpdate
+from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, LeaseLost, NoSuchReader
 from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark._prefetch import ahead
 from diffstore.spark.options import DEFAULT_BATCH_ROWS, SparkReadOptions, SparkWriteOptions
@@ -222,9 +222,14 @@ class WrittenBatch(WriterCommitMessage):
 
 
 def put_batches(
-    collection: Collection, generation_id: bytes, batch_rows: int, batches: Iterator[pa.RecordBatch]
+    collection: Collection,
+    generation_id: bytes,
+    batch_rows: int,
+    batches: Iterator[pa.RecordBatch],
+    lease: LeaseToken | None = None,
 ) -> WrittenBatch:
-    """Sends ``(key, value)`` Arrow batches as putMany requests of bounded size; returns the counts."""
+    """Sends ``(key, value)`` Arrow batches as putMany requests of bounded size (fenced by ``lease``, the
+    token the generation was started under, if any); returns the counts."""
     rows = requests = 0
     pending: list[tuple[bytes, bytes | None]] = []
     pending_bytes = 0
@@ -237,10 +242,10 @@ def put_batches(
             pending.append((key, value))
             pending_bytes += len(key) + (len(value) if value is not None else 0) + 16
             if len(pending) >= batch_rows or pending_bytes >= _MAX_BATCH_BYTES:
-                collection.put_many(pending, generation_id=generation_id)
+                collection.put_many(pending, generation_id=generation_id, lease=lease)
                 rows, requests, pending, pending_bytes = rows + len(pending), requests + 1, [], 0
     if pending:
-        collection.put_many(pending, generation_id=generation_id)
+        collection.put_many(pending, generation_id=generation_id, lease=lease)
         rows, requests = rows + len(pending), requests + 1
     return WrittenBatch(rows, requests)
 
@@ -256,13 +261,15 @@ def put_partition(
     generation_id: bytes,
     token: str | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    lease: LeaseToken | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function that puts a partition's ``key``, ``value`` rows into the open generation
-    ``generation_id`` and answers one row: how many it put (:data:`WRITTEN_SCHEMA`)."""
+    ``generation_id`` (fenced by ``lease``, the token it was started under, if any) and answers one row:
+    how many it put (:data:`WRITTEN_SCHEMA`)."""
 
     def put(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = shared_client(url, codec, token).collection(collection)
-        written = put_batches(target, generation_id, batch_rows, batches)
+        written = put_batches(target, generation_id, batch_rows, batches, lease)
         yield pa.RecordBatch.from_arrays([pa.array([written.rows], pa.int64())], schema=_WRITTEN_ARROW)
 
     return put
@@ -295,7 +302,7 @@ class DiffstoreWriter(DataSourceArrowWriter):
         collection = shared_client(connection.url, connection.codec, connection.token).collection(
             connection.collection
         )
-        return put_batches(collection, options.generation_id, options.batch_rows, iterator)
+        return put_batches(collection, options.generation_id, options.batch_rows, iterator, options.lease)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if not self.options.commit:
@@ -303,7 +310,7 @@ class DiffstoreWriter(DataSourceArrowWriter):
         connection = self.options.connection
         with new_client(connection.url, connection.codec, connection.token) as client:
             client.collection(connection.collection).commit_generation(
-                self.options.generation_id, reader_updates(self.options.update_readers)
+                self.options.generation_id, reader_updates(self.options.update_readers), self.options.lease
             )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -312,8 +319,10 @@ class DiffstoreWriter(DataSourceArrowWriter):
         connection = self.options.connection
         with new_client(connection.url, connection.codec, connection.token) as client:
             try:
-                client.collection(connection.collection).abort_generation(self.options.generation_id)
-            except GenerationMismatch:
+                client.collection(connection.collection).abort_generation(
+                    self.options.generation_id, self.options.lease
+                )
+            except (GenerationMismatch, LeaseLost):
                 pass  # already aborted, or another writer took the generation over: nothing of ours is left
 
 

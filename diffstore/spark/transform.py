@@ -227,7 +227,7 @@ class Transform:
             return None
         self._event("planned", ranges={r.alias: (r.from_generation_id, r.to_generation_id) for r in ranges})
         round_ = Round.next(self._handle(self.target), os.urandom(NONCE_BYTES), lease=self._token)
-        return round_, RoundPlan(round_.generation_id, round_.base_generation_id, ranges)
+        return round_, RoundPlan(round_.generation_id, round_.base_generation_id, ranges, round_.lease)
 
     def _cuts(self, plan: RoundPlan) -> list[bytes]:
         """The key ranges of this round: ``/splits`` of its first non-empty source at its range's end.
@@ -310,9 +310,9 @@ class Transform:
                 diffs[s.alias] = self._diff_frame(s, cuts if s.alias == first else None)
                 rows_read[s.alias] = None
         result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
-        return rows_read, self._write(plan.generation_id, result)
+        return rows_read, self._write(plan, result)
 
-    def _write(self, generation_id: bytes, result: DataFrame) -> int:
+    def _write(self, plan: RoundPlan, result: DataFrame) -> int:
         """Writes a round's result into its open generation from the executors; returns the row count.
 
         Each task puts its rows (:func:`~diffstore.spark.source.put_partition`) and answers one row, its
@@ -320,10 +320,13 @@ class Transform:
         with no Spark-side metrics (those need the JVM's handles, absent over Spark Connect). A failed
         or speculative attempt's answer is dropped by Spark, and its puts are harmless (the same keys
         again, in the same uncommitted generation). Not the data source's writer: its planning and its
-        separate commit process cost most of a second, and the runner commits itself.
+        separate commit process cost most of a second, and the runner commits itself. Every put carries
+        the round's lease: the generation refuses writes without the lease it was started under.
         """
         check_writable(result.schema)
-        put = put_partition(self.url, self.codec, self.target, generation_id, self.token)
+        put = put_partition(
+            self.url, self.codec, self.target, plan.generation_id, self.token, lease=plan.lease
+        )
         return sum(int(row[0]) for row in result.mapInArrow(put, WRITTEN_SCHEMA).collect())
 
     def _run_small(
@@ -341,7 +344,7 @@ class Transform:
         diffs = {alias: self.spark.createDataFrame(table, DIFF_SCHEMA) for alias, table in tables.items()}
         result = self.fn(self.spark, diffs, driver_lookup(self, plan)).select("key", "value")
         rows_read: dict[str, int | None] = {alias: len(table) for alias, table in tables.items()}
-        return rows_read, write_small_result(self, plan.generation_id, result)
+        return rows_read, write_small_result(self, plan, result)
 
     # -- rounds ---------------------------------------------------------------------------------------
 

@@ -356,5 +356,5 @@ class Ingestor:
         self._add_shards([shard for shard, _ in positions if shard not in self._readers])
         updates = [(self._readers[shard], pos.to_bytes()) for shard, pos in positions]
         round_ = Round.next(self.sink.collection, lease=self._token)
-        round_.run(updates, (lambda g: self.sink.put_many(items, g)) if items else None)
+        round_.run(updates, (lambda g: self.sink.put_many(items, g, round_.lease)) if items else None)
         return round_.generation_id, len(items)

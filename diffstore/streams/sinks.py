@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from diffstore.collection import Collection
+from diffstore.engine.types import LeaseToken
 from diffstore.errors import CollectionExists, InvalidRequest, NoSuchCollection
 
 if TYPE_CHECKING:
@@ -25,7 +26,11 @@ class CollectionSink(Protocol):
 
     collection: Collection
 
-    def put_many(self, items: Sequence[PutItem], generation_id: bytes) -> None: ...
+    def put_many(
+        self, items: Sequence[PutItem], generation_id: bytes, lease: LeaseToken | None = None
+    ) -> None:
+        """Writes ``items`` into the open generation, fenced by ``lease`` (the round's, if any)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -42,10 +47,12 @@ class _CollectionSinkBase:
         if not collection.manual:
             raise InvalidRequest(f"collection {self.name!r} is not manual; ingestion needs a manual one")
 
-    def put_many(self, items: Sequence[PutItem], generation_id: bytes) -> None:
+    def put_many(
+        self, items: Sequence[PutItem], generation_id: bytes, lease: LeaseToken | None = None
+    ) -> None:
         step = self.put_chunk_records
         for start in range(0, len(items), step):
-            self.collection.put_many(items[start : start + step], generation_id=generation_id)
+            self.collection.put_many(items[start : start + step], generation_id=generation_id, lease=lease)
 
     def close(self) -> None:
         if self._closer is not None:

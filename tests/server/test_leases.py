@@ -110,14 +110,14 @@ def test_fencing_refuses_an_old_owners_start_and_commit_and_changes_nothing(
     served.ok(
         "POST",
         "/collections/m/putMany",
-        {"items": [{"key": es("k"), "value": es("v1")}], "generationId": es("1")},
+        {"items": [{"key": es("k"), "value": es("v1")}], "generationId": es("1"), "lease": token},
     )
     served.ok("POST", "/collections/m/generation/commit", {"generationId": es("1"), "lease": token})
     served.ok("POST", "/collections/m/generation/start", {"generationId": es("2"), "lease": token})
     served.ok(
         "POST",
         "/collections/m/putMany",
-        {"items": [{"key": es("k"), "value": es("v2")}], "generationId": es("2")},
+        {"items": [{"key": es("k"), "value": es("v2")}], "generationId": es("2"), "lease": token},
     )
     clock.now_ms += 1000
     served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "new", "ttlMs": 1000})

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from diffstore.engine.types import LeaseToken
 from diffstore.errors import InvalidRequest
 from diffstore.spark._prefetch import ahead
 from diffstore.spark.cli import _sources, add_commands, run_transform
@@ -110,6 +111,17 @@ def test_write_options() -> None:
     )
     with pytest.raises(InvalidRequest):
         SparkWriteOptions.parse({"url": "u", "collection": "C"})
+
+
+def test_write_options_carry_a_lease() -> None:
+    base = {"url": "u", "collection": "C", "generationId": "g"}
+    assert SparkWriteOptions.parse(base).lease is None
+    parsed = SparkWriteOptions.parse(base | {"leasename": "transform", "leaseVersion": "7"})
+    assert parsed.lease == LeaseToken("transform", 7)
+    for bad in ({"leaseName": "t"}, {"leaseVersion": "1"}, {"leaseName": "t", "leaseVersion": "0"},
+                {"leaseName": "t", "leaseVersion": "x"}, {"leaseName": "", "leaseVersion": "1"}):  # fmt: skip
+        with pytest.raises(InvalidRequest, match="lease"):
+            SparkWriteOptions.parse(base | bad)
 
 
 def test_the_package_and_its_command_import_without_pyspark() -> None:

@@ -42,7 +42,7 @@ async def commit(request: Request, c: str) -> Response:
 async def abort(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)
-        x.store.collection(c).abort_generation(req.generation_id)
+        x.store.collection(c).abort_generation(req.generation_id, lease=req.lease)
         return {}
 
     return await handle(request, work, Limit.OTHER)

@@ -1,0 +1,144 @@
+"""Fencing of the open generation over HTTP (issue 25, item 2): put, putMany, commit and abort into a
+generation started under a lease must carry that lease (``lease: {name, version}``), and a start under a
+newer version drops it. Refusals are 409 ``leaseLost`` with nothing changed; two client processes play the
+issue's owner change against one server (:func:`tests.lease_actor.play_takeover`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from diffstore.engine.types import StoreConfig
+from tests.lease_actor import Actor, play_takeover
+
+from .conftest import Live, es, live_server
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ms = 5_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def served(tmp_path: Path, clock: Clock) -> Iterator[Live]:
+    with live_server(tmp_path / "data", store_config=StoreConfig(clock_ms=clock)) as live:
+        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+        yield live
+
+
+def snapshot(live: Live) -> tuple[Any, ...]:
+    c = live.store.collection("m")
+    current, next_open = c.generation_state()
+    pending = [] if next_open is None else list(c.query(next_open))
+    return c.leases(), (current, next_open), c.readers(), list(c.query()), pending
+
+
+def put_many(key: str, value: str, generation: str, lease: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"items": [{"key": es(key), "value": es(value)}], "generationId": es(generation)}
+    if lease is not None:
+        body["lease"] = lease
+    return body
+
+
+def put_one(key: str, value: str, generation: str, lease: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"item": {"key": es(key), "value": es(value)}, "generationId": es(generation)}
+    if lease is not None:
+        body["lease"] = lease
+    return body
+
+
+def test_a_fenced_out_owners_writes_commit_and_abort_are_409_and_change_nothing(
+    served: Live, clock: Clock
+) -> None:
+    old = served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "A", "ttlMs": 1000})
+    v1 = {"name": "w", "version": old["version"]}
+    served.ok("POST", "/collections/m/generation/start", {"generationId": es("1"), "lease": v1})
+    served.ok("POST", "/collections/m/putMany", put_many("a", "A", "1", v1))
+    served.ok("POST", "/collections/m/put", put_one("a2", "A", "1", v1))
+    clock.now_ms += 1000
+    new = served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "B", "ttlMs": 1000})
+    v2 = {"name": "w", "version": new["version"]}
+    served.ok("POST", "/collections/m/generation/start", {"generationId": es("1"), "lease": v2})
+    served.ok("POST", "/collections/m/putMany", put_many("b", "B", "1", v2))
+    before = snapshot(served)
+    assert [r.key for r in before[4]] == [b"b"]  # A's records went with A's generation
+    for path, body in [
+        ("putMany", put_many("a", "late", "1", v1)),
+        ("putMany", put_many("a", "late", "1")),
+        ("put", put_one("a", "late", "1", v1)),
+        ("put", put_one("a", "late", "1")),
+        ("put", put_one("b", "late", "1", {"name": "other", "version": 2})),
+        ("generation/commit", {"generationId": es("1"), "lease": v1}),
+        ("generation/commit", {"generationId": es("1")}),
+        ("generation/abort", {"generationId": es("1"), "lease": v1}),
+        ("generation/abort", {"generationId": es("1")}),
+        ("generation/start", {"generationId": es("1")}),
+        ("generation/start", {"generationId": es("2"), "abortOutdated": True}),
+        ("generation/start", {"generationId": es("2"), "abortOutdated": True, "lease": v1}),
+    ]:
+        answer = served.fail("POST", f"/collections/m/{path}", body, status=409, code="leaseLost")
+        assert "'w'" in answer["reason"] or "'other'" in answer["reason"]
+        assert snapshot(served) == before, (path, body)
+    served.ok("POST", "/collections/m/generation/commit", {"generationId": es("1"), "lease": v2})
+    assert [(r.key, r.value) for r in served.store.collection("m").query()] == [(b"b", b"B")]
+
+
+def test_msgpack_writes_carry_the_lease(served: Live) -> None:
+    headers = {"content-type": "application/msgpack", "accept": "application/msgpack"}
+    lease = served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "A", "ttlMs": 60_000})
+    token = {"name": "w", "version": lease["version"]}
+    served.ok("POST", "/collections/m/generation/start", {"generationId": es("1"), "lease": token})
+    body: dict[str, Any] = {"items": [{"key": b"k", "value": b"v"}], "generationId": b"1"}
+    response = served.http.post("/collections/m/putMany", content=msgpack.packb(body), headers=headers)
+    assert response.status_code == 409 and msgpack.unpackb(response.content)["error"] == "leaseLost"
+    assert served.store.collection("m").get(b"k", generation_id=b"1") is None
+    body["lease"] = token
+    response = served.http.post("/collections/m/putMany", content=msgpack.packb(body), headers=headers)
+    assert response.status_code == 200, response.content
+    assert served.store.collection("m").get(b"k", generation_id=b"1").value == b"v"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "lease",
+    [{"name": "w"}, {"version": 1}, {"name": "w", "version": 0}, {"name": "w", "version": "1"}, "w", 7],
+)
+@pytest.mark.parametrize("path", ["put", "putMany", "generation/abort"])
+def test_a_malformed_lease_on_a_write_is_a_400_and_changes_nothing(
+    served: Live, lease: Any, path: str
+) -> None:
+    token = {
+        "name": "w",
+        "version": served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "A", "ttlMs": 60_000})[
+            "version"
+        ],
+    }
+    served.ok("POST", "/collections/m/generation/start", {"generationId": es("1"), "lease": token})
+    before = snapshot(served)
+    body = {
+        "put": put_one("k", "v", "1"),
+        "putMany": put_many("k", "v", "1"),
+        "generation/abort": {"generationId": es("1")},
+    }[path] | {"lease": lease}
+    served.fail("POST", f"/collections/m/{path}", body, status=400, code="invalidRequest")
+    assert snapshot(served) == before
+
+
+def test_two_client_processes_play_the_owner_change(tmp_path: Path) -> None:
+    """The issue's sequence through one real server (fails before the fix: the server ignored a write's
+    lease, and B's start of the same id kept A's records, which B's commit then published)."""
+    with live_server(tmp_path / "data") as live:
+        live.ok("POST", "/collections/", {"collectionName": "c", "isManual": True})
+        with Actor(["--url", live.url], "c") as a, Actor(["--url", live.url], "c") as b:
+            play_takeover(a, b)
