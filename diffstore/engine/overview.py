@@ -56,83 +56,113 @@ def _metas(txn: lmdb.Transaction, tables: Tables) -> dict[str, CollectionMeta]:
     return found
 
 
-def committed_between(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, after_seq: int) -> int:
-    """How many committed generations of ``meta`` have a seq in (after_seq, current] (aborts leave gaps).
-
-    The collection's first generation (seq 0, made when it was created) holds nothing and never counts.
+def _counts_above(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, stops: set[int]
+) -> dict[int, int]:
+    """For each seq of ``stops`` (below the current one), how many committed generations of ``meta`` have a
+    seq in (stop, current], from ONE walk down from the current generation to the lowest stop: the work is
+    the largest distance, not the sum (at most :data:`LAG_COUNT_MAX` steps; stops below show that figure).
     """
-    after_seq = max(after_seq, 0)
-    if after_seq >= meta.generation_seq:
-        return 0
+    counts: dict[int, int] = {}
+    pending = sorted(stops, reverse=True)
     prefix = meta.cid_prefix
     cursor = txn.cursor(db=tables.gens)
-    count = 0
-    if cursor.set_range(layout.gen_key(prefix, after_seq + 1)):
-        last = layout.gen_key(prefix, meta.generation_seq)
-        for key in cursor.iternext(values=False):
-            if key > last or count >= LAG_COUNT_MAX:
-                break
-            count += 1
-    return count
-
-
-def _reader_lag(
-    txn: lmdb.Transaction, tables: Tables, target: CollectionMeta, generation_id: bytes | None
-) -> int:
-    # null and "" are one stored value (SPEC §7): both stand before the first generation with data
-    after = max(resolve_seq(txn, tables, target, generation_id or b""), 0)
-    current = target.generation_seq
-    if after >= current:
-        return 0
-    key = (target.cid, after)
-    counted = tables.lag_cache.get(key)
-    if counted is not None and counted[0] <= current:  # only the generations committed since
-        up_to, count = counted
-        count += committed_between(txn, tables, target, up_to) if up_to < current else 0
+    if cursor.set_range(layout.gen_key(prefix, meta.generation_seq + 1)):
+        found = cursor.prev()
     else:
-        count = committed_between(txn, tables, target, after)
-    if count >= LAG_COUNT_MAX:
-        return LAG_COUNT_MAX  # not kept: the count stopped short of the current generation
+        found = cursor.last()
+    count = 0
+    while pending and found and count < LAG_COUNT_MAX:
+        key = cursor.key()
+        if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+            break
+        seq = layout.read_u64(key[len(prefix) :])
+        while pending and pending[0] >= seq:
+            counts[pending.pop(0)] = count
+        if not pending or seq == 0:  # the collection's first generation never counts
+            break
+        count += 1
+        found = cursor.prev()
+    for stop in pending:
+        counts[stop] = count if count < LAG_COUNT_MAX else LAG_COUNT_MAX
+    return counts
+
+
+def _lags(
+    txn: lmdb.Transaction, tables: Tables, target: CollectionMeta, positions: set[int]
+) -> dict[int, int]:
+    """The lag of a reader of ``target`` standing at each seq of ``positions``.
+
+    A position counted before is counted again only over the generations committed since (``lag_cache``);
+    the others share one walk (:func:`_counts_above`).
+    """
+    current = target.generation_seq
+    lags: dict[int, int] = {}
+    since: dict[int, tuple[int, int]] = {}  # position -> (counted up to, count) of an earlier overview
+    stops: set[int] = set()
+    for position in positions:
+        if position >= current:
+            lags[position] = 0
+            continue
+        counted = tables.lag_cache.get((target.cid, position))
+        if counted is not None and counted[0] <= current:
+            since[position] = counted
+            stops.add(counted[0])
+        else:
+            stops.add(position)
+    above = _counts_above(txn, tables, target, stops) if stops else {}
     if len(tables.lag_cache) >= _LAG_CACHE_MAX:
         tables.lag_cache.clear()  # readers that moved on leave entries behind: start afresh, rarely
-    tables.lag_cache[key] = (current, count)
-    return count
+    for position in positions - lags.keys():
+        counted = since.get(position)
+        count = above[position] if counted is None else counted[1] + above[counted[0]]
+        if count >= LAG_COUNT_MAX:
+            lags[position] = LAG_COUNT_MAX  # not kept: the count stopped short of the current generation
+            continue
+        lags[position] = count
+        tables.lag_cache[(target.cid, position)] = (current, count)
+    return lags
 
 
 def overview(store: Store) -> list[CollectionOverview]:
     """Every collection (sorted by name) with its generations and readers, from one snapshot.
 
-    Cheap when scraped often: a snapshot with nothing written since the last call answers the same list,
-    and a reader's lag is counted over the generations committed since it was last counted.
+    Cheap when scraped often: a snapshot with nothing written since the last call answers the same list;
+    otherwise the readers of one target share one walk over its generations (the work is its largest lag,
+    not the sum), and a reader counted before is counted only over the generations committed since.
     """
     tables = store.tables
-    states: list[CollectionOverview] = []
     with store.read() as txn:
         snapshot = txn.id()
         cached = tables.overview_cache.get(snapshot)
         if cached is not None:
             return list(cached)
         metas = _metas(txn, tables)
-        for name in sorted(metas, key=str.encode):
+        names = sorted(metas, key=str.encode)
+        listed = {name: list_readers(txn, tables, metas[name]) for name in names}
+        positions: dict[str, set[int]] = {}
+        position_of: dict[tuple[str, str], int] = {}
+        for name in names:
+            for reader in listed[name]:
+                target = metas.get(reader.collection)
+                if target is None:
+                    continue
+                # null and "" are one stored value (SPEC §7): both stand before the first generation
+                seq = max(resolve_seq(txn, tables, target, reader.generation_id or b""), 0)
+                position_of[(name, reader.name)] = seq
+                positions.setdefault(target.name, set()).add(seq)
+        lags = {target: _lags(txn, tables, metas[target], seqs) for target, seqs in positions.items()}
+        states: list[CollectionOverview] = []
+        for name in names:
             meta = metas[name]
             readers: list[ReaderOverview] = []
-            for reader in list_readers(txn, tables, meta):
-                target = metas.get(reader.collection)
-                lag = None if target is None else _reader_lag(txn, tables, target, reader.generation_id)
+            for reader in listed[name]:
+                at = position_of.get((name, reader.name))
+                lag = None if at is None else lags[reader.collection][at]
                 readers.append(
-                    ReaderOverview(
-                        reader.name, reader.collection, reader.generation_id, lag, target is not None
-                    )
+                    ReaderOverview(reader.name, reader.collection, reader.generation_id, lag, at is not None)
                 )
-            states.append(
-                CollectionOverview(
-                    name,
-                    meta.manual,
-                    meta.generation,
-                    meta.next,
-                    tuple(readers),
-                )
-            )
+            states.append(CollectionOverview(name, meta.manual, meta.generation, meta.next, tuple(readers)))
     tables.overview_cache.clear()  # the latest snapshot's only
     tables.overview_cache[snapshot] = tuple(states)
     return states
