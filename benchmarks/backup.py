@@ -4,7 +4,8 @@
    flushing) of a store of ``--mb`` megabytes, against LMDB's own compacting copy of the same file
    (``Environment.copy(path, compact=True)``), alternating, best of ``--rounds``. Goal: >= 0.5x.
 2. A writer meanwhile: a second process commits small durable generations (10 keys each) without pause;
-   its commit rate while a backup runs, against its rate just before. Goal: >= 0.7x.
+   its commit rate while a backup runs, against its rate just before and just after. Goal: >= 0.7x. (The
+   backup then yields half the disk's time: engine/copying.py.)
 3. Compaction: ten collections of equal size, nine deleted and purged, then ``compact``: the file's size
    against a fresh store holding only the surviving collection (the live data's size), and against the
    raw bytes of its keys and values. Goal: <= 1.2x.
@@ -168,7 +169,7 @@ def main() -> None:
         quiet, busy, took = writer_figure(source, work)
         print(
             f"writer: {quiet:,.0f} commits/s around the backup, {busy:,.0f} commits/s during it"
-            f" ({took:.1f} s); ratio {busy / quiet:.2f}x (goal >= 0.7x)"
+            f" ({took:.1f} s, {size / took / 1e6:,.0f} MB/s); ratio {busy / quiet:.2f}x (goal >= 0.7x)"
         )
         shutil.rmtree(source)
         before, after, fresh, raw = compaction_figure(work, args.mb)

@@ -90,7 +90,7 @@ def test_check_prints_each_problem_and_exits_1(tmp_path: Path) -> None:
     lines = done.stdout.strip().splitlines()
     assert lines[-1].endswith("tables)") and f": {len(lines) - 1} problems" in lines[-1], lines
     assert any("is not registered" in line for line in lines[:-1])
-    assert any("b'zz\\x00\\x00' #1 has no record" in line for line in lines[:-1]), lines
+    assert any("index row key zz #1 has no record" in line for line in lines[:-1]), lines
 
 
 def test_check_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -41,14 +41,24 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from diffstore.engine import background, crashpoints, files, layout, producers, space, storage, writes
+from diffstore.engine import (
+    background,
+    copying,
+    crashpoints,
+    files,
+    layout,
+    producers,
+    space,
+    storage,
+    writes,
+)
 from diffstore.engine.tables import Tables, save_meta
 from diffstore.errors import InvalidRequest, StorageError
 
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
 
-Progress = files.Progress
+Progress = copying.Progress
 _MIN_BYTES = 2 * 4096  # LMDB's two meta pages: anything shorter is not a data file at all
 _MARK_TEXT = (
     "This directory holds a diffstore backup that was cut off before it was finished.\n"
@@ -89,7 +99,9 @@ def claim_target(out: Path) -> None:
     files.sync_directory(out)
 
 
-def backup_directory(source: Path, out: Path, progress: Progress | None = None) -> BackupResult:
+def backup_directory(
+    source: Path, out: Path, progress: Progress | None = None, disk_share: float = copying.DISK_SHARE
+) -> BackupResult:
     """Backs up the store in ``source`` (open in other processes or not) into the new directory ``out``.
 
     Raises:
@@ -107,7 +119,7 @@ def backup_directory(source: Path, out: Path, progress: Progress | None = None) 
         target = out / storage.DATA_FILE
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            files.copy_watched(opened.env, fd, expected, progress)
+            copying.copy_to_file(opened.env, fd, expected, progress, disk_share)
             os.fsync(fd)
         except (lmdb.Error, OSError) as exc:
             raise storage.storage_error(

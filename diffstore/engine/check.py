@@ -41,7 +41,7 @@ import msgpack
 from diffstore.engine import files, layout, producers, storage
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import Tables
-from diffstore.errors import InvalidRequest
+from diffstore.errors import InvalidRequest, text_form
 
 _NEXT_CID = b"\x00next_cid"  # the store's own row in ``collections`` (engine/store.py)
 
@@ -135,12 +135,14 @@ class _Checker:
     def _owner(self, table: str, key: bytes) -> _Collection | None:
         """The live collection a row's cid names; None for a dropped one; a problem for any other."""
         if len(key) < 4:
-            self.bad(table, f"row {key!r} is too short to name a collection")
+            self.bad(table, f"row {key.hex()} is too short to name a collection")
             return None
         cid = int.from_bytes(key[:4], "big")
         found = self.live.get(cid)
         if found is None and cid not in self.dropped:
-            self.bad(table, f"row {key!r} belongs to collection #{cid}, which is neither live nor deleted")
+            self.bad(
+                table, f"row {key.hex()} belongs to collection #{cid}, which is neither live nor deleted"
+            )
         return found
 
     # --- collections and generations ----------------------------------------------------------
@@ -157,7 +159,7 @@ class _Checker:
                 name = key.decode()
                 meta = CollectionMeta.unpack(name, raw)
             except (UnicodeDecodeError, ValueError, TypeError, msgpack.UnpackException) as exc:
-                self.bad("collections", f"row {key!r} does not unpack ({exc})")
+                self.bad("collections", f"row {key.hex()} does not unpack ({exc})")
                 continue
             if meta.cid in self.live:
                 self.bad(
@@ -183,7 +185,9 @@ class _Checker:
         if meta.next is not None and meta.next_seq is not None:
             if meta.next <= meta.generation:
                 self.bad(
-                    "collections", f"{where}: open generation {meta.next!r} <= current {meta.generation!r}"
+                    "collections",
+                    f"{where}: open generation {text_form(meta.next)} is not above the current"
+                    f" {text_form(meta.generation)}",
                 )
             if not meta.generation_seq < meta.next_seq <= meta.last_seq:
                 self.bad("collections", f"{where}: open generation #{meta.next_seq} out of order")
@@ -194,21 +198,25 @@ class _Checker:
                 self.bad("collections", f"{where}: an automatic collection without an open generation")
             elif meta.next != non_manual_generation(meta.next_seq):
                 self.bad(
-                    "collections", f"{where}: open generation {meta.next!r} is not its seq {meta.next_seq}"
+                    "collections",
+                    f"{where}: open generation {text_form(meta.next)} is not its seq {meta.next_seq}",
                 )
             if meta.generation != non_manual_generation(meta.generation_seq):
-                self.bad("collections", f"{where}: generation {meta.generation!r} is not its seq")
+                self.bad("collections", f"{where}: generation {text_form(meta.generation)} is not its seq")
         if meta.gc_done_seq > meta.generation_seq:
             self.bad(
                 "collections", f"{where}: GC finished generation #{meta.gc_done_seq}, past the current one"
             )
         if meta.gc_horizon is not None and meta.gc_horizon > meta.generation:
-            self.bad("collections", f"{where}: GC horizon {meta.gc_horizon!r} is past the current generation")
+            self.bad(
+                "collections",
+                f"{where}: GC horizon {text_form(meta.gc_horizon)} is past the current generation",
+            )
 
     def _dropped(self) -> None:
         for key, _ in self._rows("dropped"):
             if len(key) != 4:
-                self.bad("dropped", f"row {key!r} is not a collection id")
+                self.bad("dropped", f"row {key.hex()} is not a collection id")
                 continue
             cid = int.from_bytes(key, "big")
             if cid in self.live:
@@ -223,22 +231,29 @@ class _Checker:
             if owner is None:
                 continue
             if len(key) != 12:
-                self.bad("gens", f"row {key!r} is not a collection id and a seq")
+                self.bad("gens", f"row {key.hex()} is not a collection id and a seq")
                 continue
             seq = layout.read_u64(key[4:])
             owner.gens[seq] = raw
             meta = owner.meta
             if seq > meta.generation_seq and seq != meta.next_seq:
-                self.bad("gens", f"{meta.name!r}: generation {raw!r} (#{seq}) is neither committed nor open")
+                self.bad(
+                    "gens",
+                    f"{meta.name!r}: generation {text_form(raw)} (#{seq}) is neither committed nor open",
+                )
             back = self.txn.get(layout.gen_id_key(meta.cid_prefix, raw), db=self.tables.gen_ids)
             if back is None or layout.read_u64(back) != seq:
-                self.bad("gen_ids", f"{meta.name!r}: generation {raw!r} (#{seq}) has no matching id row")
+                self.bad(
+                    "gen_ids", f"{meta.name!r}: generation {text_form(raw)} (#{seq}) has no matching id row"
+                )
         for key, raw in self._rows("gen_ids"):
             owner = self._owner("gen_ids", key)
             if owner is None:
                 continue
             if len(raw) != 8 or owner.gens.get(layout.read_u64(raw)) != key[4:]:
-                self.bad("gens", f"{owner.meta.name!r}: generation id {key[4:]!r} has no matching seq row")
+                self.bad(
+                    "gens", f"{owner.meta.name!r}: generation id {text_form(key[4:])} has no matching seq row"
+                )
         for owner in self.live.values():
             meta, previous = owner.meta, None
             for seq in sorted(owner.gens):
@@ -248,10 +263,13 @@ class _Checker:
                 previous = gen
             if owner.gens.get(meta.generation_seq) != meta.generation:
                 self.bad(
-                    "gens", f"{meta.name!r}: its current generation {meta.generation!r} is not registered"
+                    "gens",
+                    f"{meta.name!r}: its current generation {text_form(meta.generation)} is not registered",
                 )
             if meta.next_seq is not None and owner.gens.get(meta.next_seq) != meta.next:
-                self.bad("gens", f"{meta.name!r}: its open generation {meta.next!r} is not registered")
+                self.bad(
+                    "gens", f"{meta.name!r}: its open generation {text_form(meta.next)} is not registered"
+                )
 
     # --- records and their index ----------------------------------------------------------------
 
@@ -262,21 +280,25 @@ class _Checker:
                 continue
             meta = owner.meta
             if len(key) < 4 + 2 + 8:
-                self.bad("records", f"{meta.name!r}: row {key!r} is too short")
+                self.bad("records", f"{meta.name!r}: row {key.hex()} is too short")
                 continue
             form, seq = layout.split_record_key(key)
             if seq not in owner.gens:
-                self.bad("records", f"{meta.name!r}: a record of unregistered generation #{seq} ({form!r})")
+                self.bad(
+                    "records",
+                    f"{meta.name!r}: a record of unregistered generation #{seq} ({_key_text(form)})",
+                )
             elif seq > meta.generation_seq and seq != meta.next_seq:
                 self.bad(
                     "records", f"{meta.name!r}: a record of generation #{seq}, neither committed nor open"
                 )
             problem = _record_value_problem(form, raw)
             if problem is not None:
-                self.bad("records", f"{meta.name!r}: record {form!r} #{seq}: {problem}")
+                self.bad("records", f"{meta.name!r}: record {_key_text(form)} #{seq}: {problem}")
             if self.txn.get(layout.change_key(meta.cid_prefix, seq, form), db=self.tables.changes) is None:
                 self.bad(
-                    "changes", f"{meta.name!r}: record {form!r} #{seq} is missing from its generation's index"
+                    "changes",
+                    f"{meta.name!r}: record {_key_text(form)} #{seq} is missing from its generation's index",
                 )
 
     def _changes(self) -> None:
@@ -287,7 +309,7 @@ class _Checker:
             meta = owner.meta
             seq, form = layout.split_change_key(key)
             if self.txn.get(layout.record_key(meta.cid_prefix, form, seq), db=self.tables.records) is None:
-                self.bad("changes", f"{meta.name!r}: index row {form!r} #{seq} has no record")
+                self.bad("changes", f"{meta.name!r}: index row {_key_text(form)} #{seq} has no record")
             if seq == meta.next_seq:
                 owner.open_changes += 1
 
@@ -310,7 +332,10 @@ class _Checker:
             owner = self._owner("readers", key)
             if owner is None:
                 if int.from_bytes(key[:4], "big") in self.dropped:
-                    self.bad("readers", f"reader {key[4:]!r} of a deleted collection was not deleted with it")
+                    self.bad(
+                        "readers",
+                        f"reader {_name(key[4:])!r} of a deleted collection was not deleted with it",
+                    )
                 continue
             name = key[4:].decode(errors="replace")
             try:
@@ -334,14 +359,14 @@ class _Checker:
     def _targets(self) -> None:
         for key, raw in self._rows("targets"):
             if len(key) != 36:
-                self.bad("targets", f"row {key!r} is not a target, a collection id and a name digest")
+                self.bad("targets", f"row {key.hex()} is not a target, a collection id and a name digest")
                 continue
             cid = layout.owner_of_target_key(key)
             owner = self.live.get(cid)
             try:
                 name, generation_id = msgpack.unpackb(raw, raw=False)
             except (ValueError, TypeError, msgpack.UnpackException) as exc:
-                self.bad("targets", f"row {key!r} does not unpack ({exc})")
+                self.bad("targets", f"row {key.hex()} does not unpack ({exc})")
                 continue
             if owner is None:
                 self.bad("targets", f"reader {name!r} of collection #{cid}, which is not live")
@@ -373,7 +398,7 @@ class _Checker:
                     self.bad("due", f"the due time of {name!r} is not 8 bytes")
                 continue
             if key[:1] != b"g" or len(key) != 5:
-                self.bad("due", f"row {key!r} is of no known kind")
+                self.bad("due", f"row {key.hex()} is of no known kind")
                 continue
             owner = self.live.get(int.from_bytes(key[1:], "big"))
             if owner is None:
@@ -424,10 +449,10 @@ class _Checker:
             try:
                 holder, version, expires, _ = layout.unpack_lease(raw)
             except (ValueError, TypeError, msgpack.UnpackException) as exc:
-                self.bad("leases", f"{owner.meta.name!r}: lease {key[4:]!r} does not unpack ({exc})")
+                self.bad("leases", f"{owner.meta.name!r}: lease {_name(key[4:])!r} does not unpack ({exc})")
                 continue
             if version < 1 or (holder is None and expires != 0):
-                self.bad("leases", f"{owner.meta.name!r}: lease {key[4:]!r} is inconsistent")
+                self.bad("leases", f"{owner.meta.name!r}: lease {_name(key[4:])!r} is inconsistent")
 
     def _producers(self) -> None:
         for key, raw in self._rows("producers"):
@@ -436,13 +461,15 @@ class _Checker:
                 continue
             problem = producers.check_row(raw, owner.meta)
             if problem is not None:
-                self.bad("producers", f"{owner.meta.name!r}: producer {key[4:]!r} {problem}")
+                self.bad("producers", f"{owner.meta.name!r}: producer {_name(key[4:])!r} {problem}")
 
     def _phantoms(self) -> None:
         for key, raw in self._rows("phantom_ttl"):
             self._owner("phantom_ttl", key)
             if len(key) != 12 or len(raw) != 8:
-                self.bad("phantom_ttl", f"row {key!r} is not a collection id and a phantom with an expiry")
+                self.bad(
+                    "phantom_ttl", f"row {key.hex()} is not a collection id and a phantom with an expiry"
+                )
         for key, _ in self._rows("phantoms"):
             owner = self._owner("phantoms", key)
             if owner is None:
@@ -471,6 +498,17 @@ def check_directory(path: Path, on_problem: Callable[[Problem], None] | None = N
             raise storage.storage_error(
                 exc, path, files.MAP_SIZE, writing=False, doing="check failed"
             ) from exc
+
+
+def _key_text(form: bytes) -> str:
+    """How a problem names a record's key: the user key of a short form, else the form's hex."""
+    if form.endswith(b"\x00\x00") and not layout.is_long_form(form):
+        return f"key {text_form(layout.short_key_of_form(form))}"
+    return f"long key form {form.hex()}"
+
+
+def _name(raw: bytes) -> str:
+    return raw.decode(errors="replace")
 
 
 def _record_value_problem(form: bytes, raw: bytes) -> str | None:

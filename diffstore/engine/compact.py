@@ -25,7 +25,7 @@ from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import crashpoints, files, storage
+from diffstore.engine import copying, crashpoints, files, storage
 from diffstore.errors import StorageError
 
 COMPACTING_FILE = "data.mdb.compacting"
@@ -40,7 +40,7 @@ class CompactResult:
     after_bytes: int
 
 
-def compact(path: Path, progress: files.Progress | None = None) -> CompactResult:
+def compact(path: Path, progress: copying.Progress | None = None) -> CompactResult:
     """Compacts the store in ``path``, which no process may have open.
 
     Raises:
@@ -64,7 +64,7 @@ def compact(path: Path, progress: files.Progress | None = None) -> CompactResult
             expected = files.expected_bytes(opened)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
-                files.copy_watched(opened.env, fd, expected, progress)
+                copying.copy_to_file(opened.env, fd, expected, progress, disk_share=1.0)
                 os.fsync(fd)
             except (lmdb.Error, OSError) as exc:
                 os.close(fd)

@@ -13,10 +13,8 @@ stream server's (``diffstore streams serve``); a tool tells them apart by their 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -29,12 +27,7 @@ from diffstore.errors import InvalidRequest, StorageError
 MAP_SIZE = 1 << 40  # an upper bound, as the store's default: the file is mapped, never allocated
 MAX_DBS = 32  # at least the tables of either kind
 DEFAULT_MAX_READERS = 126  # LMDB's own, when no lock file says otherwise
-_POLL_S = 0.1
 _STREAM_TABLE = b"streams"  # a table of the stream server's store (diffstore/streams/server/keys.py)
-
-
-Progress = Callable[[int, int], None]
-"""Called with (bytes copied so far, bytes expected in all: an estimate) while a copy runs."""
 
 
 class Kind(Enum):
@@ -136,37 +129,6 @@ def expected_bytes(opened: Opened) -> int:
 def _table_names(env: lmdb.Environment) -> list[bytes]:
     with env.begin() as txn:
         return [bytes(key) for key, _ in txn.cursor()]
-
-
-def copy_watched(env: lmdb.Environment, fd: int, expected: int, progress: Progress | None) -> None:
-    """LMDB's compacting copy into the file ``fd`` in a thread (it gives up the GIL), its progress told from
-    here.
-
-    The file is written with ``O_DIRECT`` where the file system takes it, as ``mdb_env_copy2`` does: the
-    copy then leaves no gigabytes of dirty pages for the kernel to write back while the store's writers wait
-    on their own flushes, and does not push the store's pages out of the page cache.
-    """
-    failure: list[BaseException] = []
-    direct = getattr(os, "O_DIRECT", 0)
-    if direct:
-        with contextlib.suppress(OSError):  # a file system without it (tmpfs): written through the cache
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | direct)
-
-    def copy() -> None:
-        try:
-            env.copyfd(fd, compact=True)
-        except BaseException as exc:  # handed to the waiting thread, raised there
-            failure.append(exc)
-
-    worker = threading.Thread(target=copy, name="diffstore-backup-copy", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(_POLL_S)
-        if progress is not None:
-            copied = os.fstat(fd).st_size
-            progress(copied, max(expected, copied))
-    if failure:
-        raise failure[0]
 
 
 def sync_directory(path: Path) -> None:

@@ -46,6 +46,14 @@ def add_commands(subparsers: Any) -> None:
         default=os.environ.get("DIFFSTORE_TOKEN"),
         help="with --url: bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
     )
+    parser.add_argument(
+        "--disk-share",
+        type=_share,
+        default=None,
+        metavar="SHARE",
+        help="with --data: the share of the time the copy keeps the disk busy writing, so that the store's"
+        " writers keep theirs (default 0.5; 1: full speed)",
+    )
     parser.add_argument("out", metavar="OUT", help="the directory to write (must not exist, or be empty)")
     parser.set_defaults(func=_backup)
 
@@ -72,13 +80,23 @@ def add_commands(subparsers: Any) -> None:
     parser.set_defaults(func=_compact)
 
 
+def _share(text: str) -> float:
+    share = float(text)
+    if not 0 < share <= 1:
+        raise argparse.ArgumentTypeError("a share is a number in (0, 1]")
+    return share
+
+
 def _backup(args: argparse.Namespace) -> int:
-    from diffstore.engine import backup
+    from diffstore.engine import backup, copying
 
     out = Path(args.out)
     with _progress("backing up") as progress:
         if args.data is not None:
-            result = backup.backup_directory(Path(args.data), out, progress)
+            share = copying.DISK_SHARE if args.disk_share is None else args.disk_share
+            result = backup.backup_directory(Path(args.data), out, progress, share)
+        elif args.disk_share is not None:
+            raise InvalidRequest("--disk-share paces a copy from the data directory: use it with --data")
         else:
             result = _backup_from_server(args.url, args.token, out, progress)
     print(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from diffstore import Store, StoreConfig
-from diffstore.engine import backup, check, files, storage
+from diffstore.engine import backup, check, copying, files, storage
 from diffstore.errors import InvalidRequest, StorageError
 from tests.helpers import close_pipes
 
@@ -168,3 +168,29 @@ def test_the_empty_open_generation_of_a_backup_forgets_its_producer_seq_nos(tmp_
     with Store.open(source, StoreConfig(background=False)) as store:  # the source kept its open work
         assert store.collection("auto").producer_last_seq_no("p") == 7
         assert store.collection("m").next_generation_id == b"1"
+
+
+def test_a_paced_copy_is_lmdbs_compacting_copy_byte_for_byte(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    with Store.open(source, StoreConfig(background=False)) as store:
+        c = store.create_collection("A")
+        c.start_generation(b"1")
+        c.put_many([(b"k%05d" % i, os.urandom(300)) for i in range(5000)], generation_id=b"1")
+        c.commit_generation(b"1")
+    seen: list[tuple[int, int]] = []
+    with files.open_existing(source) as opened:
+        plain = tmp_path / "plain"
+        with open(plain, "wb") as f:
+            opened.env.copyfd(f.fileno(), compact=True)
+        paced = tmp_path / "paced"
+        fd = os.open(paced, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            written = copying.copy_to_file(
+                opened.env, fd, 1, lambda done, total: seen.append((done, total)), 0.5
+            )
+        finally:
+            os.close(fd)
+    assert paced.read_bytes() == plain.read_bytes() and written == plain.stat().st_size
+    assert seen[-1] == (written, written)
+    with pytest.raises(ValueError, match="disk_share"):
+        copying.copy_to_file(opened.env, 0, 1, None, 0)
