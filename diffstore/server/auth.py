@@ -1,4 +1,11 @@
-"""Bearer-token authentication as a pure ASGI middleware: every route but ``/healthz`` and the UI shell."""
+"""Bearer-token authentication as a pure ASGI middleware: every route but ``/healthz``, the console's shell
+and the API docs.
+
+What stays open holds no data: the console's static files (it asks for the token itself) and the API's
+description (``/docs``, ``/redoc``, ``/openapi.json`` and their assets: the protocol, published in
+docs/protocol.md anyway), so that the console's "API docs" link opens them; their "Try it out" calls the
+API with the token given to Swagger UI's "Authorize".
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from diffstore.server.negotiation import response_codec
 from diffstore.wire import error_to_wire
 
-OPEN_PATHS = frozenset({"/healthz", "/healthz/", "/", "/ui"})
-OPEN_PREFIX = "/ui/"  # the console's static shell: it holds no data and asks for the token itself
+OPEN_PATHS = frozenset({"/healthz", "/healthz/", "/", "/ui", "/docs", "/redoc", "/openapi.json"})
+OPEN_PREFIXES = ("/ui/", "/docs-assets/")  # the console's static shell, the API docs' scripts and styles
 
 
 class BearerAuth:
@@ -26,7 +33,7 @@ class BearerAuth:
         self.expected = token.encode("utf-8")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIX):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
         given = b""

@@ -2,7 +2,8 @@
 
 The assets are those shipped by the ``fastapi-offline`` package (Swagger UI and ReDoc, under their own
 licenses, which that package carries); nothing is loaded from another host, so the pages work offline.
-Like every route but ``/healthz`` and the console's shell, they are behind the token when one is set.
+They are open when a token is set, as the console's shell is (they hold no data, see
+:mod:`diffstore.server.auth`): the console links to them.
 """
 
 from __future__ import annotations

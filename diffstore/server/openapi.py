@@ -45,6 +45,10 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     for name, schema in defs.get("$defs", {}).items():
         components.setdefault(name, schema)
     _add_msgpack_answers(document)
+    # a server started with --token wants it on every route (Swagger UI's "Authorize" takes it); one
+    # without wants none: both are allowed here, the schema is the same for both
+    document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    document["security"] = [{}, {"bearer": []}]
     app.openapi_schema = document
     return document
 
