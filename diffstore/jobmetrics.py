@@ -11,6 +11,7 @@ default) while it runs: the same text format as the server's ``/metrics``.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -47,40 +48,50 @@ class MetricsServer:
 
 
 class IngestMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    """The series of one ingestor, each labelled with its ``subscription`` (and ``collection``), so that the
+    ingestors of several pipelines scraped into one Prometheus stay apart."""
+
+    def __init__(self, registry: CollectorRegistry, subscription: str = "", collection: str = "") -> None:
+        names = ["subscription", "collection"]
         self.applied = Counter(
-            "diffstore_ingest_records", "Records applied to the collection", registry=registry
-        )
+            "diffstore_ingest_records", "Records applied to the collection", names, registry=registry
+        ).labels(subscription, collection)
         self.skipped = Counter(
             "diffstore_ingest_records_skipped",
             "Records delivered again and skipped (already applied)",
+            names,
             registry=registry,
-        )
+        ).labels(subscription, collection)
         self.windows = Counter(
-            "diffstore_ingest_windows", "Windows committed as generations", registry=registry
-        )
+            "diffstore_ingest_windows", "Windows committed as generations", names, registry=registry
+        ).labels(subscription, collection)
         self.rate = Gauge(
             "diffstore_ingest_records_per_second",
             "Records applied per second over the last seconds",
+            names,
             registry=registry,
-        )
-        self.lag = Gauge(
+        ).labels(subscription, collection)
+        self._lag = Gauge(
             "diffstore_ingest_lag_seconds",
             "Seconds from the publish time of the newest record applied from a shard to its commit",
-            ["shard"],
+            [*names, "shard"],
             registry=registry,
         )
+        self._names = (subscription, collection)
         self._applied_total = 0
         self._skipped_total = 0
 
-    def on_commit(self, stats: CommitStats, records_per_second: float) -> None:
+    def follow_rate(self, records_per_second: Callable[[], float]) -> None:
+        """Reads the rate at each scrape, so that it falls to 0 when no record comes (no commit sets it)."""
+        self.rate.set_function(records_per_second)
+
+    def on_commit(self, stats: CommitStats) -> None:
         self.windows.inc()
         self.applied.inc(stats.applied_total - self._applied_total)
         self.skipped.inc(stats.skipped_total - self._skipped_total)
         self._applied_total, self._skipped_total = stats.applied_total, stats.skipped_total
-        self.rate.set(records_per_second)
         for shard, lag in stats.shard_lag_s.items():
-            self.lag.labels(str(shard)).set(lag)
+            self._lag.labels(*self._names, str(shard)).set(lag)
 
 
 class TransformMetrics:

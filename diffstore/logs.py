@@ -18,9 +18,12 @@ import logging
 import re
 import sys
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 FORMATS = ("text", "json")
@@ -93,6 +96,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def configure_from(args: argparse.Namespace) -> None:
     """:func:`configure` from the arguments :func:`add_arguments` added."""
     configure(args.log_level, args.log_format)
+
+
+def console() -> Console:
+    """The console of a command's messages and live tables (on stderr), without rich's automatic
+    highlighting: it would colour the digits and letters inside a base64 generation id as separate pieces
+    (and a number inside a name); what a message colours, its markup says."""
+    from rich.console import Console  # imported when a command prints, not by every process that logs
+
+    return Console(stderr=True, highlight=False)
 
 
 class Reporter:

@@ -16,6 +16,7 @@ namespace, in order, as typed into one interpreter session; a Python block whose
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import itertools
 import json
@@ -366,11 +367,14 @@ def test_first_hour(tmp_path: Path) -> None:
         sh(page.next("diffstore streams create fruit"), tmp_path, env)
         # 3. ingestion, in a second shell
         assert write_file_block(page.next("# colours.py"), tmp_path) == "colours.py"
-        jobs.start(here(page.next("diffstore ingest --hstream")), "ingest")
+        ingest = jobs.start(here(page.next("diffstore ingest --hstream")), "ingest")
         with Client(url) as client:
             wait_until(
                 lambda: records(client, "colours") == {b"apple": b"green", b"pear": b"yellow"}, "ingestion"
             )
+        said = ingest.read_text()  # alone, it takes the lease: nobody to stand by for
+        assert "ingest: acquiring the lease of 'colours'" in said and "standby" not in said, said
+        assert "ingest: active" in said, said
         out = sh(page.next("diffstore collections ls"), tmp_path, env)
         assert "colours\tmanual\n" in out and "apple\tgreen\npear\tyellow\n" in out and "green\n" in out
         assert "hstream/fruit-to-store/" in out  # the readers
@@ -380,7 +384,12 @@ def test_first_hour(tmp_path: Path) -> None:
         sh(page.next("printf 'apple=red\\nplum=purple\\n' | diffstore streams produce fruit"), tmp_path, env)
         wait_until(lambda: "+ plum\tpurple" in watch.read_text(), "watch to print the new records")
         printed = watch.read_text()
-        assert re.match(r"generation base64:\S+ \(from base64:\S+\)\n", printed), printed
+        ids = re.match(r"generation base64:(\S+) \(from base64:(\S+)\)\n", printed)
+        assert ids, printed
+        # as the page says: 16 bytes, an 8-byte counter and the 8-byte version of the ingestor's lease
+        to_id, from_id = (base64.b64decode(ids.group(i)) for i in (1, 2))
+        assert len(to_id) == len(from_id) == 16 and to_id[8:] == from_id[8:], (to_id, from_id)
+        assert int.from_bytes(to_id[:8], "big") == int.from_bytes(from_id[:8], "big") + 1
         assert "~ apple\tgreen\tred\n" in printed
         # 5. a transform (a real Spark session, started by the command)
         assert write_file_block(page.next("# shout.py"), tmp_path) == "shout.py"
@@ -389,6 +398,19 @@ def test_first_hour(tmp_path: Path) -> None:
         out = sh(page.next("diffstore lineage colours-loud --depth 2"), tmp_path, env)
         assert re.search(r"^  from_fruit\tcolours\t- -> \S+", out, re.M), out
         assert re.search(r"^    hstream/fruit-to-store/\d+\thstream://fruit\t", out, re.M), out
+        # --watch, in a fourth shell: caught up once, then a round per change
+        following = jobs.start(
+            page.next("diffstore transform --job shout:job --target colours-loud"), "follow"
+        )
+        wait_until(lambda: "caught up" in following.read_text(), "transform --watch to catch up", 300)
+        produce, get = page.next("printf 'kiwi=brown\\n' | diffstore streams produce fruit").splitlines()
+        sh(produce, tmp_path, env)
+        with Client(url) as client:
+            wait_until(lambda: records(client, "colours-loud").get(b"kiwi") == b"BROWN", "the round", 120)
+        assert sh(get, tmp_path, env) == "BROWN\n"
+        said = following.read_text()
+        assert "\ncaught up; following colours\n" in said, said
+        assert said.count("caught up") == 1 and "committed" in said.split("caught up", 1)[1], said
         # 6. one-line errors: the command, then what it prints (with ... for what varies)
         command, expected = page.next("diffstore query colours --url http://127.0.0.1:3999").splitlines()
         unused = f"http://127.0.0.1:{free_port()}"
@@ -404,7 +426,7 @@ def test_first_hour(tmp_path: Path) -> None:
         pattern = ".*".join(map(re.escape, expected.replace("http://127.0.0.1:3999", unused).split("...")))
         assert done.returncode == 1 and re.fullmatch(pattern, done.stderr.strip()), done.stderr
         codes = jobs.stop_all()  # Ctrl-C in every shell
-    assert codes == [0, 0, 0, 0], codes  # watch, ingest and both servers stop cleanly
+    assert codes == [0, 0, 0, 0, 0], codes  # transform --watch, watch, ingest and both servers stop cleanly
     page.done()
 
 

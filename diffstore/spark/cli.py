@@ -258,12 +258,11 @@ def run_transform(args: argparse.Namespace) -> int:
         ) from None
     fn = load_job(args.job)
     check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
-    from rich.console import Console
     from rich.markup import escape
 
     from diffstore.spark.transform import RoundStats, Transform, TransformError, encode_id
 
-    console = Console(stderr=True)
+    console = logs.console()
     logs.configure_from(args)
     report = logs.Reporter(console, _log, args.log_format)
 
@@ -272,6 +271,8 @@ def run_transform(args: argparse.Namespace) -> int:
         registry = jobmetrics.CollectorRegistry()
         metrics = jobmetrics.TransformMetrics(registry)
         metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
+
+    caught_up_after: list[int] = []  # the rounds count of the last "caught up" told
 
     def on_event(name: str, details: dict[str, Any]) -> None:
         if metrics is not None:
@@ -323,10 +324,18 @@ def run_transform(args: argparse.Namespace) -> int:
             reason = str(details["reason"])
             report.say(logging.WARNING, f"[yellow]lease lost[/] {reason}", "lease lost", reason=reason)
         elif name == "caught_up":
+            # told once; with --watch, every wake-up catches up again: its rounds say "committed" already
             rounds = details["rounds"]
-            report.say(
-                logging.INFO, f"[green]caught up[/] after {rounds} round(s)", "caught up", rounds=rounds
-            )
+            if not caught_up_after:
+                following = f"; following {', '.join(sorted(set(sources.values())))}" if args.watch else ""
+                after = f" after {rounds} round{'' if rounds == 1 else 's'}" if rounds else ""
+                report.say(
+                    logging.INFO,
+                    f"[green]caught up[/]{after}{escape(following)}",
+                    "caught up",
+                    rounds=rounds,
+                )
+            caught_up_after[:] = [rounds]
 
     with console.status("starting Spark"):
         spark = start_session(args)
@@ -356,8 +365,8 @@ def run_transform(args: argparse.Namespace) -> int:
     except TransformError as exc:
         report.say(logging.ERROR, f"[red]failed[/] {escape(str(exc))}", "transform failed", error=str(exc))
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # how a --watch is stopped (exit 0, as watch and ingest); else cut short
+        return 0 if args.watch else 130
     finally:
         transform.close()
         spark.stop()

@@ -20,7 +20,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -30,12 +32,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from diffstore import jobmetrics, logs, shell
+from diffstore.collection import Collection
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError
 from diffstore.leases import DEFAULT_TTL_MS
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
-from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, load_mapper
+from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, lease_name, load_mapper
 from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
 
 _log = logging.getLogger("diffstore.ingest")
@@ -112,42 +115,76 @@ def _open_sink(args: argparse.Namespace) -> CollectionSink:
     return HttpSink.open(args.url, args.collection, create=args.create_collection, token=args.token or None)
 
 
+RATE_WINDOW_S = 5.0
+"""The records/s of the live table and of the metrics: applied over the last this many seconds."""
+
+
 class _Progress:
-    """Records/s over the last few seconds and lag (now − publish time of the newest applied record)."""
+    """Records/s over the last few seconds and lag (commit time − publish time of the newest applied record).
+
+    Both stay live between commits: the rate is taken up to now (it falls to 0 within
+    :data:`RATE_WINDOW_S` of the last record), and once no window has committed for ``idle_after_s`` (no
+    record came: a window commits ``window_ms`` after its first) the lag says the ingestor is caught up and
+    since when. The live table asks :meth:`render` at each refresh, not only at each commit.
+    """
 
     def __init__(
-        self, console: Console, log_commits: bool, metrics: jobmetrics.IngestMetrics | None = None
+        self,
+        console: Console,
+        log_commits: bool,
+        metrics: jobmetrics.IngestMetrics | None = None,
+        idle_after_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.console = console
         self.log_commits = log_commits
         self.metrics = metrics
-        self.started = time.monotonic()
+        self.idle_after_s = idle_after_s
+        self.clock = clock
+        self.started = clock()
+        # (time, records applied by then), from the last one at or before the rate's window on
         self.samples: list[tuple[float, int]] = [(self.started, 0)]
         self.last: CommitStats | None = None
+        self.last_at = self.started
         self.live: Live | None = None
+        self._lock = threading.Lock()  # commits come from the ingestor's thread, refreshes from rich's
+        if metrics is not None:
+            metrics.follow_rate(self.rate)
 
-    def rate(self) -> float:
-        (t0, n0), (t1, n1) = self.samples[0], self.samples[-1]
-        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+    def rate(self, now: float | None = None) -> float:
+        """Records applied per second over the last :data:`RATE_WINDOW_S` up to ``now``."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            cutoff = now - RATE_WINDOW_S
+            while len(self.samples) > 1 and self.samples[1][0] <= cutoff:
+                self.samples.pop(0)
+            span = min(RATE_WINDOW_S, now - self.started)
+            return (self.samples[-1][1] - self.samples[0][1]) / span if span > 0 else 0.0
 
     def render(self) -> Table:
+        now = self.clock()
         table = Table(title="diffstore ingest", show_header=False)
         stats = self.last
         table.add_row("applied records", f"{stats.applied_total if stats else 0:,}")
         table.add_row("skipped (already applied)", f"{stats.skipped_total if stats else 0:,}")
-        table.add_row("records/s", f"{self.rate():,.0f}")
-        table.add_row("lag", f"{stats.lag_s:.2f} s" if stats else "-")
+        table.add_row("records/s", f"{self.rate(now):,.0f}")
+        table.add_row("lag", self.lag_text(now))
         table.add_row("generation", shell.show(stats.generation_id) if stats else "-")
         return table
 
+    def lag_text(self, now: float) -> str:
+        idle_s = now - self.last_at
+        if idle_s >= self.idle_after_s:
+            return f"caught up (no new record for {idle_s:.0f} s)"
+        return f"{self.last.lag_s:.2f} s" if self.last else "-"
+
     def on_commit(self, stats: CommitStats) -> None:
-        now = time.monotonic()
-        self.last = stats
-        self.samples.append((now, stats.applied_total))
-        while len(self.samples) > 2 and now - self.samples[0][0] > 5.0:
-            self.samples.pop(0)
+        now = self.clock()
+        with self._lock:
+            self.last, self.last_at = stats, now
+            self.samples.append((now, stats.applied_total))
         if self.metrics is not None:
-            self.metrics.on_commit(stats, self.rate())
+            self.metrics.on_commit(stats)
         _log.debug(
             "window committed",
             extra={
@@ -168,7 +205,17 @@ class _Progress:
             }
             print(json.dumps(line), flush=True)
         elif self.live is not None:
-            self.live.update(self.render())
+            self.live.refresh()
+
+
+def _lease_holder(collection: Collection, name: str) -> str | None:
+    """Who holds the lease ``name`` now (None: nobody, or the store could not say)."""
+    try:
+        leases = collection.leases()
+    except DiffstoreError:
+        return None
+    now_ms = int(time.time() * 1000)
+    return next((lease.owner for lease in leases if lease.name == name and lease.held_at(now_ms)), None)
 
 
 def _lease_ttl(value: int) -> int | None:
@@ -179,7 +226,7 @@ def _lease_ttl(value: int) -> int | None:
 
 def run_ingest(args: argparse.Namespace) -> int:
     """Runs the ingestor until SIGTERM/SIGINT; returns the exit code."""
-    console = Console(stderr=True)
+    console = logs.console()
     logs.configure_from(args)
     report = logs.Reporter(console, _log, args.log_format)
     try:
@@ -213,21 +260,31 @@ def run_ingest(args: argparse.Namespace) -> int:
     metrics, metrics_server = None, None
     if args.metrics_port is not None:
         registry = jobmetrics.CollectorRegistry()
-        metrics = jobmetrics.IngestMetrics(registry)
+        metrics = jobmetrics.IngestMetrics(registry, args.subscription, args.collection)
         metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
-    progress = _Progress(console, args.log_commits, metrics)
+    # a window commits window_ms after its first record: twice that without a commit is no record coming
+    progress = _Progress(console, args.log_commits, metrics, idle_after_s=max(1.0, 2 * args.window_ms / 1000))
 
     def on_state(state: str, token: LeaseToken | None) -> None:
         if token is None:
-            text = f"ingest: standby (another ingestor holds the lease of {args.collection!r})"
-            report.say(logging.INFO, text, "ingest standby")
+            holder = _lease_holder(sink.collection, lease_name(args.subscription))
+            if holder is None:  # nobody to wait for: this ingestor takes the lease in a moment
+                report.say(
+                    logging.INFO, f"ingest: acquiring the lease of {args.collection!r}", "ingest acquiring"
+                )
+            else:
+                text = (
+                    f"ingest: standby ({holder} holds the lease of {args.collection!r}; this ingestor takes "
+                    "over when it stops or its lease expires)"
+                )
+                report.say(logging.INFO, text, "ingest standby", holder=holder)
         else:
             text = f"ingest: active (lease {token.name!r} version {token.version})"
             report.say(logging.INFO, text, "ingest active", lease=token.name, version=token.version)
 
     try:
         if not args.log_commits and console.is_terminal and args.log_format == "text":
-            with Live(progress.render(), console=console, refresh_per_second=4) as live:
+            with Live(console=console, refresh_per_second=4, get_renderable=progress.render) as live:
                 progress.live = live
                 ingestor.run(progress.on_commit, on_state)
         else:

@@ -54,17 +54,19 @@ def test_ingest_serves_its_metrics_and_logs_json(stream_server: Any, tmp_path: P
         try:
             wait_until(lambda: _samples(port), 30, what="the metrics endpoint")
             produce(client, "s", [(f"k{i}", b"%d" % i) for i in range(100)])
+            pipeline = frozenset({("subscription", "sub"), ("collection", "C")})
             done = wait_until(
                 lambda: (
-                    (s := _samples(port)).get(("diffstore_ingest_records_total", frozenset())) == 100 and s
+                    (s := _samples(port)).get(("diffstore_ingest_records_total", pipeline)) == 100 and s
                 ),
                 60,
                 what="the 100 records to be counted",
             )
-            assert done[("diffstore_ingest_windows_total", frozenset())] >= 1
-            assert ("diffstore_ingest_records_per_second", frozenset()) in done
+            assert done[("diffstore_ingest_windows_total", pipeline)] >= 1
+            assert ("diffstore_ingest_records_per_second", pipeline) in done
             lags = [labels for name, labels in done if name == "diffstore_ingest_lag_seconds"]
             assert {dict(labels)["shard"] for labels in lags}, done  # a lag series per shard that had records
+            assert all(pipeline <= labels for labels in lags), lags
             process.terminate()
             assert process.wait(60) == 0
         finally:
