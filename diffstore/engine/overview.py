@@ -205,6 +205,11 @@ def space_of(store: Store) -> space.Space:
         ) from exc
 
 
+def map_size_bytes(store: Store) -> int:
+    """The upper bound of the store's data file (``StoreConfig.map_size``): writes past it fail."""
+    return int(store.env.info()["map_size"])
+
+
 def version(store: Store) -> str:
     """A digest of every collection's row and every reader: it changes when anything :func:`overview` shows
     changes (commits, writes into an open generation, readers created, moved or deleted, collections)."""

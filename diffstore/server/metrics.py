@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import os
+import platform
 import re
 import shutil
 import tempfile
@@ -36,7 +38,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -59,6 +69,9 @@ UNMATCHED = "<unmatched>"
 LONG_POLL_ROUTE = "/collections/{c}/generationId/stream"
 _log = logging.getLogger("diffstore.server.metrics")
 _FAST_PATH = re.compile(r"/collections/[^/]+/(.+?)/?")
+_PID_FILE = re.compile(
+    r"\w+_(\d+)\.db"
+)  # prometheus_client's files: counter_<pid>.db, gauge_livesum_<pid>.db
 
 
 def prepare_multiprocess(directory: str | None = None) -> str:
@@ -139,6 +152,11 @@ class _StoreCollector(Collector):
         yield GaugeMetricFamily(
             "diffstore_store_page_bytes", "Size of one page of the store's data file", value=room.page_bytes
         )
+        yield GaugeMetricFamily(
+            "diffstore_store_map_size_bytes",
+            "Upper bound of the store's data file (--map-size): writes past it answer 507 storageFull",
+            value=overview.map_size_bytes(self.store),
+        )
         # Automatic commits are retried by the process that took them: with several workers these two
         # describe the scraped process (a failure that persists shows in every process that retries it).
         health = self.store.health()
@@ -184,6 +202,57 @@ class _LiveCollectionsOnly(Collector):
             yield metric
 
 
+class _BuildInfo(Collector):
+    """``diffstore_build_info{version,python}`` = 1: which diffstore answers (a dashboard's table, or a
+    query joined on it)."""
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "diffstore_build_info",
+            "The diffstore version serving, and its Python",
+            labels=["version", "python"],
+        )
+        info.add_metric([_version(), platform.python_version()], 1)
+        yield info
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("diffstore")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class _WorkerProcesses(Collector):
+    """prometheus_client's process metrics (CPU, memory, open files, start time) of every live process of
+    the server, one series per process labelled ``worker`` (its pid).
+
+    One process answers a scrape for all: in multiprocess mode the others are the pids that own files in
+    the metrics directory and still run (a dead worker's files stay until the server stops).
+    """
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+
+    def pids(self) -> list[int]:
+        if self.directory is None:
+            return [os.getpid()]
+        found = {int(m.group(1)) for name in os.listdir(self.directory) if (m := _PID_FILE.fullmatch(name))}
+        return sorted(pid for pid in found | {os.getpid()} if os.path.exists(f"/proc/{pid}"))
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for pid in self.pids():
+            collector = ProcessCollector(pid=lambda pid=pid: pid, registry=None)  # type: ignore[misc]
+            for metric in collector.collect():
+                family = families.get(metric.name)
+                if family is None:
+                    family = families[metric.name] = Metric(metric.name, metric.documentation, metric.type)
+                for sample in metric.samples:
+                    family.add_sample(sample.name, {**sample.labels, "worker": str(pid)}, sample.value)
+        yield from families.values()
+
+
 class ServerMetrics:
     """The metrics of one app over one store; :meth:`attach` starts listening, :meth:`detach` stops."""
 
@@ -201,6 +270,9 @@ class ServerMetrics:
             merged = multiprocess.MultiProcessCollector(None)  # type: ignore[no-untyped-call]
             self.registry.register(_LiveCollectionsOnly(merged, store))
         self.registry.register(_StoreCollector(store))
+        self.registry.register(_BuildInfo())
+        self.registry.register(_WorkerProcesses(os.environ.get(MULTIPROC_ENV) if self.multiprocess else None))
+        PlatformCollector(registry=self.registry)  # python_info{implementation,version}
         self.requests = Counter(
             "diffstore_http_requests",
             "HTTP requests by route template, method and status",
