@@ -101,7 +101,7 @@ def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path, workers: str
             return False
 
     try:
-        wait_until(healthy, 30, what="diffstore serve to start")
+        wait_until(healthy, 120, what="diffstore serve to start")  # 2 workers: ~45 s at load 20
         assert httpx.get(f"{url}/collections/").status_code == 200
     finally:
         process.send_signal(signal.SIGTERM)
