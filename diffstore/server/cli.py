@@ -44,6 +44,9 @@ def _serve_command(args: argparse.Namespace) -> int:
             workers=args.workers,
             header_timeout_s=args.header_timeout_s,
             body_timeout_s=args.body_timeout_s,
+            body_min_rate_bytes_s=args.body_min_rate,
+            inflight_body_max_bytes=args.inflight_body_max_bytes,
+            inflight_connection_max_bytes=args.inflight_connection_max_bytes,
             metrics=args.metrics,
             log_level=args.log_level,
             log_format=args.log_format,
@@ -133,6 +136,30 @@ def add_commands(subparsers: Any) -> None:
         type=float,
         default=30.0,
         help="close a connection whose request body stalls this long between chunks (default 30)",
+    )
+    parser.add_argument(
+        "--body-min-rate",
+        type=size_argument,
+        default=64 * 1024,
+        metavar="BYTES",
+        help="close a connection whose request body has not arrived within --body-timeout-s plus one second"
+        " per this many bytes received (default 64KiB; 0: no minimum rate)",
+    )
+    parser.add_argument(
+        "--inflight-body-max-bytes",
+        type=size_argument,
+        default=128 * 1024 * 1024,
+        metavar="SIZE",
+        help="request body bytes all requests of a worker may hold at once; past it: 503 overloaded"
+        " (default 128MiB)",
+    )
+    parser.add_argument(
+        "--inflight-connection-max-bytes",
+        type=size_argument,
+        default=32 * 1024 * 1024,
+        metavar="SIZE",
+        help="what one request may hold of --inflight-body-max-bytes while others hold some too"
+        " (default 32MiB)",
     )
     parser.add_argument(
         "--no-request-metrics",

@@ -36,8 +36,11 @@ class ServerConfig:
         put_max_bytes, put_many_max_bytes, body_max_bytes: the body limits of put, putMany and every other
             route, each *plus* :data:`KEY_ALLOWANCE_BYTES` (SPEC §1: a key that can be written can always
             be read, looked around, and used as ``fromKey``/``toKey``).
-        inflight_body_max_bytes: the request body bytes all requests together may hold at once; past it a
-            request is answered 503 ``overloaded`` with ``Retry-After`` (a request alone is always let in).
+        inflight_body_max_bytes: the request body bytes all requests together may hold at once (bytes
+            received, not declared); past it a request is answered 503 ``overloaded`` with ``Retry-After``
+            (a request alone is always let in).
+        inflight_connection_max_bytes: ... and what one request may hold of it while others hold some too
+            (so that a few connections cannot take it all; the default lets every putMany of SPEC §1 in).
         large_body_bytes: a body larger than this is parsed and applied while no other such body is: it
             would wait for the store's write lock anyway, and waiting parsed it holds several times its size
             (three 1M-item putManys at once peaked at 1.7 GiB RSS, see ``benchmarks/put_many_memory.py``).
@@ -48,7 +51,11 @@ class ServerConfig:
             see ``docs/process-model.md``.
         header_timeout_s: a connection whose request line and headers are not all read this long after
             they began (or after it opened) is closed (0: never).
-        body_timeout_s: ... and one whose body stalls this long between two chunks (0: never).
+        body_timeout_s: ... and one whose body stalls this long between two chunks (0: never; this also
+            turns off the minimum rate).
+        body_min_rate_bytes_s: ... and one whose body has not arrived within ``body_timeout_s`` plus one
+            second per this many bytes received (0: no minimum rate): the bytes a slow body holds in the
+            in-flight budget are held for a bounded time.
         metrics: count and time every request for ``/metrics`` (about 5-20 us per request, see
             ``benchmarks/metrics_overhead.py``); without it ``/metrics`` still shows engine events.
         log_level, log_format: logging of the server's processes (see :mod:`diffstore.logs`).
@@ -68,6 +75,7 @@ class ServerConfig:
     put_many_max_bytes: int = 32 * 1024 * 1024
     body_max_bytes: int = 64 * 1024
     inflight_body_max_bytes: int = 128 * 1024 * 1024
+    inflight_connection_max_bytes: int = 32 * 1024 * 1024
     large_body_bytes: int = 1024 * 1024
     long_poll_default_ms: int = 60_000
     long_poll_max_ms: int = 300_000
@@ -76,6 +84,7 @@ class ServerConfig:
     workers: int = 1
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    body_min_rate_bytes_s: int = 64 * 1024
     metrics: bool = True
     log_level: str = "info"
     log_format: str = "text"
@@ -91,8 +100,10 @@ class ServerConfig:
             raise InvalidRequest("port must be within 0..65535")
         if self.token is not None and not self.token.strip():
             raise InvalidRequest("token must not be empty (leave it unset for no authentication)")
-        if self.inflight_body_max_bytes < 1:
-            raise InvalidRequest("inflight_body_max_bytes must be >= 1")
+        if self.inflight_body_max_bytes < 1 or self.inflight_connection_max_bytes < 1:
+            raise InvalidRequest("inflight_body_max_bytes and inflight_connection_max_bytes must be >= 1")
+        if self.body_min_rate_bytes_s < 0:
+            raise InvalidRequest("body_min_rate_bytes_s must be >= 0")
         if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:
             raise InvalidRequest("long_poll_default_ms must be within 0..long_poll_max_ms")
 

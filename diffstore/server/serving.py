@@ -70,7 +70,9 @@ class GracefulServer(uvicorn.Server):
             "lifespan": "on",
             "log_level": config.log_level,
             "access_log": config.access_log,
-            "http": uvicorn_adapter.http_protocol(config.header_timeout_s, config.body_timeout_s),
+            "http": uvicorn_adapter.http_protocol(
+                config.header_timeout_s, config.body_timeout_s, config.body_min_rate_bytes_s
+            ),
         }
         options.update(uvicorn_options)
         super().__init__(uvicorn.Config(app, **options))

@@ -5,7 +5,8 @@ uvicorn's public interface is ASGI, ``uvicorn.Config`` and ``uvicorn.Server``. B
 * ``HttpToolsProtocol``, subclassed (:func:`protocol_class`): responses go out through a
   :class:`~diffstore.server.transport.CoalescingTransport` (one write per response), and half-sent
   requests are closed after a read timeout (headers: ``ServerConfig.header_timeout_s`` from the first
-  byte -- or from the connection, for one that sends nothing; body: ``body_timeout_s`` between chunks).
+  byte -- or from the connection, for one that sends nothing; body: ``body_timeout_s`` between chunks,
+  and a minimum rate, ``body_min_rate_bytes_s``, over the whole body).
 * ``RequestResponseCycle``'s state and ``STATUS_LINE``: a long-poll fan-out writes each answer as one
   whole response straight to the connection (:func:`direct_cycle`, :func:`write_directly`,
   :func:`finish_directly`; see :mod:`diffstore.server.longpoll`).
@@ -93,25 +94,37 @@ def mismatch() -> str | None:
     return None
 
 
-def http_protocol(header_timeout_s: float, body_timeout_s: float) -> Any:
+def http_protocol(header_timeout_s: float, body_timeout_s: float, body_min_rate_bytes_s: int = 0) -> Any:
     """The ``http`` option of ``uvicorn.Config``: our protocol class, or uvicorn's own on a mismatch."""
     reason = mismatch()
     if reason is not None:
         _log.warning("%s: serving with uvicorn's own protocol and plain ASGI sends", reason)
         return "httptools"
-    return protocol_class(header_timeout_s, body_timeout_s)
+    return protocol_class(header_timeout_s, body_timeout_s, body_min_rate_bytes_s)
 
 
 @cache
-def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type:
-    """uvicorn's httptools protocol writing through a coalescing transport, with read timeouts."""
+def protocol_class(header_timeout_s: float, body_timeout_s: float, body_min_rate_bytes_s: int = 0) -> type:
+    """uvicorn's httptools protocol writing through a coalescing transport, with read timeouts.
+
+    A body is closed when it stalls ``body_timeout_s`` between two chunks, or (with a minimum rate) when
+    it has not arrived within ``body_timeout_s`` plus one second per ``body_min_rate_bytes_s`` bytes
+    received (Apache's ``mod_reqtimeout`` ``MinRate``): a slow sender holds what it sent of the in-flight
+    budget for a bounded time. Time during which the server itself holds the body back (reading paused:
+    a request pipelined behind another, an app that has not taken what came) is not counted.
+    """
     base: type = httptools_impl.HttpToolsProtocol
+    per_byte_s = 1.0 / body_min_rate_bytes_s if body_min_rate_bytes_s > 0 else 0.0
 
     class Protocol(base):  # type: ignore[misc]
         _read_timer: asyncio.TimerHandle | None = None
         parks = True  # park() may hold this protocol's connection for a long poll
         parked: Parked | None = None
         held_back = b""  # bytes received while parked: the next request's, fed to the parser after
+        # the body being read: when its clock started, when its last chunk came, how much came since
+        _body_started = 0.0
+        _body_last = 0.0
+        _body_received = 0
 
         def data_received(self, data: bytes) -> None:
             parked = self.parked
@@ -142,11 +155,17 @@ def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type:
                 self._arm(header_timeout_s)
 
         def on_headers_complete(self) -> None:
-            self._arm(body_timeout_s)
+            self._disarm()
+            if body_timeout_s > 0:
+                self._body_started = self._body_last = self.loop.time()
+                self._body_received = 0
+                self._read_timer = self.loop.call_later(body_timeout_s, self._body_check)
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
-            self._arm(body_timeout_s)
+            # no timer per chunk: the one armed is due no later than the deadline these move forward
+            self._body_last = self.loop.time()
+            self._body_received += len(body)
             super().on_body(body)
 
         def on_message_complete(self) -> None:
@@ -168,6 +187,21 @@ def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type:
             self._read_timer = None
             if not self.transport.is_closing():
                 self.transport.close()
+
+        def _body_check(self) -> None:
+            """Closes the connection if its body is late, else waits for its (moved) deadline."""
+            now = self.loop.time()
+            if self.flow.read_paused:  # the server holds the body back: its clock starts again after
+                self._body_started = self._body_last = now
+                self._body_received = 0
+            deadline = self._body_last + body_timeout_s
+            if per_byte_s:
+                allowed_s = body_timeout_s + self._body_received * per_byte_s
+                deadline = min(deadline, self._body_started + allowed_s)
+            if now < deadline:
+                self._read_timer = self.loop.call_at(deadline, self._body_check)
+            else:
+                self._read_timed_out()
 
     Protocol.__name__ = Protocol.__qualname__ = "DiffstoreHttpToolsProtocol"
     return Protocol
