@@ -43,8 +43,6 @@ from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import Tables
 from diffstore.errors import InvalidRequest, text_form
 
-_NEXT_CID = b"\x00next_cid"  # the store's own row in ``collections`` (engine/store.py)
-
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -150,7 +148,7 @@ class _Checker:
     def _collections(self) -> None:
         next_cid: int | None = None
         for key, raw in self._rows("collections"):
-            if key == _NEXT_CID:
+            if key == layout.NEXT_CID:
                 next_cid = layout.read_u64(raw) if len(raw) == 8 else None
                 if next_cid is None:
                     self.bad("collections", "the next collection id is not 8 bytes")
@@ -193,6 +191,8 @@ class _Checker:
                 self.bad("collections", f"{where}: open generation #{meta.next_seq} out of order")
         elif meta.next_count:
             self.bad("collections", f"{where}: counts {meta.next_count} writes but has no open generation")
+        elif meta.next_lease is not None:
+            self.bad("collections", f"{where}: holds the lease of an open generation, but none is open")
         if not meta.manual:
             if meta.next_seq is None:
                 self.bad("collections", f"{where}: an automatic collection without an open generation")
