@@ -59,14 +59,16 @@ def change_line(key: str, old: str | None, new: str | None) -> str:
     return f"~ {key}\t{old}\t{new}"
 
 
-def parse(text: str) -> bytes:
-    """The bytes of a text form; raises :class:`InvalidEncoding` for a malformed ``base64:`` text."""
+def parse(text: str, what: str = "") -> bytes:
+    """The bytes of a text form; raises :class:`InvalidEncoding` for a malformed ``base64:`` text, naming
+    ``what`` (the flag or argument it came from) when given."""
     if not text.startswith(PREFIX):
         return text.encode("utf-8")
     try:
         return base64.b64decode(text[len(PREFIX) :], validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise InvalidEncoding(f"{text!r} is not valid base64 after 'base64:'") from exc
+        where = f"{what} " if what else ""
+        raise InvalidEncoding(f"{where}{text!r} is not valid base64 after 'base64:'") from exc
 
 
 def load_callable(spec: str, option: str) -> Callable[..., Any]:

@@ -176,6 +176,10 @@ def test_messages_speak_the_text_form_and_the_flags(tmp_path: Path) -> None:
         )
         line = one_line(cli("diff", "A", "--from", "base64:AAAAAAAAAAE=", "--to", "", *url))
         assert line == 'diffstore diff: --from base64:AAAAAAAAAAE= is above --to "" (invalidRequest)'
+        line = one_line(cli("query", "A", "--generation", "base64:*", *url))
+        assert line == (
+            "diffstore query: --generation 'base64:*' is not valid base64 after 'base64:' (invalidEncoding)"
+        )
         line = usage_error(cli("lineage", "A", "--depth", "11", *url))
         assert line.endswith("argument --depth: must be within 1..10")
         # a manual collection without an open generation: no "None, not None"
@@ -206,8 +210,11 @@ def test_a_stream_command_names_the_address_it_could_not_reach() -> None:
         address = f"127.0.0.1:{unused.getsockname()[1]}"
         # --timeout stays at its default (10 s): the command gives up after its connection check (2 s)
         line = one_line(cli("streams", "ls", "--hstream", f"hstream://{address}"))
-    assert line.startswith(f"diffstore streams ls: cannot reach an HStream server at hstream://{address}")
-    assert f"(no connection to {address} within 2 s)" in line
+        assert line.startswith(f"diffstore streams ls: cannot reach an HStream server at hstream://{address}")
+        assert f"(no connection to {address} within 2 s)" in line
+        ingest = ["ingest", "--hstream", f"hstream://{address}", "--subscription", "s", "--collection", "c"]
+        done = cli(*ingest, "--url", "http://127.0.0.1:9")
+        assert f"no connection to {address} within 2 s" in done.stderr, done.stderr
 
 
 def test_query_into_a_closed_pipe_is_quiet_and_succeeds(tmp_path: Path) -> None:

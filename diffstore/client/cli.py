@@ -59,7 +59,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    since = None if args.since is None else shell.parse(args.since)
+    since = None if args.since is None else shell.parse(args.since, "--since")
     try:
         with Client(args.url, token=args.token or None, format=args.wire) as client:
             watch(client.collection(args.collection), args.diff, sys.stdout, since, args.format)

@@ -164,8 +164,8 @@ def _client(args: argparse.Namespace) -> Client:
     return Client(args.url, token=args.token or None)
 
 
-def _opt(text: str | None) -> bytes | None:
-    return None if text is None else shell.parse(text)
+def _opt(text: str | None, what: str) -> bytes | None:
+    return None if text is None else shell.parse(text, what)
 
 
 def _emit(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
@@ -238,9 +238,10 @@ def collections_show(args: argparse.Namespace) -> int:
 
 def get(args: argparse.Namespace) -> int:
     """Prints the value (text) or ``{"key","value","generationId"}`` (json); exit 1 when the key is absent."""
-    key = shell.parse(args.key)
+    key = shell.parse(args.key, "KEY")
+    at, phantom = _opt(args.generation, "--generation"), _opt(args.phantom, "--phantom")
     with _client(args) as client:
-        result = client.collection(args.collection).get_result(key, _opt(args.generation), _opt(args.phantom))
+        result = client.collection(args.collection).get_result(key, at, phantom)
     value = None if result.record is None else shell.show(result.record.value)
     generation = shell.show(result.generation_id)
     if args.format == "json":
@@ -257,7 +258,7 @@ def get(args: argparse.Namespace) -> int:
 
 
 def put(args: argparse.Namespace) -> int:
-    key, value = shell.parse(args.key), shell.parse(args.value)
+    key, value = shell.parse(args.key, "KEY"), shell.parse(args.value, "VALUE")
     with _client(args) as client:
         collection = client.collection(args.collection)
         if collection.manual:
@@ -302,10 +303,10 @@ def query(args: argparse.Namespace) -> int:
     """One line per record: ``KEY<TAB>VALUE`` (text) or ``{"key","value"}`` (json)."""
     with _client(args) as client:
         records = client.collection(args.collection).query(
-            generation_id=_opt(args.generation),
-            phantom_id=_opt(args.phantom),
-            from_key=_opt(args.from_key),
-            to_key=_opt(args.to_key),
+            generation_id=_opt(args.generation, "--generation"),
+            phantom_id=_opt(args.phantom, "--phantom"),
+            from_key=_opt(args.from_key, "--from-key"),
+            to_key=_opt(args.to_key, "--to-key"),
             limit=min(args.limit, 1000) if args.limit else None,
         )
         rows = []
@@ -322,8 +323,8 @@ def diff(args: argparse.Namespace) -> int:
     """One line per changed key: ``+ KEY<TAB>NEW``, ``- KEY<TAB>OLD`` or ``~ KEY<TAB>OLD<TAB>NEW``."""
     with _client(args) as client:
         items = client.collection(args.collection).diff(
-            from_generation_id=_opt(args.from_generation),
-            to_generation_id=_opt(args.to_generation),
+            from_generation_id=_opt(args.from_generation, "--from"),
+            to_generation_id=_opt(args.to_generation, "--to"),
             from_reader=args.from_reader,
         )
         rows = []

@@ -54,9 +54,10 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_lineage(args: argparse.Namespace) -> int:
+    asked = None if args.generation is None else shell.parse(args.generation, "GENERATION")
     with Client(args.url, token=args.token or None) as client:
         collection = client.collection(args.collection)
-        generation_id = collection.generation_id if args.generation is None else shell.parse(args.generation)
+        generation_id = collection.generation_id if asked is None else asked
         lineage = collection.lineage(generation_id, depth=args.depth)
     if args.format == "json":
         answer = orjson.dumps(to_json(args.collection, lineage), option=orjson.OPT_APPEND_NEWLINE)

@@ -38,6 +38,7 @@ from diffstore.errors import DiffstoreError
 from diffstore.leases import DEFAULT_TTL_MS
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
+from diffstore.streams.commands import CONNECT_TIMEOUT_S
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, lease_name, load_mapper
 from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
 
@@ -102,6 +103,7 @@ def _check_subscription(url: str, subscription: str) -> None:
     a malformed ``--hstream`` (ValueError), a server that does not answer or a missing subscription
     (StreamError)."""
     with StreamClient(StreamClientConfig(url, timeout_s=PROBE_TIMEOUT_S)) as probe:
+        probe.check_reachable(CONNECT_TIMEOUT_S)  # a server that is not there: said within 2 s, not 10
         probe.get_subscription(subscription)
 
 
