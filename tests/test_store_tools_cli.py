@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lmdb
+
 from diffstore import Store, StoreConfig
 from diffstore.engine import layout, storage
 from diffstore.engine.tables import load_meta
@@ -99,3 +101,25 @@ def test_check_bad_input_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     line = one_line(cli("check", "--data", str(tmp_path / "empty")), "check")
     assert "no data.mdb" in line and os.listdir(tmp_path / "empty") == []
+
+
+def test_a_data_file_that_is_no_store_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / storage.DATA_FILE).write_bytes(b"not an LMDB file" * 1000)
+    other = tmp_path / "other"
+    env = lmdb.open(str(other), max_dbs=4)  # an LMDB environment of someone else's
+    with env.begin(write=True) as txn:
+        txn.put(b"hello", b"world")
+    env.close()
+    for path, expected in ((garbage, "cannot open the store"), (other, "is not a store")):
+        data = (path / storage.DATA_FILE).read_bytes()
+        for argv in (
+            ("backup", "--data", str(path), str(tmp_path / "out")),
+            ("check", "--data", str(path)),
+            ("compact", "--data", str(path)),
+        ):
+            line = one_line(cli(*argv), argv[0])
+            assert expected in line, line
+        assert (path / storage.DATA_FILE).read_bytes() == data
+        assert not (tmp_path / "out").exists()

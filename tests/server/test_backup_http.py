@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -13,8 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from diffstore import Store, StoreConfig
-from diffstore.engine import check, storage
+from diffstore.engine import check, crashpoints, storage
+from diffstore.errors import StorageError
 from diffstore.server import ServerConfig
 from tests.engine.test_backup import acknowledged, snapshot_of, spawn_writer, stop
 from tests.helpers import wait_until
@@ -134,3 +138,23 @@ def test_bad_urls_and_tokens_are_one_line_and_write_nothing(tmp_path: Path) -> N
     line = one_line(cli("backup", "--url", url, str(out)))  # nobody listens there any more
     assert "cannot reach a diffstore server" in line
     assert not out.exists()
+
+
+def test_a_backup_over_http_killed_midway_leaves_out_refused(tmp_path: Path) -> None:
+    with live_server(tmp_path / "s") as live:
+        live.ok("POST", "/collections/", {"collectionName": "A", "isManual": True})
+        for point in ("backup-claimed", "backup-copied"):
+            out = tmp_path / point
+            done = subprocess.run(
+                [sys.executable, "-m", "diffstore", "backup", "--url", live.url, str(out)],
+                capture_output=True,
+                text=True,
+                timeout=DEADLINE_S,
+                env={**os.environ, crashpoints.CRASH_AT_ENV: point},
+            )
+            assert done.returncode == -signal.SIGKILL, done.stderr
+            line = [entry for entry in cli("check", "--data", str(out)).stderr.splitlines() if entry.strip()]
+            assert len(line) == 1 and "unfinished backup" in line[0], line
+            with pytest.raises(StorageError, match="unfinished backup"):
+                Store.open(out)
+        assert live.ok("GET", "/collections/A")["isManual"]  # the server never noticed
