@@ -43,13 +43,17 @@ def usage_error(done: subprocess.CompletedProcess[str]) -> str:
     return done.stderr.strip().splitlines()[-1]
 
 
-def test_serve_on_a_port_in_use(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_a_port_in_use(tmp_path: Path, workers: str) -> None:
+    """One process or a supervisor: one line and exit code 1 (uvicorn's own bind logged six lines, exit 3)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        line = one_line(cli("serve", "--data", str(tmp_path / "data"), "--port", str(port)))
+        done = cli("serve", "--data", str(tmp_path / "data"), "--port", str(port), "--workers", workers)
+        line = one_line(done)
     assert line.startswith("diffstore serve: ") and "another --port" in line
+    assert done.returncode == 1
 
 
 def test_a_data_directory_that_cannot_be_created(tmp_path: Path) -> None:

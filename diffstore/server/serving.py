@@ -98,11 +98,17 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(config: ServerConfig) -> int:
-    """Serves until a signal (one process, or a supervisor of ``config.workers``). Returns the exit code."""
+    """Serves until a signal (one process, or a supervisor of ``config.workers``). Returns the exit code.
+
+    Raises:
+        OSError: the port cannot be bound (taken, or not ours to take).
+    """
     if config.workers > 1:
         return supervise(config)
-    with _open_store(config) as store, following(store, config):
-        serve_store(store, config, on_ready=lambda port: _log.info(ready_message(config, port)))
+    # bound here rather than by uvicorn, which logs a taken port in six lines and exits 3: as with
+    # workers, the failure is then one line and exit code 1 (diffstore.cli.main)
+    with bind(config, reuse_port=False) as sock, _open_store(config) as store, following(store, config):
+        serve_store(store, config, [sock], on_ready=lambda port: _log.info(ready_message(config, port)))
     return 0
 
 

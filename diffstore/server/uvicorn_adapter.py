@@ -6,7 +6,9 @@ uvicorn's public interface is ASGI, ``uvicorn.Config`` and ``uvicorn.Server``. B
   :class:`~diffstore.server.transport.CoalescingTransport` (one write per response), and half-sent
   requests are closed after a read timeout (headers: ``ServerConfig.header_timeout_s`` from the first
   byte -- or from the connection, for one that sends nothing; body: ``body_timeout_s`` between chunks,
-  and a minimum rate, ``body_min_rate_bytes_s``, over the whole body).
+  and a minimum rate, ``body_min_rate_bytes_s``, over the whole body). A request its parser refuses (a
+  URL over 64 KiB, a bad byte in a header) is answered with the SPEC §2 error body, 400
+  ``invalidRequest``, instead of uvicorn's plain text (``send_400_response``).
 * ``RequestResponseCycle``'s state and ``STATUS_LINE``: a long-poll fan-out writes each answer as one
   whole response straight to the connection (:func:`direct_cycle`, :func:`write_directly`,
   :func:`finish_directly`; see :mod:`diffstore.server.longpoll`).
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -35,7 +38,9 @@ import uvicorn
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
+from diffstore.errors import InvalidRequest
 from diffstore.server.transport import CoalescingTransport
+from diffstore.wire import JSON, error_to_wire
 
 SUPPORTED = ((0, 29), (0, 55))  # [lower, upper): the versions pyproject.toml admits
 HELD_BACK_MAX_BYTES = 64 * 1024  # what a parked connection reads ahead before it pauses reading
@@ -64,6 +69,7 @@ _PROTOCOL_METHODS = (
     "on_body",
     "on_message_complete",
     "on_response_complete",
+    "send_400_response",
 )
 
 
@@ -172,6 +178,11 @@ def protocol_class(header_timeout_s: float, body_timeout_s: float, body_min_rate
             self._disarm()
             super().on_message_complete()
 
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn calls this in its ``except`` clause of the parser's error, which says what was wrong
+            self.transport.write(bad_request(sys.exc_info()[1], self.server_state.default_headers))
+            self.transport.close()
+
         def _arm(self, seconds: float) -> None:
             self._disarm()
             if seconds > 0:
@@ -205,6 +216,26 @@ def protocol_class(header_timeout_s: float, body_timeout_s: float, body_min_rate
 
     Protocol.__name__ = Protocol.__qualname__ = "DiffstoreHttpToolsProtocol"
     return Protocol
+
+
+def bad_request(error: BaseException | None, default_headers: Any) -> bytes:
+    """The whole 400 ``invalidRequest`` response (JSON, the connection closed) to a request the parser
+    refused with ``error`` (httptools names the cause, e.g. a URL too long, in the error's context)."""
+    cause = (error.__context__ or error) if error is not None else None
+    reason = (
+        f"malformed HTTP request: {cause}" if cause is not None and str(cause) else "malformed HTTP request"
+    )
+    refused = InvalidRequest(reason)
+    body = JSON.dumps(error_to_wire(refused.code, refused.reason))
+    parts = [httptools_impl.STATUS_LINE[400]]
+    for name, value in default_headers:
+        parts += (name, b": ", value, b"\r\n")
+    parts += (
+        b"content-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+        % (JSON.content_type.encode(), len(body)),
+        body,
+    )
+    return b"".join(parts)
 
 
 def take_captured_signals(server: uvicorn.Server) -> list[int]:

@@ -3,6 +3,7 @@ serves with plain ASGI sends; half-sent requests are closed after the read timeo
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import tomllib
@@ -13,6 +14,7 @@ import uvicorn
 
 from diffstore.server import ServerConfig, uvicorn_adapter
 from diffstore.server.longpoll import CommitHub
+from tests.engine.util import raw_state
 
 from .conftest import Live, es, live_server, wait_until
 from .test_long_poll import read_response
@@ -122,3 +124,34 @@ def test_a_whole_request_on_a_kept_alive_connection_is_not_cut(timeouts: Live) -
         for _ in range(3):
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_response(sock) == b'{"ok":true}'
+
+
+@pytest.mark.parametrize(
+    ("head", "cause"),
+    [
+        (b"GET /collections/m/" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", "url is too long"),
+        (
+            b"POST /collections/m/put HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01b\r\n\r\n",
+            "Invalid header value char",
+        ),
+    ],
+    ids=["url-over-64KiB", "bad-header-byte"],
+)
+def test_a_request_the_parser_refuses_gets_the_json_error_envelope(
+    timeouts: Live, head: bytes, cause: str
+) -> None:
+    before = raw_state(timeouts.store)
+    with connect(timeouts) as sock:
+        sock.sendall(head)
+        answer = b""
+        while chunk := sock.recv(65536):  # the server closes the connection after it
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    assert status_line == b"HTTP/1.1 400 Bad Request"
+    assert b"content-type: application/json; charset=utf-8" in headers.split(b"\r\n")
+    assert b"connection: close" in headers.split(b"\r\n")
+    error = json.loads(body)
+    assert error["error"] == "invalidRequest" and cause in error["reason"], error
+    assert raw_state(timeouts.store) == before
+    assert timeouts.ok("GET", "/healthz") == {"ok": True}
