@@ -271,6 +271,24 @@ def copy_readers(
     return True
 
 
+def add_missing_readers(txn: lmdb.Transaction, tables: Tables, name: str, copies: list[Reader]) -> int:
+    """Creates, at null, the readers of ``copies`` the collection lacks (their positions come with the
+    commits that move them, or with :func:`copy_readers`); returns how many.
+
+    A reader the primary created outside a commit must be there before the generations after it are
+    applied: without it GC on the replica could collect what the primary keeps. At null it keeps
+    everything (never more than the primary collects) until its position is copied.
+    """
+    _require_following(txn, tables)
+    meta = load_meta(txn, tables, name)
+    added = 0
+    for reader in copies:
+        if readers.load_reader(txn, tables, meta, reader.name) is None:
+            readers.put_copy(txn, tables, meta, Reader(reader.name, reader.collection, None))
+            added += 1
+    return added
+
+
 # --- what a primary serves its replicas --------------------------------------------------------------------
 
 

@@ -515,6 +515,11 @@ class Store:
                 scope.txn, self.tables, name, at_generation, readers, leases, self.config.now_ms()
             )
 
+    def add_missing_replica_readers(self, name: str, readers: list[Reader]) -> int:
+        """Creates at null the readers of ``readers`` the collection lacks (see ``replication``)."""
+        with self.write() as scope:
+            return replication.add_missing_readers(scope.txn, self.tables, name, readers)
+
     def set_replica_lag(self, name: str, generations: int, unapplied_since_ms: int | None) -> None:
         """Records how far a collection of the replica is behind (``/replica``, metrics)."""
         with self.write() as scope:

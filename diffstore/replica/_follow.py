@@ -239,6 +239,18 @@ class CollectionFollower:
         self.store.apply_replica_generation(step)
         return True
 
+    def sync_readers(self) -> bool:
+        """Checks our hold (see :meth:`holds_reader`) and creates the readers the replica lacks, from the
+        same list; False when the hold is gone."""
+        readers = self.primary.readers()
+        if not any(reader.name == self.reader for reader in readers):
+            return False
+        local = {reader.name for reader in self.store.collection(self.name).readers()}
+        missing = [reader for reader in reader_copies(readers) if reader.name not in local]
+        if missing:
+            self.store.add_missing_replica_readers(self.name, missing)
+        return True
+
     def holds_reader(self) -> bool:
         """Whether our reader is still there: the collection is the one we copy, not a new one."""
         return any(reader.name == self.reader for reader in self.primary.readers())
@@ -264,7 +276,7 @@ class CollectionFollower:
                     return
                 batch.append((generation_id, records, moves))
                 size += len(records)
-            if not self.holds_reader():
+            if not self.sync_readers():
                 self.drop()
                 return
             for generation_id, records, moves in batch:
