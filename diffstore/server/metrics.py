@@ -173,6 +173,27 @@ class _StoreCollector(Collector):
             "Failed attempts of automatic commits since this process opened the store",
             value=health.auto_commit_failures,
         )
+        yield from _replica_metrics(self.store)
+
+
+def _replica_metrics(store: Store) -> Iterator[Metric]:
+    """A read replica's lag and applied generations (stored by its follower: every worker sees them)."""
+    state = store.replica_state()
+    if state.primary is None:
+        return
+    lag = GaugeMetricFamily(
+        "diffstore_replica_lag_generations",
+        "Generations of the primary a read replica has seen and not applied yet, by collection",
+        labels=["collection"],
+    )
+    for entry in state.lags:
+        lag.add_metric([entry.collection], entry.generations)
+    yield lag
+    yield CounterMetricFamily(
+        "diffstore_replica_applied_generations",
+        "Generations of the primary this replica applied, ever",
+        value=state.applied,
+    )
 
 
 PER_COLLECTION = frozenset({"diffstore_commits", "diffstore_records_written"})
