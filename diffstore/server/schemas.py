@@ -326,12 +326,26 @@ class OverviewCollection(BaseModel):
     readers: list[OverviewReader]
 
 
+class ReplicaCollection(BaseModel):
+    collectionName: str
+    lagGenerations: int
+    lagSeconds: float
+
+
+class ReplicaResponse(BaseModel):
+    primary: str
+    collections: list[ReplicaCollection]
+
+
 class Overview(BaseModel):
     collections: list[OverviewCollection]
     storeSizeBytes: int = Field(description="bytes of the data file up to its highest page in use")
     storeFileBytes: int = Field(description="the data file's size on disk")
     storeFreePages: int = Field(description="pages holding no data: what diffstore compact gives back")
     storePageBytes: int = Field(description="the size of one page")
+    replica: ReplicaResponse | None = Field(
+        None, description="on a read replica: its primary and lag (docs/replicas.md)"
+    )
 
 
 class GenerationList(BaseModel):
@@ -381,17 +395,6 @@ class GenerationRecord(BaseModel):
 class GenerationRecordsResponse(BaseModel):
     items: list[GenerationRecord]
     nextKey: ES | None = Field(None, description="present when more records remain: the next page's fromKey")
-
-
-class ReplicaCollection(BaseModel):
-    collectionName: str
-    lagGenerations: int
-    lagSeconds: float
-
-
-class ReplicaResponse(BaseModel):
-    primary: str
-    collections: list[ReplicaCollection]
 
 
 class PromoteResponse(BaseModel):

@@ -21,6 +21,7 @@ Routes added for it (documented in ``docs/console.md``):
 
 from __future__ import annotations
 
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -32,6 +33,7 @@ from diffstore.engine import overview
 from diffstore.server import schemas
 from diffstore.server.exchange import Exchange, handle, respond
 from diffstore.server.negotiation import response_codec
+from diffstore.server.routes.replica import replica_to_wire
 from diffstore.server.routing import route
 from diffstore.wire import Body, decode_es
 
@@ -86,6 +88,7 @@ def overview_to_wire(x: Exchange) -> Body:
         "storeFileBytes": room.file_bytes,
         "storeFreePages": room.free_pages,
         "storePageBytes": room.page_bytes,
+        "replica": replica_to_wire(x.store, time.time_ns() // 1_000_000) if x.store.read_only() else None,
     }
 
 

@@ -295,6 +295,7 @@ function collectionRows(collections) {
 
 async function viewCollections(signal) {
   main().innerHTML = `<h2>Collections <span id="count" class="muted"></span></h2>
+<p id="replica" hidden></p>
 <div class="toolbar"><label>Filter<input id="filter" placeholder="name contains" autocomplete="off"></label>
 <span class="muted">Reader lag counts the committed generations of the target after the reader's generation.
 “Moved” is when this page saw a reader move (the store does not record when readers move).</span></div>
@@ -313,6 +314,15 @@ async function viewCollections(signal) {
     const free = ((overview.storeFreePages * overview.storePageBytes) / 1048576).toFixed(1);
     document.getElementById("count").textContent =
       `${overview.collections.length} · store ${size} MiB (${free} MiB free)`;
+    const replica = document.getElementById("replica");
+    replica.hidden = !overview.replica;
+    if (overview.replica) {
+      // a read replica (docs/replicas.md): writes go to its primary; how far behind each collection is
+      const behind = overview.replica.collections.filter((c) => c.lagGenerations > 0)
+        .map((c) => `${esc(c.collectionName)}: ${c.lagGenerations} generations (${c.lagSeconds.toFixed(1)} s)`);
+      replica.innerHTML = `Read replica of <b>${esc(overview.replica.primary)}</b> (read-only) · ` +
+        (behind.length ? `behind: ${behind.join(", ")}` : "caught up");
+    }
     const tbody = document.querySelector("#collections tbody");
     // a screenful at once, the rest right after: the first page shows before thousands of rows are laid out
     tbody.innerHTML = collectionRows(overview.collections.slice(0, FIRST_ROWS));
