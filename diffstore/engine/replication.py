@@ -118,13 +118,13 @@ def promote(txn: lmdb.Transaction, tables: Tables, now_ms: int) -> None:
         txn.delete(key, db=tables.replica)
 
 
-def _require_following(txn: lmdb.Transaction, tables: Tables) -> None:
+def require_following(txn: lmdb.Transaction, tables: Tables) -> None:
     if not is_following(txn, tables):
         raise NotReplica("this store is not a replica (or was promoted): nothing is applied")
 
 
 def set_lag(txn: lmdb.Transaction, tables: Tables, name: str, generations: int, since_ms: int | None) -> None:
-    _require_following(txn, tables)
+    require_following(txn, tables)
     txn.put(layout.replica_lag_key(name), msgpack.packb([generations, since_ms]), db=tables.replica)
 
 
@@ -144,7 +144,7 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
         BadVersion: the replica is neither at ``step.previous`` nor past ``step.generation_id`` (its
             follower must start the collection over); nothing changed.
     """
-    _require_following(txn, tables)
+    require_following(txn, tables)
     validate_generation_id(step.generation_id)
     if step.previous is None:
         if txn.get(step.collection.encode(), db=tables.collections) is not None:
@@ -257,7 +257,7 @@ def copy_readers(
 ) -> bool:
     """Makes the collection's readers (all but the replica readers' own, see the follower) and leases
     those given, if the replica is still at ``at_generation`` (False: it moved on, nothing changed)."""
-    _require_following(txn, tables)
+    require_following(txn, tables)
     meta = load_meta(txn, tables, name)
     if meta.generation != at_generation:
         return False
@@ -279,7 +279,7 @@ def add_missing_readers(txn: lmdb.Transaction, tables: Tables, name: str, copies
     applied: without it GC on the replica could collect what the primary keeps. At null it keeps
     everything (never more than the primary collects) until its position is copied.
     """
-    _require_following(txn, tables)
+    require_following(txn, tables)
     meta = load_meta(txn, tables, name)
     added = 0
     for reader in copies:

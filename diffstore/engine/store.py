@@ -420,13 +420,17 @@ class Store:
                 found.append(CollectionInfo(meta.name, meta.manual))
         return sorted(found, key=lambda info: info.name.encode())
 
-    def delete_collection(self, name: str) -> None:
+    def delete_collection(self, name: str, *, replica_copy: bool = False) -> None:
         """Deletes a collection, its readers, and every reader anywhere that targets it — durably.
 
-        The records themselves are purged in the background (they are unreachable at once).
+        The records themselves are purged in the background (they are unreachable at once). With
+        ``replica_copy`` (a replica's follower dropping its copy) it raises ``NotReplica``, deleting
+        nothing, once the store was promoted.
         """
         with self.write() as scope:
             txn, tables = scope.txn, self.tables
+            if replica_copy:
+                replication.require_following(txn, tables)
             meta = load_meta(txn, tables, name)
             prefix = meta.cid_prefix
             cursor = txn.cursor(db=tables.readers)

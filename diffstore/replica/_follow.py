@@ -99,7 +99,6 @@ class Follower:
         with self._client() as client:
             while not self._stopping.is_set():
                 if not self.store.read_only():
-                    self._promoted(client)
                     break
                 try:
                     names = {info.name for info in client.collections()}
@@ -116,9 +115,11 @@ class Follower:
                         )
                         thread.start()
                 self._stopping.wait(self.config.collections_poll_s)
-        self._stopping.set()
-        for thread in self._threads.values():
-            thread.join(self.config.poll_ms / 1000 + 15)
+            self._stopping.set()
+            for thread in self._threads.values():
+                thread.join(self.config.poll_ms / 1000 + 15)
+            if not self.store.read_only():
+                self._promoted(client)  # after the threads: none of them acts on a hold that went away
 
     def _client(self) -> Client:
         return Client(self.config.primary, token=self.config.token)
@@ -197,8 +198,9 @@ class CollectionFollower:
         return True
 
     def drop(self) -> None:
+        """Drops the replica's copy (it is copied again); refused (``NotReplica``) once promoted."""
         try:
-            self.store.delete_collection(self.name)
+            self.store.delete_collection(self.name, replica_copy=True)
         except NoSuchCollection:
             pass
 
