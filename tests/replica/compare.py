@@ -40,8 +40,9 @@ def reads_at(client: Client, name: str, generation: bytes, others: list[bytes]) 
     """Every read of one collection at one generation: records, point reads, neighbours, lineage, diffs
     from each generation in ``others`` below it."""
     c = client.collection(name)
-    records = _answer(lambda: [(r.key, r.value) for r in c.query(generation_id=generation, limit=7)])
-    keys = [k for k, _ in records] if isinstance(records, list) else []
+    records = _answer(lambda: [(r.key, r.value) for r in c.query(generation_id=generation, limit=500)])
+    # point reads of a sample of the keys (every seventh, at most 40): records compare whole above
+    keys = [k for k, _ in records][::7][:40] if isinstance(records, list) else []
     keys += [b"", b"zz-absent"]
     return {
         "query": records,

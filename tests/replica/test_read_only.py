@@ -60,6 +60,21 @@ def test_every_write_is_refused_until_promotion(primary: Server, replica: Server
                 answer = http.request(method, path, json=body)
                 assert answer.status_code == 409, (method, path, answer.text)
                 assert answer.json()["error"] == "readOnlyReplica", (method, path)
+            # the console and the metrics say it is a replica, and how far behind
+            overview = http.get("/overview").json()["replica"]
+            assert overview["primary"] == primary.url
+            assert {c["collectionName"]: c["lagGenerations"] for c in overview["collections"]} == {
+                "A": 0,
+                "B": 0,
+            }
+            metrics = http.get("/metrics").text
+            assert 'diffstore_replica_lag_generations{collection="A"} 0.0' in metrics
+            applied = [
+                line
+                for line in metrics.splitlines()
+                if line.startswith("diffstore_replica_applied_generations_total")
+            ]
+            assert float(applied[0].split()[-1]) >= 3  # A: "" and 1, B: 0 and at least one more
             # reads that are POSTs still answer
             assert http.post("/collections/A/get", json={"key": ES}).json()["item"]["value"] == {"value": "v"}
             assert http.post("/collections/A/diff/", json={"fromGenerationId": None}).status_code == 200
@@ -87,6 +102,9 @@ def test_every_write_is_refused_until_promotion(primary: Server, replica: Server
         pa.commit_generation(b"3")
         wait_until(lambda: not any(x.name.startswith("diffstore-replica:") for x in pa.readers()), 30)
         assert r.collection("A").generation_id == b"2"
+        with httpx.Client(base_url=replica.url, timeout=30) as http:
+            assert http.get("/overview").json()["replica"] is None
+            assert "diffstore_replica_lag_generations{" not in http.get("/metrics").text
 
 
 def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
