@@ -352,12 +352,20 @@ class Consumer:
             raise failure.error
 
     def _call_data(self, event: DataEvent) -> bool | None:
+        if self.lease is not None:
+            # Checked at every event, not only by the loop between actions: a consumer paused past its ttl
+            # (SIGSTOP, a long GC) resumes with events queued for its workers, which must not reach the
+            # listener -- its successor delivers that window again from the checkpoint. The failure
+            # rolls the window back.
+            token, guard = self._token, self._guard
+            if token is None or guard is None or not guard.holds(token):
+                raise LeaseLost(f"lease {LEASE_NAME!r} of {self.checkpoint_collection!r} lost")
         return self.listener.on_data_event(event.source, event.key, event.old, event.new)
 
     def _call_listener(self, event: Event) -> bool | None:
         listener = self.listener
         if isinstance(event, DataEvent):
-            return listener.on_data_event(event.source, event.key, event.old, event.new)
+            return self._call_data(event)
         if isinstance(event, StartWindow):
             return listener.on_start_window(event.from_positions)
         if isinstance(event, StartSource):
