@@ -1,5 +1,5 @@
 """The wheel as a user gets it: built without warnings, installed without extras into a fresh venv, it
-serves HTTP without pyspark.
+serves HTTP without pyspark, and its Spark front says in one line what to install.
 
 Slow-ish (a fresh venv and pip installing the dependencies from its cache: ~40 s here), and in the suite:
 it is the only test that sees the package as installed from a wheel rather than from the checkout.
@@ -105,6 +105,7 @@ def test_the_wheel_installs_without_extras_and_serves_without_pyspark(tmp_path: 
             except httpx.TransportError:
                 time.sleep(0.1)
         assert answer.status_code == 200 and answer.json()["ok"] is True
+        _spark_without_pyspark(fresh, f"http://127.0.0.1:{port}", tmp_path, env)
     finally:
         server.send_signal(signal.SIGINT)
         _, stderr = server.communicate(timeout=60)
@@ -154,3 +155,42 @@ def test_the_python_versions_are_declared() -> None:
     floor = tuple(int(n) for n in re.fullmatch(r">=(\d+)\.(\d+)", project["requires-python"]).groups())  # type: ignore[union-attr]
     assert declared and min(declared) == floor and declared == sorted(declared)
     assert sys.version_info[:2] in declared  # the interpreter the tests run on is one of them
+
+
+def _spark_without_pyspark(fresh: Path, url: str, tmp_path: Path, env: dict[str, str]) -> None:
+    """Without pyspark, the Spark front fails in one line that names the extra to install."""
+    fix = (
+        "needs pyspark, which is not installed: pip install 'diffstore[spark]' "
+        "(from a clone: pip install '.[spark]')"
+    )
+    imported = subprocess.run(
+        [str(fresh / "bin" / "python"), "-c", "from diffstore.spark import Transform"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert imported.returncode == 1
+    assert imported.stderr.splitlines()[-1] == f"ModuleNotFoundError: diffstore.spark.Transform {fix}"
+    for name in ("A", "C"):
+        created = httpx.post(f"{url}/collections/", json={"collectionName": name, "isManual": True})
+        assert created.status_code == 200, created.text
+    (tmp_path / "job.py").write_text("def job(spark, diffs, lookup):\n    return diffs['a']\n")
+    command = [
+        str(fresh / "bin" / "diffstore"),
+        "transform",
+        "--url",
+        url,
+        "--job",
+        "job:job",
+        "--target",
+        "C",
+    ]
+    done = subprocess.run(
+        command + ["--source", "a=A", "--lease-ttl-ms", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and done.stderr == f"diffstore transform: diffstore transform {fix}\n"

@@ -66,6 +66,7 @@ _DIFF_ARROW = pa.schema(
 )
 _DIFFSTORE_CAUSE = re.compile(r"diffstore\.errors\.(\w+): ([^\n]*)")
 _SPARK_CAUSE = re.compile(r"(\[[A-Z_.]+\][^\n]*)")
+_NOT_IMPORTABLE = re.compile(r"No module named '((?:pyspark_)?diffstore[\w.]*)'")
 # putMany bodies are capped at 32 MiB by the server; flush well before.
 _MAX_BATCH_BYTES = 16 << 20
 
@@ -392,6 +393,14 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, DiffstoreError):
         return f"{type(exc).__name__}: {exc.reason}"
     text = str(exc)
+    missing = _NOT_IMPORTABLE.search(text)
+    if missing:  # the data source or a task's function was unpickled where diffstore is not installed
+        return (
+            f"{type(exc).__name__}: Spark's Python workers cannot import {missing.group(1)}: "
+            "install diffstore where the executors run (pip install 'diffstore[spark]', or ship an "
+            "environment with spark.archives) and point spark.pyspark.python (PYSPARK_PYTHON) at that "
+            "interpreter"
+        )
     # a task's error travels inside the Java exception's text: prefer a diffstore error, then Spark's class
     found = _DIFFSTORE_CAUSE.findall(text)
     if found:

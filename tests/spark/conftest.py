@@ -27,6 +27,7 @@ from diffstore.spark.session import local_builder
 # pyspark is an optional extra: without it only the Spark-free tests of this directory run
 if importlib.util.find_spec("pyspark") is None:
     collect_ignore_glob = [
+        "test_spark_install.py",
         "test_spark_ranges.py",
         "test_spark_session.py",
         "test_spark_source.py",
