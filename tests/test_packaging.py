@@ -105,7 +105,7 @@ def test_the_wheel_installs_without_extras_and_serves_without_pyspark(tmp_path: 
             except httpx.TransportError:
                 time.sleep(0.1)
         assert answer.status_code == 200 and answer.json()["ok"] is True
-        _spark_without_pyspark(fresh, f"http://127.0.0.1:{port}", tmp_path, env)
+        _spark_without_pyspark(fresh, tmp_path, env)
     finally:
         server.send_signal(signal.SIGINT)
         _, stderr = server.communicate(timeout=60)
@@ -157,8 +157,9 @@ def test_the_python_versions_are_declared() -> None:
     assert sys.version_info[:2] in declared  # the interpreter the tests run on is one of them
 
 
-def _spark_without_pyspark(fresh: Path, url: str, tmp_path: Path, env: dict[str, str]) -> None:
-    """Without pyspark, the Spark front fails in one line that names the extra to install."""
+def _spark_without_pyspark(fresh: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    """Without pyspark, the Spark front fails in one line that names the extra to install (the command's
+    own line: tests/test_cli_errors.py)."""
     fix = (
         "needs pyspark, which is not installed: pip install 'diffstore[spark]' "
         "(from a clone: pip install '.[spark]')"
@@ -172,25 +173,3 @@ def _spark_without_pyspark(fresh: Path, url: str, tmp_path: Path, env: dict[str,
     )
     assert imported.returncode == 1
     assert imported.stderr.splitlines()[-1] == f"ModuleNotFoundError: diffstore.spark.Transform {fix}"
-    for name in ("A", "C"):
-        created = httpx.post(f"{url}/collections/", json={"collectionName": name, "isManual": True})
-        assert created.status_code == 200, created.text
-    (tmp_path / "job.py").write_text("def job(spark, diffs, lookup):\n    return diffs['a']\n")
-    command = [
-        str(fresh / "bin" / "diffstore"),
-        "transform",
-        "--url",
-        url,
-        "--job",
-        "job:job",
-        "--target",
-        "C",
-    ]
-    done = subprocess.run(
-        command + ["--source", "a=A", "--lease-ttl-ms", "0"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 1 and done.stderr == f"diffstore transform: diffstore transform {fix}\n"
