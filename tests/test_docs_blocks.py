@@ -623,18 +623,16 @@ print("--- all ran", flush=True)
 @page_test("docs/spark.md")
 def test_spark(tmp_path: Path, server: LiveServer) -> None:
     """The page's blocks in one Python process and one Spark session, with the set-up each one assumes
-    (``url``, ``client``, collections A, B and C) and checks of what each did, in between."""
+    (collections A and B: the page's own blocks make ``url``, ``client`` and C) and checks of what each
+    did, in between."""
     pytest.importorskip("pyspark")
     page = Page("docs/spark.md")
     checkpoint = tmp_path / "checkpoint"
     segments = [
-        ("spark.md: local_session", page.next("from diffstore.spark import local_session")),
+        ("spark.md: local_session", local(page.next("from diffstore.client import Client"), server.url)),
         (
             "set-up: A with a reader",
-            f"""
-from diffstore.client import Client
-url = {server.url!r}
-client = Client(url)
+            """
 a = client.create_collection("A", manual=True)
 a.create_reader("indexer", generation_id=None)
 a.start_generation(b"1")
@@ -644,14 +642,13 @@ a.commit_generation(b"1")
         ),
         ("spark.md: reading", local(page.next('snapshot = (spark.read.format("diffstore")'), server.url)),
         (
-            "check: reading; set-up: C with a reader",
+            "check: reading",
             """
 assert sorted(map(tuple, snapshot.collect())) == [(b"k1", b"a1"), (b"k2", b"a2")]
 assert sorted(map(tuple, diff.collect())) == [(b"k1", None, b"a1"), (b"k2", None, b"a2")]
-client.create_collection("C", manual=True).create_reader("from_a", "A", generation_id=None)
 """,
         ),
-        ("spark.md: writing", page.next('c = client.collection("C")')),
+        ("spark.md: writing", page.next('c = client.create_collection("C", manual=True)')),
         (
             "check: writing",
             """
