@@ -1,6 +1,6 @@
 """Small transform rounds in a warm session: seconds per round over 10, 1,000 and 10,000 changed records.
 
-    python benchmarks/small_rounds.py [--records 100000] [--rounds 3] [--sizes 10,1000,10000]
+    python benchmarks/small_rounds.py [--records 100000] [--rounds 3] [--sizes 10,1000,10000] [--remote sc://…]
 
 Setup (untimed): ``diffstore serve`` in a child process (as in production: the server does not share
 the driver's interpreter); A (user → country) and B (user → amount) hold ``--records`` users each; the
@@ -165,13 +165,22 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per size and mode (median)")
     parser.add_argument("--sizes", default="10,1000,10000", help="changed records per round")
+    parser.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="run the rounds through this Spark Connect server instead of a local session (its Python "
+        "must import diffstore); compare with a run without it at the same load",
+    )
     args = parser.parse_args()
     n = args.records
 
-    from diffstore.spark import Transform, local_session
+    from diffstore.spark import Transform, connect_session, local_session
 
     with tempfile.TemporaryDirectory() as tmp, server(Path(tmp) / "data") as url:
-        spark = local_session("diffstore-bench-small-rounds")
+        if args.remote:
+            spark = connect_session(args.remote, "diffstore-bench-small-rounds")
+        else:
+            spark = local_session("diffstore-bench-small-rounds")
         client = Client(url, timeout_s=120.0)
         for name in ("A", "B", "C", "C_bare"):
             client.create_collection(name, manual=True)
