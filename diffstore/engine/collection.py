@@ -112,7 +112,17 @@ class Collection:
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
-            writes.start_generation(scope.txn, self._store.tables, meta, generation_id, abort_outdated, lease)
+            opened_holds = self._opened_holds(scope.txn, meta)
+            writes.start_generation(
+                scope.txn, self._store.tables, meta, generation_id, abort_outdated, lease, opened_holds
+            )
+
+    def _opened_holds(self, txn: lmdb.Transaction, meta: CollectionMeta) -> bool:
+        """Whether the open generation's lease (if any) still holds: once it does not, its owner is fenced
+        out and anyone may start over or abort (a standby without a lease too)."""
+        if meta.next_lease is None:
+            return True
+        return leases.holds(txn, self._store.tables, meta, meta.next_lease, self._store.config.now_ms())
 
     def _fence(self, txn: lmdb.Transaction, meta: CollectionMeta, lease: LeaseToken | None) -> None:
         if lease is not None:
@@ -150,7 +160,8 @@ class Collection:
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
-            writes.abort_generation(scope.txn, self._store.tables, meta, generation_id, lease)
+            opened_holds = self._opened_holds(scope.txn, meta)
+            writes.abort_generation(scope.txn, self._store.tables, meta, generation_id, lease, opened_holds)
 
     # --- writes -------------------------------------------------------------------------------
 

@@ -21,8 +21,8 @@ writes too, whatever generation ids the writers use. With ``L`` that token and `
 
     start G       no open generation, or t == L            -> as SPEC §1, the new open generation keeps t
                   t supersedes L: L None, or the same name  -> the open generation's records are dropped,
-                  with a lower version                         then G opens afresh under t (G == the old
-                                                               id included; abortOutdated not needed)
+                  with a lower version, or L holds no         then G opens afresh under t (G == the old
+                  more (whatever t, None included)             id included; abortOutdated not needed)
                   else                                     -> leaseLost
     put, putMany  t == L                                   -> as SPEC §1
     commit        else                                     -> leaseLost
@@ -255,12 +255,23 @@ def replicate(
         _store(txn, tables, meta, lease, ttl)
 
 
-def supersedes(token: LeaseToken | None, opened: LeaseToken | None) -> bool:
+def supersedes(token: LeaseToken | None, opened: LeaseToken | None, opened_holds: bool = True) -> bool:
     """Whether a request fenced by ``token`` may drop a generation opened under ``opened``: a newer version
-    of the same lease, or a lease where the generation was opened with none."""
+    of the same lease, a lease where the generation was opened with none, or anything once ``opened``
+    holds no more (``opened_holds`` False: moved, expired or released -- its owner is fenced out anyway)."""
+    if opened is not None and not opened_holds:
+        return True
     if token is None:
         return False
     return opened is None or (opened.name == token.name and token.version > opened.version)
+
+
+def holds(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, token: LeaseToken, now_ms: int
+) -> bool:
+    """Whether ``token`` still holds its lease, unexpired (:func:`fence` without the error)."""
+    found = _load(txn, tables, meta, token.name)
+    return found is not None and found[0].version == token.version and found[0].held_at(now_ms)
 
 
 def require_opened_under(meta: CollectionMeta, token: LeaseToken | None, what: str) -> None:

@@ -80,8 +80,10 @@ def start_generation(
     generation_id: bytes,
     abort_outdated: bool,
     lease: LeaseToken | None = None,
+    opened_holds: bool = True,
 ) -> CollectionMeta:
-    """Opens ``generation_id`` under ``lease`` (already fenced by the caller, in this transaction)."""
+    """Opens ``generation_id`` under ``lease`` (already fenced by the caller, in this transaction);
+    ``opened_holds``: whether the open generation's lease, if any, still holds."""
     _require_manual(meta)
     validate_generation_id(generation_id)
     if generation_id <= meta.generation:
@@ -90,7 +92,7 @@ def start_generation(
             f"{text_form(meta.generation)}"
         )
     if meta.next is not None and meta.next_lease != lease:
-        if not leases.supersedes(lease, meta.next_lease):
+        if not leases.supersedes(lease, meta.next_lease, opened_holds):
             leases.require_opened_under(meta, lease, "start")
         # a fenced-out writer's generation: nothing of it may survive, whatever id it has
         meta = drop_open_generation(txn, tables, meta)
@@ -145,11 +147,12 @@ def abort_generation(
     meta: CollectionMeta,
     generation_id: bytes,
     lease: LeaseToken | None = None,
+    opened_holds: bool = True,
 ) -> CollectionMeta:
     _require_manual(meta)
     if meta.next is None or generation_id != meta.next:
         raise GenerationMismatch(_not_open(generation_id, meta))
-    if not leases.supersedes(lease, meta.next_lease):
+    if not leases.supersedes(lease, meta.next_lease, opened_holds):
         leases.require_opened_under(meta, lease, "abort")
     meta = drop_open_generation(txn, tables, meta)
     save_meta(txn, tables, meta)

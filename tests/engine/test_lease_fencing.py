@@ -65,6 +65,8 @@ class Model:
     def supersedes(self, token: LeaseToken | None) -> bool:
         assert self.open is not None
         opened = self.open.lease
+        if opened is not None and not self.fences(opened):
+            return True  # its owner is fenced out: anyone may start over or abort
         return token is not None and (opened is None or token.version > opened.version)
 
     def start(self, g: bytes, token: LeaseToken | None) -> str | None:
@@ -268,6 +270,35 @@ def test_a_lease_supersedes_an_unleased_generation_and_a_newer_owner_may_abort(
     clock.now_ms += 1_000
     newer = c.acquire_lease("w", "B", 1_000).token
     c.abort_generation(gen(1), lease=newer)  # the successor cleans up its predecessor's generation
+    assert c.generation_state() == (b"", None)
+
+
+def test_a_generation_whose_lease_holds_no_more_may_be_dropped_by_anyone(
+    open_store: StoreFactory, clock: Clock
+) -> None:
+    """A writer without a lease (a transform or an ingestor run without one, after HA ones) is not stuck
+    behind a dead owner's generation: once that lease expired or was released, it may start over or abort;
+    but never write into it or commit it."""
+    c = open_store(clock_ms=clock).create_collection("c", manual=True)
+    lease = c.acquire_lease("w", "A", 1_000)
+    c.start_generation(gen(1), lease=lease.token)
+    c.put(b"k", b"A", generation_id=gen(1), lease=lease.token)
+    with pytest.raises(LeaseLost):
+        c.start_generation(gen(2), abort_outdated=True)  # it still holds
+    clock.now_ms += 1_000
+    with pytest.raises(LeaseLost):
+        c.put(b"k", b"x", generation_id=gen(1))
+    with pytest.raises(LeaseLost):
+        c.commit_generation(gen(1))
+    c.start_generation(gen(1))  # expired: dropped and opened afresh, without a lease
+    assert c.get(b"k", generation_id=gen(1)) is None
+    c.put(b"k", b"mine", generation_id=gen(1))
+    assert c.renew_lease("w", "A", 1).version == 1  # A comes back (nobody took the lease)...
+    with pytest.raises(LeaseLost):  # ...but its generation is gone: its write is refused
+        c.put(b"k", b"A", generation_id=gen(1), lease=lease.token)
+    c.start_generation(gen(2), lease=lease.token)  # a lease supersedes a generation without one
+    c.release_lease("w", "A", 1)
+    c.abort_generation(gen(2))  # released: anyone may abort it
     assert c.generation_state() == (b"", None)
 
 
