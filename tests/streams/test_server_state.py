@@ -149,7 +149,9 @@ def test_a_leaving_owner_hands_its_unacked_records_to_the_next_owner_at_once() -
     assert state.consumers == ["b"]
 
 
-def test_a_moved_shard_keeps_its_deadlines() -> None:
+def test_a_moved_shard_goes_to_its_new_owner_in_order() -> None:
+    """A rebalance hands the moved shard's unacked records to the new owner at once, before its newer
+    batches: the new owner receives the shard in order (#25; at the deadline it got newer batches first)."""
     state = new_state([1, 2], timeout=10.0)
     state.join("a")
     source = Shards({1: {1: 1}, 2: {2: 1}})
@@ -157,12 +159,36 @@ def test_a_moved_shard_keeps_its_deadlines() -> None:
     state.ack([(1, 1, 0)])
     state.join("b")
     assert state.rebalance() == [2]
-    assert state.poll(1.0, source) == []
-    (resend,) = state.poll(10.0, source)
-    assert (resend.consumer, resend.shard_id) == ("b", 2)
+    source.batches[2][7] = 2  # a newer batch of the moved shard
+    out = state.poll(1.0, source)
+    assert [(d.consumer, d.shard_id, d.batch.batch_id, d.resend) for d in out] == [
+        ("b", 2, 2, True),
+        ("b", 2, 7, False),
+    ]
     state.ack([(2, 2, 0)])  # whoever acks, the ack counts
+    state.ack([(2, 7, 0), (2, 7, 1)])
     assert state.poll(30.0, source) == []
-    assert state.committed() == {1: (1, 1), 2: (2, 1)}
+    assert state.committed() == {1: (1, 1), 2: (7, 2)}
+
+
+def test_without_redelivery_at_once_a_moved_shard_keeps_its_deadlines() -> None:
+    """HStreamDB's order, which ingestion must survive: the new owner gets newer batches first and the
+    previous owner's unacked records only at their deadline."""
+    state = SubscriptionState(
+        {1: START, 2: START}, ack_timeout=10.0, max_unacked=100, redeliver_at_once=False
+    )
+    state.join("a")
+    source = Shards({1: {1: 1}, 2: {2: 1}})
+    assert len(state.poll(0.0, source)) == 2
+    state.ack([(1, 1, 0)])
+    state.join("b")
+    assert state.rebalance() == [2]
+    source.batches[2][7] = 1
+    assert [(d.batch.batch_id, d.resend) for d in state.poll(1.0, source)] == [(7, False)]
+    (resend,) = state.poll(10.0, source)
+    assert (resend.consumer, resend.shard_id, resend.batch.batch_id) == ("b", 2, 2)
+    state.leave("a")
+    assert state.poll(10.5, source) == []  # a leaving owner's records too wait for their deadline
 
 
 def test_start_positions_latest_and_mid_batch() -> None:

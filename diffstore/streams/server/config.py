@@ -34,6 +34,10 @@ class StreamServerConfig:
         max_batch_records: the largest ``batchSize`` an Append may declare.
         max_batch_bytes: the largest payload of an Append once decompressed (decompression stops past it,
             so a zip bomb costs no more than this).
+        redeliver_at_once: a consumer's unacked records are due at once for the next owner of their shard
+            when it leaves or a rebalance moves the shard (in order, before newer batches). False: only at
+            their ack deadline, as HStreamDB does (the new owner then gets newer batches first; tests use
+            it to check that ingestion stays exactly once under that order).
         tls_cert, tls_key: PEM certificate (chain) and private key; when given the server speaks TLS only
             (clients dial ``hstreams://``). Both or neither.
     """
@@ -51,6 +55,7 @@ class StreamServerConfig:
     max_batch_records: int = 1_000_000
     max_batch_bytes: int = 64 << 20
     server_version: str = field(default="0.1.0-diffstore")
+    redeliver_at_once: bool = True
     tls_cert: Path | None = None
     tls_key: Path | None = None
 

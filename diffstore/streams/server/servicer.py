@@ -269,10 +269,13 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
     ) -> pb.GetSubscriptionResponse:
         info = self._store.get_subscription(request.id)
         runtime = self._runtimes.get(request.id)
-        positions = runtime.state.committed() if runtime else self._store.positions(request.id)
-        offsets = [
-            pb.SubscriptionOffset(shardId=sid, batchId=pos[0]) for sid, pos in sorted(positions.items())
-        ]
+        # per shard a batch below which every record is acked (without a runtime: the stored position's,
+        # whose batch may still hold unacked records)
+        if runtime:
+            below = runtime.state.acked_below()
+        else:
+            below = {sid: pos[0] for sid, pos in self._store.positions(request.id).items()}
+        offsets = [pb.SubscriptionOffset(shardId=sid, batchId=batch) for sid, batch in sorted(below.items())]
         return pb.GetSubscriptionResponse(subscription=_subscription_pb(info), offsets=offsets)
 
     @_call
@@ -322,6 +325,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
                 self._store.positions(subscription_id),
                 ack_timeout=info.ack_timeout_seconds * self._config.ack_timeout_unit,
                 max_unacked=info.max_unacked_records,
+                redeliver_at_once=self._config.redeliver_at_once,
             )
             runtime = SubscriptionRuntime(subscription_id, info.stream_name, state, self._store, self._config)
             self._runtimes[subscription_id] = runtime

@@ -10,8 +10,12 @@ Invariants:
   to the last batch read, in order; so the committed position moves over contiguous acked records only.
 - New batches of a shard are sent in batch order, one batch per delivery, to the shard's one owner.
 - Every send has a deadline ``ack_timeout``; past it, only the still-unacked records of the batch are
-  sent again (same record ids) to the shard's current owner. When an owner leaves, its unacked records
-  are due at once for the next owner (``redeliver_on_leave``).
+  sent again (same record ids) to the shard's current owner. When an owner leaves, or a rebalance moves
+  a shard away from it, its unacked records of the shard are due at once for the next owner
+  (``redeliver_at_once``). Due resends go out before any new batch, so a new owner receives the shard
+  in order: the records the previous owner did not ack, then the newer ones. (A server that resends only
+  at the deadline, as HStreamDB does, hands the new owner newer batches first: the protocol allows it,
+  and an ingestor must be correct under it -- see :mod:`diffstore.streams.window`.)
 - Acks are idempotent: acking an unknown, already-acked or never-delivered record changes nothing.
 - No new batch is sent while ``unacked >= max_unacked`` (so the bound can be passed by at most one batch).
 """
@@ -90,19 +94,20 @@ class SubscriptionState:
         *,
         ack_timeout: float,
         max_unacked: int,
-        redeliver_on_leave: bool = True,
+        redeliver_at_once: bool = True,
     ) -> None:
         """Args:
         committed: every shard of the stream with its committed position.
         ack_timeout: seconds a sent record may stay unacked before it is sent again.
         max_unacked: bound of sent-but-unacked records.
-        redeliver_on_leave: make a leaving consumer's unacked records due at once.
+        redeliver_at_once: make a consumer's unacked records due at once when it leaves or loses a shard
+            to a rebalance (False: only at their deadline).
         """
         if ack_timeout <= 0 or max_unacked < 1:
             raise ValueError("ack_timeout and max_unacked must be positive")
         self.ack_timeout = ack_timeout
         self.max_unacked = max_unacked
-        self.redeliver_on_leave = redeliver_on_leave
+        self.redeliver_at_once = redeliver_at_once
         self._shards = {sid: _Shard(pos, max(pos[0], 1)) for sid, pos in sorted(committed.items())}
         self._consumers: list[str] = []
         self._unacked = 0
@@ -131,6 +136,18 @@ class SubscriptionState:
 
     def committed(self) -> dict[int, Position]:
         return {sid: shard.committed for sid, shard in self._shards.items()}
+
+    def acked_below(self) -> dict[int, int]:
+        """Per shard, a batch id below which every record is acked (GetSubscription's offsets): the first
+        sent batch with a record still unacked, else the committed position's batch. Never more, so a
+        consumer may rely on it: no record before a sent batch at or below it is unacked."""
+        below: dict[int, int] = {}
+        for sid, shard in self._shards.items():
+            below[sid] = next(
+                (batch_id for batch_id, inflight in shard.inflight.items() if inflight.unacked),
+                shard.committed[0],
+            )
+        return below
 
     def take_changed(self) -> dict[int, Position]:
         """Committed positions that moved since the last call (to persist them)."""
@@ -164,14 +181,14 @@ class SubscriptionState:
         for shard in self._shards.values():
             if shard.owner == name:
                 shard.owner = None
-                if self.redeliver_on_leave:
-                    for inflight in shard.inflight.values():
-                        inflight.deadline = float("-inf")
+                self._owner_changed(shard)
 
     def rebalance(self) -> list[int]:
         """Give unowned shards out, then move shards until owned counts differ by at most one.
 
-        Moved shards keep their deadlines: the previous owner's acks still count until then.
+        A moved shard's unacked records are due at once for its new owner (``redeliver_at_once``): sent
+        before its newer batches, so the new owner sees the shard in order. The previous owner's acks
+        still count (acks are idempotent).
 
         Returns:
             The shards that changed owner from one consumer to another.
@@ -186,8 +203,14 @@ class SubscriptionState:
                 break
             sid = max(owned[most])
             self._shards[sid].owner = least
+            self._owner_changed(self._shards[sid])
             moved.append(sid)
         return moved
+
+    def _owner_changed(self, shard: _Shard) -> None:
+        if self.redeliver_at_once:
+            for inflight in shard.inflight.values():
+                inflight.deadline = float("-inf")
 
     def _assign_unowned(self) -> None:
         if not self._consumers:
