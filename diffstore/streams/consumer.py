@@ -8,7 +8,7 @@ idempotent on the server, so acks pending at a reconnect are simply sent on the 
 that LookupSubscription names, decodes every response into a :class:`ReceivedBatch` and queues it; the
 call's request iterator sends the first request and then the due acks. On a retryable failure (UNAVAILABLE,
 CANCELLED, ALREADY_EXISTS while the server still sees our previous call) it reconnects after an exponential
-backoff; any other failure (e.g. NOT_FOUND) ends the consumer and is raised by :meth:`poll`. """
+backoff; any other failure (e.g. NOT_FOUND) ends the consumer and is raised by :meth:`poll`."""
 
 from __future__ import annotations
 
@@ -52,10 +52,12 @@ class ConsumerConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReceivedBatch:
-    """The records of one StreamingFetch response (one stored batch of one shard)."""
+    """The records of one StreamingFetch response (one stored batch of one shard), and the number of the
+    consumer's call that brought them (0 for the first, one more after each reconnect)."""
 
     shard_id: int
     records: list[StreamRecord]
+    call: int = 0
 
     @property
     def record_ids(self) -> list[RecordId]:
@@ -131,6 +133,7 @@ class StreamConsumer:
         self._batches: queue.Queue[ReceivedBatch] = queue.Queue(self.config.queue_batches)
         self._stopping = threading.Event()
         self._fatal: BaseException | None = None
+        self._flush = False
         self._call: object | None = None
         self._connection = 0
         self.reconnects = 0
@@ -154,6 +157,12 @@ class StreamConsumer:
         """Acknowledges records; they are sent in groups (see :class:`ConsumerConfig`)."""
         with self._lock:
             self._book.ack(ids, time.monotonic())
+            self._lock.notify_all()
+
+    def flush(self) -> None:
+        """Sends the acks waiting to be sent now, without waiting for their group to fill or age."""
+        with self._lock:
+            self._flush = True
             self._lock.notify_all()
 
     def close(self, timeout: float = 5.0) -> None:
@@ -187,7 +196,8 @@ class StreamConsumer:
             while self._connection == connection:
                 now = time.monotonic()
                 stopping = self._stopping.is_set()
-                acks = self._book.take(now, force=stopping)
+                acks = self._book.take(now, force=stopping or self._flush)
+                self._flush = False
                 if acks:
                     self._lock.release()
                     try:
@@ -238,7 +248,7 @@ class StreamConsumer:
         if not received.recordIds:
             return
         records = decode_batch(received.record, received.recordIds)
-        batch = ReceivedBatch(received.recordIds[0].shardId, records)
+        batch = ReceivedBatch(received.recordIds[0].shardId, records, self.reconnects)
         with self._lock:
             self._book.delivered(batch.record_ids)
         while not self._stopping.is_set():

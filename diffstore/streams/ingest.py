@@ -7,13 +7,19 @@ window's records. A crash anywhere before the commit leaves C unchanged (the ope
 the next start) and the records unacked (they come again); a crash after the commit but before the acks is
 harmless: the records come again and are at or below the committed positions, so they are acked and skipped.
 
-Recovery hold: the positions only say "everything up to here was applied", so after a restart (or a
-reconnect, which may lose records in flight) the records sent to the previous consumer and not committed
-must arrive before anything newer of the same shard is committed. diffstore's embedded server resends a
-departed consumer's unacked records at once, ahead of new ones. Servers that resend only when the ack
-timeout expires (HStreamDB) need the window after a start or a reconnect held open for that timeout:
-``recovery_hold_ms`` (``None`` = automatic: 0 for the embedded server, the subscription's ack timeout
-plus a second otherwise).
+Contiguous positions: a stored position says "every record of this shard up to here was applied", and a
+record at or below it is skipped; so a position must never pass a record that was not applied. After a
+start, a reconnect or an owner change (a paused or dead ingestor's shards move to the next one), the server
+may deliver a shard's newer batches before the older ones that were in flight to the previous consumer;
+committing them would move the position past the older ones, which would then be skipped: lost. The
+:class:`~diffstore.streams.window.WindowAccumulator` therefore holds, per shard, records above a frontier
+until they are known to follow it: within a batch by index, across batches by the subscription's committed
+position (GetSubscription's offsets, asked by :meth:`Ingestor._probe`: every record before that batch is
+acked, hence applied), and once the shard is in order for the current call: a record above its *mark* is
+here, the tail read ``recovery_hold_ms`` after the shard's first delivery on that call, by when the server
+has resent what was in flight elsewhere (``None`` = automatic: 0 for the embedded server, which resends at
+once on an owner change, ahead of newer batches; the subscription's ack timeout plus a second otherwise:
+HStreamDB resends only at the deadline). See that module for why this is enough.
 
 High availability (``lease_ttl_ms``): any number of ingestors may run on one subscription and collection.
 They compete for the lease ``ingest:<subscriptionId>`` of C (:mod:`diffstore.leases`): the holder is
@@ -26,6 +32,7 @@ ingestor: from the positions stored in C, which is what makes takeovers exactly 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -47,6 +54,8 @@ from diffstore.streams.window import IngestWindow, WindowAccumulator
 MapperResult = tuple[bytes | str, bytes | None] | Iterable[tuple[bytes | str, bytes | None]] | None
 Mapper = Callable[[StreamRecord], MapperResult]
 EMBEDDED_SERVER_MARK = "diffstore"
+PROBE_INTERVAL_S = 0.01  # between two questions to the server about held records
+_log = logging.getLogger("diffstore.ingest")
 _FLAG = attrgetter("flag")
 _PARTITION_KEY = attrgetter("partition_key")
 _PAYLOAD = attrgetter("payload")
@@ -95,7 +104,8 @@ class IngestConfig:
         subscription_id: the HStream subscription to consume.
         window_records / window_ms: a window (one generation) closes at this many records or this age.
         mapper: record → items (default :func:`default_mapper`).
-        recovery_hold_ms: see the module docstring (``None``: automatic).
+        recovery_hold_ms: how long after a shard's first delivery on a call the server may still resend
+            records in flight elsewhere; see the module docstring (``None``: automatic).
         consumer: tuning of the underlying consumer.
         lease_ttl_ms: keep the lease :func:`lease_name` of the collection with this ttl, so that
             several ingestors can run, one active and the others standby (see the module docstring);
@@ -199,7 +209,9 @@ class Ingestor:
             generation = stored[name].generation_id
             if generation:
                 positions[shard_id] = RecordPosition.from_bytes(generation)
-        return WindowAccumulator(self.config.window_records, self.config.window_ms, positions)
+        return WindowAccumulator(
+            self.config.window_records, self.config.window_ms, positions, resend_s=self._recovery_hold_s()
+        )
 
     def _recovery_hold_s(self) -> float:
         if self.config.recovery_hold_ms is not None:
@@ -246,9 +258,7 @@ class Ingestor:
     def _run_active(self, on_commit: Callable[[CommitStats], None] | None, guard: LeaseGuard | None) -> None:
         """The loop of an active ingestor; with ``guard`` it returns early once the lease is lost."""
         accumulator = self._accumulator = self.prepare()
-        hold_s = self._recovery_hold_s()
-        hold_until = time.monotonic() + hold_s
-        reconnects = 0
+        probe_at, probed_at_stop = 0.0, False
         consumer = StreamConsumer(self.client, self.config.subscription_id, self.config.consumer)
         writer = ThreadPoolExecutor(1, thread_name_prefix="ingest-writer")
         pending: tuple[Future[tuple[bytes, int]], IngestWindow] | None = None
@@ -267,10 +277,17 @@ class Ingestor:
                         continue
                     return  # stand by: the open window stays unacked and goes to the next consumer
                 stopping = self.stop_event.is_set()
-                if consumer.reconnects != reconnects:  # records lost with the old call may come late
-                    reconnects = consumer.reconnects
-                    hold_until = max(hold_until, now + hold_s)
-                if pending is None and len(accumulator) and now >= hold_until:
+                # records held above a frontier: ask the server (never with a commit under way, whose acks
+                # are what moves the server's committed position); once more when stopping
+                if (
+                    pending is None
+                    and accumulator.held
+                    and (now >= probe_at or stopping and not probed_at_stop)
+                ):
+                    self._probe(accumulator, now)
+                    probe_at = now + PROBE_INTERVAL_S
+                    probed_at_stop = stopping
+                if pending is None and accumulator.window_count:
                     if stopping or accumulator.ready(now):
                         window = accumulator.take()
                         pending = (writer.submit(self._write_generation, window), window)
@@ -279,16 +296,23 @@ class Ingestor:
                     if pending is not None:
                         pending[0].exception()  # wait for the write; _finish raises its error
                         continue
-                    return  # a window still inside the recovery hold stays unacked: it comes again
+                    return  # records still held stay unacked: they come again
                 deadline = accumulator.deadline()
-                if deadline is not None:
-                    deadline = max(deadline, hold_until)
+                if accumulator.held and pending is None:
+                    deadline = probe_at if deadline is None else min(deadline, probe_at)
                 longest = 0.005 if pending is not None else 0.05
                 timeout = longest if deadline is None else min(longest, max(0.0, deadline - now))
                 batch = consumer.poll(timeout)
                 if batch is None:
                     continue
-                ack_now = accumulator.offer(batch.records, time.monotonic())
+                disorder = accumulator.disorder
+                ack_now = accumulator.offer(batch.records, time.monotonic(), batch.call)
+                if accumulator.disorder != disorder:
+                    _log.warning(
+                        "shard %d: %d record(s) arrived below the applied frontier; applied late",
+                        batch.shard_id,
+                        accumulator.disorder - disorder,
+                    )
                 if ack_now:
                     self.skipped_total += len(ack_now)
                     consumer.ack(ack_now)
@@ -315,6 +339,8 @@ class Ingestor:
             return False
         accumulator.committed(window)
         consumer.ack(window.record_ids)  # only now: the generation and the positions are committed
+        if accumulator.held:
+            consumer.flush()  # held records wait for these acks to move the server's committed position
         self.applied_total += len(window.records)
         if on_commit is not None:
             now = time.time()
@@ -337,6 +363,16 @@ class Ingestor:
                 )
             )
         return True
+
+    def _probe(self, accumulator: WindowAccumulator, now: float) -> None:
+        """Tells ``accumulator`` what the server says of the shards whose records it holds: the tail of
+        those just delivered on a new call (their mark), and the subscription's committed positions."""
+        for shard_id in accumulator.marks_needed(now):
+            tail = self.client.get_tail_record_id(self.stream_name, shard_id)
+            accumulator.set_mark(shard_id, tail.position, now)
+        if accumulator.held:
+            offsets = self.client.get_subscription(self.config.subscription_id).offsets
+            accumulator.certify({offset.shardId: offset.batchId for offset in offsets}, now)
 
     def _add_shards(self, shard_ids: list[int]) -> None:
         """Position readers for shards that appeared after :meth:`prepare` (added to the stream while

@@ -75,7 +75,8 @@ def add_ingest_command(subparsers: Any) -> None:
         "--recovery-hold-ms",
         type=float,
         default=None,
-        help="hold the first window after a start this long (default: automatic, see docs/streams.md)",
+        help="how long after an owner change the server may still resend records that were in flight "
+        "elsewhere (default: automatic, see docs/streams.md)",
     )
     parser.add_argument(
         "--lease-ttl-ms",
