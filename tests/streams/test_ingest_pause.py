@@ -42,7 +42,7 @@ from diffstore.rounds import COUNTER_BYTES
 from diffstore.streams.client import StreamClient
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
 from diffstore.streams.records import RecordId
-from tests.faults import paused
+from tests.faults import TcpProxy, paused
 from tests.helpers import wait_until
 
 PAUSES = 3
@@ -170,6 +170,18 @@ def target_collection(
 def test_pausing_the_active_ingestor_loses_and_duplicates_nothing(
     stream_server: Any, tmp_path: Path, kind: str
 ) -> None:
+    run_pauses(stream_server, tmp_path, kind, None)
+
+
+def test_pauses_with_a_slow_and_cut_network_to_the_streams_server(stream_server: Any, tmp_path: Path) -> None:
+    """The same, with the ingestors reaching the streams server through a TCP proxy that delays every chunk
+    while the active one is stopped, and cuts every connection once the standby took over (the stopped
+    one's call ends, the new owner's call breaks and is opened again)."""
+    with TcpProxy(stream_server.address) as proxy:
+        run_pauses(stream_server, tmp_path, "url", proxy)
+
+
+def run_pauses(stream_server: Any, tmp_path: Path, kind: str, proxy: TcpProxy | None) -> None:
     with (
         target_collection(kind, tmp_path) as (destination, collection, between_writes),
         StreamClient(stream_server.url) as client,
@@ -178,7 +190,14 @@ def test_pausing_the_active_ingestor_loses_and_duplicates_nothing(
         # 60 "seconds" = 3 s at the fixture's unit: records in flight to the stopped ingestor are not resent
         # before the standby has taken over and committed newer ones
         client.create_subscription("sub", "s", ack_timeout_s=60, max_unacked_records=20_000)
-        ingestors = Ingestors(stream_server.url, destination)
+        url = stream_server.url
+        if proxy is not None:
+            for shard in client.list_shards("s"):
+                client.lookup_shard(shard.shard_id)  # the producer keeps the direct address
+            # the server now tells every client to dial the proxy
+            stream_server.server._servicer.advertise("127.0.0.1", proxy.port)
+            url = f"hstream://{proxy.address}"
+        ingestors = Ingestors(url, destination)
         producer = Producer(client)
         try:
             first = ingestors.start()
@@ -192,6 +211,8 @@ def test_pausing_the_active_ingestor_loses_and_duplicates_nothing(
                 with contextlib.ExitStack() as pause:
                     with between_writes():  # stopped outside any write of the store
                         pause.enter_context(paused(ingestors.alive[active]))
+                    if proxy is not None:
+                        proxy.delay(5)
                     wait_until(
                         lambda: holder_pid(collection) == standby,  # noqa: B023 (called at once)
                         WAIT_S,
@@ -199,8 +220,13 @@ def test_pausing_the_active_ingestor_loses_and_duplicates_nothing(
                     )
                     ingestors.drain()
                     wait_commit_by(ingestors, standby)
+                    if proxy is not None:
+                        proxy.cut(refuse=False)
+                        proxy.passing()
                     since = len(ingestors.log)
                 wait_state(ingestors, active, "standby", since)  # resumed, it saw its lease gone
+            if proxy is not None:  # the ingestors' calls went through it, and were opened again after cuts
+                assert proxy.connections > 2 + PAUSES and proxy.forwarded > 0
             # the producer runs on until everything produced up to now is applied (a stream that stops at
             # once leaves a takeover's backlog to be certified batch by batch: correct, but slow)
             until = last_positions(list(producer.ids))
