@@ -42,6 +42,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             map_size=args.map_size,
             access_log=args.access_log,
             workers=args.workers,
+            worker_timeout_s=args.worker_timeout_s,
             header_timeout_s=args.header_timeout_s,
             body_timeout_s=args.body_timeout_s,
             body_min_rate_bytes_s=args.body_min_rate,
@@ -124,6 +125,13 @@ def add_commands(subparsers: Any) -> None:
         default=default_workers(),
         help="server processes over the data directory; a dead one is replaced"
         " (default: the number of CPUs, at most 8; 1: one process)",
+    )
+    parser.add_argument(
+        "--worker-timeout-s",
+        type=float,
+        default=10.0,
+        help="kill and replace a worker whose event loop has not answered the supervisor this long"
+        " (a stopped or hung process; default 10, 0: never)",
     )
     parser.add_argument(
         "--header-timeout-s",

@@ -49,6 +49,8 @@ class ServerConfig:
         access_log: log every request (off by default: it costs throughput).
         workers: how many server processes ``serve`` runs over the data directory (1: one process);
             see ``docs/process-model.md``.
+        worker_timeout_s: with workers, a worker whose event loop has not answered its supervisor this
+            long (a stopped or hung process) is killed and replaced (0: never).
         header_timeout_s: a connection whose request line and headers are not all read this long after
             they began (or after it opened) is closed (0: never).
         body_timeout_s: ... and one whose body stalls this long between two chunks (0: never; this also
@@ -85,6 +87,7 @@ class ServerConfig:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     body_min_rate_bytes_s: int = 64 * 1024
+    worker_timeout_s: float = 10.0
     metrics: bool = True
     log_level: str = "info"
     log_format: str = "text"
@@ -94,8 +97,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:
             raise InvalidRequest("workers must be within 1..64")
-        if self.header_timeout_s < 0 or self.body_timeout_s < 0:
-            raise InvalidRequest("read timeouts must be >= 0")
+        if self.header_timeout_s < 0 or self.body_timeout_s < 0 or self.worker_timeout_s < 0:
+            raise InvalidRequest("timeouts must be >= 0")
         if not 0 <= self.port <= 65535:
             raise InvalidRequest("port must be within 0..65535")
         if self.token is not None and not self.token.strip():

@@ -3,7 +3,10 @@
 With ``ServerConfig.workers`` above 1, :func:`serve` is a supervisor: it takes the port, starts that many
 worker processes (spawned, so each opens its own LMDB environment after the fork it never had) which
 accept on it (on Linux each on a listening socket of its own, see :func:`bind`), and starts a
-replacement for any worker that dies while the server runs (``kill -9`` included). Workers share nothing
+replacement for any worker that dies while the server runs (``kill -9`` included) or stops answering it: each
+worker's event loop beats on a socket pair with the supervisor, and a worker silent for
+``ServerConfig.worker_timeout_s`` (stopped or hung: the kernel would go on handing it connections) is
+killed and replaced. Workers share nothing
 but the data directory: any of them serves any request, background work is taken once through LMDB, and
 commits reach every worker's long polls (see ``docs/process-model.md``). With ``workers=1`` the one
 process serves alone.
@@ -19,6 +22,7 @@ The server speaks HTTP/1.1 through uvicorn's httptools protocol as adapted in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import dataclasses
@@ -51,6 +55,10 @@ SWITCH_INTERVAL_S = 0.0005
 _log = logging.getLogger("diffstore.server")
 _CRASH_LOOP = 5  # workers dying this many times in a row within _EARLY_DEATH_S of their start: give up
 _EARLY_DEATH_S = 2.0
+# A worker's first heartbeat comes once it accepts: spawning, importing and opening the store take seconds
+# (tens on a loaded machine), so until then it has this long, or worker_timeout_s if that is longer.
+_START_TIMEOUT_S = 120.0
+_BEAT_MAX_INTERVAL_S = 1.0
 
 
 class GracefulServer(uvicorn.Server):
@@ -61,6 +69,7 @@ class GracefulServer(uvicorn.Server):
         app: FastAPI,
         config: ServerConfig,
         on_ready: Callable[[int], None] | None = None,
+        heartbeat: socket.socket | None = None,
         **uvicorn_options: Any,
     ) -> None:
         options: dict[str, Any] = {
@@ -79,13 +88,20 @@ class GracefulServer(uvicorn.Server):
         self.fastapi_app = app
         self.received_signals: list[int] = []
         self.on_ready = on_ready
+        self.heartbeat = heartbeat
+        self.beat_interval_s = min(config.worker_timeout_s / 4, _BEAT_MAX_INTERVAL_S)
+        self._beating: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started and self.on_ready is not None:  # listening, the app's startup done: it accepts now
             self.on_ready(self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port)
+        if self.started and self.heartbeat is not None and self.beat_interval_s > 0:
+            self._beating = asyncio.create_task(beat(self.heartbeat, self.beat_interval_s))
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._beating is not None:  # only a supervisor that stops stops its workers: it no longer listens
+            self._beating.cancel()
         self.fastapi_app.state.hub.close()
         await super().shutdown(sockets)
 
@@ -95,6 +111,19 @@ class GracefulServer(uvicorn.Server):
         with super().capture_signals():
             yield
             self.received_signals = uvicorn_adapter.take_captured_signals(self)
+
+
+async def beat(heartbeat: socket.socket, interval_s: float) -> None:
+    """Tells the supervisor every ``interval_s`` that this worker's event loop turns.
+
+    Sent by the loop itself, so that a worker whose loop no longer turns -- a stopped process, or a loop
+    blocked -- goes silent. Never blocks the loop: a beat the socket cannot take now is dropped.
+    """
+    heartbeat.setblocking(False)
+    while True:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            heartbeat.send(b".")
+        await asyncio.sleep(interval_s)
 
 
 def serve(config: ServerConfig) -> int:
@@ -167,15 +196,17 @@ def serve_store(
     config: ServerConfig,
     sockets: list[socket.socket] | None = None,
     on_ready: Callable[[int], None] | None = None,
+    heartbeat: socket.socket | None = None,
 ) -> None:
     """Serves an open store until a signal (the caller closes it), with the process tuned for a server.
 
-    ``on_ready(port)`` is called once the server accepts connections."""
+    ``on_ready(port)`` is called once the server accepts connections; from then on a worker's event loop
+    beats on ``heartbeat``, its end of a socket pair with the supervisor (see :func:`beat`)."""
     # Engine calls run in worker threads; with the default 5 ms switch interval a worker that finishes
     # while the event loop is busy waits up to 5 ms for the GIL, which caps a loaded server's point reads.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # uvicorn's loggers go through the handler diffstore.logs set up (text or JSON)
-    server = GracefulServer(create_app(store, config), config, on_ready, log_config=None)
+    server = GracefulServer(create_app(store, config), config, on_ready, heartbeat, log_config=None)
     # Everything imported so far lives as long as the process: keep it out of the collector's full
     # passes, which otherwise walk FastAPI's and pydantic's whole heap and stall the event loop.
     gc.collect()
@@ -208,17 +239,24 @@ def bind(config: ServerConfig, *, listen: bool = True, reuse_port: bool = _REUSE
     return sock
 
 
-def worker_main(config: ServerConfig, sock: socket.socket, supervisor: int, ready: Any = None) -> None:
+def worker_main(
+    config: ServerConfig,
+    sock: socket.socket,
+    supervisor: int,
+    ready: Any = None,
+    heartbeat: socket.socket | None = None,
+) -> None:
     """One worker process: its own store over the shared directory, serving on its own listening socket
     bound to the supervisor's port (Linux), or on the supervisor's shared one; sets the ``ready`` event
-    (a ``multiprocessing`` Event) once it accepts."""
+    (a ``multiprocessing`` Event) once it accepts, then beats on ``heartbeat`` (see :func:`beat`)."""
     if not _die_with_parent(supervisor):
         return  # the supervisor died while this worker was starting
     logs.configure(config.log_level, config.log_format)  # a spawned process starts without handlers
     if _REUSE_PORT:
         sock = bind(dataclasses.replace(config, port=sock.getsockname()[1]))
     with _open_store(config) as store:
-        serve_store(store, config, sockets=[sock], on_ready=lambda port: ready.set() if ready else None)
+        on_ready = (lambda port: ready.set()) if ready is not None else None
+        serve_store(store, config, sockets=[sock], on_ready=on_ready, heartbeat=heartbeat)
 
 
 def _die_with_parent(supervisor: int) -> bool:
@@ -276,15 +314,17 @@ def _supervise(config: ServerConfig) -> int:
         stopping.append(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    workers: dict[int, tuple[BaseProcess, float]] = {}
+    workers: dict[int, _Worker] = {}  # by the process's sentinel
     early_deaths = 0
 
     def start() -> None:
+        ours, theirs = socket.socketpair()
         process = context.Process(
-            target=worker_main, args=(config, sock, os.getpid(), ready), name="diffstore-worker"
+            target=worker_main, args=(config, sock, os.getpid(), ready, theirs), name="diffstore-worker"
         )
         process.start()
-        workers[process.sentinel] = (process, time.monotonic())
+        theirs.close()  # the worker has its own copy
+        workers[process.sentinel] = _Worker(process, ours)
 
     try:
         for _ in range(config.workers):
@@ -293,13 +333,22 @@ def _supervise(config: ServerConfig) -> int:
             if not announced and ready.is_set():
                 _log.info(ready_message(config, sock.getsockname()[1]))
                 announced = True
-            for sentinel in wait(list(workers), timeout=0.5):
-                process, started = workers.pop(sentinel)  # type: ignore[arg-type]
+            beats = {worker.heartbeat: worker for worker in workers.values() if not worker.gone}
+            for sentinel in wait([*workers, *beats], timeout=0.5):
+                if isinstance(sentinel, socket.socket):
+                    beats[sentinel].hear()
+                    continue
+                worker = workers.pop(sentinel)  # type: ignore[arg-type]
+                worker.heartbeat.close()
+                process = worker.process
                 process.join()
                 metrics.worker_exited(process.pid or 0)
                 if stopping:
                     break
-                early_deaths = early_deaths + 1 if time.monotonic() - started < _EARLY_DEATH_S else 0
+                if worker.killed:  # logged when it was killed; not a crash at start
+                    start()
+                    continue
+                early_deaths = early_deaths + 1 if time.monotonic() - worker.started < _EARLY_DEATH_S else 0
                 if early_deaths >= _CRASH_LOOP:
                     print(
                         f"diffstore serve: workers keep dying at start (last exit code {process.exitcode}); "
@@ -311,19 +360,68 @@ def _supervise(config: ServerConfig) -> int:
                     "worker %s exited with code %s; starting a replacement", process.pid, process.exitcode
                 )
                 start()
+            if config.worker_timeout_s > 0 and not stopping:
+                for worker in workers.values():
+                    worker.kill_if_silent(config.worker_timeout_s)
     finally:
-        for process, _ in workers.values():
-            if process.is_alive():
+        for worker in workers.values():
+            if worker.process.is_alive():
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid or 0, signal.SIGTERM)
+                    os.kill(worker.process.pid or 0, signal.SIGTERM)
         deadline = time.monotonic() + config.shutdown_timeout_s + 10
-        for process, _ in workers.values():
+        for worker in workers.values():
+            process = worker.process
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()
                 process.join()
+            worker.heartbeat.close()
         metrics.cleanup_multiprocess(metrics_dir)
         sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+class _Worker:
+    """The supervisor's view of one worker process: when it started and when its event loop last beat."""
+
+    def __init__(self, process: BaseProcess, heartbeat: socket.socket) -> None:
+        self.process = process
+        self.heartbeat = heartbeat  # the supervisor's end of the pair; the worker beats on the other
+        heartbeat.setblocking(False)
+        self.started = self.last_beat = time.monotonic()
+        self.beating = False  # no beat comes before the worker accepts
+        self.gone = False  # the worker's end is closed: it exited (its sentinel tells the rest)
+        self.killed = False
+
+    def hear(self) -> None:
+        """Reads what the worker sent (the socket is readable)."""
+        try:
+            data = self.heartbeat.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.gone = True
+            return
+        self.last_beat = time.monotonic()
+        self.beating = True
+
+    def kill_if_silent(self, timeout_s: float) -> None:
+        """Kills the worker if it has been silent for ``timeout_s`` (SIGKILL: a stopped process takes it
+        too); the supervisor then replaces it as any dead worker. Logs one line."""
+        allowed = timeout_s if self.beating else max(timeout_s, _START_TIMEOUT_S)
+        silent = time.monotonic() - self.last_beat
+        if self.killed or self.gone or silent <= allowed:
+            return
+        self.killed = True
+        _log.error(
+            "worker %s has not answered its supervisor for %.1f s (stopped or hung): killed it, starting"
+            " a replacement",
+            self.process.pid,
+            silent,
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid or 0, signal.SIGKILL)

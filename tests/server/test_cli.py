@@ -41,14 +41,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_healthy(url: str, what: str) -> None:
+def wait_healthy(url: str, what: str, deadline_s: float = 30) -> None:
     def healthy() -> bool:
         try:
             return httpx.get(f"{url}/healthz").status_code == 200
         except httpx.TransportError:
             return False
 
-    wait_until(healthy, 30, what)
+    wait_until(healthy, deadline_s, what)
 
 
 def test_serve_token_and_graceful_shutdown(tmp_path: Path) -> None:

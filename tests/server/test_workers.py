@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -45,8 +46,13 @@ class Served:
         )
 
     def workers(self) -> list[int]:
-        children = psutil.Process(self.process.pid).children()
-        return [child.pid for child in children if "spawn_main" in " ".join(child.cmdline())]
+        """The live workers' pids (not one killed that its supervisor has yet to reap)."""
+        pids = []
+        for child in psutil.Process(self.process.pid).children():
+            with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
+                if "spawn_main" in " ".join(child.cmdline()):
+                    pids.append(child.pid)
+        return pids
 
     def stop(self) -> str:
         if self.process.poll() is None:
@@ -277,7 +283,6 @@ def test_connections_are_spread_over_the_workers_and_a_second_server_cannot_shar
         # accepted them all; with a socket per worker (SO_REUSEPORT) the kernel spreads them
         connections = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
         try:
-
             established = partial(per_worker, psutil.CONN_ESTABLISHED)
             wait_until(lambda: sum(established()) == 40, DEADLINE_S, "every connection accepted")
             assert min(established()) > 0, established()  # 40 connections on one of 2: odds 2^-39
@@ -293,3 +298,53 @@ def test_connections_are_spread_over_the_workers_and_a_second_server_cannot_shar
         )
         assert second.returncode != 0
         assert post(server.url, "/collections/", {"collectionName": "m", "isManual": True}).status_code == 200
+
+
+def test_a_stopped_worker_is_killed_and_replaced(tmp_path: Path) -> None:
+    """A SIGSTOPped worker keeps its listening socket, and the kernel its share of new connections: the
+    supervisor hears no heartbeat from it, kills it and starts another; then every new request is answered."""
+    server = Served(tmp_path / "data", 2, "--worker-timeout-s", "2")
+    victim = 0
+    try:
+        # two workers start in 25 s at a load average of 22
+        wait_healthy(server.url, "diffstore serve --workers to start", 2 * DEADLINE_S)
+        wait_until(lambda: len(server.workers()) == 2, DEADLINE_S, "every worker to start")
+        wait_until(lambda: accepting(server), 2 * DEADLINE_S, "both workers to accept (and beat)")
+        victim = server.workers()[0]
+        os.kill(victim, signal.SIGSTOP)
+
+        def replaced() -> bool:
+            pids = server.workers()
+            return len(pids) == 2 and victim not in pids
+
+        wait_until(replaced, DEADLINE_S, "the stopped worker to be killed and replaced")
+        assert not psutil.pid_exists(victim) or psutil.Process(victim).status() == psutil.STATUS_ZOMBIE
+        # new connections, spread by the kernel over both listening workers: all answered
+        for i in range(40):
+            body = {"collectionName": f"c{i}", "isManual": True}
+            assert post(server.url, "/collections/", body).status_code == 200
+    finally:
+        if victim and psutil.pid_exists(victim):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)  # never leave a stopped process behind
+        output = server.stop()
+    lines = [line for line in output.splitlines() if "starting a replacement" in line]
+    assert len(lines) == 1 and f"worker {victim} has not answered its supervisor" in lines[0], output
+
+
+def accepting(server: Served) -> bool:
+    """Whether every worker has accepted a connection: its event loop runs (and beats, from the same start).
+
+    Opens connections, which the kernel hands out by a hash of their addresses, until each worker holds one.
+    """
+    connections = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(20)]
+    try:
+        for _ in range(20):
+            held = [psutil.Process(pid).net_connections("tcp") for pid in server.workers()]
+            if len(held) == 2 and all(any(c.status == psutil.CONN_ESTABLISHED for c in one) for one in held):
+                return True
+            time.sleep(0.1)
+        return False
+    finally:
+        for connection in connections:
+            connection.close()
