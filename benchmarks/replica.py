@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 
 from diffstore.client import Client
+from diffstore.errors import NoSuchCollection
 
 
 def free_port() -> int:
@@ -80,10 +81,17 @@ class Server:
 def wait_generation(url: str, name: str, generation: bytes, deadline_s: float = 60) -> None:
     with Client(url) as client:
         end = time.monotonic() + deadline_s
-        while client.collection(name).generation_id != generation:
+        while _generation(client, name) != generation:
             if time.monotonic() > end:
                 raise SystemExit(f"{url} never reached {generation!r}")
             time.sleep(0.005)
+
+
+def _generation(client: Client, name: str) -> bytes | None:
+    try:
+        return client.collection(name).generation_id
+    except NoSuchCollection:  # not copied yet
+        return None
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -22,6 +22,7 @@ from diffstore.engine.types import (
     CollectionInfo,
     DiffPage,
     Expected,
+    GenerationRecords,
     GetManyResult,
     GetResult,
     KeysAround,
@@ -357,21 +358,36 @@ def generations(name: str, before: bytes | None, limit: int) -> Call[tuple[list[
 
 
 def generation_records(
-    name: str, generation_id: bytes, from_key: bytes | None, limit: int
-) -> Call[tuple[list[tuple[bytes, bytes | None]], bytes | None]]:
+    name: str, generation_id: bytes, from_key: bytes | None, limit: int, hold: str | None
+) -> Call[GenerationRecords]:
     def body(codec: Codec) -> Body:
         out: Body = {"generationId": codec.es(generation_id), "limit": limit}
         if from_key is not None:
             out["fromKey"] = codec.es(from_key)
+        if hold is not None:
+            out["hold"] = hold
         return out
 
-    def parse(obj: Any, codec: Codec) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
+    def readers_of(f: Fields, field: str) -> tuple[Reader, ...]:
+        found = []
+        for entry in f.array(field) if f.has(field) else []:
+            e = Fields(entry, f.codec, f"{field}[]")
+            found.append(Reader(e.text("readerName"), e.text("target"), e.es_nullable("generationId")))
+        return tuple(found)
+
+    def parse(obj: Any, codec: Codec) -> GenerationRecords:
         f = Fields(obj, codec, "response")
         items = []
         for entry in f.array("items"):
             e = Fields(entry, codec, "items[]")
             items.append((e.es("key"), e.es_nullable("value")))
-        return items, f.es_opt("nextKey")
+        return GenerationRecords(
+            items,
+            f.es_opt("nextKey"),
+            f.es_opt("previousGenerationId"),
+            readers_of(f, "moves"),
+            readers_of(f, "readers"),
+        )
 
     return Call("POST", collection_path(name, "generations", "records"), parse, body)
 

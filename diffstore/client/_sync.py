@@ -31,6 +31,7 @@ from diffstore.engine.types import (
     DiffPage,
     Expected,
     FromReader,
+    GenerationRecords,
     GetManyResult,
     GetResult,
     KeysAround,
@@ -442,11 +443,16 @@ class Collection:
         return self._run(_calls.generations(self.name, before, limit))
 
     def generation_records(
-        self, generation_id: bytes, from_key: bytes | None = None, limit: int = 1000
-    ) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
-        """The records the committed generation ``generation_id`` wrote (a page from ``from_key``) and
-        the key the next page starts at (None: no more)."""
-        return self._run(_calls.generation_records(self.name, generation_id, from_key, limit))
+        self,
+        generation_id: bytes,
+        from_key: bytes | None = None,
+        limit: int = 1000,
+        hold: str | None = None,
+    ) -> GenerationRecords:
+        """A page of the records the committed generation ``generation_id`` wrote, from ``from_key``; the
+        first page also holds the previous generation, the readers its commit moved and the collection's
+        readers. With ``hold``: ``NoSuchReader`` unless the collection holds that reader."""
+        return self._run(_calls.generation_records(self.name, generation_id, from_key, limit, hold))
 
     def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
         return self._run(_calls.splits(self.name, count, generation_id))

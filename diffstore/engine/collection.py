@@ -33,6 +33,7 @@ from diffstore.engine.types import (
     DiffPage,
     Expected,
     FromReader,
+    GenerationRecords,
     GetManyResult,
     GetResult,
     KeysAround,
@@ -583,18 +584,24 @@ class Collection:
             return replication.committed_generations(txn, self._store.tables, meta, before, limit)
 
     def generation_records(
-        self, generation_id: bytes, from_key: bytes | None = None, limit: int = 1000
-    ) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
-        """The records the committed generation ``generation_id`` wrote (``None``: a tombstone), a page
-        from ``from_key`` in storage order, and the key the next page starts at (None: no more).
+        self,
+        generation_id: bytes,
+        from_key: bytes | None = None,
+        limit: int = 1000,
+        hold: str | None = None,
+    ) -> GenerationRecords:
+        """A page of the records the committed generation ``generation_id`` wrote (``None``: a tombstone)
+        from ``from_key`` in storage order; the first page also holds the previous generation, the readers
+        its commit moved and the collection's readers (what a read replica copies, in one read).
 
         Raises:
-            NoSuchGeneration: not a committed generation. GenerationCollected: below the readable floor.
+            NoSuchGeneration: not a committed generation. GenerationCollected: below the kept floor.
+            NoSuchReader: ``hold`` names no reader of the collection.
         """
         with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return replication.generation_records(
-                txn, self._store.tables, meta, generation_id, from_key, limit
+                txn, self._store.tables, meta, generation_id, from_key, limit, hold
             )
 
     def producer_last_seq_no(self, producer_id: str) -> int:

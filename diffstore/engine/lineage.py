@@ -117,6 +117,12 @@ def lineage(
     )
 
 
+def moves_of(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int) -> list[_Move]:
+    """The readers the commit of generation ``seq`` moved, as stored (no floor check: a replica copies
+    what its hold keeps, see ``replication``)."""
+    return _moves_of_span(txn, tables, meta, seq - 1, seq)
+
+
 class _Walk:
     """One answer's walk: a snapshot and the count of sources so far."""
 

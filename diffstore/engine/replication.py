@@ -35,8 +35,15 @@ from diffstore.engine.tables import (
     save_meta,
     validate_generation_id,
 )
-from diffstore.engine.types import Lease, Reader, ReplicaGeneration, ReplicaLag, ReplicaState
-from diffstore.errors import BadVersion, InvalidRequest, NoSuchGeneration, NotReplica, text_form
+from diffstore.engine.types import (
+    GenerationRecords,
+    Lease,
+    Reader,
+    ReplicaGeneration,
+    ReplicaLag,
+    ReplicaState,
+)
+from diffstore.errors import BadVersion, InvalidRequest, NoSuchGeneration, NoSuchReader, NotReplica, text_form
 
 # an apply writes a whole primary generation into one generation, whatever its size
 _NO_THRESHOLD = 1 << 62
@@ -319,34 +326,61 @@ def generation_records(
     generation_id: bytes,
     from_key: bytes | None,
     limit: int,
-) -> tuple[list[tuple[bytes, bytes | None]], bytes | None]:
-    """The records a committed generation wrote, in key-form order from ``from_key``, at most ``limit``;
-    and the key to go on from (None: no more).
+    hold: str | None = None,
+) -> GenerationRecords:
+    """A page of the records a committed generation wrote, in key-form order from ``from_key``, at most
+    ``limit``; the first page also says what a replica needs besides (see :class:`GenerationRecords`), all
+    read in this one transaction.
 
     Raises:
         NoSuchGeneration: ``generation_id`` is not a committed generation of the collection.
         GenerationCollected: it is below the kept floor (its records may be gone).
+        NoSuchReader: ``hold`` is given and the collection has no such reader (a replica's hold: then this
+            is not the collection it copied, but another one of the same name).
     """
     raw_seq = txn.get(layout.gen_id_key(meta.cid_prefix, generation_id), db=tables.gen_ids)
     if raw_seq is None or layout.read_u64(raw_seq) > meta.generation_seq:
         raise NoSuchGeneration(f"{text_form(generation_id)} is not a committed generation of {meta.name!r}")
     check_not_collected(meta, generation_id, readers.kept_floor(txn, tables, meta))
+    if hold is not None and readers.load_reader(txn, tables, meta, hold) is None:
+        raise NoSuchReader(f"collection {meta.name!r} has no reader {hold!r}")
     seq = layout.read_u64(raw_seq)
     run = layout.change_prefix(meta.cid_prefix, seq)
     start = run + layout.key_form(from_key) if from_key is not None else run
     found: list[tuple[bytes, bytes | None]] = []
+    next_key: bytes | None = None
     cursor = txn.cursor(db=tables.changes)
-    if not cursor.set_range(start):
-        return found, None
-    for change in cursor.iternext(values=False):
-        if not change.startswith(run):
-            return found, None
-        form = change[len(run) :]
-        raw = txn.get(layout.record_key(meta.cid_prefix, form, seq), db=tables.records)
-        if raw is None:  # cannot happen above the floor; a row without its record is skipped
-            continue
-        key = layout.key_of(form, raw)
-        if len(found) == limit:
-            return found, key
-        found.append((key, layout.decode_value(raw)))
-    return found, None
+    if cursor.set_range(start):
+        for change in cursor.iternext(values=False):
+            if not change.startswith(run):
+                break
+            form = change[len(run) :]
+            raw = txn.get(layout.record_key(meta.cid_prefix, form, seq), db=tables.records)
+            if raw is None:  # cannot happen above the floor; a row without its record is skipped
+                continue
+            key = layout.key_of(form, raw)
+            if len(found) == limit:
+                next_key = key
+                break
+            found.append((key, layout.decode_value(raw)))
+    if from_key is not None:
+        return GenerationRecords(found, next_key)
+    return GenerationRecords(
+        found,
+        next_key,
+        previous=_previous_generation(txn, tables, meta, seq),
+        moves=tuple(
+            Reader(move.name, move.target, move.to_generation_id)
+            for move in lineage.moves_of(txn, tables, meta, seq)
+        ),
+        readers=tuple(readers.list_readers(txn, tables, meta)),
+    )
+
+
+def _previous_generation(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int
+) -> bytes | None:
+    cursor = txn.cursor(db=tables.gens)
+    if not cursor.set_key(layout.gen_key(meta.cid_prefix, seq)) or not cursor.prev():
+        return None
+    return bytes(cursor.value()) if cursor.key().startswith(meta.cid_prefix) else None

@@ -332,6 +332,22 @@ class ReplicaGeneration:
 
 
 @dataclass(frozen=True, slots=True)
+class GenerationRecords:
+    """A page of the records a committed generation wrote (``Collection.generation_records``).
+
+    ``next_key``: where the next page starts (None: no more). On the first page (no ``from_key``) also:
+    ``previous``, the committed generation before it (None: it is the first); ``moves``, the readers its
+    commit moved, at their new positions; ``readers``, the collection's readers now.
+    """
+
+    records: list[tuple[bytes, bytes | None]]
+    next_key: bytes | None
+    previous: bytes | None = None
+    moves: tuple[Reader, ...] = ()
+    readers: tuple[Reader, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaLag:
     """How far one collection of a replica is behind its primary."""
 

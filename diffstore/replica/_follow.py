@@ -40,7 +40,7 @@ from diffstore.errors import (
     ReaderExists,
     text_form,
 )
-from diffstore.replica._plan import Pending, copies_differ, reader_copies, reader_moves, reader_name
+from diffstore.replica._plan import READER_PREFIX, Pending, copies_differ, reader_copies, reader_name
 
 _log = logging.getLogger("diffstore.replica")
 
@@ -148,6 +148,17 @@ class Follower:
                 pass
 
 
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One primary generation as read: the generation before it, its records, the readers its commit
+    moved, and the collection's readers then (holds left out)."""
+
+    previous: bytes | None
+    records: list[tuple[bytes, bytes | None]]
+    moves: tuple[Reader, ...]
+    readers: list[Reader]
+
+
 class CollectionFollower:
     """Copies one collection; :meth:`step` does one step of the module's loop."""
 
@@ -179,6 +190,14 @@ class CollectionFollower:
         if current == position:
             self.copy_readers(position)
             return True
+        try:
+            newest = self.fetch(current)
+        except (NoSuchGeneration, GenerationCollected, NoSuchReader):
+            self.drop()  # not the collection we copy any more
+            return True
+        if newest.previous == position:  # the usual case: one generation, fetched with one request
+            self.apply(position, [current], {current: newest})
+            return True
         pending = Pending.after(position)
         before: bytes | None = None
         while True:
@@ -194,7 +213,7 @@ class CollectionFollower:
             )
             self.drop()
             return True
-        self.apply(position, pending.ahead)
+        self.apply(position, pending.ahead, {current: newest})
         return True
 
     def drop(self) -> None:
@@ -241,23 +260,32 @@ class CollectionFollower:
         self.store.apply_replica_generation(step)
         return True
 
-    def sync_readers(self) -> bool:
-        """Checks our hold (see :meth:`holds_reader`) and creates the readers the replica lacks, from the
-        same list; False when the hold is gone."""
-        readers = self.primary.readers()
-        if not any(reader.name == self.reader for reader in readers):
-            return False
-        local = {reader.name for reader in self.store.collection(self.name).readers()}
-        missing = [reader for reader in reader_copies(readers) if reader.name not in local]
-        if missing:
-            self.store.add_missing_replica_readers(self.name, missing)
-        return True
-
     def holds_reader(self) -> bool:
         """Whether our reader is still there: the collection is the one we copy, not a new one."""
         return any(reader.name == self.reader for reader in self.primary.readers())
 
-    def apply(self, position: bytes, ahead: list[bytes]) -> None:
+    def fetch(self, generation_id: bytes) -> Fetched:
+        """Everything of one primary generation, its first page read with our hold checked in the same
+        transaction (``NoSuchReader``: another collection of that name)."""
+        page = self.primary.generation_records(generation_id, None, self.config.page_records, self.reader)
+        records = list(page.records)
+        from_key = page.next_key
+        while from_key is not None:
+            more = self.primary.generation_records(
+                generation_id, from_key, self.config.page_records, self.reader
+            )
+            records.extend(more.records)
+            from_key = more.next_key
+        moves = tuple(r for r in page.moves if not r.name.startswith(READER_PREFIX))
+        return Fetched(page.previous, records, moves, reader_copies(list(page.readers)))
+
+    def add_missing_readers(self, readers: list[Reader]) -> None:
+        local = {reader.name for reader in self.store.collection(self.name).readers()}
+        missing = [reader for reader in readers if reader.name not in local]
+        if missing:
+            self.store.add_missing_replica_readers(self.name, missing)
+
+    def apply(self, position: bytes, ahead: list[bytes], fetched: dict[bytes, Fetched]) -> None:
         now_ms = time.time_ns() // 1_000_000
         if self.behind_since_ms is None:
             self.behind_since_ms = now_ms
@@ -266,22 +294,20 @@ class CollectionFollower:
         manual = self.store.collection(self.name).manual
         done = 0
         while done < len(ahead):
-            batch: list[tuple[bytes, list[tuple[bytes, bytes | None]], tuple[Reader, ...]]] = []
+            batch: list[tuple[bytes, Fetched]] = []
             size = 0
             while done + len(batch) < len(ahead) and (not batch or size < self.config.batch_records):
                 generation_id = ahead[done + len(batch)]
                 try:
-                    records = self.records(generation_id)
-                    moves = reader_moves(self.primary.lineage(generation_id).sources)
-                except (NoSuchGeneration, GenerationCollected):
-                    self.drop()  # not the collection we copy any more (checked below for the others)
+                    one = fetched.pop(generation_id, None) or self.fetch(generation_id)
+                except (NoSuchGeneration, GenerationCollected, NoSuchReader):
+                    self.drop()  # not the collection we copy any more
                     return
-                batch.append((generation_id, records, moves))
-                size += len(records)
-            if not self.sync_readers():
-                self.drop()
-                return
-            for generation_id, records, moves in batch:
+                batch.append((generation_id, one))
+                size += len(one.records)
+            # readers created outside commits, before these generations: there before them (at null)
+            self.add_missing_readers(batch[-1][1].readers)
+            for generation_id, one in batch:
                 done += 1
                 left = len(ahead) - done
                 self.store.apply_replica_generation(
@@ -290,8 +316,8 @@ class CollectionFollower:
                         manual,
                         position,
                         generation_id,
-                        records,
-                        moves,
+                        one.records,
+                        one.moves,
                         lag_generations=left,
                         unapplied_since_ms=self.behind_since_ms if left else None,
                     )
@@ -303,17 +329,6 @@ class CollectionFollower:
                 self.drop()
                 return
         self.behind_since_ms = None
-
-    def records(self, generation_id: bytes) -> list[tuple[bytes, bytes | None]]:
-        found: list[tuple[bytes, bytes | None]] = []
-        from_key: bytes | None = None
-        while True:
-            page, from_key = self.primary.generation_records(
-                generation_id, from_key, self.config.page_records
-            )
-            found.extend(page)
-            if from_key is None:
-                return found
 
     def copy_readers(self, position: bytes) -> None:
         """Copies the primary's readers and leases when they changed outside commits (the idle beat)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diffstore.engine.readers import HOLD_PREFIX
-from diffstore.engine.types import Lease, LineageSource, Reader
+from diffstore.engine.types import Lease, Reader
 
 READER_PREFIX = HOLD_PREFIX  # the engine treats them as holds: they keep GC back, reads do not see them
 
@@ -55,15 +55,6 @@ class Pending:
             self.ahead.reverse()
             return True
         return False
-
-
-def reader_moves(sources: tuple[LineageSource, ...]) -> tuple[Reader, ...]:
-    """The readers a primary commit moved (its lineage), at their new positions, as a replica stores them."""
-    return tuple(
-        Reader(source.reader_name, source.target, source.to_generation_id)
-        for source in sources
-        if not source.reader_name.startswith(READER_PREFIX)
-    )
 
 
 def reader_copies(readers: list[Reader]) -> list[Reader]:

@@ -384,6 +384,7 @@ class LineageResponse(BaseModel):
 class GenerationRecordsQuery(_Model):
     generationId: ES
     fromKey: ES | None = None
+    hold: str | None = Field(None, description="a reader the collection must hold (else 404 noSuchReader)")
     limit: int | None = Field(default=None, ge=1, le=10_000, description="default 1,000")
 
 
@@ -392,8 +393,17 @@ class GenerationRecord(BaseModel):
     value: ES | None
 
 
+class ReplicatedReader(BaseModel):
+    readerName: str
+    target: str
+    generationId: ES | None
+
+
 class GenerationRecordsResponse(BaseModel):
     items: list[GenerationRecord]
+    previousGenerationId: ES | None = Field(None, description="first page: the committed generation before")
+    moves: list[ReplicatedReader] | None = Field(None, description="first page: the readers its commit moved")
+    readers: list[ReplicatedReader] | None = Field(None, description="first page: the collection's readers")
     nextKey: ES | None = Field(None, description="present when more records remain: the next page's fromKey")
 
 

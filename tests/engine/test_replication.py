@@ -8,7 +8,14 @@ import pytest
 from diffstore import Store
 from diffstore.engine.meta import non_manual_generation
 from diffstore.engine.types import Lease, Reader, ReplicaGeneration
-from diffstore.errors import BadVersion, GenerationCollected, InvalidRequest, NoSuchGeneration, NotReplica
+from diffstore.errors import (
+    BadVersion,
+    GenerationCollected,
+    InvalidRequest,
+    NoSuchGeneration,
+    NoSuchReader,
+    NotReplica,
+)
 from tests.engine.conftest import StoreFactory
 
 
@@ -135,10 +142,14 @@ def test_primary_lists_generations_and_their_records(store: Store) -> None:
     a.start_generation(b"4")  # open: not listed
     assert a.generations() == ([b"3", b"2", b"1", b""], False)
     assert a.generations(before=b"3", limit=2) == ([b"2", b"1"], True)
-    assert a.generation_records(b"2") == ([(b"k", b"1")], None)  # a write of the same value is a record
-    assert a.generation_records(b"1", limit=1) == ([(b"j", b"x")], b"k")
-    assert a.generation_records(b"1", from_key=b"k") == ([(b"k", b"1")], None)
-    assert a.generation_records(b"3") == ([(b"j", None)], None)
+    two = a.generation_records(b"2")
+    assert (two.records, two.next_key, two.previous) == ([(b"k", b"1")], None, b"1")  # same value: a record
+    first = a.generation_records(b"1", limit=1)
+    assert (first.records, first.next_key, first.previous) == ([(b"j", b"x")], b"k", b"")
+    assert a.generation_records(b"1", from_key=b"k").records == [(b"k", b"1")]
+    assert a.generation_records(b"3").records == [(b"j", None)]
+    with pytest.raises(NoSuchReader):  # a replica's hold must be there
+        a.generation_records(b"3", hold="diffstore-replica:r1")
     for missing in (b"4", b"2.5", b"9"):
         with pytest.raises(NoSuchGeneration):
             a.generation_records(missing)
@@ -164,7 +175,9 @@ def test_a_replica_hold_keeps_gc_back_without_changing_reads(store: Store) -> No
         pass
     with pytest.raises(GenerationCollected):
         a.get(b"k", generation_id=b"3")  # the readable floor is the readers' (4)
-    assert a.generation_records(b"3") == ([(b"k", b"3")], None)
-    assert a.generation_records(b"2") == ([(b"k", b"2")], None)
+    assert a.generation_records(b"3").records == [(b"k", b"3")]
+    held = a.generation_records(b"2", hold="diffstore-replica:r1")
+    assert held.records == [(b"k", b"2")]
+    assert held.readers == (Reader("diffstore-replica:r1", "A", b"2"), Reader("user", "A", b"4"))
     with pytest.raises(GenerationCollected):
         a.generation_records(b"1")

@@ -3,8 +3,8 @@ position, and which readers a replica copies."""
 
 from __future__ import annotations
 
-from diffstore.engine.types import Lease, LineageSource, Reader
-from diffstore.replica._plan import Pending, copies_differ, reader_copies, reader_moves, reader_name
+from diffstore.engine.types import Lease, Reader
+from diffstore.replica._plan import Pending, copies_differ, reader_copies, reader_name
 
 
 def test_pending_walks_pages_back_to_the_position() -> None:
@@ -29,8 +29,6 @@ def test_replica_holds_are_never_copied() -> None:
     hold = reader_name("r1")
     readers = [Reader("b", "X", b"1"), Reader(hold, "X", b"2"), Reader("a", "X", None)]
     assert reader_copies(readers) == [Reader("a", "X", None), Reader("b", "X", b"1")]
-    sources = (LineageSource("a", "X", "X", None, b"3"), LineageSource(hold, "X", "X", b"1", b"2"))
-    assert reader_moves(sources) == (Reader("a", "X", b"3"),)
     lease = Lease("l", "me", 1, 5)
     assert not copies_differ(readers, [lease], [Reader("b", "X", b"1"), Reader("a", "X", None)], [lease])
     assert copies_differ(readers, [lease], [Reader("a", "X", None)], [lease])

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from diffstore.engine.types import Reader
 from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
-from diffstore.wire import Body, Fields
+from diffstore.wire import Body, Codec, Fields
 
 router = APIRouter(tags=["generations"])
 
@@ -31,12 +32,28 @@ async def generation_records(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         f = Fields(x.body, x.codec)
         limit = f.integer_opt("limit", 1, MAX_LIMIT)
-        items, next_key = x.store.collection(c).generation_records(
-            f.es("generationId"), f.es_opt("fromKey"), DEFAULT_RECORDS if limit is None else limit
+        page = x.store.collection(c).generation_records(
+            f.es("generationId"),
+            f.es_opt("fromKey"),
+            DEFAULT_RECORDS if limit is None else limit,
+            f.text_opt("hold"),
         )
-        body: Body = {"items": [{"key": x.out.es(k), "value": x.out.es_opt(v)} for k, v in items]}
-        if next_key is not None:
-            body["nextKey"] = x.out.es(next_key)
+        out = x.out
+        body: Body = {"items": [{"key": out.es(k), "value": out.es_opt(v)} for k, v in page.records]}
+        if page.next_key is not None:
+            body["nextKey"] = out.es(page.next_key)
+        if not f.has("fromKey"):
+            body["previousGenerationId"] = out.es_opt(page.previous)
+            body["moves"] = [_reader(r, out) for r in page.moves]
+            body["readers"] = [_reader(r, out) for r in page.readers]
         return body
 
     return await handle(request, work, Limit.OTHER)
+
+
+def _reader(reader: Reader, out: Codec) -> Body:
+    return {
+        "readerName": reader.name,
+        "target": reader.collection,
+        "generationId": out.es_opt(reader.generation_id),
+    }
