@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from diffstore.client import Client, Collection
@@ -80,6 +81,7 @@ class Follower:
         self._stopping = threading.Event()
         self._threads: dict[str, threading.Thread] = {}
         self._main: threading.Thread | None = None
+        self.primary_names: frozenset[str] = frozenset()  # the primary's collections, as last listed
 
     def start(self) -> None:
         self._main = threading.Thread(target=self.run, name="diffstore-replica", daemon=True)
@@ -102,6 +104,7 @@ class Follower:
                     break
                 try:
                     names = {info.name for info in client.collections()}
+                    self.primary_names = frozenset(names)
                 except DiffstoreError as exc:
                     _log.warning("replica: cannot list the primary's collections: %s", exc.reason)
                     names = set()
@@ -126,7 +129,7 @@ class Follower:
 
     def _follow(self, name: str) -> None:
         with self._client() as client:
-            follower = CollectionFollower(self.store, client, name, self.config)
+            follower = CollectionFollower(self.store, client, name, self.config, lambda: self.primary_names)
             while not self._stopping.is_set():
                 try:
                     if not follower.step():
@@ -162,7 +165,15 @@ class Fetched:
 class CollectionFollower:
     """Copies one collection; :meth:`step` does one step of the module's loop."""
 
-    def __init__(self, store: Store, client: Client, name: str, config: FollowerConfig) -> None:
+    def __init__(
+        self,
+        store: Store,
+        client: Client,
+        name: str,
+        config: FollowerConfig,
+        primary_names: Callable[[], frozenset[str]] = frozenset,
+    ) -> None:
+        self.primary_names = primary_names
         self.store = store
         self.client = client
         self.name = name
@@ -279,6 +290,19 @@ class CollectionFollower:
         moves = tuple(r for r in page.moves if not r.name.startswith(READER_PREFIX))
         return Fetched(page.previous, records, moves, reader_copies(list(page.readers)))
 
+    def targets_not_copied_yet(self, batch: list[tuple[bytes, Fetched]]) -> bool:
+        """Whether a reader these commits move targets a collection of the primary that the replica has
+        not copied yet (another thread copies it): applied now, the move's lineage would not know its
+        target was a collection."""
+        targets = {move.collection for _, one in batch for move in one.moves} & self.primary_names()
+        if not targets:
+            return False
+        local = {info.name for info in self.store.collections()}
+        return not targets <= local
+
+    def stop_wait(self) -> None:
+        time.sleep(self.config.retry_s / 5)
+
     def add_missing_readers(self, readers: list[Reader]) -> None:
         local = {reader.name for reader in self.store.collection(self.name).readers()}
         missing = [reader for reader in readers if reader.name not in local]
@@ -305,6 +329,9 @@ class CollectionFollower:
                     return
                 batch.append((generation_id, one))
                 size += len(one.records)
+            if self.targets_not_copied_yet(batch):
+                self.stop_wait()
+                return
             # readers created outside commits, before these generations: there before them (at null)
             self.add_missing_readers(batch[-1][1].readers)
             for generation_id, one in batch:
