@@ -29,6 +29,7 @@ _FRONTS = (
     "diffstore.client.cli",
     "diffstore.client.commands",
     "diffstore.client.lineage_cli",
+    "diffstore.client.log_cli",
     "diffstore.replica.cli",
     "diffstore.streams.cli",
     "diffstore.spark.cli",

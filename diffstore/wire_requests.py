@@ -400,6 +400,7 @@ class GenerationRequest:
     abort_outdated: bool = False
     update_readers: tuple[ReaderUpdate, ...] = ()
     lease: LeaseToken | None = None
+    metadata: dict[str, str] | None = None  # commit only; checked by the engine (history.validate_metadata)
 
     @classmethod
     def from_wire(cls, obj: Any, codec: Codec) -> GenerationRequest:
@@ -415,7 +416,13 @@ class GenerationRequest:
                         u.expected("expectedGenerationId"),
                     )
                 )
-        return cls(f.es("generationId"), f.flag("abortOutdated", False), tuple(updates), token_from_fields(f))
+        return cls(
+            f.es("generationId"),
+            f.flag("abortOutdated", False),
+            tuple(updates),
+            token_from_fields(f),
+            f.raw("metadata"),
+        )
 
     def to_wire(self, codec: Codec) -> Body:
         body: Body = {"generationId": codec.es(self.generation_id)}
@@ -428,6 +435,8 @@ class GenerationRequest:
             ]
         if self.lease is not None:
             body["lease"] = token_to_wire(self.lease)
+        if self.metadata is not None:
+            body["metadata"] = dict(self.metadata)
         return body
 
 

@@ -23,6 +23,7 @@ from diffstore.engine.types import (
     DiffPage,
     Expected,
     FromReader,
+    GenerationInfo,
     GenerationRecords,
     GetManyResult,
     GetResult,
@@ -190,12 +191,14 @@ class AsyncCollection:
         generation_id: bytes,
         update_readers: Iterable[ReaderUpdateLike] = (),
         lease: LeaseToken | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         """Commits; reader updates (with optional CAS) are applied in the same transaction, or none is.
 
         With ``lease`` (a fencing token) the commit is refused by ``LeaseLost`` once the lease moved.
+        ``metadata`` (a flat map of strings, at most 4 KiB) is kept with the generation (:meth:`history`).
         """
-        await self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease))
+        await self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease, metadata))
 
     async def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
         """Drops the open generation; one started under a lease needs that lease (or a newer version)."""
@@ -388,6 +391,14 @@ class AsyncCollection:
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive_async(_plans.diff_items(self.name, request), self.client.execute)
+
+    async def history(
+        self, before: bytes | None = None, limit: int = 100
+    ) -> tuple[list[GenerationInfo], bool]:
+        """Committed generations below ``before`` (default: from the current one), newest first, with commit
+        time (Unix ms), changed keys and metadata (None: unknown, committed by an older server); and whether
+        more remain (the next page: ``before=items[-1].generation_id``)."""
+        return await self._run(_calls.history(self.name, before, limit))
 
     async def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
         """Committed generation ids below ``before`` (default: from the current one), newest first (collected

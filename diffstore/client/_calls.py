@@ -22,6 +22,7 @@ from diffstore.engine.types import (
     CollectionInfo,
     DiffPage,
     Expected,
+    GenerationInfo,
     GenerationRecords,
     GetManyResult,
     GetResult,
@@ -212,9 +213,10 @@ def commit_generation(
     generation_id: bytes,
     update_readers: Iterable[ReaderUpdateLike],
     lease: LeaseToken | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> Call[None]:
     updates = tuple(map(_reader_update, update_readers))
-    request = GenerationRequest(generation_id, update_readers=updates, lease=lease)
+    request = GenerationRequest(generation_id, update_readers=updates, lease=lease, metadata=metadata)
     return Call("POST", collection_path(name, "generation", "commit"), _empty, request.to_wire)
 
 
@@ -335,13 +337,37 @@ def lineage(name: str, generation_id: bytes, depth: int) -> Call[Lineage]:
     return Call("POST", collection_path(name, "lineage"), lineage_from_wire, request.to_wire)
 
 
-def generations(name: str, before: bytes | None, limit: int) -> Call[tuple[list[bytes], bool]]:
+def _generations_params(before: bytes | None, limit: int) -> dict[str, str]:
     params = {"limit": str(limit)}
     if before is not None:
         params |= {
             ("before" if k == "generationId" else "beforeEncoding"): v
             for k, v in _generation_param(before).items()
         }
+    return params
+
+
+def history(name: str, before: bytes | None, limit: int) -> Call[tuple[list[GenerationInfo], bool]]:
+    def entry(obj: Any, codec: Codec) -> GenerationInfo:
+        e = Fields(obj, codec, "items[]")
+        at, changed, metadata = e.raw("committedAtMs"), e.raw("changedKeys"), e.raw("metadata")
+        return GenerationInfo(
+            e.es("generationId"),
+            int(at) if at is not None else None,
+            int(changed) if changed is not None else None,
+            {str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else None,
+        )
+
+    def parse(obj: Any, codec: Codec) -> tuple[list[GenerationInfo], bool]:
+        f = Fields(obj, codec, "response")
+        infos = [entry(e, codec) for e in f.array("items")]
+        return infos, f.has("nextBefore") and f.raw("nextBefore") is not None
+
+    return Call("GET", collection_path(name, "generations"), parse, params=_generations_params(before, limit))
+
+
+def generations(name: str, before: bytes | None, limit: int) -> Call[tuple[list[bytes], bool]]:
+    params = _generations_params(before, limit)
 
     def parse(obj: Any, codec: Codec) -> tuple[list[bytes], bool]:
         f = Fields(obj, codec, "response")

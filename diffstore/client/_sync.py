@@ -31,6 +31,7 @@ from diffstore.engine.types import (
     DiffPage,
     Expected,
     FromReader,
+    GenerationInfo,
     GenerationRecords,
     GetManyResult,
     GetResult,
@@ -231,12 +232,14 @@ class Collection:
         generation_id: bytes,
         update_readers: Iterable[ReaderUpdateLike] = (),
         lease: LeaseToken | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         """Commits; reader updates (with optional CAS) are applied in the same transaction, or none is.
 
         With ``lease`` (a fencing token) the commit is refused by ``LeaseLost`` once the lease moved.
+        ``metadata`` (a flat map of strings, at most 4 KiB) is kept with the generation (:meth:`history`).
         """
-        self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease))
+        self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease, metadata))
 
     def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
         """Drops the open generation; one started under a lease needs that lease (or a newer version)."""
@@ -436,6 +439,12 @@ class Collection:
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)
+
+    def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
+        """Committed generations below ``before`` (default: from the current one), newest first, with commit
+        time (Unix ms), changed keys and metadata (None: unknown, committed by an older server); and whether
+        more remain (the next page: ``before=items[-1].generation_id``)."""
+        return self._run(_calls.history(self.name, before, limit))
 
     def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
         """Committed generation ids below ``before`` (default: from the current one), newest first (collected

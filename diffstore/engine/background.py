@@ -49,6 +49,7 @@ class StoreAccess(Protocol):
 
 _ALL_TABLES_WITH_CID = (
     "gens",
+    "commits",
     "gen_ids",
     "records",
     "changes",
@@ -114,7 +115,7 @@ def auto_commit(store: StoreAccess, name: str, now_ms: int) -> bool:
             meta = load_meta(txn, tables, name)
             if meta.manual or meta.next_count == 0:
                 return False
-            meta = writes.commit_automatic(txn, tables, meta)
+            meta = writes.commit_automatic(txn, tables, meta, now_ms)
             scope.commits.append((name, meta.generation))
     except NoSuchCollection:
         return False

@@ -23,6 +23,8 @@ The invariants, table by table (a ``cid`` is *live* when a ``collections`` row h
 - ``due``: an automatic-commit row names a live automatic collection; a GC position names a live
   collection, a registered generation not past the GC horizon, and one GC has not finished.
 - ``lineage``: rows of live collections name committed generations and unpack.
+- ``commits``: rows of live collections name committed generations and unpack to a time, a count and
+  metadata (None or a map of strings). Generations without a row are legal (committed by an older store).
 - ``leases``, ``producers``, ``phantoms``, ``phantom_ttl``: rows unpack, belong to live (or dropped)
   collections; a phantom's records have its expiry row.
 
@@ -118,6 +120,7 @@ class _Checker:
         self._targets()
         self._due()
         self._lineage()
+        self._commits()
         self._leases()
         self._producers()
         self._phantoms()
@@ -440,6 +443,28 @@ class _Checker:
                 self.bad(
                     "lineage", f"{meta.name!r}: the move of reader {name!r} at #{seq} does not unpack ({exc})"
                 )
+
+    def _commits(self) -> None:
+        for key, raw in self._rows("commits"):
+            owner = self._owner("commits", key)
+            if owner is None:
+                continue
+            meta = owner.meta
+            seq = layout.read_u64(key[4:]) if len(key) == 12 else -1
+            if seq not in owner.gens or seq > meta.generation_seq:
+                self.bad("commits", f"{meta.name!r}: commit row {key.hex()} names no committed generation")
+                continue
+            try:
+                at_ms, changed, metadata = layout.unpack_commit(raw)
+            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                self.bad("commits", f"{meta.name!r}: the commit row of #{seq} does not unpack ({exc})")
+                continue
+            if at_ms < 0 or changed < 0 or not (
+                metadata is None
+                or isinstance(metadata, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+            ):
+                self.bad("commits", f"{meta.name!r}: commit row of #{seq} holds {at_ms, changed, metadata}")
 
     def _leases(self) -> None:
         for key, raw in self._rows("leases"):

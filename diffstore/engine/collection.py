@@ -15,6 +15,7 @@ import lmdb
 from diffstore.engine import (
     cursor_spill,
     diff,
+    history,
     layout,
     leases,
     lineage,
@@ -33,6 +34,7 @@ from diffstore.engine.types import (
     DiffPage,
     Expected,
     FromReader,
+    GenerationInfo,
     GenerationRecords,
     GetManyResult,
     GetResult,
@@ -134,21 +136,27 @@ class Collection:
         generation_id: bytes,
         update_readers: Iterable[ReaderUpdateLike] = (),
         lease: LeaseToken | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
-        """Makes the open generation current, applying reader updates in the same transaction.
+        """Makes the open generation current, applying reader updates in the same transaction, and records
+        its commit time, changed keys and ``metadata`` (see :mod:`diffstore.engine.history`).
 
         Raises:
             GenerationMismatch: ``generation_id`` is not the open generation.
+            InvalidRequest: ``metadata`` is not a flat map of strings of at most 4 KiB; nothing changes.
             NoSuchReader, BadVersion, GenerationCollected: a reader update is bad; nothing changes.
             LeaseLost: ``lease`` (a fencing token) no longer holds its lease, or is not the one the
                 generation was started under (None included); nothing changes.
         """
         updates = [u if isinstance(u, ReaderUpdate) else ReaderUpdate(u[0], u[1]) for u in update_readers]
+        stored = history.validate_metadata(metadata)
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             tables = self._store.tables
-            meta = writes.commit_generation(scope.txn, tables, meta, generation_id, updates, lease)
+            meta = writes.commit_generation(
+                scope.txn, tables, meta, generation_id, updates, lease, self._store.config.now_ms(), stored
+            )
             scope.commits.append((self.name, meta.generation))
 
     def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
@@ -582,6 +590,14 @@ class Collection:
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return replication.committed_generations(txn, self._store.tables, meta, before, limit)
+
+    def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
+        """Committed generations below ``before`` (default: from the current one), newest first, each with
+        its commit time, changed keys and metadata (None: unknown, committed by an older store); and
+        whether more remain."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return history.committed(txn, self._store.tables, meta, before, limit)
 
     def generation_records(
         self,

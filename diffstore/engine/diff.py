@@ -37,7 +37,14 @@ from diffstore.engine.tables import (
 )
 from diffstore.engine.types import DiffItem, DiffPage, FromReader
 from diffstore.engine.visibility import lower_form, upper_form
-from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor, NoSuchReader, text_form
+from diffstore.errors import (
+    CursorExpired,
+    InvalidRequest,
+    NoSuchCursor,
+    NoSuchGeneration,
+    NoSuchReader,
+    text_form,
+)
 from diffstore.wire_requests import DiffRequest
 
 
@@ -88,7 +95,12 @@ def resolve_range(
     validate_generation_id(from_generation_id, "fromGenerationId")
     to_gen = meta.generation if to_generation_id is None else bytes(to_generation_id)
     validate_generation_id(to_gen, "toGenerationId")
-    if to_gen > meta.generation:
+    if to_gen > meta.generation and to_gen != meta.next:
+        raise NoSuchGeneration(
+            f"toGenerationId {text_form(to_gen)} is above the current generation {text_form(meta.generation)}"
+            " and is not the open one"
+        )
+    if to_gen > meta.generation:  # the open generation: a diff covers committed generations only
         raise InvalidRequest(
             f"toGenerationId {text_form(to_gen)} is above the current generation {text_form(meta.generation)}"
         )

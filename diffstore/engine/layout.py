@@ -26,6 +26,9 @@ Named tables (sub-databases)::
     collections  name(utf-8)                         -> msgpack meta (see CollectionMeta)
     gens         cid | seq(u64)                      -> generation id
     gen_ids      cid | generation id                 -> seq(u64)
+    commits      cid | seq(u64)                      -> msgpack [committed at ms, changed keys, metadata|None]
+                                                        written by the commit of generation seq (a store
+                                                        older than this row has none: time unknown)
     records      cid | K | seq(u64)                  -> record value (below)
     changes      cid | seq(u64) | K                  -> b""        keys written in a generation
     phantoms     cid | phantom(u64) | K              -> msgpack [[generation id, record value], ...]
@@ -132,6 +135,7 @@ TABLES = (
     b"lineage",
     b"cursors",
     b"replica",
+    b"commits",
 )
 
 TOMBSTONE = b""
@@ -302,6 +306,19 @@ def gen_key(cid_prefix: bytes, seq: int) -> bytes:
 
 def gen_id_key(cid_prefix: bytes, generation_id: bytes) -> bytes:
     return cid_prefix + generation_id
+
+
+def commit_key(cid_prefix: bytes, seq: int) -> bytes:
+    return cid_prefix + _U64.pack(seq)
+
+
+def pack_commit(committed_at_ms: int, changed_keys: int, metadata: dict[str, str] | None) -> bytes:
+    return msgpack.packb([committed_at_ms, changed_keys, metadata])  # type: ignore[no-any-return]
+
+
+def unpack_commit(raw: bytes) -> tuple[int, int, dict[str, str] | None]:
+    committed_at_ms, changed_keys, metadata = msgpack.unpackb(raw)
+    return int(committed_at_ms), int(changed_keys), metadata
 
 
 # --- replica state (see replication.py) ----------------------------------------------------------

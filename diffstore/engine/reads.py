@@ -29,7 +29,18 @@ from diffstore.engine.visibility import (
     upper_form,
     visible_stream,
 )
-from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor
+from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor, NoSuchGeneration, text_form
+
+
+def require_known(meta: CollectionMeta, generation_id: bytes) -> None:
+    """Refuses a read above the current generation that is not the open one (SPEC §8): it used to read the
+    current data, so a mistyped or future id answered as if it were there. A phantom read is exempt (a
+    phantom write may name any generation, future ones included, and reads it back there)."""
+    if generation_id > meta.generation and generation_id != meta.next:
+        raise NoSuchGeneration(
+            f"generation {text_form(generation_id)} of {meta.name!r} is above the current generation "
+            f"{text_form(meta.generation)} and is not the open one"
+        )
 
 
 def read_point(
@@ -45,6 +56,8 @@ def read_point(
         phantom = live_phantom(txn, tables, meta, phantom_id)
         return ReadPoint(meta, meta.generation, meta.generation_seq, phantom)
     validate_generation_id(generation_id)
+    if phantom_id is None:
+        require_known(meta, generation_id)
     check_not_collected(meta, generation_id, readable_floor(txn, tables, meta))
     seq = resolve_seq(txn, tables, meta, generation_id)
     return ReadPoint(meta, bytes(generation_id), seq, live_phantom(txn, tables, meta, phantom_id))

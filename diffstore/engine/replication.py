@@ -24,7 +24,7 @@ from __future__ import annotations
 import lmdb
 import msgpack
 
-from diffstore.engine import layout, leases, lineage, readers, writes
+from diffstore.engine import history, layout, leases, lineage, readers, writes
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -196,6 +196,9 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
     )
     moves = [(readers.put_copy(txn, tables, meta, reader), reader) for reader in step.readers]
     lineage.record(txn, tables, meta, moves)
+    assert meta.next_seq is not None
+    # the primary's time and metadata; its changed keys are the records it sent (one per key)
+    history.record(txn, tables, meta, meta.next_seq, step.committed_at_ms, step.metadata)
     meta = _commit(txn, tables, meta)
     if step.floor and step.previous is None and step.records:
         meta = meta.with_(gc_horizon=meta.generation)

@@ -42,6 +42,7 @@ class Tables:
     lineage: lmdb._Database
     cursors: lmdb._Database
     replica: lmdb._Database
+    commits: lmdb._Database
     # The engine's only in-memory caches. Each is keyed by what it was computed from, as read from LMDB in
     # the transaction that uses it, so a hit is right whichever process changed the store meanwhile
     # (see docs/process-model.md):

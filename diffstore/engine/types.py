@@ -298,6 +298,17 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class GenerationInfo:
+    """A committed generation as the history shows it (SPEC §8); None: committed before the store recorded
+    commit times (so unknown)."""
+
+    generation_id: bytes
+    committed_at_ms: int | None = None
+    changed_keys: int | None = None
+    metadata: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaGeneration:
     """One generation of a primary, as a replica applies it (``Store.apply_replica_generation``).
 
@@ -316,8 +327,8 @@ class ReplicaGeneration:
         lag_generations, unapplied_since_ms: how far behind the replica still is after this one (stored
             in the same transaction, for ``/replica`` and the metrics).
 
-    The primary's commit time and metadata (SPEC §8) are to join these fields, stored in the same
-    transaction as everything else here.
+        committed_at_ms, metadata: the primary's commit time and metadata (SPEC §8), kept as they are
+            (None time: unknown on the primary, the replica's clock stands in).
     """
 
     collection: str
@@ -329,6 +340,8 @@ class ReplicaGeneration:
     floor: bool = False
     lag_generations: int = 0
     unapplied_since_ms: int | None = None
+    committed_at_ms: int | None = None
+    metadata: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

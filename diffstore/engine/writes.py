@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import lmdb
 import msgpack
 
-from diffstore.engine import layout, leases, lineage, producers, readers
+from diffstore.engine import history, layout, leases, lineage, producers, readers
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -116,6 +116,8 @@ def commit_generation(
     generation_id: bytes,
     updates: Sequence[ReaderUpdate],
     lease: LeaseToken | None = None,
+    now_ms: int | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> CollectionMeta:
     _require_manual(meta)
     if meta.next is None or generation_id != meta.next:
@@ -123,6 +125,8 @@ def commit_generation(
     leases.require_opened_under(meta, lease, "commit")
     moves = readers.apply_updates(txn, tables, meta, updates)
     lineage.record(txn, tables, meta, moves)  # the open generation's moves, in the same transaction
+    assert meta.next_seq is not None
+    history.record(txn, tables, meta, meta.next_seq, now_ms, metadata)
     meta = meta.with_(
         generation=meta.next,
         generation_seq=meta.next_seq,
@@ -159,9 +163,12 @@ def abort_generation(
     return meta
 
 
-def commit_automatic(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> CollectionMeta:
+def commit_automatic(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, now_ms: int | None = None
+) -> CollectionMeta:
     """Commits a non-manual collection's open generation and opens the one after it."""
     assert meta.next is not None and meta.next_seq is not None
+    history.record(txn, tables, meta, meta.next_seq, now_ms)
     seq = meta.next_seq + 1
     meta = meta.with_(
         generation=meta.next,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from diffstore.client import Client, Collection
 from diffstore.client import _calls as calls
 from diffstore.engine.store import Store
-from diffstore.engine.types import Reader, ReplicaGeneration
+from diffstore.engine.types import GenerationInfo, Reader, ReplicaGeneration
 from diffstore.errors import (
     DiffstoreError,
     GenerationCollected,
@@ -211,8 +211,11 @@ class CollectionFollower:
             return True
         pending = Pending.after(position)
         before: bytes | None = None
+        known: dict[bytes, GenerationInfo] = {}  # the primary's commit time and metadata, kept as they are
         while True:
-            ids, more = self.primary.generations(before, limit=1000)
+            infos, more = self.primary.history(before, limit=1000)
+            known.update((info.generation_id, info) for info in infos)
+            ids = [info.generation_id for info in infos]
             if pending.page(ids, more) or not ids:
                 break
             before = ids[-1]
@@ -224,7 +227,7 @@ class CollectionFollower:
             )
             self.drop()
             return True
-        self.apply(position, pending.ahead, {current: newest})
+        self.apply(position, pending.ahead, {current: newest}, known)
         return True
 
     def drop(self) -> None:
@@ -309,7 +312,15 @@ class CollectionFollower:
         if missing:
             self.store.add_missing_replica_readers(self.name, missing)
 
-    def apply(self, position: bytes, ahead: list[bytes], fetched: dict[bytes, Fetched]) -> None:
+    def apply(
+        self,
+        position: bytes,
+        ahead: list[bytes],
+        fetched: dict[bytes, Fetched],
+        known: dict[bytes, GenerationInfo] | None = None,
+    ) -> None:
+        """Applies ``ahead``; ``known``: the primary's commit time and metadata of those listed (the
+        one-request path lists none: the replica's clock stands in, and no metadata)."""
         now_ms = time.time_ns() // 1_000_000
         if self.behind_since_ms is None:
             self.behind_since_ms = now_ms
@@ -337,6 +348,7 @@ class CollectionFollower:
             for generation_id, one in batch:
                 done += 1
                 left = len(ahead) - done
+                info = (known or {}).get(generation_id, GenerationInfo(generation_id))
                 self.store.apply_replica_generation(
                     ReplicaGeneration(
                         self.name,
@@ -347,6 +359,8 @@ class CollectionFollower:
                         one.moves,
                         lag_generations=left,
                         unapplied_since_ms=self.behind_since_ms if left else None,
+                        committed_at_ms=info.committed_at_ms,
+                        metadata=info.metadata,
                     )
                 )
                 position = generation_id

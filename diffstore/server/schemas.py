@@ -191,6 +191,9 @@ class CommitReaderUpdate(_Model):
 class CommitGeneration(_Model):
     generationId: ES
     updateReaders: list[CommitReaderUpdate] | None = None
+    metadata: dict[str, str] | None = Field(
+        None, description="kept with the generation, listed by GET /collections/{c}/generations (<= 4 KiB)"
+    )
     lease: LeaseTokenBody | None = None
 
 
@@ -348,8 +351,15 @@ class Overview(BaseModel):
     )
 
 
+class GenerationEntry(BaseModel):
+    generationId: ES
+    committedAtMs: int | None = Field(description="server clock, Unix ms; null: committed by an older store")
+    changedKeys: int | None = Field(description="distinct keys the generation wrote; null: unknown")
+    metadata: dict[str, str] | None = Field(description="the manual commit's metadata, if any")
+
+
 class GenerationList(BaseModel):
-    items: list[ES]
+    items: list[GenerationEntry]
     nextBefore: ES | None = Field(None, description="present when older ones remain: the next page's before")
 
 

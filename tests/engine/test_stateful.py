@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -25,6 +26,7 @@ from diffstore.errors import (
     DiffstoreError,
     GenerationCollected,
     GenerationMismatch,
+    NoSuchGeneration,
     NoSuchReader,
     NotManual,
     OutdatedGeneration,
@@ -67,6 +69,14 @@ class MColl:
     producer_writes: list[tuple[int, bytes]] = field(default_factory=list)  # (seqNo, generation)
     horizon: bytes | None = None
     next_count: int = 0
+    # SPEC §8: committed generation -> (distinct keys it wrote, the commit's metadata)
+    commits: dict[bytes, tuple[int, dict[str, str] | None]] = field(default_factory=dict)
+
+    def committed(self, metadata: dict[str, str] | None = None) -> None:
+        """The open generation becomes current (the caller opens the next one, if any)."""
+        assert self.next is not None
+        self.commits[self.next] = (len(self.records.get(self.next, {})), metadata)
+        self.current = self.next
 
     def base(self, gen: bytes) -> dict[bytes, tuple[Value, bytes]]:
         """SPEC §1: per key, the record of the greatest generation <= G (the open one only at exactly G)."""
@@ -244,8 +254,15 @@ class StoreMachine(RuleBasedStateMachine):
         name=st.sampled_from(NAMES),
         gen=st.one_of(st.none(), st.sampled_from(GENS)),
         updates=st.lists(reader_update, max_size=2),
+        metadata=st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)),
     )
-    def commit(self, name: str, gen: bytes | None, updates: list[ReaderUpdate]) -> None:
+    def commit(
+        self,
+        name: str,
+        gen: bytes | None,
+        updates: list[ReaderUpdate],
+        metadata: dict[str, str] | None = None,
+    ) -> None:
         if self._not_manual(name, "commit", gen):
             return
         m = self.model[name]
@@ -254,11 +271,12 @@ class StoreMachine(RuleBasedStateMachine):
             saved = dict(m.readers)
             error = self._updates_error(m, updates)
             if error is None:
-                m.current, m.next = m.next, None
+                m.committed(metadata)
+                m.next = None
             else:
                 m.readers = saved
         with self.expect(error):
-            self.c(name).commit_generation(gen, update_readers=updates)
+            self.c(name).commit_generation(gen, update_readers=updates, metadata=metadata)
 
     @rule(
         name=st.sampled_from(MANUAL),
@@ -294,7 +312,8 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _auto_commit(self, m: MColl) -> None:
         assert m.next is not None
-        m.current, m.next = m.next, u64(int.from_bytes(m.next, "big") + 1)
+        m.committed()
+        m.next = u64(int.from_bytes(m.current, "big") + 1)
         m.next_count = 0
 
     # --- writes ------------------------------------------------------------------------------------------
@@ -505,6 +524,27 @@ class StoreMachine(RuleBasedStateMachine):
             assert c.producer_last_seq_no("p") == m.last_seq_no()
 
     @invariant()
+    def history_matches(self) -> None:
+        """SPEC §8: each commit's changed keys and metadata; generations the model never committed (the
+        initial one) have no commit row."""
+        for name, m in self.model.items():
+            infos, more = self.c(name).history(limit=10**6)
+            assert not more
+            ids = [info.generation_id for info in infos]
+            assert ids == sorted(ids, reverse=True) and ids[0] == m.current, name
+            recorded = {
+                info.generation_id: (info.changed_keys, info.metadata)
+                for info in infos
+                if info.committed_at_ms is not None
+            }
+            assert recorded == m.commits, name
+            assert {i.generation_id for i in infos if i.committed_at_ms is None} <= {b"", u64(0)}, name
+            half = len(infos) // 2
+            if half:
+                page, rest = self.c(name).history(before=ids[half - 1], limit=half)
+                assert page == infos[half : 2 * half] and rest == (len(infos) > 2 * half)
+
+    @invariant()
     def reads_match_at_every_live_generation(self) -> None:
         for name, m in self.model.items():
             c = self.c(name)
@@ -517,6 +557,15 @@ class StoreMachine(RuleBasedStateMachine):
                         continue
                     raise AssertionError(f"read of {name} at {gen!r} below {floor!r} was allowed")
                 for phantom in [None, *m.phantoms]:
+                    if phantom is None and gen > m.current and gen != m.next:
+                        # SPEC §8: no such generation (a phantom read may name a future one)
+                        with pytest.raises(NoSuchGeneration):
+                            list(c.query(generation_id=gen))
+                        with pytest.raises(NoSuchGeneration):
+                            c.get(b"a", generation_id=gen)
+                        with pytest.raises(NoSuchGeneration):
+                            c.keys_around(b"a", 2, require_key_existence=False, generation_id=gen)
+                        continue
                     want = m.present(gen, phantom)
                     got = {
                         r.key: (r.value, r.generation_id)

@@ -25,7 +25,7 @@ def _round(client: Client, n: int) -> None:
         + [(b"k0", None), (b"same", b"s"), (LONG + bytes([n]), b"long"), (b"\x00\xff", bytes([n]))],
         generation_id=g,
     )
-    a.commit_generation(g)
+    a.commit_generation(g, metadata={"round": str(n)})
     b = client.collection("B")
     b.put_many([(b"b%d" % n, b"x"), (b"b1", b"y%d" % n)])
     wait_until(lambda: b.generation_state()[0] != b"\x00" * 8 and b.next_generation_id is not None)

@@ -102,7 +102,7 @@ async def get_overview(request: Request) -> Response:
     "GET",
     "/collections/{c}/generations",
     answer=schemas.GenerationList,
-    summary="The newest committed generation ids, newest first",
+    summary="The committed generations, newest first, with commit time, changed keys and metadata",
 )
 async def list_generations(
     request: Request,
@@ -116,10 +116,20 @@ async def list_generations(
     before_id = None if before is None else decode_es({"value": before, "encoding": beforeEncoding}, "before")
 
     def work(x: Exchange) -> Body:
-        ids, more = x.store.collection(c).generations(before_id, limit)
-        body: Body = {"items": [x.out.es(g) for g in ids]}
-        if more:  # read replicas page back through a long history (docs/replicas.md)
-            body["nextBefore"] = x.out.es(ids[-1])
+        infos, more = x.store.collection(c).history(before_id, limit)
+        body: Body = {
+            "items": [
+                {
+                    "generationId": x.out.es(info.generation_id),
+                    "committedAtMs": info.committed_at_ms,
+                    "changedKeys": info.changed_keys,
+                    "metadata": info.metadata,
+                }
+                for info in infos
+            ]
+        }
+        if more:  # read replicas and `diffstore log` page back through a long history
+            body["nextBefore"] = x.out.es(infos[-1].generation_id)
         return body
 
     return await handle(request, work)

@@ -31,7 +31,7 @@ async def commit(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)
         x.store.collection(c).commit_generation(
-            req.generation_id, update_readers=list(req.update_readers), lease=req.lease
+            req.generation_id, update_readers=list(req.update_readers), lease=req.lease, metadata=req.metadata
         )
         return {}
 

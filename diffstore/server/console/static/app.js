@@ -437,7 +437,7 @@ async function pickCollection(signal, route) {
 async function generationOptions(signal, name) {
   try {
     const list = await api("GET", `${collectionPath(name)}/generations?limit=200`, undefined, signal);
-    return list.items.map((g) => `<option value="${esc(idLabel(g))}">`).join("");
+    return list.items.map((g) => `<option value="${esc(idLabel(g.generationId))}">`).join("");
   } catch (error) {
     showError(error);
     return "";

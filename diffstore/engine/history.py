@@ -1,0 +1,118 @@
+"""Commit history (SPEC §8): when each generation was committed, how many keys it changed, and the metadata
+a manual commit carried.
+
+Every commit -- manual, automatic (by the background, or at once when the open generation is full, so
+ingestion windows and transform rounds too), and a replica's apply -- writes one ``commits`` row for the
+generation it makes current, in the commit's own transaction: the row exists exactly when the commit
+happened. A store written before this row existed has none for its old generations: their time, count
+and metadata read as None (unknown), never as a guess.
+
+``changedKeys`` counts the distinct keys the generation wrote (its ``changes`` rows: a key written twice
+into one generation counts once, a tombstone counts as a change). Counting reads those rows once at
+commit, a cost that follows the generation's writes.
+
+The rows go with their collection (the purge of a dropped collection removes every row of its cid); GC
+of old versions keeps them, as it keeps the generations themselves (they stay listed, reads there 410).
+"""
+
+from __future__ import annotations
+
+import json
+
+import lmdb
+
+from diffstore.engine import layout
+from diffstore.engine.meta import CollectionMeta
+from diffstore.engine.tables import Tables
+from diffstore.engine.types import GenerationInfo, wall_clock_ms
+from diffstore.errors import InvalidRequest
+
+MAX_METADATA_BYTES = 4096
+"""A commit's metadata, encoded as compact UTF-8 JSON (as it travels), at most this many bytes."""
+
+
+def validate_metadata(metadata: object) -> dict[str, str] | None:
+    """``metadata`` as stored: None, or a flat map of strings of at most :data:`MAX_METADATA_BYTES`.
+
+    Raises:
+        InvalidRequest: not a map of strings to strings, or too large.
+    """
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in metadata.items()
+    ):
+        raise InvalidRequest("metadata must be a flat map of strings to strings")
+    try:
+        size = len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest("metadata must be valid UTF-8") from exc
+    if size > MAX_METADATA_BYTES:
+        raise InvalidRequest(f"metadata is {size} bytes encoded, over the limit of {MAX_METADATA_BYTES}")
+    return dict(metadata)
+
+
+def changed_keys(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int) -> int:
+    """How many distinct keys generation ``seq`` wrote."""
+    run = layout.change_prefix(meta.cid_prefix, seq)
+    cursor = txn.cursor(db=tables.changes)
+    count = 0
+    if cursor.set_range(run):
+        for key in cursor.iternext(values=False):
+            if not key.startswith(run):
+                break
+            count += 1
+    return count
+
+
+def record(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    seq: int,
+    now_ms: int | None = None,
+    metadata: dict[str, str] | None = None,
+    changed: int | None = None,
+) -> None:
+    """Writes the commit row of generation ``seq`` (being committed in ``txn``).
+
+    ``now_ms`` None: the wall clock (the commits inside a write have no config at hand); ``changed`` None:
+    counted here.
+    """
+    at_ms = wall_clock_ms() if now_ms is None else now_ms
+    count = changed_keys(txn, tables, meta, seq) if changed is None else changed
+    txn.put(
+        layout.commit_key(meta.cid_prefix, seq), layout.pack_commit(at_ms, count, metadata), db=tables.commits
+    )
+
+
+def info(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int, generation_id: bytes
+) -> GenerationInfo:
+    """What is known of committed generation ``seq`` (None fields: committed before the row existed)."""
+    raw = txn.get(layout.commit_key(meta.cid_prefix, seq), db=tables.commits)
+    if raw is None:
+        return GenerationInfo(generation_id)
+    at_ms, count, metadata = layout.unpack_commit(raw)
+    return GenerationInfo(generation_id, at_ms, count, metadata)
+
+
+def committed(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, before: bytes | None, limit: int
+) -> tuple[list[GenerationInfo], bool]:
+    """Up to ``limit`` committed generations below ``before`` (None: from the current one), newest first,
+    with what is known of each, and whether more remain. Collected generations are listed too."""
+    found: list[GenerationInfo] = []
+    prefix = meta.cid_prefix
+    cursor = txn.cursor(db=tables.gens)
+    if not cursor.set_key(layout.gen_key(prefix, meta.generation_seq)):
+        return found, False
+    while True:
+        generation_id = bytes(cursor.value())
+        if before is None or generation_id < before:
+            if len(found) == limit:
+                return found, True
+            seq = layout.read_u64(cursor.key()[len(prefix) :])
+            found.append(info(txn, tables, meta, seq, generation_id))
+        if not cursor.prev() or not cursor.key().startswith(prefix):
+            return found, False
