@@ -215,6 +215,12 @@ class Collection(Protocol):
         """The readers moved by the commit of ``generation_id``, walked ``depth`` levels back."""
         ...
 
+    # --- history (SPEC §8) ----------------------------------------------------------------------
+
+    def generation_at(self, at_ms: int) -> bytes:
+        """The newest generation committed at or before ``at_ms`` (raises ``NoSuchGeneration``)."""
+        ...
+
 
 if TYPE_CHECKING:  # mypy checks here that both handles implement the Protocol
 

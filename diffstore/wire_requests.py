@@ -70,19 +70,31 @@ class CreateCollectionRequest:
 
 @dataclass(frozen=True, slots=True)
 class ReadAt:
-    """Where a read looks: a generation (default current) and an optional phantom."""
+    """Where a read looks: a generation (default current) or the one current at ``as_of_ms`` (SPEC §8),
+    and an optional phantom."""
 
     generation_id: bytes | None = None
     phantom_id: bytes | None = None
+    as_of_ms: int | None = None
 
     @classmethod
     def from_fields(cls, f: Fields) -> ReadAt:
-        return cls(f.es_opt("generationId"), f.es_opt("phantomId"))
+        at = cls(f.es_opt("generationId"), f.es_opt("phantomId"), f.integer_opt("asOfMs", 0))
+        if at.generation_id is not None and at.as_of_ms is not None:
+            raise InvalidRequest("generationId and asOfMs: give one of them")
+        return at
 
     def fill(self, body: Body, codec: Codec) -> Body:
         set_if_given(body, "generationId", codec.es_opt(self.generation_id))
         set_if_given(body, "phantomId", codec.es_opt(self.phantom_id))
+        set_if_given(body, "asOfMs", self.as_of_ms)
         return body
+
+    def generation(self, collection: Collection) -> bytes | None:
+        """The generation to read: the one named, else the newest committed at or before ``as_of_ms``."""
+        if self.as_of_ms is None:
+            return self.generation_id
+        return collection.generation_at(self.as_of_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +111,7 @@ class GetRequest:
         return self.at.fill({"key": codec.es(self.key)}, codec)
 
     def run(self, collection: Collection) -> GetResult:
-        return collection.get_result(self.key, self.at.generation_id, self.at.phantom_id)
+        return collection.get_result(self.key, self.at.generation(collection), self.at.phantom_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +134,7 @@ class GetManyRequest:
         return self.at.fill({"keys": [codec.es(key) for key in self.keys]}, codec)
 
     def run(self, collection: Collection) -> GetManyResult:
-        return collection.get_many(self.keys, self.at.generation_id, self.at.phantom_id)
+        return collection.get_many(self.keys, self.at.generation(collection), self.at.phantom_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +165,7 @@ class KeysAroundRequest:
     def run(self, collection: Collection) -> KeysAround:
         at = self.at
         return collection.keys_around(
-            self.key, self.limit, self.require_key_existence, at.generation_id, at.phantom_id
+            self.key, self.limit, self.require_key_existence, at.generation(collection), at.phantom_id
         )
 
 
@@ -515,7 +527,9 @@ class QueryRequest:
     def run(self, collection: Collection) -> QueryPage:
         """The first page (the next ones follow the answer's cursor)."""
         at = self.at
-        return collection.query_page(at.generation_id, at.phantom_id, self.from_key, self.to_key, self.limit)
+        return collection.query_page(
+            at.generation(collection), at.phantom_id, self.from_key, self.to_key, self.limit
+        )
 
 
 @dataclass(frozen=True, slots=True)

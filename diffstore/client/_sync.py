@@ -47,6 +47,7 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
 )
+from diffstore.errors import NoSuchGeneration
 from diffstore.wire import CollectionState
 from diffstore.wire_requests import DiffRequest, PhantomChangesRequest, QueryRequest, ReadAt, WriteOptions
 
@@ -439,6 +440,22 @@ class Collection:
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)
+
+    def generation_at(self, at_ms: int) -> bytes:
+        """The newest generation committed at or before ``at_ms`` (Unix ms), from :meth:`history`.
+
+        Raises:
+            NoSuchGeneration: none was committed by then (as far as the server knows).
+        """
+        before: bytes | None = None
+        while True:
+            infos, more = self.history(before, limit=1000)
+            for info in infos:
+                if info.committed_at_ms is not None and info.committed_at_ms <= at_ms:
+                    return info.generation_id
+            if not more or not infos:
+                raise NoSuchGeneration(f"no generation of {self.name!r} was committed by {at_ms} ms")
+            before = infos[-1].generation_id
 
     def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
         """Committed generations below ``before`` (default: from the current one), newest first, with commit

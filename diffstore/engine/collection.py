@@ -591,6 +591,12 @@ class Collection:
             meta = load_meta(txn, self._store.tables, self.name)
             return replication.committed_generations(txn, self._store.tables, meta, before, limit)
 
+    def generation_at(self, at_ms: int) -> bytes:
+        """The newest generation committed at or before ``at_ms`` (Unix ms; raises ``NoSuchGeneration``)."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return history.generation_at(txn, self._store.tables, meta, at_ms)
+
     def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
         """Committed generations below ``before`` (default: from the current one), newest first, each with
         its commit time, changed keys and metadata (None: unknown, committed by an older store); and

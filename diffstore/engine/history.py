@@ -25,7 +25,7 @@ from diffstore.engine import layout
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import Tables
 from diffstore.engine.types import GenerationInfo, wall_clock_ms
-from diffstore.errors import InvalidRequest
+from diffstore.errors import InvalidRequest, NoSuchGeneration
 
 MAX_METADATA_BYTES = 4096
 """A commit's metadata, encoded as compact UTF-8 JSON (as it travels), at most this many bytes."""
@@ -116,3 +116,24 @@ def committed(
             found.append(info(txn, tables, meta, seq, generation_id))
         if not cursor.prev() or not cursor.key().startswith(prefix):
             return found, False
+
+
+def generation_at(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, at_ms: int) -> bytes:
+    """The newest committed generation committed at or before ``at_ms`` (its reads answer 410 when it was
+    collected). Generations without a commit row (unknown time) are passed over.
+
+    Raises:
+        NoSuchGeneration: none was committed by then (as far as the rows tell).
+    """
+    prefix = meta.cid_prefix
+    cursor = txn.cursor(db=tables.gens)
+    if cursor.set_key(layout.gen_key(prefix, meta.generation_seq)):
+        while True:
+            raw = txn.get(
+                layout.commit_key(prefix, layout.read_u64(cursor.key()[len(prefix) :])), db=tables.commits
+            )
+            if raw is not None and layout.unpack_commit(raw)[0] <= at_ms:
+                return bytes(cursor.value())
+            if not cursor.prev() or not cursor.key().startswith(prefix):
+                break
+    raise NoSuchGeneration(f"no generation of {meta.name!r} was committed at or before {at_ms} ms")

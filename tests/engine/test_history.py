@@ -7,7 +7,7 @@ import pytest
 
 from diffstore import Store
 from diffstore.engine.types import GenerationInfo, ReplicaGeneration
-from diffstore.errors import InvalidRequest
+from diffstore.errors import InvalidRequest, NoSuchGeneration
 from tests.engine.conftest import StoreFactory
 
 
@@ -53,3 +53,18 @@ def test_rows_go_with_their_collection(store: Store) -> None:
         pass
     with store.read() as txn:
         assert txn.stat(store.tables.commits)["entries"] == 0
+
+
+def test_generation_at_an_instant(open_store: StoreFactory) -> None:
+    now = [1000]
+    store = open_store(clock_ms=lambda: now[0])
+    c = store.create_collection("A", manual=True)
+    for g, at in ((b"1", 1000), (b"2", 2000), (b"3", 3000)):
+        now[0] = at
+        c.start_generation(g)
+        c.put(b"k", g, generation_id=g)
+        c.commit_generation(g)
+    assert [c.generation_at(ms) for ms in (1000, 1999, 2000, 2500, 10**12)] == [b"1", b"1", b"2", b"2", b"3"]
+    with pytest.raises(NoSuchGeneration):
+        c.generation_at(999)
+    assert [i.committed_at_ms for i in c.history()[0]] == [3000, 2000, 1000, None]

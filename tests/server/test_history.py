@@ -133,3 +133,36 @@ def test_reads_at_an_unknown_generation_answer_404(live: Live) -> None:
     )
     got = live.ok("POST", "/collections/m/get", {"key": es("a"), "generationId": es("g2")})
     assert unes(got["item"]["value"]) == b"v"
+
+
+def test_reads_as_of_an_instant(live: Live) -> None:
+    live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+    _write(live, "m", "g1", ["a"])
+    g1_ms = _generations(live, "m")[0]["committedAtMs"]
+    wait_until(lambda: int(time.time() * 1000) > g1_ms + 1)
+    live.ok("POST", "/collections/m/generation/start", {"generationId": es("g2")})
+    live.ok(
+        "POST", "/collections/m/put", {"item": {"key": es("a"), "value": es("new")}, "generationId": es("g2")}
+    )
+    live.ok("POST", "/collections/m/generation/commit", {"generationId": es("g2")})
+    g2_ms = _generations(live, "m")[0]["committedAtMs"]
+    assert g2_ms > g1_ms
+    at_g1 = live.ok("POST", "/collections/m/get", {"key": es("a"), "asOfMs": g2_ms - 1})
+    assert unes(at_g1["item"]["value"]) == b"v" and unes(at_g1["generationId"]) == b"g1"
+    at_g2 = live.ok("POST", "/collections/m/query/", {"asOfMs": g2_ms})
+    assert unes(at_g2["generationId"]) == b"g2"
+    around = {"key": es("a"), "requireKeyExistance": False, "limit": 2, "asOfMs": g1_ms}
+    assert live.ok("POST", "/collections/m/getKeysAround", around)["foundKey"]
+    many = live.ok("POST", "/collections/m/getMany", {"keys": [es("a")], "asOfMs": g1_ms})
+    assert unes(many["generationId"]) == b"g1"
+    # before the first commit: none; both ways of naming a generation: refused
+    live.fail(
+        "POST",
+        "/collections/m/get",
+        {"key": es("a"), "asOfMs": g1_ms - 1},
+        status=404,
+        code="noSuchGeneration",
+    )
+    both = {"key": es("a"), "asOfMs": g1_ms, "generationId": es("g1")}
+    live.fail("POST", "/collections/m/get", both, status=400, code="invalidRequest")
+    live.fail("POST", "/collections/m/get", {"key": es("a"), "asOfMs": -1}, status=400, code="invalidRequest")
