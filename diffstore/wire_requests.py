@@ -543,10 +543,17 @@ class DiffRequest:
     from_key: bytes | None = None
     to_key: bytes | None = None
     limit: int | None = None
+    from_as_of_ms: int | None = None  # SPEC §8: the generation current at that instant, resolved by run()
+    to_as_of_ms: int | None = None
 
     @classmethod
     def from_wire(cls, obj: Any, codec: Codec) -> DiffRequest:
         f = Fields(obj, codec)
+        from_as_of, to_as_of = f.integer_opt("fromAsOfMs", 0), f.integer_opt("toAsOfMs", 0)
+        if from_as_of is not None and f.has("fromGenerationId"):
+            raise InvalidRequest("fromGenerationId and fromAsOfMs: give one of them")
+        if to_as_of is not None and f.raw("toGenerationId") is not None:
+            raise InvalidRequest("toGenerationId and toAsOfMs: give one of them")
         from_generation: bytes | None = None
         if f.has("fromGenerationId"):
             from_generation = f.es_opt("fromGenerationId")
@@ -555,8 +562,10 @@ class DiffRequest:
         if f.raw("fromReader") is not None:
             r = Fields(f.raw("fromReader"), codec, "body.fromReader")
             from_reader = FromReader(r.text("readerName"), r.text_opt("collectionName"))
-        if from_generation is None and from_reader is None:
-            raise InvalidRequest("a diff needs fromGenerationId or fromReader")
+        if from_as_of is not None:
+            from_reader = None
+        elif from_generation is None and from_reader is None:
+            raise InvalidRequest("a diff needs fromGenerationId, fromAsOfMs or fromReader")
         if from_generation is not None:
             from_reader = None  # both named: fromGenerationId wins (SPEC §3, as in diffbelt)
         return cls(
@@ -567,11 +576,15 @@ class DiffRequest:
             f.es_opt("fromKey"),
             f.es_opt("toKey"),
             f.integer_opt("limit", 1, MAX_PAGE_LIMIT),
+            from_as_of,
+            to_as_of,
         )
 
     def to_wire(self, codec: Codec) -> Body:
         body: Body = {}
-        if self.from_reader is not None:
+        if self.from_as_of_ms is not None:
+            body["fromAsOfMs"] = self.from_as_of_ms
+        elif self.from_reader is not None:
             reader: Body = {"readerName": self.from_reader.name}
             set_if_given(reader, "collectionName", self.from_reader.collection)
             body["fromReader"] = reader
@@ -583,13 +596,19 @@ class DiffRequest:
         set_if_given(body, "fromKey", codec.es_opt(self.from_key))
         set_if_given(body, "toKey", codec.es_opt(self.to_key))
         set_if_given(body, "limit", self.limit)
+        set_if_given(body, "toAsOfMs", self.to_as_of_ms)
         return body
 
     def run(self, collection: Collection) -> DiffPage:
         """The first page (the next ones follow the answer's cursor)."""
+        from_id, to_id = self.from_generation_id, self.to_generation_id
+        if self.from_as_of_ms is not None:
+            from_id = collection.generation_at(self.from_as_of_ms)
+        if self.to_as_of_ms is not None:
+            to_id = collection.generation_at(self.to_as_of_ms)
         return collection.diff_page(
-            self.from_generation_id,
-            self.to_generation_id,
+            from_id,
+            to_id,
             self.from_reader,
             self.include_intermediate,
             self.from_key,

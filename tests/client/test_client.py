@@ -28,6 +28,7 @@ from diffstore.errors import (
     GenerationMismatch,
     InvalidRequest,
     NoSuchCollection,
+    NoSuchGeneration,
     NoSuchReader,
     NotManual,
     OutdatedGeneration,
@@ -84,7 +85,9 @@ def test_generation_lifecycle_and_its_errors(client: Client) -> None:
         c.commit_generation(b"1")
     c.put(b"k", b"v", generation_id=b"2")
     c.abort_generation(b"2")
-    assert c.get(b"k", generation_id=b"2") is None and c.next_generation_id is None
+    with pytest.raises(NoSuchGeneration):  # aborted: above the current generation, not open (SPEC §8)
+        c.get(b"k", generation_id=b"2")
+    assert c.next_generation_id is None
     c.start_generation(b"3")
     c.put(b"k", b"v3", generation_id=b"3")
     c.commit_generation(b"3")

@@ -13,6 +13,7 @@ from diffstore.errors import (
     GenerationMismatch,
     InvalidRequest,
     NoSuchCollection,
+    NoSuchGeneration,
     StorageError,
 )
 from tests.helpers import wait_until
@@ -115,7 +116,9 @@ def test_delete_is_durable_and_removes_targeting_readers(open_store) -> None:
         store.collection("a")
     again = store.create_collection("a", manual=True)  # a new, empty collection of the same name
     assert again.generation_id == b""
-    assert list(again.query(generation_id=b"1")) == []
+    assert list(again.query()) == []
+    with pytest.raises(NoSuchGeneration):  # the old collection's generation is not the new one's (SPEC §8)
+        list(again.query(generation_id=b"1"))
     assert again.readers() == []
 
 

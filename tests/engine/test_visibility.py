@@ -10,7 +10,7 @@ from diffstore import Store
 from diffstore.engine import background as background_module
 from diffstore.engine import collection as collection_module
 from diffstore.engine import visibility as visibility_module
-from diffstore.errors import InvalidRequest
+from diffstore.errors import InvalidRequest, NoSuchGeneration
 from tests.helpers import wait_until
 
 from .util import as_dict, commit, raw_state, run_background
@@ -36,7 +36,6 @@ def coll(store: Store):
         (b"30", {b"a": b"a3", b"c": b"c1"}),
         (b"4", {b"a": b"a3", b"c": b"c1"}),
         (b"5", {b"a": b"a3", b"b": b"b5", b"c": b"c1", b"d": b"d5"}),
-        (b"9", {b"a": b"a3", b"b": b"b5", b"c": b"c1", b"d": b"d5"}),
     ],
 )
 def test_read_sees_greatest_generation_at_or_below(coll, gen: bytes, expected: dict) -> None:
@@ -48,6 +47,17 @@ def test_read_sees_greatest_generation_at_or_below(coll, gen: bytes, expected: d
     assert around.left == sorted((k for k in expected if k < b"c"), reverse=True)
     assert around.right == sorted(k for k in expected if k > b"c")
     assert around.found_key == (b"c" in expected)
+
+
+def test_a_read_above_the_current_generation_is_no_such_generation(coll) -> None:
+    """SPEC §8 (it used to read the current generation's data)."""
+    for read in (
+        lambda: as_dict(coll, generation_id=b"9"),
+        lambda: coll.get(b"a", generation_id=b"9"),
+        lambda: coll.keys_around(b"c", 10, require_key_existence=False, generation_id=b"9"),
+    ):
+        with pytest.raises(NoSuchGeneration):
+            read()
 
 
 def test_default_read_is_current_generation(coll) -> None:
@@ -70,7 +80,10 @@ def test_open_generation_visible_only_at_its_exact_id(coll) -> None:
     coll.put_many([(b"a", None), (b"e", b"e7")], generation_id=b"7")
     committed = {b"a": b"a3", b"b": b"b5", b"c": b"c1", b"d": b"d5"}
     own = {b"b": b"b5", b"c": b"c1", b"d": b"d5", b"e": b"e7"}
-    for gen in (None, b"5", b"6", b"70", b"8", b"\xff"):
+    for gen in (b"6", b"70", b"8", b"\xff"):  # above the current, not the open one (SPEC §8)
+        with pytest.raises(NoSuchGeneration):
+            coll.get(b"e", generation_id=gen)
+    for gen in (None, b"5"):
         assert as_dict(coll, generation_id=gen) == committed, gen
         assert coll.get(b"e", generation_id=gen) is None
         assert coll.keys_around(b"e", 3, require_key_existence=False, generation_id=gen).left == [

@@ -166,3 +166,21 @@ def test_reads_as_of_an_instant(live: Live) -> None:
     both = {"key": es("a"), "asOfMs": g1_ms, "generationId": es("g1")}
     live.fail("POST", "/collections/m/get", both, status=400, code="invalidRequest")
     live.fail("POST", "/collections/m/get", {"key": es("a"), "asOfMs": -1}, status=400, code="invalidRequest")
+
+
+def test_diff_between_instants(live: Live) -> None:
+    live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+    _write(live, "m", "g1", ["a"])
+    g1_ms = _generations(live, "m")[0]["committedAtMs"]
+    wait_until(lambda: int(time.time() * 1000) > g1_ms + 1)
+    _write(live, "m", "g2", ["b"])
+    g2_ms = _generations(live, "m")[0]["committedAtMs"]
+    page = live.ok("POST", "/collections/m/diff/", {"fromAsOfMs": g1_ms, "toAsOfMs": g2_ms})
+    assert [unes(i["key"]) for i in page["items"]] == [b"b"] and unes(page["toGenerationId"]) == b"g2"
+    page = live.ok("POST", "/collections/m/diff/", {"fromAsOfMs": g1_ms, "toAsOfMs": g2_ms - 1})
+    assert page["items"] == []
+    live.fail("POST", "/collections/m/diff/", {"fromAsOfMs": g1_ms - 1}, status=404, code="noSuchGeneration")
+    both = {"fromAsOfMs": g1_ms, "fromGenerationId": es("g1")}
+    live.fail("POST", "/collections/m/diff/", both, status=400, code="invalidRequest")
+    both = {"fromAsOfMs": g1_ms, "toAsOfMs": g2_ms, "toGenerationId": es("g1")}
+    live.fail("POST", "/collections/m/diff/", both, status=400, code="invalidRequest")

@@ -106,8 +106,8 @@ def test_diff_from_reader_and_errors(filled: Live) -> None:
         "POST",
         "/collections/m/diff/",
         {"fromGenerationId": es("1"), "toGenerationId": es("3")},
-        status=400,
-        code="invalidRequest",
+        status=404,
+        code="noSuchGeneration",  # above the current generation (SPEC §8)
     )
     filled.fail(
         "POST",
