@@ -78,7 +78,7 @@ class _ShardRun:
 
 
 @dataclass(slots=True)
-class _Shard:
+class _ShardFrontier:
     """What this consumer knows of one shard's order (see the module invariants)."""
 
     frontier: RecordPosition | None
@@ -125,7 +125,7 @@ class WindowAccumulator:
         self.resend_s = resend_s
         self.positions: dict[int, RecordPosition] = dict(positions or {})
         self._taken: dict[int, RecordPosition] = dict(self.positions)
-        self._shards: dict[int, _Shard] = {}
+        self._shards: dict[int, _ShardFrontier] = {}
         self._open: _Open | None = None
         self._held = 0
         self._stalled = False
@@ -152,10 +152,10 @@ class WindowAccumulator:
                 return []
         return [rid for rid in map(self._offer_one, records, repeat(now), repeat(call)) if rid is not None]
 
-    def _shard(self, shard_id: int, call: int, now: float) -> _Shard:
+    def _shard(self, shard_id: int, call: int, now: float) -> _ShardFrontier:
         shard = self._shards.get(shard_id)
         if shard is None:
-            shard = self._shards[shard_id] = _Shard(self._taken.get(shard_id))
+            shard = self._shards[shard_id] = _ShardFrontier(self._taken.get(shard_id))
         if call > shard.call:  # the shard's first delivery on a new call: out of order until re-marked
             shard.call = call
             shard.first_at = now
@@ -248,7 +248,7 @@ class WindowAccumulator:
                 self._extend(shard_id, shard, now, committed_batches[shard_id])
         self._stalled = self._held > 0
 
-    def _extend(self, shard_id: int, shard: _Shard, now: float, committed_batch: int | None) -> None:
+    def _extend(self, shard_id: int, shard: _ShardFrontier, now: float, committed_batch: int | None) -> None:
         """Moves held records that follow the frontier into the open window, lowest first."""
         if not shard.in_order and shard.mark is not None:
             # a record above the mark is here: every record below it is applied or held (see invariants)
