@@ -213,6 +213,7 @@ class Collection:
                 seq_no=seq_no,
                 max_generation_records=config.max_generation_records,
                 lease=lease,
+                now_ms=config.now_ms(),
             )
             if new_meta.generation != meta.generation:
                 scope.commits.append((self.name, new_meta.generation))

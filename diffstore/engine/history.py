@@ -76,7 +76,7 @@ def record(
 ) -> None:
     """Writes the commit row of generation ``seq`` (being committed in ``txn``).
 
-    ``now_ms`` None: the wall clock (the commits inside a write have no config at hand); ``changed`` None:
+    ``now_ms`` None: the wall clock (callers pass their store config's clock); ``changed`` None:
     counted here.
     """
     at_ms = wall_clock_ms() if now_ms is None else now_ms

@@ -328,8 +328,12 @@ def put_many(
     seq_no: int | None,
     max_generation_records: int,
     lease: LeaseToken | None = None,
+    now_ms: int | None = None,
 ) -> tuple[CollectionMeta, PutResult, bool]:
-    """Writes items; returns (new meta, result, whether this was the open generation's first write)."""
+    """Writes items; returns (new meta, result, whether this was the open generation's first write).
+
+    ``now_ms`` is the commit time recorded if the writes reach ``max_generation_records`` (None: the wall
+    clock)."""
     # Sorted short keys, the shape of a bulk load, skip the normalization below: strictly ascending keys
     # cannot repeat, and their rows come out ascending, ready for append mode.
     fast = _sorted_rows(meta, items, phantom_id is None and not if_not_present and not skip_unchanged)
@@ -389,7 +393,7 @@ def put_many(
         count = len(fast)
         _put_rows(txn.cursor(db=tables.records), fast.records, fast.first_record_key, count, True)
         _put_rows(txn.cursor(db=tables.changes), fast.changes, fast.first_change_key, count, True)
-        return _written(txn, tables, meta, target, count, max_generation_records)
+        return _written(txn, tables, meta, target, count, max_generation_records, now_ms)
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
     if batch.longest <= layout.LONG_KEY_PREFIX:  # of the items given: ``kept`` holds no longer key
@@ -419,7 +423,7 @@ def put_many(
         count,
         ascending,
     )
-    return _written(txn, tables, meta, target, count, max_generation_records)
+    return _written(txn, tables, meta, target, count, max_generation_records, now_ms)
 
 
 def _written(
@@ -429,13 +433,14 @@ def _written(
     target: bytes,
     count: int,
     max_generation_records: int,
+    now_ms: int | None,
 ) -> tuple[CollectionMeta, PutResult, bool]:
     """Counts ``count`` records written into the open generation ``target`` (committing it when a
     non-manual one reaches ``max_generation_records``): put_many's answer."""
     first_write = meta.next_count == 0
     meta = meta.with_(next_count=meta.next_count + count)
     if not meta.manual and meta.next_count >= max_generation_records:
-        meta = commit_automatic(txn, tables, meta)
+        meta = commit_automatic(txn, tables, meta, now_ms)
         save_meta(txn, tables, meta)
         return meta, PutResult(target, records=count), False
     save_meta(txn, tables, meta)

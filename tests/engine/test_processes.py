@@ -165,11 +165,11 @@ def test_a_failing_automatic_commit_is_retried_and_reported(
     failures = [2]
     commit_automatic = writes.commit_automatic
 
-    def flaky(txn, tables, meta):  # type: ignore[no-untyped-def]
+    def flaky(txn, tables, meta, now_ms=None):  # type: ignore[no-untyped-def]
         if meta.name == "bad" and failures[0] > 0:
             failures[0] -= 1
             raise StorageError("MDB_MAP_FULL: Environment mapsize limit reached")
-        return commit_automatic(txn, tables, meta)
+        return commit_automatic(txn, tables, meta, now_ms)
 
     monkeypatch.setattr(writes, "commit_automatic", flaky)
     with Store.open(tmp_path / "store", StoreConfig(background=False, commit_delay_ms=0)) as store:
