@@ -20,10 +20,10 @@ def test_failing_automatic_commits_make_healthz_degraded_until_they_succeed(
     failing = [True]
     commit_automatic = writes.commit_automatic
 
-    def flaky(txn, tables, meta):  # type: ignore[no-untyped-def]
+    def flaky(txn, tables, meta, now_ms=None):  # type: ignore[no-untyped-def]
         if failing[0]:
             raise StorageError("MDB_MAP_FULL: Environment mapsize limit reached")
-        return commit_automatic(txn, tables, meta)
+        return commit_automatic(txn, tables, meta, now_ms)
 
     monkeypatch.setattr(writes, "commit_automatic", flaky)
     with live_server(
