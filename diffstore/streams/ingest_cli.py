@@ -35,7 +35,7 @@ from diffstore import jobmetrics, logs, shell
 from diffstore.collection import Collection
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError
-from diffstore.leases import DEFAULT_TTL_MS
+from diffstore.leases import DEFAULT_TTL_MS, default_owner
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
 from diffstore.streams.commands import CONNECT_TIMEOUT_S
@@ -241,7 +241,8 @@ def run_ingest(args: argparse.Namespace) -> int:
             mapper=mapper,
             recovery_hold_ms=args.recovery_hold_ms,
             lease_ttl_ms=_lease_ttl(args.lease_ttl_ms),
-            lease_owner=args.lease_owner,
+            # named here (not by the keeper) so that the standby message can tell this ingestor's own lease
+            lease_owner=args.lease_owner or default_owner(),
         )
         _check_subscription(args.hstream, args.subscription)
         sink = _open_sink(args)
@@ -271,7 +272,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     def on_state(state: str, token: LeaseToken | None) -> None:
         if token is None:
             holder = _lease_holder(sink.collection, lease_name(args.subscription))
-            if holder is None:  # nobody to wait for: this ingestor takes the lease in a moment
+            if holder is None or holder == config.lease_owner:  # nobody else: it takes the lease in a moment
                 report.say(
                     logging.INFO, f"ingest: acquiring the lease of {args.collection!r}", "ingest acquiring"
                 )
