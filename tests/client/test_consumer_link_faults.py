@@ -16,7 +16,15 @@ from pathlib import Path
 from tests.faults import TcpProxy
 
 from .conftest import running_server, wait_until
-from .test_consumer_pause import DEADLINE_S, KEYS, TTL_MS, WORKER, SourceWriter
+from .test_consumer_pause import (
+    DEADLINE_S,
+    KEYS,
+    TTL_MS,
+    WORKER,
+    SourceWriter,
+    assert_one_chain,
+    finish_and_read_chain,
+)
 
 FAULTS = ("cut", "stall", "cut")
 
@@ -95,21 +103,7 @@ def test_consumers_whose_link_is_cut_or_stalled_hand_over_exactly_once(tmp_path:
                 if fault == "cut":
                     proxy.accept()
                 proxy.passing()  # a stalled request now arrives late: fenced, it changes nothing
-            writer.stop.set()
-            writer.join(DEADLINE_S)
-            assert writer.error is None, writer.error
-            writer.commit([(k, b"last") for k in KEYS])
-            head = client.collection("A").generation_id
-            wait_until(
-                lambda: checkpoint.readers()[0].generation_id == head, "the last checkpoint", DEADLINE_S
-            )
-            source, output = client.collection("A"), client.collection("O")
-            expected = {r.key: r.value for r in source.query()}
-            wait_until(
-                lambda: {r.key: r.value for r in output.query()} == expected, "O equal to A", DEADLINE_S
-            )
-            generations, more = checkpoint.generations(limit=1000)
-            chain = [(g, checkpoint.lineage(g).sources) for g in sorted(generations) if g != bytes(8)]
+            head, chain = finish_and_read_chain(client, writer, checkpoint)
         finally:
             writer.stop.set()
             for proc in procs.values():
@@ -118,13 +112,5 @@ def test_consumers_whose_link_is_cut_or_stalled_hand_over_exactly_once(tmp_path:
                     proc.wait(DEADLINE_S)
             for proxy in proxies.values():
                 proxy.close()
-    assert not more and writer.commits > len(FAULTS)
-    position: bytes | None = None
-    versions = []
-    for generation, sources in chain:
-        [moved] = sources
-        assert (moved.reader_name, moved.from_generation_id) == ("A", position), generation
-        position = moved.to_generation_id
-        versions.append(int.from_bytes(generation[8:16], "big"))
-    assert position == head
-    assert versions == sorted(versions) and len(set(versions)) > len(FAULTS)  # a new owner per fault
+    assert writer.commits > len(FAULTS)
+    assert_one_chain(chain, head, owners=len(FAULTS) + 1)  # a new owner per fault

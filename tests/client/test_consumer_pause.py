@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 from diffstore.client import Client
 from tests.faults import paused
@@ -100,6 +101,38 @@ class SourceWriter(threading.Thread):
             self.error = exc
 
 
+def finish_and_read_chain(client: Client, writer: SourceWriter, checkpoint: Any) -> tuple[bytes, list[Any]]:
+    """Stops the writer, commits a last generation over every key (it overwrites whatever a fenced-out
+    put left behind), waits for the last checkpoint and for O equal to A, and reads the checkpoint's
+    chain of windows (each generation with the reader moves its lineage records)."""
+    writer.stop.set()
+    writer.join(DEADLINE_S)
+    assert writer.error is None, writer.error
+    writer.commit([(k, b"last") for k in KEYS])
+    head = client.collection("A").generation_id
+    wait_until(lambda: checkpoint.readers()[0].generation_id == head, "the last checkpoint", DEADLINE_S)
+    source, output = client.collection("A"), client.collection("O")
+    expected = {r.key: r.value for r in source.query()}
+    wait_until(lambda: {r.key: r.value for r in output.query()} == expected, "O equal to A", DEADLINE_S)
+    generations, more = checkpoint.generations(limit=1000)
+    assert not more
+    return head, [(g, checkpoint.lineage(g).sources) for g in sorted(generations) if g != bytes(8)]
+
+
+def assert_one_chain(chain: list[Any], head: bytes, owners: int) -> None:
+    """Every change of A in exactly one checkpointed window: the windows chain from the start to A's head,
+    with lease versions that never go back and at least ``owners`` of them (a new owner per fault)."""
+    position: bytes | None = None
+    versions = []
+    for generation, sources in chain:
+        [moved] = sources
+        assert (moved.reader_name, moved.from_generation_id) == ("A", position), generation
+        position = moved.to_generation_id
+        versions.append(int.from_bytes(generation[8:16], "big"))
+    assert position == head
+    assert versions == sorted(versions) and len(set(versions)) >= owners
+
+
 def test_paused_consumers_hand_over_and_deliver_nothing_after_they_resume(tmp_path: Path) -> None:
     script, log, hold = tmp_path / "worker.py", tmp_path / "log", tmp_path / "hold"
     script.write_text(WORKER)
@@ -145,41 +178,17 @@ def test_paused_consumers_hand_over_and_deliver_nothing_after_they_resume(tmp_pa
                 resumed_at = markers[-1][1]
                 wait_until(lambda: ends_of(other, resumed_at) > 0, "the new owner's window", DEADLINE_S)  # noqa: B023
                 active = other
-            writer.stop.set()
-            writer.join(DEADLINE_S)
-            assert writer.error is None, writer.error
-            writer.commit([(k, b"last") for k in KEYS])  # overwrites whatever a paused put left behind
-            head = client.collection("A").generation_id
-            wait_until(
-                lambda: checkpoint.readers()[0].generation_id == head, "the last checkpoint", DEADLINE_S
-            )
-            source, output = client.collection("A"), client.collection("O")
-            expected = {r.key: r.value for r in source.query()}
-            wait_until(
-                lambda: {r.key: r.value for r in output.query()} == expected, "O equal to A", DEADLINE_S
-            )
-            # the chain of checkpoints, read while the server still runs
-            generations, more = checkpoint.generations(limit=1000)
-            chain = [(g, checkpoint.lineage(g).sources) for g in sorted(generations) if g != bytes(8)]
+            head, chain = finish_and_read_chain(client, writer, checkpoint)
         finally:
             writer.stop.set()
             for proc in procs.values():
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(DEADLINE_S)
-    assert not more and writer.commits > PAUSES
+    assert writer.commits > PAUSES
     # a resumed consumer delivers nothing until it starts a window again, as the active one
     for pid, at in markers:
         mine = [w[0] for w in lines()[at:] if w[1:2] == [pid]]
         until_active = mine[: mine.index("start")] if "start" in mine else mine
         assert set(until_active) <= {"rollback"}, until_active
-    # every change of A in exactly one checkpointed window: the windows chain from the start to A's head
-    position: bytes | None = None
-    versions = []
-    for generation, sources in chain:
-        [moved] = sources
-        assert (moved.reader_name, moved.from_generation_id) == ("A", position), generation
-        position = moved.to_generation_id
-        versions.append(int.from_bytes(generation[8:16], "big"))
-    assert position == head
-    assert versions == sorted(versions) and len(set(versions)) >= PAUSES  # a new owner per pause
+    assert_one_chain(chain, head, owners=PAUSES)
