@@ -35,6 +35,29 @@ _FRONTS = (
     "diffstore.spark.cli",
 )
 
+# The front that registers each command, so that a command loads only its own front: the others import
+# httpx, grpc or FastAPI, which were most of a command's start-up. A command missing here still works
+# (every front is loaded, as for --help); tests/test_cli_fronts.py keeps this table complete.
+COMMAND_FRONTS = {
+    "serve": "diffstore.server.cli",
+    "backup": "diffstore.server.store_cli",
+    "check": "diffstore.server.store_cli",
+    "compact": "diffstore.server.store_cli",
+    "watch": "diffstore.client.cli",
+    "collections": "diffstore.client.commands",
+    "get": "diffstore.client.commands",
+    "put": "diffstore.client.commands",
+    "query": "diffstore.client.commands",
+    "diff": "diffstore.client.commands",
+    "readers": "diffstore.client.commands",
+    "lineage": "diffstore.client.lineage_cli",
+    "log": "diffstore.client.log_cli",
+    "promote": "diffstore.replica.cli",
+    "streams": "diffstore.streams.cli",
+    "ingest": "diffstore.streams.cli",
+    "transform": "diffstore.spark.cli",
+}
+
 
 class _CommandParser(argparse.ArgumentParser):
     """A sub-command's parser: an unknown flag prints this sub-command's usage, not the top one's.
@@ -50,7 +73,9 @@ class _CommandParser(argparse.ArgumentParser):
         return namespace, extras
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or, when ``argv`` names a command in :data:`COMMAND_FRONTS`, only that
+    command's front (same parser for that command, much less to import)."""
     parser = argparse.ArgumentParser(
         prog="diffstore",
         description="A generational key-value diff store.",
@@ -59,19 +84,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"diffstore {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
-    for module_name in _FRONTS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue
-            raise
-        module.add_commands(subparsers)
+    if argv and argv[0] == "--version":
+        return parser  # needs no front at all
+    front = COMMAND_FRONTS.get(argv[0]) if argv else None
+    if front is None or not _add_front(front, subparsers):
+        for module_name in _FRONTS:  # a missing optional front still leaves the usage naming the others
+            _add_front(module_name, subparsers)
     return parser
 
 
+def _add_front(module_name: str, subparsers: Any) -> bool:
+    """Adds a front's commands; False when the front is not installed (an optional extra)."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return False
+        raise
+    module.add_commands(subparsers)
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
