@@ -17,6 +17,8 @@ of old versions keeps them, as it keeps the generations themselves (they stay li
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
 
 import lmdb
@@ -56,13 +58,15 @@ def changed_keys(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, se
     """How many distinct keys generation ``seq`` wrote."""
     run = layout.change_prefix(meta.cid_prefix, seq)
     cursor = txn.cursor(db=tables.changes)
-    count = 0
-    if cursor.set_range(run):
-        for key in cursor.iternext(values=False):
-            if not key.startswith(run):
-                break
-            count += 1
-    return count
+    if not cursor.set_range(run):
+        return 0
+    keys = cursor.iternext(values=False)
+    stop = layout.next_prefix(run)
+    if stop is not None:
+        keys = itertools.takewhile(stop.__gt__, keys)
+    # C-level iterators only (every commit counts its generation's keys): the last of the numbered keys
+    last = collections.deque(enumerate(keys, 1), maxlen=1)
+    return last[0][0] if last else 0
 
 
 def record(
