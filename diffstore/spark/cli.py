@@ -258,12 +258,16 @@ def run_transform(args: argparse.Namespace) -> int:
         ) from None
     fn = load_job(args.job)
     check_collections(args, sources)  # before Spark starts: a missing collection fails in one line, at once
+    from rich.live import Live
     from rich.markup import escape
 
-    from diffstore.spark.transform import RoundStats, Transform, TransformError, encode_id
+    from diffstore.spark.progress import TransformProgress
+    from diffstore.spark.transform import Transform, TransformError
 
     console = logs.console()
     logs.configure_from(args)
+    if args.log_level != "debug":  # py4j says INFO about its own connections (at exit): not the user's news
+        logging.getLogger("py4j").setLevel(logging.WARNING)
     report = logs.Reporter(console, _log, args.log_format)
 
     metrics, metrics_server = None, None
@@ -272,70 +276,13 @@ def run_transform(args: argparse.Namespace) -> int:
         metrics = jobmetrics.TransformMetrics(registry)
         metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
 
-    caught_up_after: list[int] = []  # the rounds count of the last "caught up" told
-
-    def on_event(name: str, details: dict[str, Any]) -> None:
-        if metrics is not None:
-            metrics.on_event(name, details)
-        if name == "planned":
-            ranges = ", ".join(
-                f"{a} {encode_id(f)}→{encode_id(t)}" for a, (f, t) in details["ranges"].items()
-            )
-            report.say(logging.INFO, f"[cyan]round[/] {ranges}", "round planned", ranges=ranges)
-        elif name == "failed":
-            error = str(details["error"])
-            report.say(
-                logging.WARNING, f"[yellow]retry[/] {escape(error)}", "round failed, retrying", error=error
-            )
-        elif name == "waiting":
-            report.say(
-                logging.INFO,
-                "[yellow]another runner holds the target; waiting for its commit[/]",
-                "waiting for another runner's commit",
-            )
-        elif name == "committed":
-            stats: RoundStats = details["stats"]
-            report.say(
-                logging.INFO,
-                f"[green]committed[/] {encode_id(stats.generation_id)}: read {stats.rows_read}, "
-                f"wrote {stats.rows_written}, {stats.seconds:.1f}s",
-                "round committed",
-                generation=encode_id(stats.generation_id),
-                rows_read=stats.rows_read,
-                rows_written=stats.rows_written,
-                seconds=stats.seconds,
-            )
-        elif name == "standby":
-            report.say(
-                logging.INFO,
-                "[yellow]standby[/]: another runner holds the target's lease",
-                "standby",
-                owner=details["owner"],
-            )
-        elif name == "active":
-            report.say(
-                logging.INFO,
-                f"[green]active[/]: holding the target's lease (version {details['version']})",
-                "active",
-                owner=details["owner"],
-                version=details["version"],
-            )
-        elif name == "lease_lost":
-            reason = str(details["reason"])
-            report.say(logging.WARNING, f"[yellow]lease lost[/] {reason}", "lease lost", reason=reason)
-        elif name == "caught_up":
-            # told once; with --watch, every wake-up catches up again: its rounds say "committed" already
-            rounds = details["rounds"]
-            if not caught_up_after:
-                following = f"; following {', '.join(sorted(set(sources.values())))}" if args.watch else ""
-                after = f" after {rounds} round{'' if rounds == 1 else 's'}" if rounds else ""
-                report.say(
-                    logging.INFO,
-                    f"[green]caught up[/]{after}{escape(following)}",
-                    "caught up",
-                    rounds=rounds,
-                )
-            caught_up_after[:] = [rounds]
+    progress = TransformProgress(
+        report,
+        sources,
+        args.watch,
+        metrics,
+        live=console.is_terminal and args.log_format == "text",
+    )
 
     with console.status("starting Spark"):
         spark = start_session(args)
@@ -346,7 +293,7 @@ def run_transform(args: argparse.Namespace) -> int:
         sources,
         fn,
         partitions=args.partitions,
-        on_event=on_event,
+        on_event=progress.on_event,
         token=getattr(args, "token", None),
         lease_ttl_ms=args.lease_ttl_ms or None,
     )
@@ -361,7 +308,11 @@ def run_transform(args: argparse.Namespace) -> int:
                 metrics_server.stop()
         return 0
     try:
-        transform.run(watch=args.watch)
+        if progress.live:
+            with Live(console=console, refresh_per_second=4, get_renderable=progress.render, transient=True):
+                transform.run(watch=args.watch)
+        else:
+            transform.run(watch=args.watch)
     except TransformError as exc:
         report.say(logging.ERROR, f"[red]failed[/] {escape(str(exc))}", "transform failed", error=str(exc))
         return 1

@@ -37,7 +37,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from diffstore import shell
 from diffstore.client import Collection
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import Conflict, DiffstoreError, LeaseLost, NoSuchCollection
@@ -309,6 +308,7 @@ class Transform:
             else:
                 diffs[s.alias] = self._diff_frame(s, cuts if s.alias == first else None)
                 rows_read[s.alias] = None
+        self._event("read", generation=plan.generation_id, rows_read=rows_read)
         result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
         return rows_read, self._write(plan, result)
 
@@ -342,8 +342,9 @@ class Transform:
         empty = DIFF_ARROW.empty_table()
         tables = {s.alias: t if (t := local.get(s.alias)) is not None else empty for s in plan.sources}
         diffs = {alias: self.spark.createDataFrame(table, DIFF_SCHEMA) for alias, table in tables.items()}
-        result = self.fn(self.spark, diffs, driver_lookup(self, plan)).select("key", "value")
         rows_read: dict[str, int | None] = {alias: len(table) for alias, table in tables.items()}
+        self._event("read", generation=plan.generation_id, rows_read=rows_read)
+        result = self.fn(self.spark, diffs, driver_lookup(self, plan)).select("key", "value")
         return rows_read, write_small_result(self, plan, result)
 
     # -- rounds ---------------------------------------------------------------------------------------
@@ -524,13 +525,6 @@ class Transform:
                 return
             positions[collection] = current
         self._client.wait_for_change(positions, self.poll_timeout_ms)
-
-
-def encode_id(value: bytes | None) -> str:
-    """A generation id in the command line's one text form (:mod:`diffstore.shell`), for logs and the CLI."""
-    if value is None:
-        return "null"
-    return shell.show(value) or '""'
 
 
 __all__ = ["TARGET", "RoundStats", "Transform", "TransformError", "lookup_partition"]
