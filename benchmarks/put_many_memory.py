@@ -31,7 +31,7 @@ import httpx
 import msgpack
 
 from diffstore.wire import MSGPACK
-from diffstore.wire_requests import decode_put_many, parse_items
+from diffstore.wire_items import decode_put_many, parse_items
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,12 +12,13 @@ This module imports neither LMDB nor httpx.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from diffstore.engine.types import (
     UNSET,
     DiffItem,
     DiffPage,
+    DiffSpec,
     Expected,
     FromReader,
     GetManyResult,
@@ -34,10 +35,6 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
 )
-
-if TYPE_CHECKING:
-    from diffstore.client import Collection as ClientCollection
-    from diffstore.engine.collection import Collection as EngineCollection
 
 
 class Collection(Protocol):
@@ -187,6 +184,10 @@ class Collection(Protocol):
         cursor: str | None = None,
     ) -> DiffPage: ...
 
+    def diff_page_of(self, spec: DiffSpec) -> DiffPage:
+        """The first page of the diff ``spec``, as :meth:`diff_page` answers it."""
+        ...
+
     def diff(
         self,
         from_generation_id: bytes | None = None,
@@ -221,8 +222,3 @@ class Collection(Protocol):
         """The newest generation committed at or before ``at_ms`` (raises ``NoSuchGeneration``)."""
         ...
 
-
-if TYPE_CHECKING:  # mypy checks here that both handles implement the Protocol
-
-    def _implementations(engine: EngineCollection, client: ClientCollection) -> list[Collection]:
-        return [engine, client]

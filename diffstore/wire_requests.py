@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import msgpack
-
 from diffstore.engine.types import (
     MAX_GET_MANY_KEYS,
     MAX_LINEAGE_DEPTH,
     UNSET,
     DiffPage,
+    DiffSpec,
     Expected,
     FromReader,
     GetManyResult,
@@ -32,7 +31,7 @@ from diffstore.engine.types import (
     QueryPage,
     ReaderUpdate,
 )
-from diffstore.errors import InvalidJson, InvalidRequest
+from diffstore.errors import InvalidRequest
 from diffstore.wire import (
     MAX_KEYS_AROUND_LIMIT,
     MAX_PAGE_LIMIT,
@@ -41,6 +40,7 @@ from diffstore.wire import (
     Fields,
     set_if_given,
 )
+from diffstore.wire_items import FlaggedItem, item_to_wire, parse_item, parse_items
 from diffstore.wire_leases import token_from_fields, token_to_wire
 
 if TYPE_CHECKING:
@@ -215,122 +215,6 @@ class WriteOptions:
         }
 
 
-FlaggedItem = tuple[bytes, bytes | None, bool]
-
-
-def _parse_item(obj: Any, codec: Codec, where: str) -> FlaggedItem:
-    f = Fields(obj, codec, where)
-    if "value" not in f.obj:
-        raise InvalidRequest(f"{where}.value: missing (use null for a tombstone)")
-    return f.es("key"), f.es_opt("value"), f.flag("ifNotPresent", False)
-
-
-def _pair_or_map(pairs: list[tuple[Any, Any]]) -> Any:
-    """The ``object_pairs_hook`` of :func:`decode_put_many`: ``{"key": bin, "value": bin | nil}`` becomes
-    the pair ``(key, value)`` itself, any other map a dict."""
-    if len(pairs) == 2:
-        (name, key), (other, value) = pairs
-        if name == "value" and other == "key":
-            name, key, other, value = other, value, name, key
-        if (
-            name == "key"
-            and other == "value"
-            and type(key) is bytes
-            and (value is None or type(value) is bytes)
-        ):
-            return (key, value)
-    return dict(pairs)
-
-
-def decode_put_many(raw: bytes, codec: Codec) -> Any:
-    """A putMany body, decoded so that its items cost as little memory as they can.
-
-    msgpack items of the common shape are decoded straight into ``(key, value)`` pairs -- what the engine
-    takes -- instead of a dict per item that is then copied into a pair: a 1M-item body peaked at 145 MiB
-    of Python objects instead of 329 MiB, and decodes no slower (``benchmarks/put_many_memory.py``).
-    Lists never decode to tuples, so a tuple in the result is always such an item.
-
-    Raises:
-        InvalidJson: the body does not parse.
-    """
-    if not codec.binary:
-        return codec.loads(raw)
-    try:
-        return msgpack.unpackb(raw, raw=False, strict_map_key=False, object_pairs_hook=_pair_or_map)
-    except Exception as exc:  # msgpack raises a zoo of exception types for bad input
-        raise InvalidJson(f"malformed {codec.name} body: {exc}") from exc
-
-
-def _msgpack_items_fast(raw: list[Any]) -> list[PutItem] | None:
-    """``(key, value)`` pairs if every item is ``{"key": bin, "value": bin | nil}``; None: not that shape.
-
-    Items that :func:`decode_put_many` made pairs already are taken as they are (no copy of the list).
-    """
-    if all(type(item) is tuple for item in raw):
-        return raw
-    items: list[PutItem] = []
-    append = items.append
-    try:
-        for item in raw:
-            key = item["key"]
-            value = item["value"]
-            if len(item) != 2 or type(key) is not bytes or (value is not None and type(value) is not bytes):
-                return None
-            append((key, value))
-    except (KeyError, TypeError):
-        return None
-    return items
-
-
-def _json_items_fast(raw: list[Any]) -> list[PutItem] | None:
-    """``(key, value)`` pairs if every item has the shape almost every JSON putMany has; None: not that shape.
-
-    ``{"key": {"value": s}, "value": {"value": s} | null}`` with nothing else (no ``encoding``, so utf8).
-    Anything unexpected (a missing field, a list, a number, a lone surrogate) ends the fast path and the
-    validating parser reports it.
-    """
-    items: list[PutItem] = []
-    append = items.append
-    try:
-        for item in raw:
-            key = item["key"]
-            value = item["value"]
-            if len(item) != 2 or len(key) != 1:
-                return None
-            if value is None:
-                append((key["value"].encode(), None))
-            elif len(value) != 1:
-                return None
-            else:
-                append((key["value"].encode(), value["value"].encode()))
-    except (KeyError, TypeError, AttributeError, UnicodeEncodeError):
-        return None
-    return items
-
-
-def parse_items(raw: list[Any], codec: Codec) -> list[PutItem]:
-    """Parses putMany items: ``(key, value)`` pairs when every item has the common shape of its codec (a
-    10k-item body is the hot loop; pairs are also what the engine stores fastest), otherwise
-    ``(key, value, if_not_present)`` triples from the validating parser, which reports the first bad item.
-    """
-    fast = _msgpack_items_fast(raw) if codec.binary else _json_items_fast(raw)
-    if fast is not None:
-        return fast
-    return [
-        _parse_item(
-            {"key": item[0], "value": item[1]} if type(item) is tuple else item, codec, f"body.items[{i}]"
-        )
-        for i, item in enumerate(raw)
-    ]
-
-
-def _item_to_wire(item: PutItem, codec: Codec) -> Body:
-    body = {"key": codec.es(item[0]), "value": codec.es_opt(item[1])}
-    if len(item) == 3 and item[2]:
-        body["ifNotPresent"] = True
-    return body
-
-
 @dataclass(frozen=True, slots=True)
 class PutRequest:
     item: FlaggedItem
@@ -339,10 +223,10 @@ class PutRequest:
     @classmethod
     def from_wire(cls, obj: Any, codec: Codec) -> PutRequest:
         f = Fields(obj, codec)
-        return cls(_parse_item(f.raw("item"), codec, "body.item"), WriteOptions.from_fields(f))
+        return cls(parse_item(f.raw("item"), codec, "body.item"), WriteOptions.from_fields(f))
 
     def to_wire(self, codec: Codec) -> Body:
-        return self.options.fill({"item": _item_to_wire(self.item, codec)}, codec)
+        return self.options.fill({"item": item_to_wire(self.item, codec)}, codec)
 
     def run(self, collection: Collection) -> PutResult:
         key, value, if_not_present = self.item
@@ -360,7 +244,7 @@ class PutManyRequest:
         return cls(parse_items(f.array("items"), codec), WriteOptions.from_fields(f))
 
     def to_wire(self, codec: Codec) -> Body:
-        return self.options.fill({"items": [_item_to_wire(item, codec) for item in self.items]}, codec)
+        return self.options.fill({"items": [item_to_wire(item, codec) for item in self.items]}, codec)
 
     def run(self, collection: Collection) -> PutResult:
         return collection.put_many(self.items, **self.options.kwargs())
@@ -533,18 +417,9 @@ class QueryRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class DiffRequest:
-    """``from_generation_id`` ``None`` means "not given"; the wire's null (from the beginning) is ``b""``."""
-
-    from_generation_id: bytes | None = None
-    from_reader: FromReader | None = None
-    to_generation_id: bytes | None = None
-    include_intermediate: bool = False
-    from_key: bytes | None = None
-    to_key: bytes | None = None
-    limit: int | None = None
-    from_as_of_ms: int | None = None  # SPEC §8: the generation current at that instant, resolved by run()
-    to_as_of_ms: int | None = None
+class DiffRequest(DiffSpec):
+    """The engine's :class:`~diffstore.engine.types.DiffSpec` with its body; the wire's null
+    ``fromGenerationId`` (from the beginning) is ``b""``."""
 
     @classmethod
     def from_wire(cls, obj: Any, codec: Codec) -> DiffRequest:
@@ -581,58 +456,32 @@ class DiffRequest:
         )
 
     def to_wire(self, codec: Codec) -> Body:
-        body: Body = {}
-        if self.from_as_of_ms is not None:
-            body["fromAsOfMs"] = self.from_as_of_ms
-        elif self.from_reader is not None:
-            reader: Body = {"readerName": self.from_reader.name}
-            set_if_given(reader, "collectionName", self.from_reader.collection)
-            body["fromReader"] = reader
-        else:
-            body["fromGenerationId"] = codec.es(self.from_generation_id or b"")
-        set_if_given(body, "toGenerationId", codec.es_opt(self.to_generation_id))
-        if self.include_intermediate:
-            body["omitIntermediateValues"] = False
-        set_if_given(body, "fromKey", codec.es_opt(self.from_key))
-        set_if_given(body, "toKey", codec.es_opt(self.to_key))
-        set_if_given(body, "limit", self.limit)
-        set_if_given(body, "toAsOfMs", self.to_as_of_ms)
-        return body
+        return diff_to_wire(self, codec)
 
     def run(self, collection: Collection) -> DiffPage:
         """The first page (the next ones follow the answer's cursor)."""
-        from_id, to_id = self.from_generation_id, self.to_generation_id
-        if self.from_as_of_ms is not None:
-            from_id = collection.generation_at(self.from_as_of_ms)
-        if self.to_as_of_ms is not None:
-            to_id = collection.generation_at(self.to_as_of_ms)
-        return collection.diff_page(
-            from_id,
-            to_id,
-            self.from_reader,
-            self.include_intermediate,
-            self.from_key,
-            self.to_key,
-            self.limit,
-        )
+        return collection.diff_page_of(self)
 
-    @classmethod
-    def of(
-        cls,
-        from_generation_id: bytes | None,
-        to_generation_id: bytes | None,
-        from_reader: str | FromReader | None,
-        include_intermediate: bool,
-        from_key: bytes | None,
-        to_key: bytes | None,
-        limit: int | None,
-    ) -> DiffRequest:
-        """The engine's diff arguments as a request (no start at all means "from the beginning")."""
-        if isinstance(from_reader, str):
-            from_reader = FromReader(from_reader)
-        return cls(
-            from_generation_id, from_reader, to_generation_id, include_intermediate, from_key, to_key, limit
-        )
+
+def diff_to_wire(spec: DiffSpec, codec: Codec) -> Body:
+    """The body of ``POST diff/`` asking for ``spec``."""
+    body: Body = {}
+    if spec.from_as_of_ms is not None:
+        body["fromAsOfMs"] = spec.from_as_of_ms
+    elif spec.from_reader is not None:
+        reader: Body = {"readerName": spec.from_reader.name}
+        set_if_given(reader, "collectionName", spec.from_reader.collection)
+        body["fromReader"] = reader
+    else:
+        body["fromGenerationId"] = codec.es(spec.from_generation_id or b"")
+    set_if_given(body, "toGenerationId", codec.es_opt(spec.to_generation_id))
+    if spec.include_intermediate:
+        body["omitIntermediateValues"] = False
+    set_if_given(body, "fromKey", codec.es_opt(spec.from_key))
+    set_if_given(body, "toKey", codec.es_opt(spec.to_key))
+    set_if_given(body, "limit", spec.limit)
+    set_if_given(body, "toAsOfMs", spec.to_as_of_ms)
+    return body
 
 
 @dataclass(frozen=True, slots=True)

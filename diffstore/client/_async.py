@@ -21,6 +21,7 @@ from diffstore.engine.types import (
     CollectionInfo,
     DiffItem,
     DiffPage,
+    DiffSpec,
     Expected,
     FromReader,
     GenerationInfo,
@@ -41,7 +42,7 @@ from diffstore.engine.types import (
 )
 from diffstore.errors import NoSuchGeneration
 from diffstore.wire import CollectionState
-from diffstore.wire_requests import DiffRequest, PhantomChangesRequest, QueryRequest, ReadAt, WriteOptions
+from diffstore.wire_requests import PhantomChangesRequest, QueryRequest, ReadAt, WriteOptions
 
 T = TypeVar("T")
 
@@ -353,10 +354,14 @@ class AsyncCollection:
         cursor: str | None = None,
     ) -> DiffPage:
         """One page; its ``to_generation_id`` may be lower than asked (repeat from it)."""
-        request = DiffRequest.of(
+        request = DiffSpec.of(
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return await self._run(_calls.diff_page(self.name, request, cursor))
+
+    async def diff_page_of(self, spec: DiffSpec) -> DiffPage:
+        """The first page of the diff ``spec``, as :meth:`diff_page` answers it."""
+        return await self._run(_calls.diff_page(self.name, spec, None))
 
     async def diff_page_columns(
         self,
@@ -369,7 +374,7 @@ class AsyncCollection:
         cursor: str | None = None,
     ) -> DiffColumns:
         """:meth:`diff_page` as columns of raw bytes (no intermediate values): the bulk readers' path."""
-        request = DiffRequest.of(
+        request = DiffSpec.of(
             from_generation_id, to_generation_id, from_reader, False, from_key, to_key, limit
         )
         return await self._run(_columns.diff_columns(self.name, request, cursor))
@@ -388,7 +393,7 @@ class AsyncCollection:
 
         Follows cursors and repeats split ranges, so it yields every item; ``limit`` is the page size.
         """
-        request = DiffRequest.of(
+        request = DiffSpec.of(
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive_async(_plans.diff_items(self.name, request), self.client.execute)

@@ -12,6 +12,7 @@ Optional request fields are sent only when given, so that a diffbelt server, whi
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -21,6 +22,7 @@ from diffstore.engine.types import (
     UNSET,
     CollectionInfo,
     DiffPage,
+    DiffSpec,
     Expected,
     GenerationInfo,
     GenerationRecords,
@@ -64,7 +66,6 @@ from diffstore.wire_leases import (
 from diffstore.wire_requests import (
     CreateCollectionRequest,
     CreateReaderRequest,
-    DiffRequest,
     GenerationRequest,
     GetManyRequest,
     GetRequest,
@@ -78,6 +79,7 @@ from diffstore.wire_requests import (
     StartPhantomRequest,
     UpdateReaderRequest,
     WriteOptions,
+    diff_to_wire,
 )
 
 T = TypeVar("T")
@@ -285,7 +287,7 @@ def keys_around(
 def page_call(
     name: str,
     kind: str,
-    request: QueryRequest | DiffRequest,
+    request: QueryRequest | DiffSpec,
     cursor: str | None,
     parse: Callable[[Any, Codec], T],
     tuples: bool = False,
@@ -293,14 +295,15 @@ def page_call(
     """A ``query/`` or ``diff/`` page (``kind``): the first by POST, the next ones by their cursor."""
     if cursor is not None:
         return Call("GET", collection_path(name, kind, cursor), parse, tuples=tuples)
-    return Call("POST", collection_path(name, kind) + "/", parse, request.to_wire, tuples=tuples)
+    encode = functools.partial(diff_to_wire, request) if isinstance(request, DiffSpec) else request.to_wire
+    return Call("POST", collection_path(name, kind) + "/", parse, encode, tuples=tuples)
 
 
 def query_page(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryPage]:
     return page_call(name, "query", request, cursor, query_page_from_wire)
 
 
-def diff_page(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffPage]:
+def diff_page(name: str, request: DiffSpec, cursor: str | None) -> Call[DiffPage]:
     return page_call(name, "diff", request, cursor, diff_page_from_wire)
 
 

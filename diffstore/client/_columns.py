@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from diffstore.client._calls import Call, page_call
+from diffstore.engine.types import DiffSpec
 from diffstore.wire import Codec, Fields, diff_page_from_wire, query_page_from_wire
-from diffstore.wire_requests import DiffRequest, QueryRequest
+from diffstore.wire_requests import QueryRequest
 
 _RAW_TYPES = frozenset((bytes, type(None)))
 
@@ -127,6 +128,6 @@ def query_columns(name: str, request: QueryRequest, cursor: str | None) -> Call[
     return page_call(name, "query", request, cursor, query_columns_from_wire, tuples=True)
 
 
-def diff_columns(name: str, request: DiffRequest, cursor: str | None) -> Call[DiffColumns]:
+def diff_columns(name: str, request: DiffSpec, cursor: str | None) -> Call[DiffColumns]:
     """``diff/`` (or the cursor's next page) parsed into columns."""
     return page_call(name, "diff", request, cursor, diff_columns_from_wire, tuples=True)

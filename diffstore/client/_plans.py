@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 from diffstore.client import _calls
 from diffstore.client._calls import Call
-from diffstore.engine.types import DiffItem, Record
-from diffstore.wire_requests import DiffRequest, QueryRequest
+from diffstore.engine.types import DiffItem, DiffSpec, Record
+from diffstore.wire_requests import QueryRequest
 
 T = TypeVar("T")
 
@@ -37,7 +37,7 @@ def query_records(name: str, request: QueryRequest) -> Plan[Record]:
         page = yield _calls.query_page(name, request, page.cursor)
 
 
-def diff_items(name: str, request: DiffRequest) -> Plan[DiffItem]:
+def diff_items(name: str, request: DiffSpec) -> Plan[DiffItem]:
     """Every item of a diff up to a pinned target (the current generation when no ``to`` is given)."""
     target = request.to_generation_id
     if target is None:
@@ -53,13 +53,13 @@ def diff_items(name: str, request: DiffRequest) -> Plan[DiffItem]:
         page = yield _calls.diff_page(name, _with(request, start=page.to_generation_id, to=target), None)
 
 
-def _with(request: DiffRequest, to: bytes | None, start: bytes | None = None) -> DiffRequest:
+def _with(request: DiffSpec, to: bytes | None, start: bytes | None = None) -> DiffSpec:
     """The same diff with another target, and (to continue a split range) another start."""
     if start is None:
         start_generation, reader = request.from_generation_id, request.from_reader
     else:
         start_generation, reader = start, None
-    return DiffRequest(
+    return DiffSpec(
         start_generation,
         reader,
         to,

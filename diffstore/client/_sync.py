@@ -29,6 +29,7 @@ from diffstore.engine.types import (
     CollectionInfo,
     DiffItem,
     DiffPage,
+    DiffSpec,
     Expected,
     FromReader,
     GenerationInfo,
@@ -49,7 +50,7 @@ from diffstore.engine.types import (
 )
 from diffstore.errors import NoSuchGeneration
 from diffstore.wire import CollectionState
-from diffstore.wire_requests import DiffRequest, PhantomChangesRequest, QueryRequest, ReadAt, WriteOptions
+from diffstore.wire_requests import PhantomChangesRequest, QueryRequest, ReadAt, WriteOptions
 
 T = TypeVar("T")
 
@@ -398,10 +399,14 @@ class Collection:
         cursor: str | None = None,
     ) -> DiffPage:
         """One page; its ``to_generation_id`` may be lower than asked (repeat from it)."""
-        request = DiffRequest.of(
+        request = DiffSpec.of(
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return self._run(_calls.diff_page(self.name, request, cursor))
+
+    def diff_page_of(self, spec: DiffSpec) -> DiffPage:
+        """The first page of the diff ``spec``, as :meth:`diff_page` answers it."""
+        return self._run(_calls.diff_page(self.name, spec, None))
 
     def diff_page_columns(
         self,
@@ -417,7 +422,7 @@ class Collection:
 
         Its ``to_generation_id`` may be lower than asked, as with :meth:`diff_page`.
         """
-        request = DiffRequest.of(
+        request = DiffSpec.of(
             from_generation_id, to_generation_id, from_reader, False, from_key, to_key, limit
         )
         return self._run(_columns.diff_columns(self.name, request, cursor))
@@ -436,7 +441,7 @@ class Collection:
 
         Follows cursors and repeats split ranges, so it yields every item; ``limit`` is the page size.
         """
-        request = DiffRequest.of(
+        request = DiffSpec.of(
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import lmdb
@@ -32,6 +33,7 @@ from diffstore.engine.types import (
     UNSET,
     DiffItem,
     DiffPage,
+    DiffSpec,
     Expected,
     FromReader,
     GenerationInfo,
@@ -52,7 +54,6 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.errors import InvalidRequest, StorageError
-from diffstore.wire_requests import DiffRequest
 
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
@@ -377,21 +378,31 @@ class Collection:
         cursor: str | None = None,
     ) -> DiffPage:
         """One page of the diff (from, to]; the answer's ``to_generation_id`` may be lower than asked."""
+        if cursor is not None:
+            return self._diff_page(cursor_spill.expand(self._store, cursor))
+        spec = DiffSpec.of(
+            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+        )
+        return self.diff_page_of(spec)
+
+    def diff_page_of(self, spec: DiffSpec) -> DiffPage:
+        """The first page of the diff ``spec``, as :meth:`diff_page` answers it; an end named by an
+        instant (SPEC §8) is the generation current then."""
+        if spec.from_as_of_ms is not None:
+            from_id = self.generation_at(spec.from_as_of_ms)
+            spec = replace(spec, from_generation_id=from_id, from_as_of_ms=None)
+        if spec.to_as_of_ms is not None:
+            to_id = self.generation_at(spec.to_as_of_ms)
+            spec = replace(spec, to_generation_id=to_id, to_as_of_ms=None)
         config = self._store.config
-        request: DiffRequest | str
-        if cursor is None:
-            limit = reads.check_limit(limit, config.default_page_limit, config.max_page_limit)
-            request = DiffRequest.of(
-                from_generation_id,
-                to_generation_id,
-                from_reader,
-                include_intermediate,
-                from_key,
-                to_key,
-                limit or config.default_page_limit,
-            )
-        else:
-            request = cursor_spill.expand(self._store, cursor)
+        limit = reads.check_limit(spec.limit, config.default_page_limit, config.max_page_limit)
+        if limit != spec.limit:
+            spec = replace(spec, limit=limit)
+        return self._diff_page(spec)
+
+    def _diff_page(self, request: DiffSpec | str) -> DiffPage:
+        """The first page of ``request`` (its limit given) or the page after the cursor token ``request``."""
+        config = self._store.config
         with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             page = diff.diff_page(

@@ -35,8 +35,8 @@ from typing import Any
 
 import msgpack
 
+from diffstore.engine.types import DiffSpec
 from diffstore.errors import NoSuchCursor, StorageError
-from diffstore.wire_requests import DiffRequest  # the diff's options, as engine and client share them
 
 _VERSION = 2
 _MAC_BYTES = 16
@@ -97,7 +97,7 @@ class DiffCursor:
     cid: int
     from_seq: int
     to_seq: int
-    request: DiffRequest
+    request: DiffSpec
     after_key: bytes
 
     def __post_init__(self) -> None:
@@ -137,7 +137,7 @@ class DiffCursor:
     @classmethod
     def from_fields(cls, fields: list[Any]) -> DiffCursor:
         cid, from_gen, from_seq, to_gen, to_seq, intermediate, from_key, to_key, limit, after = fields
-        request = DiffRequest(from_gen, None, to_gen, intermediate, from_key, to_key, limit)
+        request = DiffSpec(from_gen, None, to_gen, intermediate, from_key, to_key, limit)
         return cls(cid, from_seq, to_seq, request, after)
 
 

@@ -35,7 +35,7 @@ from diffstore.engine.tables import (
     resolve_seq,
     validate_generation_id,
 )
-from diffstore.engine.types import DiffItem, DiffPage, FromReader
+from diffstore.engine.types import DiffItem, DiffPage, DiffSpec, FromReader
 from diffstore.engine.visibility import lower_form, upper_form
 from diffstore.errors import (
     CursorExpired,
@@ -45,7 +45,6 @@ from diffstore.errors import (
     NoSuchReader,
     text_form,
 )
-from diffstore.wire_requests import DiffRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,7 +497,7 @@ def diff_page(
     txn: lmdb.Transaction,
     tables: Tables,
     meta: CollectionMeta,
-    request: DiffRequest | str,
+    request: DiffSpec | str,
     *,
     cursors: CursorCodec,
     max_limit: int,
@@ -543,7 +542,7 @@ def diff_page(
         items.append(item)
     token = None
     if more:
-        resumed = DiffRequest(
+        resumed = DiffSpec(
             span.from_generation_id,
             None,
             span.to_generation_id,

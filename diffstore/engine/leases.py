@@ -244,7 +244,7 @@ def replicate(
     """Stores a primary's lease rows as they are (a replica's copy; see ``replication``).
 
     A version never goes back (a copy older than the stored row is left out), so a fencing token keeps
-    meaning the same holder after a promotion. The primary's ttl is not on the wire: a copy keeps the
+    meaning the same holder after a promotion. The primary does not send its ttl: a copy keeps the
     stored one, else the time left (at least 1 ms), which only a renew without ``ttl_ms`` reads.
     """
     for lease in copies:

@@ -6,7 +6,7 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 from diffstore.errors import InvalidRequest
 
@@ -207,6 +207,44 @@ class FromReader:
 
     name: str
     collection: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DiffSpec:
+    """What a diff asks for (SPEC §3): its start, its end, its key range and its page size.
+
+    ``from_generation_id`` ``None`` means "not given" (with no reader either: from the beginning);
+    ``b""`` is the beginning named. ``from_as_of_ms``/``to_as_of_ms`` (SPEC §8) name an end by the
+    instant it was current, in place of a generation id. ``limit`` ``None`` is the store's default.
+    """
+
+    from_generation_id: bytes | None = None
+    from_reader: FromReader | None = None
+    to_generation_id: bytes | None = None
+    include_intermediate: bool = False
+    from_key: bytes | None = None
+    to_key: bytes | None = None
+    limit: int | None = None
+    from_as_of_ms: int | None = None
+    to_as_of_ms: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        from_generation_id: bytes | None,
+        to_generation_id: bytes | None,
+        from_reader: str | FromReader | None,
+        include_intermediate: bool,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        limit: int | None,
+    ) -> Self:
+        """The arguments of ``Collection.diff_page`` (a reader may be named by its name alone)."""
+        if isinstance(from_reader, str):
+            from_reader = FromReader(from_reader)
+        return cls(
+            from_generation_id, from_reader, to_generation_id, include_intermediate, from_key, to_key, limit
+        )
 
 
 @dataclass(frozen=True, slots=True)

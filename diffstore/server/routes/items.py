@@ -26,13 +26,13 @@ from diffstore.wire import (
     keys_around_to_wire,
     put_result_to_wire,
 )
+from diffstore.wire_items import decode_put_many
 from diffstore.wire_requests import (
     GetManyRequest,
     GetRequest,
     KeysAroundRequest,
     PutManyRequest,
     PutRequest,
-    decode_put_many,
 )
 
 if TYPE_CHECKING:
