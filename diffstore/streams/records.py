@@ -17,6 +17,7 @@ import gzip
 import json
 import struct
 import threading
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from types import MappingProxyType
@@ -31,6 +32,8 @@ RECORD_POSITION_SIZE = 12
 _NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
 _new_tuple = tuple.__new__
 _POSITION = struct.Struct(">QI")
+_CHUNK = 1 << 20
+_UNBOUNDED = 1 << 62  # max_bytes None: no payload is this large
 _ZSTD = threading.local()  # zstandard (de)compressors are not thread-safe: one per thread
 
 
@@ -117,36 +120,73 @@ class StreamRecord(NamedTuple):
 # -- compression ------------------------------------------------------------------------------------------
 
 
-def compress(data: bytes, compression: Compression) -> bytes:
-    """Compresses a serialized ``BatchHStreamRecords``."""
-    if compression is Compression.NONE:
+def compress(data: bytes, compression: int, gzip_level: int = 6) -> bytes:
+    """Compresses a serialized ``BatchHStreamRecords`` with a ``CompressionType`` value.
+
+    Raises:
+        ValueError: an unknown compression type.
+    """
+    if compression == Compression.NONE:
         return data
-    if compression is Compression.GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
-    if compression is Compression.ZSTD:
+    if compression == Compression.GZIP:
+        return gzip.compress(data, compresslevel=gzip_level, mtime=0)
+    if compression == Compression.ZSTD:
         compressor = getattr(_ZSTD, "compressor", None)
         if compressor is None:
             compressor = _ZSTD.compressor = zstandard.ZstdCompressor(level=3)
         return compressor.compress(data)
-    raise ValueError(f"unknown compression {compression!r}")
-
-
-def decompress(data: bytes, compression: int) -> bytes:
-    """Inverse of :func:`compress`; raises ValueError for an unknown compression type."""
-    if compression == Compression.NONE:
-        return data
-    if compression == Compression.ZSTD:
-        # Frames written by streaming compressors may omit the content size, so decompress as a stream.
-        try:
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-        except zstandard.ZstdError as exc:
-            raise ValueError(f"bad zstd payload: {exc}") from exc
-    if compression == Compression.GZIP:
-        try:
-            return gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"bad gzip payload: {exc}") from exc
     raise ValueError(f"unknown compression type {compression}")
+
+
+def decompress(data: bytes, compression: int, max_bytes: int | None = None) -> bytes:
+    """Inverse of :func:`compress`: gzip members one after the other, the first zstd frame.
+
+    With ``max_bytes``, decompression stops as soon as the output passes it, so a small payload that
+    would inflate to gigabytes (a zip bomb) costs no more than the limit; the result is then longer
+    than ``max_bytes`` (by at most one byte) for the caller to refuse.
+
+    Raises:
+        ValueError: an unknown compression type or a corrupt payload.
+    """
+    limit = _UNBOUNDED if max_bytes is None else max_bytes
+    try:
+        if compression == Compression.NONE:
+            return data
+        if compression == Compression.GZIP:
+            return _gunzip(data, limit)
+        if compression == Compression.ZSTD:
+            return _unzstd(data, limit)
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as exc:
+        raise ValueError(f"corrupt batch payload: {exc}") from exc
+    raise ValueError(f"unknown compression type {compression}")
+
+
+def _gunzip(payload: bytes, max_bytes: int) -> bytes:
+    """gzip members one after the other (as ``gzip.decompress``), stopping past ``max_bytes``."""
+    out = bytearray()
+    data = payload
+    while data and len(out) <= max_bytes:
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out += member.decompress(data, max_bytes + 1 - len(out))
+        if not member.eof:
+            if member.unconsumed_tail:  # stopped at the limit: the payload holds more
+                break
+            raise EOFError("truncated gzip payload")
+        data = member.unused_data
+    return bytes(out)
+
+
+def _unzstd(payload: bytes, max_bytes: int) -> bytes:
+    """The first zstd frame (frames of streaming compressors may omit their content size), stopping past
+    ``max_bytes``."""
+    out = bytearray()
+    with zstandard.ZstdDecompressor().stream_reader(payload) as reader:
+        while len(out) <= max_bytes:
+            chunk = reader.read(min(_CHUNK, max_bytes + 1 - len(out)))
+            if not chunk:
+                break
+            out += chunk
+    return bytes(out)
 
 
 # -- batch encoding ---------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ from diffstore.streams.records import (
     RecordPosition,
     build_batch,
     compact_json,
+    compress,
     decode_batch,
+    decompress,
     encode_batch,
     encode_header,
     encode_records,
@@ -89,6 +91,16 @@ def test_unknown_compression_is_an_error() -> None:
     with pytest.raises(ValueError):
         Compression.parse("lz4")
     assert Compression.parse("ZsTd") is Compression.ZSTD
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+def test_decompress_stops_past_its_limit(compression: Compression) -> None:
+    data = b"x" * 100_000
+    packed = compress(data, compression)
+    assert decompress(packed, compression) == data
+    assert decompress(packed, compression, max_bytes=len(data)) == data
+    if compression is not Compression.NONE:  # a bomb costs no more than the limit (plus one byte)
+        assert len(decompress(packed, compression, max_bytes=1_000)) == 1_001
 
 
 def test_struct_json_is_compact_and_sorted() -> None:

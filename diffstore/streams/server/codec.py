@@ -5,76 +5,35 @@ StreamingFetch responses are written as wire bytes.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Sequence
 
-import zstandard
 from google.protobuf.message import DecodeError
 
+from diffstore.streams import records
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams.records import SMALL_VARINTS, length_prefix, varint
 
 from .errors import InvalidArgument
 
-# CompressionType values (``CompressionType.None`` is not valid Python).
-NONE, GZIP, ZSTD = 0, 1, 2
-_CHUNK = 1 << 20
 # A stored batch passed the limits of the Append that stored it; re-reading it needs no tighter bound.
 _STORED_MAX_BYTES = 1 << 31
 
 
 def decompress(record: pb.BatchedRecord, max_bytes: int = _STORED_MAX_BYTES) -> bytes:
-    """The serialized ``BatchHStreamRecords`` inside a batch, at most ``max_bytes`` of it.
-
-    Decompression stops as soon as the output passes ``max_bytes``, so a small payload that would inflate
-    to gigabytes (a zip bomb) costs no more than the limit.
+    """The serialized ``BatchHStreamRecords`` inside a batch, at most ``max_bytes`` of it (decompression
+    stops past the limit: see :func:`diffstore.streams.records.decompress`).
 
     Raises:
         InvalidArgument: unknown compression, a corrupt payload, or more than ``max_bytes`` once
             decompressed.
     """
     try:
-        if record.compressionType == NONE:
-            raw = record.payload
-        elif record.compressionType == GZIP:
-            raw = _gunzip(record.payload, max_bytes)
-        elif record.compressionType == ZSTD:
-            raw = _unzstd(record.payload, max_bytes)
-        else:
-            raise InvalidArgument(f"unknown compression type {record.compressionType}")
-    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as exc:
-        raise InvalidArgument(f"corrupt batch payload: {exc}") from exc
+        raw = records.decompress(record.payload, record.compressionType, max_bytes)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from exc
     if len(raw) > max_bytes:
         raise InvalidArgument(f"a batch holds more than {max_bytes} bytes once decompressed")
     return raw
-
-
-def _gunzip(payload: bytes, max_bytes: int) -> bytes:
-    """gzip members one after the other (as ``gzip.decompress``), stopping past ``max_bytes``."""
-    out = bytearray()
-    data = payload
-    while data and len(out) <= max_bytes:
-        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out += member.decompress(data, max_bytes + 1 - len(out))
-        if not member.eof:
-            if member.unconsumed_tail:  # stopped at the limit: the payload holds more
-                break
-            raise EOFError("truncated gzip payload")
-        data = member.unused_data
-    return bytes(out)
-
-
-def _unzstd(payload: bytes, max_bytes: int) -> bytes:
-    """The first zstd frame (as the clients read it), stopping past ``max_bytes``."""
-    out = bytearray()
-    with zstandard.ZstdDecompressor().stream_reader(payload) as reader:
-        while len(out) <= max_bytes:
-            chunk = reader.read(min(_CHUNK, max_bytes + 1 - len(out)))
-            if not chunk:
-                break
-            out += chunk
-    return bytes(out)
 
 
 def check_batch(record: pb.BatchedRecord, max_records: int, max_bytes: int) -> None:
@@ -111,15 +70,6 @@ def check_stored(record: pb.BatchedRecord, size: int) -> None:
     check_batch(record, max(size, 1), _STORED_MAX_BYTES)
 
 
-def compress(compression: int, raw: bytes) -> bytes:
-    """Compresses ``raw`` with a ``CompressionType`` value."""
-    if compression == GZIP:
-        return gzip.compress(raw, compresslevel=1)
-    if compression == ZSTD:
-        return zstandard.ZstdCompressor(level=3).compress(raw)
-    return raw
-
-
 def subset(record: pb.BatchedRecord, indices: Sequence[int]) -> pb.BatchedRecord:
     """A copy of ``record`` holding only the records at ``indices`` (in that order), same compression.
 
@@ -136,7 +86,7 @@ def subset(record: pb.BatchedRecord, indices: Sequence[int]) -> pb.BatchedRecord
         compressionType=record.compressionType,
         publishTime=record.publishTime,
         batchSize=len(indices),
-        payload=compress(record.compressionType, picked.SerializeToString()),
+        payload=records.compress(picked.SerializeToString(), record.compressionType, gzip_level=1),
     )
 
 

@@ -21,6 +21,7 @@ from google.protobuf import empty_pb2, timestamp_pb2
 from diffstore.errors import DiffstoreError
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
+from diffstore.streams.records import Compression
 
 from . import codec
 from .appender import GroupAppender
@@ -221,7 +222,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
         # every batch is decoded and counted: a batchSize above what the payload holds would otherwise
         # build (and store) one RecordId per declared record
         limits = (self._config.max_batch_records, self._config.max_batch_bytes)
-        if batch.compressionType == codec.NONE and len(batch.payload) <= _INLINE_CHECK_BYTES:
+        if int(batch.compressionType) == Compression.NONE and len(batch.payload) <= _INLINE_CHECK_BYTES:
             codec.check_batch(batch, *limits)
         else:  # inflating may take up to max_batch_bytes of work: off the event loop (zlib/zstd free the GIL)
             await asyncio.to_thread(codec.check_batch, batch, *limits)
