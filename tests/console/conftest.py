@@ -1,7 +1,8 @@
 """The console in a real headless Chromium (Debian's package) driven by playwright, over a real server.
 
 ``make test`` installs chromium when it is missing and it can (scripts/install_browser.sh); without it
-these tests skip, loudly. A failing test saves a screenshot of its page in ``test-screenshots/``.
+these tests skip, loudly. A failing test saves a screenshot of its page in ``test-screenshots/`` (git
+ignores it), and tests save screenshots of the views for a person to look at there too (``screenshot``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 _FAILED = pytest.StashKey[bool]()
+
+
+_SAVED: list[Path] = []
+
+
+@pytest.fixture
+def screenshot(page: Any, request: pytest.FixtureRequest) -> Callable[[str], Path]:
+    """Saves the page as ``test-screenshots/<test>-<what>.png`` for a person to look at (the run's summary
+    lists every file saved); returns the path."""
+
+    def save(what: str) -> Path:
+        SCREENSHOTS.mkdir(exist_ok=True)
+        path = SCREENSHOTS / f"{request.node.name}-{what}.png"
+        page.screenshot(path=str(path), full_page=True)
+        _SAVED.append(path)
+        print(f"screenshot: {path}")
+        return path
+
+    return save
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _SAVED:
+        terminalreporter.write_line(f"console screenshots to look at ({len(_SAVED)}), in {SCREENSHOTS}:")
+        for path in _SAVED:
+            terminalreporter.write_line(f"  {path.name}")
 
 
 @pytest.fixture

@@ -52,7 +52,8 @@ def test_lineage_view_shows_the_tree_and_follows_commits(live: Live, page: Any) 
     page.wait_for_function(
         "document.getElementById('lineage-of').innerText.includes('c2')", timeout=DEADLINE_MS
     )
-    assert "a1 → a2" in page.inner_text("#lineage li.source[data-reader='from_a']")
+    span = "#lineage li.source[data-reader='from_a'] > .span code"
+    assert page.eval_on_selector_all(span, "cs => cs.map(c => c.innerText)") == ["a1", "a2"]
     assert f"{shell.show(P1)} → {shell.show(P2)}" in page.inner_text(
         f"#lineage li.source[data-reader='{SHARD}']"
     )

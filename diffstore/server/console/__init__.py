@@ -15,8 +15,9 @@ Routes added for it (documented in ``docs/console.md``):
   overview's version (a digest of the collections and readers) differs from ``since``, or ``since`` at the
   timeout. Waiting costs no work per waiter: commits of any process, and any other write, start one shared
   check (:mod:`diffstore.server.overview_watch`).
-- ``GET /collections/{c}/generations?limit=N[&before=G]``: the newest committed generation ids (to browse
-  or diff as of one of them; read replicas page back with ``before``).
+- ``GET /collections/{c}/generations?limit=N[&before=G]``: the committed generations, newest first, with
+  their commit time, changed keys and metadata (the console's History view and the commit time next to
+  every generation id it shows; read replicas and ``diffstore log`` page back with ``before``).
 """
 
 from __future__ import annotations

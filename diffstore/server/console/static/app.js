@@ -258,11 +258,145 @@ async function loadOverview(signal) {
   return overview;
 }
 
+// ---- commit times ----------------------------------------------------------------------------------
+
+// "3 min ago": how long before this page's clock (the server's clock stamped the commit; a small skew
+// between the two clocks reads as "just now", never as a time in the future).
 function ago(ms) {
   const s = Math.round((Date.now() - ms) / 1000);
+  if (s < 2) return s < -5 ? `${-s} s from now (the clocks differ)` : "just now";
   if (s < 60) return `${s} s ago`;
   if (s < 3600) return `${Math.round(s / 60)} min ago`;
-  return `${Math.round(s / 3600)} h ago`;
+  if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+  return `${Math.round(s / 86400)} d ago`;
+}
+
+// Local time: the time of day alone when it is today, else the date too.
+function localTime(ms) {
+  const at = new Date(ms);
+  return at.toDateString() === new Date().toDateString() ? at.toLocaleTimeString() : at.toLocaleString();
+}
+
+const whenText = (ms) => `${localTime(ms)} · ${ago(ms)}`;
+
+// What is known of a committed generation ({committedAtMs, changedKeys, metadata}, or null when it is not
+// a committed generation of the collection), one request per generation, kept for the page's life (a
+// committed generation's commit row never changes). The listing's `before` is exclusive, so asking below
+// the smallest id after G (G + a zero byte) answers G first when G is committed.
+const generationInfos = new Map();
+
+function rememberGenerations(name, items) {
+  for (const item of items) generationInfos.set(`${name}\n${hex(esToBytes(item.generationId))}`, Promise.resolve(item));
+}
+
+function generationInfo(name, es) {
+  const key = `${name}\n${hex(esToBytes(es))}`;
+  if (!generationInfos.has(key)) {
+    const bytes = esToBytes(es);
+    const after = new Uint8Array(bytes.length + 1);
+    after.set(bytes);
+    const query = new URLSearchParams({ limit: "1", before: bytesToEs(after).value, beforeEncoding: "base64" });
+    const asked = api("GET", `${collectionPath(name)}/generations?${query}`).then((list) =>
+      list.items.length && sameEs(list.items[0].generationId, es) ? list.items[0] : null);
+    asked.catch(() => generationInfos.delete(key)); // asked again next time
+    generationInfos.set(key, asked);
+  }
+  return generationInfos.get(key);
+}
+
+// A generation id with its commit time next to it (filled in when the row scrolls into view), the id and
+// the full time on hover. `name` is the collection the generation belongs to (null: a stream position).
+function genHtml(name, es) {
+  if (es === null || es === undefined || name === null) return labelHtml(es);
+  return `<span class="gen">${labelHtml(es)} <time class="when" data-c="${esc(name)}" data-g="${esc(JSON.stringify(es))}"></time></span>`;
+}
+
+function showWhen(element, info) {
+  const id = idLabel(JSON.parse(element.dataset.g));
+  element.dataset.filled = "";
+  if (info === null) {
+    element.textContent = "";
+    return;
+  }
+  if (info.committedAtMs === null) {
+    element.textContent = "time unknown";
+    element.title = `generation ${id}: committed before diffstore recorded commit times`;
+    return;
+  }
+  element.dateTime = new Date(info.committedAtMs).toISOString();
+  element.dataset.ms = String(info.committedAtMs);
+  element.textContent = whenText(info.committedAtMs);
+  element.title = `generation ${id} committed ${new Date(info.committedAtMs).toLocaleString()} (${element.dateTime})`;
+}
+
+// Observes the id's box (an empty <time> has none, so it would never be seen).
+const timeObserver = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    if (!entry.isIntersecting) continue;
+    timeObserver.unobserve(entry.target);
+    const element = entry.target.querySelector("time.when");
+    generationInfo(element.dataset.c, JSON.parse(element.dataset.g))
+      .then((info) => showWhen(element, info))
+      .catch(() => { element.textContent = ""; });
+  }
+});
+
+// Fills the commit times of the ids drawn under `root` (only those on screen ask the server).
+function fillTimes(root = document) {
+  for (const element of root.querySelectorAll("time.when:not([data-filled])")) timeObserver.observe(element.parentElement);
+}
+
+// Relative times age while the page is open.
+setInterval(() => {
+  for (const element of document.querySelectorAll("time.when[data-ms], time.at[data-ms]")) {
+    element.textContent = whenText(Number(element.dataset.ms));
+  }
+}, 15000);
+
+// ---- generations typed or in the address ----------------------------------------------------------
+
+const REF = /^[@~]/;
+
+// The generation a text names in collection `name`: a ref (`@current`, `@open`, `~N`, `@reader:NAME`,
+// `@reader:OWNER/NAME`, an ISO time `@2026-11-25T10:00:00Z`; GET /collections/{c}/refs resolves them) or
+// a generation in the command line's text form, which must be a committed generation or the open one.
+// An unknown one is an error, never a silent read of another generation (an id between two committed
+// ones reads as the older one in the API; the console refuses it, as `diffstore query` does).
+async function resolveGeneration(name, text, signal) {
+  if (REF.test(text)) {
+    const answer = await api("GET", `${collectionPath(name)}/refs?${new URLSearchParams({ ref: text })}`, undefined, signal);
+    return answer.generationId;
+  }
+  const es = parseLabel(text);
+  const [info, collection] = await Promise.all([
+    generationInfo(name, es),
+    api("GET", collectionPath(name), undefined, signal),
+  ]);
+  if (info !== null || sameEs(es, collection.nextGenerationId)) return es;
+  if (esToBytes(es).length === 0) return es; // "": the empty generation every collection starts at
+  throw new Error(`${name} has no generation ${JSON.stringify(text)} (neither committed nor open)`);
+}
+
+// An error of the view's own request (a generation that does not exist, a collected one): said on the
+// page, in place of the rows, which would otherwise be those of another read.
+function pageProblem(error) {
+  if (error && error.name === "AbortError") return;
+  showError(error);
+  const box = document.getElementById("problem");
+  if (!box) return;
+  box.textContent = String(error && error.message ? error.message : error);
+  box.hidden = false;
+  for (const id of ["records", "diff", "history"]) {
+    const body = document.querySelector(`#${id} tbody`);
+    if (body) body.innerHTML = "";
+  }
+  const lineage = document.getElementById("lineage");
+  if (lineage) lineage.innerHTML = "";
+}
+
+function clearProblem() {
+  const box = document.getElementById("problem");
+  if (box) box.hidden = true;
 }
 
 // ---- Collections -----------------------------------------------------------------------------------
@@ -277,7 +411,7 @@ function readerHtml(owner, r) {
   const diff = r.targetIsCollection
     ? ` <a href="#/diff/${encodeURIComponent(r.target)}?reader=${encodeURIComponent(r.readerName)}&in=${encodeURIComponent(owner)}" title="what the reader has not read yet">diff</a>`
     : "";
-  return `<div class="reader" data-reader="${esc(r.readerName)}"><b>${esc(r.readerName)}</b> ← ${esc(r.target)} @ ${labelHtml(r.generationId)} ${lag} <span class="muted">${moved}</span>${diff}</div>`;
+  return `<div class="reader" data-reader="${esc(r.readerName)}"><b>${esc(r.readerName)}</b> ← ${esc(r.target)} @ ${genHtml(r.targetIsCollection ? r.target : null, r.generationId)} ${lag} <span class="muted">${moved}</span>${diff}</div>`;
 }
 
 function collectionRows(collections) {
@@ -286,9 +420,9 @@ function collectionRows(collections) {
       const href = encodeURIComponent(c.name);
       return `<tr data-name="${esc(c.name)}"><td><a href="#/browse/${href}">${esc(c.name)}</a></td>
 <td>${c.isManual ? '<span class="tag">manual</span>' : '<span class="tag auto">auto</span>'}</td>
-<td class="generation">${labelHtml(c.generationId)}</td><td class="next">${labelHtml(c.nextGenerationId)}</td>
+<td class="generation">${genHtml(c.name, c.generationId)}</td><td class="next">${labelHtml(c.nextGenerationId)}</td>
 <td>${c.readers.map((r) => readerHtml(c.name, r)).join("")}</td>
-<td><a href="#/diff/${href}">diff</a> <a href="#/lineage/${href}">lineage</a></td></tr>`;
+<td><a href="#/history/${href}">history</a> <a href="#/diff/${href}">diff</a> <a href="#/lineage/${href}">lineage</a></td></tr>`;
     })
     .join("");
 }
@@ -430,14 +564,16 @@ Orange arrows: the reader is behind.</p><div id="graph"></div><p id="isolated" c
 async function pickCollection(signal, route) {
   const list = await api("GET", "/collections/", undefined, signal);
   const items = list.items.map((c) => `<li><a href="#/${route}/${encodeURIComponent(c.name)}">${esc(c.name)}</a></li>`);
-  const title = { browse: "Browse", diff: "Diff", lineage: "Lineage" }[route];
+  const title = { browse: "Browse", diff: "Diff", lineage: "Lineage", history: "History" }[route];
   main().innerHTML = `<h2>${title}: pick a collection</h2><ul>${items.join("") || '<li class="muted">no collections</li>'}</ul>`;
 }
 
 async function generationOptions(signal, name) {
   try {
     const list = await api("GET", `${collectionPath(name)}/generations?limit=200`, undefined, signal);
-    return list.items.map((g) => `<option value="${esc(idLabel(g.generationId))}">`).join("");
+    rememberGenerations(name, list.items);
+    const when = (g) => (g.committedAtMs === null ? "" : ` label="${esc(whenText(g.committedAtMs))}"`);
+    return list.items.map((g) => `<option value="${esc(idLabel(g.generationId))}"${when(g)}>`).join("");
   } catch (error) {
     showError(error);
     return "";
@@ -474,7 +610,8 @@ async function viewBrowse(signal, name, params) {
 <label>Page size <select id="limit"><option>50</option><option selected>100</option><option>500</option></select></label>
 <button type="submit">Show</button>
 <a href="#/diff/${encodeURIComponent(name)}">diff this collection</a></form>
-<p id="banner" class="banner" hidden></p><p id="around" class="muted"></p><p id="asof" class="muted"></p>
+<p id="banner" class="banner" hidden></p><p id="problem" class="error" role="alert" hidden></p>
+<p id="around" class="muted"></p><p id="asof" class="muted"></p>
 <table id="records"><thead><tr><th>Key</th><th>Value</th></tr></thead><tbody></tbody></table>
 <div class="pager"><button type="button" class="secondary" id="prev">Previous</button><button type="button" class="secondary" id="next">Next</button><span id="page" class="muted"></span></div>`;
   generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
@@ -488,10 +625,8 @@ async function viewBrowse(signal, name, params) {
 
   const common = () => {
     const body = {};
-    const g = document.getElementById("generation").value.trim();
     const p = document.getElementById("phantom").value.trim();
     if (pinned) body.generationId = pinned;
-    else if (g) body.generationId = parseLabel(g);
     if (p) body.phantomId = parseLabel(p);
     return body;
   };
@@ -512,7 +647,7 @@ async function viewBrowse(signal, name, params) {
           return `<tr${mark}><td>${valueHtml(item.key)}</td><td>${valueHtml(item.value)}</td></tr>`;
         })
         .join("") || '<tr><td colspan="2" class="muted">no records</td></tr>';
-    document.getElementById("asof").innerHTML = `As of generation ${labelHtml(page.generationId)} · ${page.items.length} records on this page`;
+    document.getElementById("asof").innerHTML = `As of generation ${genHtml(name, page.generationId)} · ${page.items.length} records on this page`;
     document.getElementById("page").textContent = `page ${starts.length + 1}`;
     document.getElementById("prev").disabled = starts.length === 0;
     document.getElementById("next").disabled = !cursorMore;
@@ -539,11 +674,13 @@ async function viewBrowse(signal, name, params) {
     starts = [];
     start = null;
     document.getElementById("around").textContent = "";
+    clearProblem();
+    if (g) pinned = await resolveGeneration(name, g, signal);
     if (k) await jump(k);
     await load();
   };
 
-  form.addEventListener("submit", (event) => { event.preventDefault(); show().catch(showError); });
+  form.addEventListener("submit", (event) => { event.preventDefault(); show().catch(pageProblem); });
   document.getElementById("next").addEventListener("click", () => {
     if (!last) return;
     starts.push(start);
@@ -557,7 +694,7 @@ async function viewBrowse(signal, name, params) {
     start = starts.pop() || null;
     load().catch(showError);
   });
-  await show();
+  await show().catch(pageProblem);
   // Live: a page read at the current generation follows the commits.
   follow(signal, name, collection.generationId, async (generation) => {
     if (document.getElementById("generation").value.trim()) return; // pinned by the user
@@ -593,7 +730,7 @@ async function viewDiff(signal, name, params) {
 <datalist id="generations"></datalist>
 <label>Page size <select id="limit"><option>100</option><option selected>200</option><option>1000</option></select></label>
 <button type="submit">Diff</button><a href="#/browse/${encodeURIComponent(name)}">browse</a></form>
-<p id="banner" class="banner" hidden></p><p id="range" class="muted"></p>
+<p id="banner" class="banner" hidden></p><p id="problem" class="error" role="alert" hidden></p><p id="range" class="muted"></p>
 <table id="diff"><thead><tr><th>Key</th><th>From</th><th>To</th><th></th></tr></thead><tbody></tbody></table>
 <div class="pager"><button type="button" class="secondary" id="prev">Previous</button><button type="button" class="secondary" id="next">Next</button><span id="page" class="muted"></span></div>`;
   generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
@@ -603,18 +740,20 @@ async function viewDiff(signal, name, params) {
   let wantedTo = null; // the "to" asked for (null: the current generation when the diff started)
   let seen = 0;
 
-  const firstBody = () => {
+  // From "" is the beginning (the empty generation), To "" the current generation.
+  const firstBody = async () => {
     const limit = Number(document.getElementById("limit").value);
     const body = { limit };
     const choice = document.getElementById("reader").value;
+    const from = document.getElementById("from").value.trim();
+    const to = document.getElementById("to").value.trim();
     if (choice) {
       const [owner, reader] = JSON.parse(choice);
       body.fromReader = { readerName: reader, collectionName: owner };
     } else {
-      body.fromGenerationId = parseLabel(document.getElementById("from").value.trim());
+      body.fromGenerationId = from ? await resolveGeneration(name, from, signal) : { value: "" };
     }
-    const to = document.getElementById("to").value.trim();
-    if (to) body.toGenerationId = parseLabel(to);
+    if (to) body.toGenerationId = await resolveGeneration(name, to, signal);
     return body;
   };
 
@@ -631,7 +770,7 @@ async function viewDiff(signal, name, params) {
     });
     const tbody = document.querySelector("#diff tbody");
     tbody.innerHTML = rows.join("") || '<tr><td colspan="4" class="muted">no changes in this range</td></tr>';
-    document.getElementById("range").innerHTML = `Changes after ${labelHtml(page.fromGenerationId)} up to ${labelHtml(page.toGenerationId)} · ${page.items.length} on this page`;
+    document.getElementById("range").innerHTML = `Changes after ${genHtml(name, page.fromGenerationId)} up to ${genHtml(name, page.toGenerationId)} · ${page.items.length} on this page`;
     document.getElementById("page").textContent = `page ${index + 1} · ${seen} items so far`;
     document.getElementById("prev").disabled = index <= 0;
     document.getElementById("next").disabled = !nextHow(page);
@@ -668,14 +807,15 @@ async function viewDiff(signal, name, params) {
       from: choice ? "" : document.getElementById("from").value.trim(),
       to: document.getElementById("to").value.trim(),
     });
-    const body = firstBody();
+    clearProblem();
+    const body = await firstBody();
     wantedTo = body.toGenerationId || null;
     pages = [];
     seen = 0;
     await go(0, { body });
   };
 
-  document.getElementById("diff-form").addEventListener("submit", (event) => { event.preventDefault(); run().catch(showError); });
+  document.getElementById("diff-form").addEventListener("submit", (event) => { event.preventDefault(); run().catch(pageProblem); });
   document.getElementById("next").addEventListener("click", () => {
     const how = index + 1 < pages.length ? pages[index + 1] : nextHow(current);
     if (how) go(index + 1, how).catch(showError);
@@ -708,7 +848,7 @@ async function viewDiff(signal, name, params) {
       showError(error);
     }
   });
-  await run();
+  await run().catch(pageProblem);
   // Live: a diff up to the current generation follows the commits (on its first page; else a notice).
   follow(signal, name, collection.generationId, async (generation) => {
     if (document.getElementById("to").value.trim()) return;
@@ -721,6 +861,113 @@ async function viewDiff(signal, name, params) {
   });
 }
 
+// ---- History ---------------------------------------------------------------------------------------
+
+function metadataHtml(metadata) {
+  if (!metadata) return "";
+  return Object.entries(metadata)
+    .map(([k, v]) => `<span class="meta"><b>${esc(k)}</b>=${esc(v)}</span>`)
+    .join(" ");
+}
+
+// The log of a collection (GET /collections/{c}/generations), newest first, a page at a time: each commit
+// with its local and relative time, the keys it changed, its metadata, and links to its diff against the
+// generation before it and to its lineage.
+async function viewHistory(signal, name, params) {
+  if (!name) return pickCollection(signal, "history");
+  const collection = await api("GET", collectionPath(name), undefined, signal);
+  const limit = Math.min(1000, Math.max(1, Number(params.get("limit")) || 50));
+  main().innerHTML = `<h2>History of <code>${esc(name)}</code> <span class="tag${collection.isManual ? "" : " auto"}">${collection.isManual ? "manual" : "auto"}</span></h2>
+<form class="toolbar" id="history-form">
+<label>Older than generation <input id="before" list="generations" placeholder="the newest" value="${esc(params.get("before") || "")}"></label>
+<datalist id="generations"></datalist>
+<label>Page size <select id="limit">${[20, 50, 200].map((n) => `<option${n === limit ? " selected" : ""}>${n}</option>`).join("")}</select></label>
+<button type="submit">Show</button>
+<a href="#/browse/${encodeURIComponent(name)}">browse</a> <a href="#/lineage/${encodeURIComponent(name)}">lineage</a></form>
+<p id="banner" class="banner" hidden></p><p id="problem" class="error" role="alert" hidden></p>
+<p class="muted">Newest first. <b>Diff</b> shows what a commit changed (from the generation before it);
+<b>lineage</b> which readers it moved. Times are this browser's local time; the server's clock stamped them.
+Generations committed before diffstore recorded commit times show “time unknown”.</p>
+<table id="history"><thead><tr><th>Generation</th><th>Committed</th><th class="num">Changed keys</th><th>Metadata</th><th></th></tr></thead><tbody></tbody></table>
+<div class="pager"><button type="button" class="secondary" id="newer">Newer</button><button type="button" class="secondary" id="older">Older</button><span id="page" class="muted"></span></div>`;
+  generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
+  let befores = []; // the `before` of every newer page (null: the newest)
+  let before = null; // this page's (an EncodedString; null: from the current generation)
+  let older = null; // the next page's
+
+  const rowHtml = (item, previous) => {
+    const id = idLabel(item.generationId);
+    if (id === "") {
+      return `<tr class="origin" data-generation=""><td>${labelHtml(item.generationId)}</td>
+<td colspan="4" class="muted">the empty generation the collection started at</td></tr>`;
+    }
+    const href = encodeURIComponent(name);
+    const diffQuery = new URLSearchParams({ from: previous === null ? "" : idLabel(previous), to: id });
+    const when = item.committedAtMs === null
+      ? '<span class="muted" title="committed before diffstore recorded commit times">time unknown</span>'
+      : `<time class="at" datetime="${new Date(item.committedAtMs).toISOString()}" data-ms="${item.committedAtMs}"
+          title="generation ${esc(id)} committed ${esc(new Date(item.committedAtMs).toLocaleString())}">${esc(whenText(item.committedAtMs))}</time>`;
+    return `<tr data-generation="${esc(id)}"><td title="generation ${esc(id)}">${labelHtml(item.generationId)}</td><td>${when}</td>
+<td class="num">${item.changedKeys === null ? '<span class="muted">?</span>' : item.changedKeys}</td><td>${metadataHtml(item.metadata)}</td>
+<td><a class="to-diff" href="#/diff/${href}?${diffQuery}" title="what generation ${esc(id)} changed">diff</a>
+<a class="to-lineage" href="#/lineage/${href}?${new URLSearchParams({ g: id })}" title="the readers generation ${esc(id)} moved">lineage</a></td></tr>`;
+  };
+
+  const load = async () => {
+    const size = Number(document.getElementById("limit").value);
+    // one more than shown: the generation before the page's last row, which its diff starts from
+    const query = new URLSearchParams({ limit: String(size + 1) });
+    if (before !== null) {
+      query.set("before", before.value);
+      if (before.encoding) query.set("beforeEncoding", before.encoding);
+    }
+    const list = await api("GET", `${collectionPath(name)}/generations?${query}`, undefined, signal);
+    rememberGenerations(name, list.items);
+    const shown = list.items.slice(0, size);
+    const more = list.items.length > size;
+    older = more ? shown[shown.length - 1].generationId : null;
+    document.querySelector("#history tbody").innerHTML =
+      shown.map((item, i) => rowHtml(item, i + 1 < list.items.length ? list.items[i + 1].generationId : null)).join("") ||
+      '<tr><td colspan="5" class="muted">No commits yet.</td></tr>';
+    document.getElementById("page").textContent = `page ${befores.length + 1}${more ? "" : " · the oldest commits"}`;
+    document.getElementById("newer").disabled = befores.length === 0;
+    document.getElementById("older").disabled = !more;
+  };
+
+  const show = async () => {
+    clearProblem();
+    const text = document.getElementById("before").value.trim();
+    setHashQuery("history", name, { before: text, limit: document.getElementById("limit").value });
+    befores = [];
+    // "older than G": G must exist (an unknown one is refused, not read as the nearest)
+    before = text ? await resolveGeneration(name, text, signal) : null;
+    await load();
+  };
+
+  document.getElementById("history-form").addEventListener("submit", (event) => { event.preventDefault(); show().catch(pageProblem); });
+  document.getElementById("older").addEventListener("click", () => {
+    if (!older) return;
+    befores.push(before);
+    before = older;
+    load().catch(pageProblem);
+  });
+  document.getElementById("newer").addEventListener("click", () => {
+    if (!befores.length) return;
+    before = befores.pop();
+    load().catch(pageProblem);
+  });
+  await show().catch(pageProblem);
+  // Live: the newest page follows the commits.
+  follow(signal, name, collection.generationId, async (generation) => {
+    if (before !== null) {
+      banner(`Generation ${idLabel(generation)} committed: go to the newest page to see it`);
+      return;
+    }
+    await load();
+    banner(`Generation ${idLabel(generation)} committed at ${new Date().toLocaleTimeString()}`);
+  });
+}
+
 // ---- Lineage --------------------------------------------------------------------------------------
 
 function lineageHtml(sources) {
@@ -729,10 +976,17 @@ function lineageHtml(sources) {
     const target = s.collectionName === null
       ? `<span class="stream">${esc(s.target)}</span>`
       : `<a href="#/lineage/${encodeURIComponent(s.collectionName)}${s.toGenerationId ? "?g=" + encodeURIComponent(idLabel(s.toGenerationId)) : ""}">${esc(s.collectionName)}</a>`;
-    const same = sameEs(s.fromGenerationId, s.toGenerationId) ? ' <span class="muted">(did not move)</span>' : "";
+    const same = sameEs(s.fromGenerationId, s.toGenerationId);
+    const moved = same ? ' <span class="muted">(did not move)</span>' : "";
     const incomplete = s.incomplete ? ' <span class="tag auto" title="part of this span\'s history was garbage-collected">incomplete</span>' : "";
     const nested = s.sources ? lineageHtml(s.sources) : "";
-    return `<li class="source" data-reader="${esc(s.readerName)}"><b>${esc(s.readerName)}</b> ← ${target}: <span class="span">${labelHtml(s.fromGenerationId)} → ${labelHtml(s.toGenerationId)}</span>${same}${incomplete}${nested}</li>`;
+    const source = s.collectionName; // null: a stream, whose positions are no generations of this store
+    // the span as a diff of the source: what this commit read of it
+    const diff = source === null || same || s.toGenerationId === null ? "" :
+      ` <a class="span-diff" href="#/diff/${encodeURIComponent(source)}?${new URLSearchParams({
+        from: s.fromGenerationId === null ? "" : idLabel(s.fromGenerationId), to: idLabel(s.toGenerationId) })}"
+        title="the changes of ${esc(source)} this span covers">diff</a>`;
+    return `<li class="source" data-reader="${esc(s.readerName)}"><b>${esc(s.readerName)}</b> ← ${target}: <span class="span">${genHtml(source, s.fromGenerationId)} → ${genHtml(source, s.toGenerationId)}</span>${moved}${diff}${incomplete}${nested}</li>`;
   });
   return `<ul class="lineage">${items.join("")}</ul>`;
 }
@@ -752,22 +1006,25 @@ async function viewLineage(signal, name, params) {
 <p id="banner" class="banner" hidden></p>
 <p class="muted">The readers the commit of a generation moved (from → to), and with depth &gt; 1 what moved the
 readers of each source over that span, down to the streams. Sources whose history was garbage-collected are marked incomplete.</p>
-<p id="lineage-of"></p><div id="lineage"></div>`;
+<p id="problem" class="error" role="alert" hidden></p><p id="lineage-of"></p><div id="lineage"></div>`;
   generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
   const load = async (generationId) => {
     const body = { generationId, depth: Number(document.getElementById("depth").value) };
     const answer = await api("POST", `${collectionPath(name)}/lineage`, body, signal);
-    document.getElementById("lineage-of").innerHTML = `Generation ${labelHtml(answer.generationId)}: ${answer.sources.length} reader(s) moved by its commit`;
+    document.getElementById("lineage-of").innerHTML = `Generation ${genHtml(name, answer.generationId)}: ${answer.sources.length} reader(s) moved by its commit`;
     document.getElementById("lineage").innerHTML = lineageHtml(answer.sources) || '<p class="muted">This commit moved no reader.</p>';
   };
   const show = async () => {
     const g = document.getElementById("generation").value.trim();
     setHashQuery("lineage", name, { g, depth: document.getElementById("depth").value });
-    const current = g ? null : (await api("GET", collectionPath(name), undefined, signal)).generationId;
-    await load(g ? parseLabel(g) : current);
+    clearProblem();
+    const generation = g
+      ? await resolveGeneration(name, g, signal)
+      : (await api("GET", collectionPath(name), undefined, signal)).generationId;
+    await load(generation);
   };
-  document.getElementById("lineage-form").addEventListener("submit", (event) => { event.preventDefault(); show().catch(showError); });
-  await show();
+  document.getElementById("lineage-form").addEventListener("submit", (event) => { event.preventDefault(); show().catch(pageProblem); });
+  await show().catch(pageProblem);
   // Live: the lineage of the current generation follows the commits.
   follow(signal, name, collection.generationId, async (generation) => {
     if (document.getElementById("generation").value.trim()) return; // pinned by the user
@@ -806,6 +1063,7 @@ async function render() {
     else if (view === "browse") await viewBrowse(controller.signal, name, params);
     else if (view === "diff") await viewDiff(controller.signal, name, params);
     else if (view === "lineage") await viewLineage(controller.signal, name, params);
+    else if (view === "history") await viewHistory(controller.signal, name, params);
     else await viewCollections(controller.signal);
   } catch (error) {
     if (!controller.signal.aborted) {
@@ -820,5 +1078,7 @@ document.addEventListener("DOMContentLoaded", () => {
   takeTokenFromFragment();
   setToken(state.token);
   document.getElementById("forget-token").addEventListener("click", () => { setToken(null); location.reload(); });
+  // every generation id drawn with a commit time gets it filled in once on screen
+  new MutationObserver(() => fillTimes(main())).observe(main(), { childList: true, subtree: true });
   render();
 });
