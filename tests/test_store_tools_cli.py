@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import lmdb
+import msgpack
 
 from diffstore import Store, StoreConfig
 from diffstore.engine import layout, storage
@@ -93,6 +94,26 @@ def test_check_prints_each_problem_and_exits_1(tmp_path: Path) -> None:
     assert lines[-1].endswith("tables)") and f": {len(lines) - 1} problems" in lines[-1], lines
     assert any("is not registered" in line for line in lines[:-1])
     assert any("index row key zz #1 has no record" in line for line in lines[:-1]), lines
+
+
+def test_check_names_damage_of_the_history_cursor_and_replica_tables(tmp_path: Path) -> None:
+    make_store(tmp_path / "s")
+    with Store.open(tmp_path / "s", StoreConfig(background=False)) as store, store.write() as scope:
+        meta = load_meta(scope.txn, store.tables, "A")
+        row = layout.pack_commit(1, 99, None)
+        scope.txn.put(layout.commit_key(meta.cid_prefix, meta.generation_seq), row, db=store.tables.commits)
+        scope.txn.put(layout.cursor_age_key(3), b"\0" * 16, db=store.tables.cursors)
+        scope.txn.put(layout.replica_lag_key("A"), msgpack.packb([0, None]), db=store.tables.replica)
+    done = cli("check", "--data", str(tmp_path / "s"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    *found, summary = done.stdout.strip().splitlines()
+    assert summary.endswith(f": {len(found)} problems (211 rows in 17 tables)"), summary
+    assert found == [
+        "commits: 'A': the commit of generation 1 (#1) counts 99 changed keys, its index holds 100",
+        "cursors: the age row #3 names no stored cursor",
+        "cursors: 0 long cursors and 1 age rows are stored without a totals row",
+        "replica: replica rows are stored, but no primary that they follow",
+    ]
 
 
 def test_check_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -24,7 +24,17 @@ The invariants, table by table (a ``cid`` is *live* when a ``collections`` row h
   collection, a registered generation not past the GC horizon, and one GC has not finished.
 - ``lineage``: rows of live collections name committed generations and unpack.
 - ``commits``: rows of live collections name committed generations and unpack to a time, a count and
-  metadata (None or a map of strings). Generations without a row are legal (committed by an older store).
+  metadata (None or a map of strings). Generations without a row are legal only below a collection's
+  first row (committed by a store older than the table): from there on every committed generation has
+  one. Where GC cannot have removed versions (at or above the GC horizon), the count equals the
+  generation's ``changes`` rows (counted while reading them).
+- ``cursors``: every spilled token is stored under its own digest, with its age row and back; the totals
+  row counts them (entries, bytes) and numbers past them, within the bounds eviction keeps.
+- ``replica``: rows only of known kinds, the primary and id first of all; while it follows (not
+  promoted) every live collection has a well-formed lag row and none other does, each collection's
+  position (its current generation) is an applied one (a commit row, but for an empty automatic
+  collection's first, or one applied by a store older than the table: no row at all), and the
+  applied count is at least the commit rows; a promoted store keeps no lag.
 - ``leases``, ``producers``, ``phantoms``, ``phantom_ttl``: rows unpack, belong to live (or dropped)
   collections; a phantom's records have its expiry row.
 
@@ -40,7 +50,7 @@ from pathlib import Path
 import lmdb
 import msgpack
 
-from diffstore.engine import files, layout, producers, storage
+from diffstore.engine import cursor_spill, files, layout, producers, storage
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import Tables
 from diffstore.errors import InvalidRequest, text_form
@@ -74,6 +84,8 @@ class _Collection:
     meta: CollectionMeta
     gens: dict[int, bytes] = field(default_factory=dict)  # seq -> generation id
     open_changes: int = 0
+    changes: dict[int, int] = field(default_factory=dict)  # seq -> its rows in ``changes``
+    commit_rows: set[int] = field(default_factory=set)  # seqs with a ``commits`` row
 
 
 def check(
@@ -121,6 +133,8 @@ class _Checker:
         self._due()
         self._lineage()
         self._commits()
+        self._cursors()
+        self._replica()
         self._leases()
         self._producers()
         self._phantoms()
@@ -315,6 +329,7 @@ class _Checker:
                 self.bad("changes", f"{meta.name!r}: index row {_key_text(form)} #{seq} has no record")
             if seq == meta.next_seq:
                 owner.open_changes += 1
+            owner.changes[seq] = owner.changes.get(seq, 0) + 1
 
     def _open_counts(self) -> None:
         for owner in self.live.values():
@@ -459,12 +474,151 @@ class _Checker:
             except (ValueError, TypeError, msgpack.UnpackException) as exc:
                 self.bad("commits", f"{meta.name!r}: the commit row of #{seq} does not unpack ({exc})")
                 continue
-            if at_ms < 0 or changed < 0 or not (
-                metadata is None
-                or isinstance(metadata, dict)
-                and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+            owner.commit_rows.add(seq)
+            if (
+                at_ms < 0
+                or changed < 0
+                or not (
+                    metadata is None
+                    or isinstance(metadata, dict)
+                    and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+                )
             ):
                 self.bad("commits", f"{meta.name!r}: commit row of #{seq} holds {at_ms, changed, metadata}")
+            elif seq >= self._horizon_seq(meta) and changed != owner.changes.get(seq, 0):
+                self.bad(
+                    "commits",
+                    f"{meta.name!r}: the commit of generation {text_form(owner.gens[seq])} (#{seq}) counts"
+                    f" {changed} changed keys, its index holds {owner.changes.get(seq, 0)}",
+                )
+        for owner in self.live.values():
+            if not owner.commit_rows:
+                continue  # every generation committed by a store older than the table (or none yet)
+            first = min(owner.commit_rows)
+            for seq in sorted(owner.gens):
+                if first < seq <= owner.meta.generation_seq and seq not in owner.commit_rows:
+                    self.bad(
+                        "commits",
+                        f"{owner.meta.name!r}: committed generation {text_form(owner.gens[seq])} (#{seq})"
+                        " has no commit row",
+                    )
+
+    def _horizon_seq(self, meta: CollectionMeta) -> int:
+        """The lowest seq whose ``changes`` rows GC cannot have touched (past every seq: unknown)."""
+        if meta.gc_horizon is None:
+            return 0
+        raw = self.txn.get(layout.gen_id_key(meta.cid_prefix, meta.gc_horizon), db=self.tables.gen_ids)
+        return layout.read_u64(raw) if raw is not None and len(raw) == 8 else 1 << 64
+
+    def _cursors(self) -> None:
+        entries: dict[bytes, int] = {}  # digest -> number
+        ages: dict[int, bytes] = {}  # number -> digest
+        size = 0
+        totals: bytes | None = None
+        for key, raw in self._rows("cursors"):
+            if key == layout.CURSOR_TOTALS:
+                totals = raw
+            elif key[:1] == layout.cursor_entry_key(b"") and len(raw) >= 8:
+                number, token = layout.unpack_cursor_entry(raw)
+                entries[key[1:]] = number
+                size += len(token)
+                if cursor_spill.digest(token) != key[1:]:
+                    self.bad("cursors", f"the long cursor #{number} is not stored under its own digest")
+            elif key[:1] == layout.CURSOR_AGE_PREFIX and len(key) == 9:
+                ages[layout.read_u64(key[1:])] = raw
+            else:
+                self.bad("cursors", f"row {key.hex()} is of no known kind")
+        for digest, number in entries.items():
+            if ages.get(number) != digest:
+                self.bad("cursors", f"the long cursor #{number} has no age row: it would never expire")
+        for number, digest in ages.items():
+            if entries.get(digest) != number:
+                self.bad("cursors", f"the age row #{number} names no stored cursor")
+        if totals is None:
+            if entries or ages:
+                self.bad(
+                    "cursors",
+                    f"{len(entries)} long cursors and {len(ages)} age rows are stored without a totals row",
+                )
+            return
+        if len(totals) != 24:
+            self.bad("cursors", "the totals row is not 24 bytes")
+            return
+        counted, counted_size, next_number = layout.unpack_cursor_totals(totals)
+        if (counted, counted_size) != (len(entries), size):
+            self.bad(
+                "cursors",
+                f"the totals count {counted} long cursors of {counted_size} bytes, the table holds"
+                f" {len(entries)} of {size} bytes",
+            )
+        if any(number >= next_number for number in (*entries.values(), *ages)):
+            self.bad("cursors", f"a long cursor is numbered past the next number {next_number}")
+        if len(entries) > 1 and (len(entries) > cursor_spill.MAX_ENTRIES or size > cursor_spill.MAX_BYTES):
+            self.bad(
+                "cursors",
+                f"{len(entries)} long cursors of {size} bytes are kept, over the bounds eviction keeps"
+                f" ({cursor_spill.MAX_ENTRIES} cursors, {cursor_spill.MAX_BYTES} bytes)",
+            )
+
+    def _replica(self) -> None:
+        rows = dict(self._rows("replica"))
+        if not rows:
+            return
+        primary = rows.pop(layout.REPLICA_PRIMARY, None)
+        replica_id = rows.pop(layout.REPLICA_ID, None)
+        promoted = rows.pop(layout.REPLICA_PROMOTED, None)
+        applied_raw = rows.pop(layout.REPLICA_APPLIED, None)
+        lags = {key: raw for key, raw in rows.items() if key.startswith(layout.REPLICA_LAG)}
+        for key in rows.keys() - lags.keys():
+            self.bad("replica", f"row {key.hex()} is of no known kind")
+        if primary is None:
+            self.bad("replica", "replica rows are stored, but no primary that they follow")
+            return
+        if not _is_text(primary) or "://" not in primary.decode():
+            self.bad("replica", f"the primary {primary!r} is not a URL")
+        if replica_id is None or not _is_text(replica_id):
+            self.bad("replica", "the replica has no id (it names its readers on the primary)")
+        for name, raw in (("promotion time", promoted), ("applied count", applied_raw)):
+            if raw is not None and len(raw) != 8:
+                self.bad("replica", f"the {name} is not 8 bytes")
+                return
+        applied = layout.read_u64(applied_raw) if applied_raw is not None else 0
+        if promoted is not None:
+            for key in lags:
+                self.bad(
+                    "replica", f"a promoted store keeps the lag of {_name(key[len(layout.REPLICA_LAG) :])!r}"
+                )
+            return
+        by_name = {owner.meta.name: owner for owner in self.live.values()}
+        for key, raw in lags.items():
+            name = _name(key[len(layout.REPLICA_LAG) :])
+            if name not in by_name:
+                self.bad("replica", f"the lag of {name!r}, which is no collection of this replica")
+            try:
+                generations, since = msgpack.unpackb(raw)
+                well_formed = (
+                    type(generations) is int and generations >= 0 and (since is None or type(since) is int)
+                )
+            except (ValueError, TypeError, msgpack.UnpackException):
+                well_formed = False
+            if not well_formed:
+                self.bad("replica", f"the lag of {name!r} is not [generations, ms or None]")
+        for name, owner in by_name.items():
+            meta = owner.meta
+            if layout.replica_lag_key(name) not in lags:
+                self.bad(
+                    "replica", f"{name!r}: no lag row (every collection of a replica is applied with one)"
+                )
+            empty_first = not meta.manual and meta.generation_seq == 0
+            if owner.commit_rows and not empty_first and meta.generation_seq not in owner.commit_rows:
+                self.bad(
+                    "replica",
+                    f"{name!r}: the replica's position {text_form(meta.generation)} (#{meta.generation_seq})"
+                    " is no applied generation (it has no commit row)",
+                )
+        rows_total = sum(len(owner.commit_rows) for owner in self.live.values())
+        if applied < rows_total:
+            self.bad("replica", f"the applied count {applied} is below the {rows_total} generations applied")
 
     def _leases(self) -> None:
         for key, raw in self._rows("leases"):
@@ -534,6 +688,14 @@ def _key_text(form: bytes) -> str:
 
 def _name(raw: bytes) -> str:
     return raw.decode(errors="replace")
+
+
+def _is_text(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _record_value_problem(form: bytes, raw: bytes) -> str | None:

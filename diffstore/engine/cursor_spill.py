@@ -37,34 +37,37 @@ MAX_ENTRIES = 10_000
 MAX_BYTES = 256 << 20
 
 
-def _digest(token: str) -> bytes:
-    return hashlib.blake2b(token.encode(), digest_size=REFERENCE_DIGEST_BYTES).digest()
+def digest(token: bytes | str) -> bytes:
+    """The key of a stored token (``check`` verifies rows by it)."""
+    if isinstance(token, str):
+        token = token.encode()
+    return hashlib.blake2b(token, digest_size=REFERENCE_DIGEST_BYTES).digest()
 
 
 def shorten(store: Store, token: str | None) -> str | None:
     """``token`` itself when it is short enough, else a reference to it, stored (one write transaction)."""
     if token is None or len(token) <= INLINE_TOKEN_MAX:
         return token
-    digest = _digest(token)
+    token_digest = digest(token)
     tables = store.tables
     with store.read() as txn:
-        if txn.get(layout.cursor_entry_key(digest), db=tables.cursors) is not None:
-            return store.cursors.reference(digest)  # the same page read again: nothing to write
+        if txn.get(layout.cursor_entry_key(token_digest), db=tables.cursors) is not None:
+            return store.cursors.reference(token_digest)  # the same page read again: nothing to write
     with store.write() as scope:
         txn = scope.txn
-        entry = layout.cursor_entry_key(digest)
+        entry = layout.cursor_entry_key(token_digest)
         if txn.get(entry, db=tables.cursors) is None:
             entries, size, number = layout.unpack_cursor_totals(
                 txn.get(layout.CURSOR_TOTALS, db=tables.cursors)
             )
             data = token.encode()
             txn.put(entry, layout.pack_cursor_entry(number, data), db=tables.cursors)
-            txn.put(layout.cursor_age_key(number), digest, db=tables.cursors)
+            txn.put(layout.cursor_age_key(number), token_digest, db=tables.cursors)
             entries, size = _evict(txn, store, entries + 1, size + len(data))
             txn.put(
                 layout.CURSOR_TOTALS, layout.pack_cursor_totals(entries, size, number + 1), db=tables.cursors
             )
-    return store.cursors.reference(digest)
+    return store.cursors.reference(token_digest)
 
 
 def _evict(txn: lmdb.Transaction, store: Store, entries: int, size: int) -> tuple[int, int]:

@@ -11,15 +11,18 @@ import msgpack
 import pytest
 
 from diffstore import Store, StoreConfig
-from diffstore.engine import check, layout
+from diffstore.engine import check, cursor_spill, layout
+from diffstore.engine.meta import non_manual_generation
 from diffstore.engine.tables import Tables, load_meta, save_meta
+from diffstore.engine.types import Reader, ReplicaGeneration
 
 Damage = Callable[[lmdb.Transaction, Tables], None]
 
 
 def build(path: Path) -> None:
     """A store using every table: records (short and long keys, tombstones), readers of both kinds of
-    target, lineage, leases, producers, a phantom, an open generation, GC, a deleted collection."""
+    target, lineage, commit rows, leases, producers, a phantom, an open generation, GC, a deleted
+    collection, long cursors (spilled page tokens)."""
     with Store.open(path, StoreConfig(background=False)) as store:
         a = store.create_collection("A")
         b = store.create_collection("B")
@@ -49,6 +52,26 @@ def build(path: Path) -> None:
         store.delete_collection("gone")  # its rows wait for the purge
         auto = store.create_collection("auto", manual=False)
         auto.put(b"k", b"v")  # its automatic commit is due, not done: nothing runs it here
+        for n in (1, 2):  # tokens too long for a URL, as a page after a big key makes them
+            cursor_spill.shorten(store, f"t{n}" * cursor_spill.INLINE_TOKEN_MAX)
+
+
+def build_replica(path: Path, promote: bool = False) -> None:
+    """A replica's store: a manual and an automatic collection applied from a primary (and promoted)."""
+    g = non_manual_generation
+    with Store.open(path, StoreConfig(background=False)) as store:
+        store.become_replica("http://primary:8080", "r1")
+        steps = [
+            ReplicaGeneration("M", True, None, b"", []),
+            ReplicaGeneration("M", True, b"", b"1", [(b"k", b"v"), (b"j", None)], (Reader("r", "M", None),)),
+            ReplicaGeneration("M", True, b"1", b"2", [(b"k", b"w")], lag_generations=1, unapplied_since_ms=5),
+            ReplicaGeneration("X", False, None, g(0), []),
+            ReplicaGeneration("X", False, g(0), g(1), [(b"a", b"1")]),
+        ]
+        for step in steps:
+            assert store.apply_replica_generation(step)
+        if promote:
+            store.promote_replica()
 
 
 def damage(path: Path, harm: Damage) -> None:
@@ -150,6 +173,42 @@ def _automatic_commit_not_due(txn: lmdb.Transaction, tables: Tables) -> None:
     txn.delete(layout.auto_commit_due_key("auto"), db=tables.due)
 
 
+def _commit_row_missing(txn: lmdb.Transaction, tables: Tables) -> None:
+    prefix, seq = _meta(txn, tables, "B")
+    txn.delete(layout.commit_key(prefix, seq - 1), db=tables.commits)
+
+
+def _commit_row_of_open_generation(txn: lmdb.Transaction, tables: Tables) -> None:
+    meta = load_meta(txn, tables, "B")
+    assert meta.next_seq is not None
+    txn.put(
+        layout.commit_key(meta.cid_prefix, meta.next_seq), layout.pack_commit(1, 1, None), db=tables.commits
+    )
+
+
+def _commit_row_of_aborted_generation(txn: lmdb.Transaction, tables: Tables) -> None:
+    prefix, _ = _meta(txn, tables, "B")
+    txn.put(layout.commit_key(prefix, 55), layout.pack_commit(1, 0, None), db=tables.commits)
+
+
+def _commit_counts_wrong(txn: lmdb.Transaction, tables: Tables) -> None:
+    prefix, seq = _meta(txn, tables, "B")
+    txn.put(layout.commit_key(prefix, seq), layout.pack_commit(1, 5, {"by": "me"}), db=tables.commits)
+
+
+def _cursor_without_age_row(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.delete(layout.cursor_age_key(0), db=tables.cursors)
+
+
+def _cursor_totals_wrong(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.put(layout.CURSOR_TOTALS, layout.pack_cursor_totals(7, 1, 2), db=tables.cursors)
+
+
+def _cursor_under_another_digest(txn: lmdb.Transaction, tables: Tables) -> None:
+    digest = cursor_spill.digest("t1" * cursor_spill.INLINE_TOKEN_MAX)
+    txn.put(layout.cursor_entry_key(digest), layout.pack_cursor_entry(0, b"t9" * 1024), db=tables.cursors)
+
+
 DAMAGE: list[tuple[Damage, str]] = [
     (_record_of_unknown_generation, "records: 'A': a record of unregistered generation #77"),
     (_index_row_without_record, "has no record"),
@@ -163,6 +222,20 @@ DAMAGE: list[tuple[Damage, str]] = [
     (_phantom_without_expiry, "without expiry"),
     (_open_count_wrong, "the open generation counts 0 writes but holds 1 keys"),
     (_row_of_no_collection, "collection #9999, which is neither live nor deleted"),
+    (_commit_row_missing, "commits: 'B': committed generation 2 (#2) has no commit row"),
+    (_commit_row_of_open_generation, "commits: 'B': commit row 000000020000000000000004 names no committed"),
+    (
+        _commit_row_of_aborted_generation,
+        "commits: 'B': commit row 000000020000000000000037 names no committed",
+    ),
+    (
+        _commit_counts_wrong,
+        "commits: 'B': the commit of generation 3 (#3) counts 5 changed keys, its index holds 1",
+    ),
+    (_cursor_without_age_row, "cursors: the long cursor #0 has no age row: it would never expire"),
+    (_cursor_totals_wrong, "cursors: the totals count 7 long cursors of 1 bytes, the table holds 2 of"),
+    (_cursor_under_another_digest, "cursors: the long cursor #0 is not stored under its own digest"),
+    # last: opening the store again (to damage it) writes the due row back
     (_automatic_commit_not_due, "'auto': its open generation has writes but no automatic commit is due"),
 ]
 
@@ -182,3 +255,66 @@ def test_several_kinds_of_damage_at_once_are_each_reported(tmp_path: Path) -> No
     found = problems(tmp_path / "s")
     for _, expected in DAMAGE:
         assert any(expected in line for line in found), (expected, found)
+
+
+@pytest.mark.parametrize("promote", [False, True], ids=["following", "promoted"])
+def test_a_sound_replica_passes(tmp_path: Path, promote: bool) -> None:
+    build_replica(tmp_path / "r", promote)
+    report = check.check_directory(tmp_path / "r")
+    assert report.ok, report.problems
+    assert report.rows["replica"] == (4 if promote else 5) and report.rows["commits"] == 4
+
+
+def _lag_of_no_collection(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.put(layout.replica_lag_key("ghost"), msgpack.packb([0, None]), db=tables.replica)
+
+
+def _lag_missing(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.delete(layout.replica_lag_key("X"), db=tables.replica)
+
+
+def _lag_malformed(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.put(layout.replica_lag_key("M"), msgpack.packb(["far", None]), db=tables.replica)
+
+
+def _position_not_applied(txn: lmdb.Transaction, tables: Tables) -> None:
+    prefix, seq = _meta(txn, tables, "M")
+    txn.delete(layout.commit_key(prefix, seq), db=tables.commits)
+
+
+def _applied_count_too_low(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.put(layout.REPLICA_APPLIED, layout.u64(1), db=tables.replica)
+
+
+def _no_primary(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.delete(layout.REPLICA_PRIMARY, db=tables.replica)
+
+
+def _primary_not_a_url(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.put(layout.REPLICA_PRIMARY, b"primary", db=tables.replica)
+
+
+def _lag_after_promotion(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.put(layout.REPLICA_PROMOTED, layout.u64(1), db=tables.replica)
+
+
+REPLICA_DAMAGE: list[tuple[Damage, str]] = [
+    (_lag_of_no_collection, "replica: the lag of 'ghost', which is no collection of this replica"),
+    (_lag_missing, "replica: 'X': no lag row"),
+    (_lag_malformed, "replica: the lag of 'M' is not [generations, ms or None]"),
+    (_position_not_applied, "replica: 'M': the replica's position 2 (#2) is no applied generation"),
+    (_applied_count_too_low, "replica: the applied count 1 is below the 4 generations applied"),
+    (_no_primary, "replica: replica rows are stored, but no primary that they follow"),
+    (_primary_not_a_url, "replica: the primary b'primary' is not a URL"),
+    (_lag_after_promotion, "replica: a promoted store keeps the lag of 'M'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("harm", "expected"), REPLICA_DAMAGE, ids=[harm.__name__.strip("_") for harm, _ in REPLICA_DAMAGE]
+)
+def test_each_kind_of_replica_damage_is_reported(tmp_path: Path, harm: Damage, expected: str) -> None:
+    build_replica(tmp_path / "r")
+    damage(tmp_path / "r", harm)
+    found = problems(tmp_path / "r")
+    assert any(expected in line for line in found), found
