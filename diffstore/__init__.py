@@ -31,6 +31,7 @@ from diffstore.engine.types import (
     Reader,
     ReaderUpdate,
     Record,
+    ResolvedRef,
     StoreConfig,
 )
 from diffstore.errors import DiffstoreError
@@ -60,6 +61,7 @@ __all__ = [
     "Reader",
     "ReaderUpdate",
     "Record",
+    "ResolvedRef",
     "Store",
     "StoreConfig",
     "UNSET",

@@ -34,6 +34,7 @@ from diffstore.engine.types import (
     Reader,
     ReaderUpdateLike,
     Record,
+    ResolvedRef,
 )
 
 
@@ -222,3 +223,7 @@ class Collection(Protocol):
         """The newest generation committed at or before ``at_ms`` (raises ``NoSuchGeneration``)."""
         ...
 
+    def resolve_ref(self, ref: str) -> ResolvedRef:
+        """The generation ``ref`` names (``@current``, ``@open``, ``~N``, ``@reader:NAME``, ``@TIME``, an id)
+        and its commit time."""
+        ...

@@ -201,8 +201,9 @@ def text_form(data: bytes | None) -> str:
     """How a message names bytes (a key, a generation id): the text form every command prints and accepts.
 
     Printable UTF-8 as it is, any other bytes as ``base64:`` and their base64 (and so printable text that
-    begins with ``base64:``); the empty generation id as ``""``, none as ``none``. Never a Python
-    ``b'...'`` repr: a message reaches shell users and HTTP clients, who read neither.
+    begins with ``base64:``, ``@`` or ``~``, which would read as a ref); the empty generation id as ``""``,
+    none as ``none``. Never a Python ``b'...'`` repr: a message reaches shell users and HTTP clients, who
+    read neither.
     """
     if data is None:
         return "none"
@@ -212,7 +213,8 @@ def text_form(data: bytes | None) -> str:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError:
         return TEXT_FORM_PREFIX + base64.b64encode(data).decode("ascii")
-    if text.isprintable() and not text.startswith(TEXT_FORM_PREFIX):
+    # text beginning with "@" or "~" reads as a ref (``@current``, ``~1``: diffstore.engine.refs)
+    if text.isprintable() and not text.startswith((TEXT_FORM_PREFIX, "@", "~")):
         return text
     return TEXT_FORM_PREFIX + base64.b64encode(data).decode("ascii")
 

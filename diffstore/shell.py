@@ -7,7 +7,9 @@ Every command prints bytes the same way and accepts that form back (``--generati
 
 * bytes that are printable UTF-8 (no control characters) are printed as they are;
 * any other bytes are printed as ``base64:`` followed by their standard base64 — and so is printable
-  text that itself begins with ``base64:``, so the form is never ambiguous.
+  text that itself begins with ``base64:``, so the form is never ambiguous; and text beginning with ``@``
+  or ``~``, which an option taking a generation reads as a ref (``@current``, ``~1``, ``@reader:r``, an
+  ISO time as ``@2026-11-25T10:00:00Z``: see ``docs/client.md``).
 
     >>> show(b"orders-1"), show(b"\\x00\\x00\\x00\\x01")
     ('orders-1', 'base64:AAAAAQ==')

@@ -39,6 +39,7 @@ from diffstore.engine.types import (
     Reader,
     ReaderUpdateLike,
     Record,
+    ResolvedRef,
 )
 from diffstore.errors import NoSuchGeneration
 from diffstore.wire import CollectionState
@@ -413,6 +414,17 @@ class AsyncCollection:
             if not more or not infos:
                 raise NoSuchGeneration(f"no generation of {self.name!r} was committed by {at_ms} ms")
             before = infos[-1].generation_id
+
+    async def resolve_ref(self, ref: str) -> ResolvedRef:
+        """The generation ``ref`` names and its commit time: a generation id's text form, ``@current``,
+        ``@open``, ``~N`` (N commits back), ``@reader:NAME`` or ``@reader:OWNER/NAME`` (a reader of this
+        collection), or ``@`` and an ISO time such as ``@2026-11-25T10:00:00Z`` (see docs/http.md).
+
+        Raises:
+            InvalidRequest: not a ref, a time in the future, a reader name several collections own.
+            NoSuchGeneration, NoSuchReader: it names nothing. GenerationCollected: below the minimum.
+        """
+        return await self._run(_calls.resolve_ref(self.name, ref))
 
     async def history(
         self, before: bytes | None = None, limit: int = 100

@@ -39,6 +39,7 @@ from diffstore.engine.types import (
     Reader,
     ReaderUpdate,
     ReaderUpdateLike,
+    ResolvedRef,
 )
 from diffstore.wire import (
     Body,
@@ -348,6 +349,15 @@ def _generations_params(before: bytes | None, limit: int) -> dict[str, str]:
             for k, v in _generation_param(before).items()
         }
     return params
+
+
+def resolve_ref(name: str, ref: str) -> Call[ResolvedRef]:
+    def parse(obj: Any, codec: Codec) -> ResolvedRef:
+        f = Fields(obj, codec, "response")
+        at = f.raw("committedAtMs")
+        return ResolvedRef(f.es("generationId"), int(at) if at is not None else None)
+
+    return Call("GET", collection_path(name, "refs"), parse, params={"ref": ref})
 
 
 def history(name: str, before: bytes | None, limit: int) -> Call[tuple[list[GenerationInfo], bool]]:

@@ -47,6 +47,7 @@ from diffstore.engine.types import (
     Reader,
     ReaderUpdateLike,
     Record,
+    ResolvedRef,
 )
 from diffstore.errors import NoSuchGeneration
 from diffstore.wire import CollectionState
@@ -445,6 +446,17 @@ class Collection:
             from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
         )
         return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)
+
+    def resolve_ref(self, ref: str) -> ResolvedRef:
+        """The generation ``ref`` names and its commit time: a generation id's text form, ``@current``,
+        ``@open``, ``~N`` (N commits back), ``@reader:NAME`` or ``@reader:OWNER/NAME`` (a reader of this
+        collection), or ``@`` and an ISO time such as ``@2026-11-25T10:00:00Z`` (see docs/http.md).
+
+        Raises:
+            InvalidRequest: not a ref, a time in the future, a reader name several collections own.
+            NoSuchGeneration, NoSuchReader: it names nothing. GenerationCollected: below the minimum.
+        """
+        return self._run(_calls.resolve_ref(self.name, ref))
 
     def generation_at(self, at_ms: int) -> bytes:
         """The newest generation committed at or before ``at_ms`` (Unix ms), from :meth:`history`.

@@ -28,7 +28,7 @@ import orjson
 
 from diffstore import shell
 from diffstore.client._sync import Client, Collection
-from diffstore.client.commands import output_options, server_options
+from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
 from diffstore.engine.types import DiffItem
 
 _LINE = orjson.OPT_APPEND_NEWLINE
@@ -42,7 +42,7 @@ def add_commands(subparsers: Any) -> None:
         description="Prints each new generation of a collection as it commits, until Ctrl-C.",
         parents=[server_options(), output_options()],
         epilog="Generation ids, keys and values are UTF-8 text when printable, else 'base64:' and their "
-        "base64; --since and every other command accept that form back.",
+        f"base64; --since and every other command accept that form back. {REFS_HELP}",
     )
     parser.add_argument("collection", metavar="COLLECTION")
     parser.add_argument("--diff", action="store_true", help="also print the changed keys of each generation")
@@ -53,16 +53,17 @@ def add_commands(subparsers: Any) -> None:
         "--since",
         metavar="GENERATION",
         help="start after this generation id, as the commands print it (printable text, else "
-        "'base64:...'; default: the current generation)",
+        "'base64:...'), or a ref such as ~3 (default: the current generation)",
     )
     parser.set_defaults(func=run_watch)
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    since = None if args.since is None else shell.parse(args.since, "--since")
     try:
         with Client(args.url, token=args.token or None, format=args.wire) as client:
-            watch(client.collection(args.collection), args.diff, sys.stdout, since, args.format)
+            collection = client.collection(args.collection)
+            since = resolve_generation(collection, args.since, "--since")
+            watch(collection, args.diff, sys.stdout, since, args.format)
     except KeyboardInterrupt:
         return 0
     return 0

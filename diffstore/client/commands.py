@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -25,7 +25,9 @@ from diffstore import shell
 from diffstore.client import _calls
 from diffstore.client._sync import Client
 from diffstore.client._transport import DEFAULT_URL
-from diffstore.errors import NotManual, StorageError
+from diffstore.engine import refs
+from diffstore.engine.types import ResolvedRef
+from diffstore.errors import BadRequest, Gone, NotFound, NotManual, StorageError
 
 PROTOCOL_DOC = "docs/protocol.md"
 
@@ -70,10 +72,38 @@ def output_options() -> argparse.ArgumentParser:
     return parent
 
 
+REFS_HELP = (
+    "An option taking a generation also takes a ref: @current, @open, ~N (N commits before the current "
+    "one), @reader:NAME or @reader:OWNER/NAME (a reader's position), or @ and an ISO time "
+    "(@2026-11-25T10:00:00Z: the newest generation committed by then)."
+)
+
 _EPILOG = (
     "Keys, values and generation ids are UTF-8 text when printable, else 'base64:' and their base64; "
-    f"every option accepts that form back. The protocol is described in {PROTOCOL_DOC}."
+    f"every option accepts that form back. {REFS_HELP} The protocol is described in {PROTOCOL_DOC}."
 )
+
+
+class _Resolving(Protocol):
+    def resolve_ref(self, ref: str) -> ResolvedRef: ...
+
+
+def resolve_generation(collection: _Resolving, text: str | None, what: str) -> bytes | None:
+    """The generation ``text`` names for option ``what``: a ref (``@current``, ``~1``, ...) resolved by the
+    server (``GET /collections/{c}/refs``, one grammar for every front), else a generation id's text form.
+
+    Raises:
+        BadRequest, NotFound, Gone: the server's refusal (an unknown ref or reader, a time in the future),
+            its message led by ``what``.
+    """
+    if text is None:
+        return None
+    if not refs.is_ref(text):
+        return shell.parse(text, what)
+    try:
+        return collection.resolve_ref(text).generation_id
+    except (BadRequest, NotFound, Gone) as exc:
+        raise type(exc)(f"{what} {text}: {exc.reason}") from exc
 
 
 def add_commands(subparsers: Any) -> None:
@@ -239,9 +269,11 @@ def collections_show(args: argparse.Namespace) -> int:
 def get(args: argparse.Namespace) -> int:
     """Prints the value (text) or ``{"key","value","generationId"}`` (json); exit 1 when the key is absent."""
     key = shell.parse(args.key, "KEY")
-    at, phantom = _opt(args.generation, "--generation"), _opt(args.phantom, "--phantom")
+    phantom = _opt(args.phantom, "--phantom")
     with _client(args) as client:
-        result = client.collection(args.collection).get_result(key, at, phantom)
+        collection = client.collection(args.collection)
+        at = resolve_generation(collection, args.generation, "--generation")
+        result = collection.get_result(key, at, phantom)
     value = None if result.record is None else shell.show(result.record.value)
     generation = shell.show(result.generation_id)
     if args.format == "json":
@@ -302,8 +334,9 @@ def wait_for_commit(client: Client, name: str, generation_id: bytes) -> None:
 def query(args: argparse.Namespace) -> int:
     """One line per record: ``KEY<TAB>VALUE`` (text) or ``{"key","value"}`` (json)."""
     with _client(args) as client:
-        records = client.collection(args.collection).query(
-            generation_id=_opt(args.generation, "--generation"),
+        collection = client.collection(args.collection)
+        records = collection.query(
+            generation_id=resolve_generation(collection, args.generation, "--generation"),
             phantom_id=_opt(args.phantom, "--phantom"),
             from_key=_opt(args.from_key, "--from-key"),
             to_key=_opt(args.to_key, "--to-key"),
@@ -322,9 +355,10 @@ def query(args: argparse.Namespace) -> int:
 def diff(args: argparse.Namespace) -> int:
     """One line per changed key: ``+ KEY<TAB>NEW``, ``- KEY<TAB>OLD`` or ``~ KEY<TAB>OLD<TAB>NEW``."""
     with _client(args) as client:
-        items = client.collection(args.collection).diff(
-            from_generation_id=_opt(args.from_generation, "--from"),
-            to_generation_id=_opt(args.to_generation, "--to"),
+        collection = client.collection(args.collection)
+        items = collection.diff(
+            from_generation_id=resolve_generation(collection, args.from_generation, "--from"),
+            to_generation_id=resolve_generation(collection, args.to_generation, "--to"),
             from_reader=args.from_reader,
         )
         rows = []

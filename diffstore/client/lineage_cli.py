@@ -23,7 +23,7 @@ import orjson
 
 from diffstore import shell
 from diffstore.client._sync import Client
-from diffstore.client.commands import output_options, server_options
+from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
 from diffstore.engine.types import MAX_LINEAGE_DEPTH, Lineage, LineageSource
 
 _INDENT = "  "
@@ -38,11 +38,14 @@ def add_commands(subparsers: Any) -> None:
         description=text[:1].upper() + text[1:] + " (down to the streams they were ingested from).",
         parents=[server_options(), output_options()],
         epilog="Generation ids are UTF-8 text when printable, else 'base64:' and their base64 (the form "
-        "every command prints). Lineage is described in docs/lineage.md.",
+        f"every command prints). {REFS_HELP} Lineage is described in docs/lineage.md.",
     )
     parser.add_argument("collection", metavar="COLLECTION")
     parser.add_argument(
-        "generation", metavar="GENERATION", nargs="?", help="a committed generation (default: the current)"
+        "generation",
+        metavar="GENERATION",
+        nargs="?",
+        help="a committed generation, or a ref such as ~1 (default: the current)",
     )
     parser.add_argument(
         "--depth",
@@ -54,9 +57,9 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_lineage(args: argparse.Namespace) -> int:
-    asked = None if args.generation is None else shell.parse(args.generation, "GENERATION")
     with Client(args.url, token=args.token or None) as client:
         collection = client.collection(args.collection)
+        asked = resolve_generation(collection, args.generation, "GENERATION")
         generation_id = collection.generation_id if asked is None else asked
         lineage = collection.lineage(generation_id, depth=args.depth)
     if args.format == "json":

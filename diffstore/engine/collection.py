@@ -24,6 +24,8 @@ from diffstore.engine import (
     producers,
     readers,
     reads,
+    refs,
+    refs_resolve,
     replication,
     writes,
 )
@@ -52,6 +54,7 @@ from diffstore.engine.types import (
     ReaderUpdate,
     ReaderUpdateLike,
     Record,
+    ResolvedRef,
 )
 from diffstore.errors import InvalidRequest, StorageError
 
@@ -608,6 +611,19 @@ class Collection:
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return history.generation_at(txn, self._store.tables, meta, at_ms)
+
+    def resolve_ref(self, ref: str) -> ResolvedRef:
+        """The generation ``ref`` names (a generation id's text form, ``@current``, ``@open``, ``~N``,
+        ``@reader:[OWNER/]NAME`` or ``@`` and an ISO time; see ``engine/refs.py``) and its commit time.
+
+        Raises:
+            InvalidRequest: not a ref, a time in the future, an ambiguous reader name. NoSuchGeneration,
+            NoSuchReader: it names nothing. GenerationCollected: below the readers' minimum.
+        """
+        parsed = refs.parse(ref)
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return refs_resolve.resolve(txn, self._store.tables, meta, parsed, self._store.config.now_ms())
 
     def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
         """Committed generations below ``before`` (default: from the current one), newest first, each with

@@ -347,6 +347,15 @@ class GenerationInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ResolvedRef:
+    """What a ref (``@current``, ``~2``, ``@reader:r``, ...; see ``engine/refs.py``) names: a generation, and
+    when it was committed (None: not committed, e.g. ``@open``, or before commit times were recorded)."""
+
+    generation_id: bytes
+    committed_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaGeneration:
     """One generation of a primary, as a replica applies it (``Store.apply_replica_generation``).
 

@@ -363,6 +363,13 @@ class GenerationList(BaseModel):
     nextBefore: ES | None = Field(None, description="present when older ones remain: the next page's before")
 
 
+class RefAnswer(BaseModel):
+    generationId: ES = Field(description="the generation the ref names")
+    committedAtMs: int | None = Field(
+        description="its commit time, server clock, Unix ms; null: not committed (@open) or by an older store"
+    )
+
+
 class OverviewVersion(BaseModel):
     version: str
 

@@ -50,6 +50,7 @@ BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/phantom/changes"),  # transform previews (docs/protocol.md)
     ("POST", "/collections/{c}/getMany"),  # many point reads in one request (docs/protocol.md)
     ("POST", "/collections/{c}/generations/records"),  # what replicas follow (docs/replicas.md)
+    ("GET", "/collections/{c}/refs"),  # what a ref names (docs/protocol.md, "Refs")
 }
 
 

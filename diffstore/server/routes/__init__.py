@@ -19,6 +19,7 @@ from diffstore.server.routes import (
     producers,
     query,
     readers,
+    refs,
     replica,
     splits,
     stream,
@@ -40,6 +41,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     lineage.router,
     backup.router,
     generations.router,
+    refs.router,
     replica.router,
 )
 
