@@ -72,6 +72,7 @@ class Collection(Protocol):
         generation_id: bytes,
         update_readers: Iterable[ReaderUpdateLike] = (),
         lease: LeaseToken | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None: ...
 
     def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None: ...

@@ -146,9 +146,12 @@ class Round:
         """Opens the generation, discarding an older open one (a crashed writer's)."""
         self.collection.start_generation(self.generation_id, abort_outdated=True, lease=self.lease)
 
-    def commit(self, updates: Iterable[ReaderUpdateLike]) -> None:
-        """Commits the generation and moves the readers, in one transaction (a failed CAS: neither)."""
-        self.collection.commit_generation(self.generation_id, update_readers=updates, lease=self.lease)
+    def commit(self, updates: Iterable[ReaderUpdateLike], metadata: dict[str, str] | None = None) -> None:
+        """Commits the generation and moves the readers, in one transaction (a failed CAS: neither);
+        ``metadata`` is kept with the generation (SPEC §8)."""
+        self.collection.commit_generation(
+            self.generation_id, update_readers=updates, lease=self.lease, metadata=metadata
+        )
 
     def abort(self) -> bool:
         """Drops the generation if it is still the open one.

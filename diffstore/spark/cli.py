@@ -296,6 +296,7 @@ def run_transform(args: argparse.Namespace) -> int:
         on_event=progress.on_event,
         token=getattr(args, "token", None),
         lease_ttl_ms=args.lease_ttl_ms or None,
+        job=args.job,
     )
     if args.preview:
         try:

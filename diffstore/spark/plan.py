@@ -17,10 +17,13 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from diffstore import shell
+from diffstore.engine.history import MAX_METADATA_BYTES
 from diffstore.engine.types import LeaseToken
 from diffstore.rounds import source_reader
 
@@ -62,6 +65,41 @@ class RoundPlan:
             }
             for s in self.sources
         ]
+
+    def metadata(self, job: str, number: int) -> dict[str, str]:
+        """The commit's metadata (SPEC §8, shown by ``diffstore log``): ``job``, ``round`` (this round's
+        number on the target) and ``source.<alias>`` = ``from..to``, the generations read of each source
+        (text form, ``""`` for the empty id). Sources that would take it over the 4 KiB limit are left
+        out, counted in ``sources.omitted``."""
+        metadata = {"job": job[:MAX_JOB_CHARS], "round": str(number)}
+        omitted = 0
+        for s in self.sources:
+            ids = (s.from_generation_id or b"", s.to_generation_id)
+            entry = {f"source.{s.alias}": "..".join(shell.quote_empty(shell.show(g)) for g in ids)}
+            room = _encoded_size({**metadata, **entry, "sources.omitted": "0000"}) <= MAX_METADATA_BYTES
+            if omitted or not room:
+                omitted += 1
+            else:
+                metadata.update(entry)
+        if omitted:
+            metadata["sources.omitted"] = str(omitted)
+        return metadata
+
+
+MAX_JOB_CHARS = 512
+"""A job name longer than this is cut in the commit's metadata (the sources' ranges need the room)."""
+
+
+def _encoded_size(metadata: Mapping[str, str]) -> int:
+    """Bytes of ``metadata`` as the server measures it (compact UTF-8 JSON)."""
+    return len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def next_round_number(previous: Mapping[str, str] | None) -> int:
+    """This round's number from the metadata of the target's last commit: one more than the ``round`` it
+    recorded, or 1 (the target's first round, or its last commit was not a transform round)."""
+    text = (previous or {}).get("round", "")
+    return int(text) + 1 if text.isdigit() else 1
 
 
 def plan_sources(

@@ -78,6 +78,7 @@ class TransformProgress:
         self.live, self.clock = live, clock
         self.spinner = Spinner("dots", text="starting")
         self.rounds = 0  # committed by this run
+        self.number: int | None = None  # the round under way's number on the target
         self.stage: str | None = None  # None between rounds
         self.ranges = ""
         self.rows_read: dict[str, int | None] = {}
@@ -100,7 +101,7 @@ class TransformProgress:
                 if self._caught_up_told and self.watch:
                     return f"caught up; following {escape(', '.join(sorted(set(self.sources.values()))))}"
                 return "checking the sources"
-            parts = [f"[cyan]round {self.rounds + 1}[/]", self.stage]
+            parts = [f"[cyan]round {self.number or self.rounds + 1}[/]", self.stage]
             if self.rows_read:
                 parts.append(f"read {show_rows(self.rows_read)}")
             if self.rows_written is not None:
@@ -118,10 +119,12 @@ class TransformProgress:
             if name == "planned":
                 self.stage, self.started = STAGES[name], self.clock()
                 self.ranges = show_ranges(details["ranges"])
-                self.rows_read, self.rows_written = {}, None
+                self.rows_read, self.rows_written, self.number = {}, None, None
             elif name in STAGES and self.stage is not None:
                 self.stage = STAGES[name]
-                if name == "read":
+                if name == "started":
+                    self.number = details.get("round")
+                elif name == "read":
                     self.rows_read = dict(details.get("rows_read", {}))
                 elif name == "written":
                     self.rows_read = dict(details.get("rows_read", {}))

@@ -47,7 +47,7 @@ from diffstore.spark._ranges import by_key_range
 from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
 from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
-from diffstore.spark.plan import NONCE_BYTES, RoundPlan, SourceRange, plan_sources
+from diffstore.spark.plan import NONCE_BYTES, RoundPlan, SourceRange, next_round_number, plan_sources
 from diffstore.spark.preview import DEFAULT_MAX_ROWS, DEFAULT_TTL_SECONDS, PhantomIdLike, run_preview
 from diffstore.spark.small_rounds import (
     DIFF_ARROW,
@@ -94,6 +94,8 @@ class RoundStats:
     conflicts: int
     seconds: float
     failures: list[str] = field(default_factory=list)
+    number: int | None = None
+    """The round's number on the target, as its commit's metadata records it (``round``)."""
 
 
 class Transform:
@@ -131,6 +133,10 @@ class Transform:
             by in :meth:`run` and take over within ttl + one poll (at most 250 ms) of the active one's
             death. ``None`` (default): no lease; racing runners are still safe (compare-and-set), but
             nothing makes one of them wait.
+        job: the job's name in each round's commit metadata (default: ``fn``'s ``module:qualname``).
+            Every round's commit records ``job``, ``round`` (its number on the target: one more than the
+            last commit's) and ``source.<alias>`` = ``from..to`` (:meth:`RoundPlan.metadata
+            <diffstore.spark.plan.RoundPlan.metadata>`); ``diffstore log`` and ``history()`` show them.
 
     Any session works: the ``diffstore`` format is registered with ``spark`` here.
     """
@@ -154,6 +160,7 @@ class Transform:
         token: str | None = None,
         local_diff_max_rows: int = 5_000,
         lease_ttl_ms: int | None = None,
+        job: str | None = None,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -180,6 +187,8 @@ class Transform:
         self._client = new_client(url, codec, token)
         register(spark)
         self._handles: dict[str, Collection] = {}
+        self.job = job or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+        self._last_round: tuple[bytes, int] | None = None  # (generation, number) of this runner's last commit
 
     def close(self) -> None:
         """Releases the lease, if held (a standby takes over at once), and closes the driver's clients."""
@@ -349,6 +358,19 @@ class Transform:
 
     # -- rounds ---------------------------------------------------------------------------------------
 
+    def _round_number(self, base: bytes) -> int:
+        """The number of a round on top of the target's generation ``base``: one more than this runner's
+        last round when that is ``base`` (no request), else one more than the ``round`` of ``base``'s
+        commit metadata (another runner's, a restarted one's), else 1."""
+        if self._last_round is not None and self._last_round[0] == base:
+            return self._last_round[1] + 1
+        previous = None
+        if base:
+            infos, _ = self._handle(self.target).history(limit=1)
+            if infos and infos[0].generation_id == base:
+                previous = infos[0].metadata
+        return next_round_number(previous)
+
     def _wait_for_other(self, mine: bytes | None) -> None:
         """Waits (long poll, up to the lease) while another runner's generation is open on the target."""
         deadline = time.monotonic() + self.lease_seconds
@@ -379,11 +401,12 @@ class Transform:
             round_, plan = planned
             g = plan.generation_id
             try:
+                number = self._round_number(plan.base_generation_id)
                 round_.start()
-                self._event("started", generation=g, attempt=attempts)
+                self._event("started", generation=g, attempt=attempts, round=number)
                 rows_read, rows_written = self._run_job(plan)
                 self._event("written", generation=g, rows_read=rows_read, rows_written=rows_written)
-                round_.commit(reader_updates(plan.reader_updates()))
+                round_.commit(reader_updates(plan.reader_updates()), plan.metadata(self.job, number))
             except Exception as exc:  # noqa: BLE001 - every failure aborts the round; the cause decides the retry
                 lost = not round_.abort() or isinstance(exc, Conflict)
                 if isinstance(exc, LeaseLost) and self._token is not None:
@@ -410,7 +433,9 @@ class Transform:
                 conflicts=conflicts,
                 seconds=time.monotonic() - started,
                 failures=failures,
+                number=number,
             )
+            self._last_round = (g, number)
             self._event("committed", stats=stats)
             return stats
 

@@ -10,13 +10,40 @@ from pathlib import Path
 
 import pytest
 
+from diffstore.engine.history import validate_metadata
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import InvalidRequest
 from diffstore.spark._prefetch import ahead
 from diffstore.spark.cli import _sources, add_commands, run_transform
 from diffstore.spark.lookup import sorted_chunks
 from diffstore.spark.options import SparkReadOptions, SparkWriteOptions, encode_split_keys
-from diffstore.spark.plan import RoundPlan, plan_sources
+from diffstore.spark.plan import RoundPlan, next_round_number, plan_sources
+
+
+def test_round_metadata_names_the_job_the_round_and_the_ranges_within_4_kib() -> None:
+    ranges = plan_sources({"a": "A", "b": "B"}, {"a": None, "b": b"0001"}, {"a": b"\x00\x01", "b": b"0002"})
+    assert ranges is not None
+    assert RoundPlan(b"g", b"base", ranges).metadata("jobs:fn", 7) == {
+        "job": "jobs:fn",
+        "round": "7",
+        "source.a": '""..base64:AAE=',
+        "source.b": "0001..0002",
+    }
+    many = plan_sources(
+        {f"source_{i:03}_{'x' * 40}": "A" for i in range(100)},
+        {f"source_{i:03}_{'x' * 40}": None for i in range(100)},
+        {f"source_{i:03}_{'x' * 40}": bytes(range(32)) for i in range(100)},
+    )
+    assert many is not None
+    metadata = RoundPlan(b"g", b"base", many).metadata("j" * 10_000, 1)
+    assert validate_metadata(metadata) == metadata  # the server takes it: at most 4 KiB
+    kept = [k for k in metadata if k.startswith("source.")]
+    assert 0 < len(kept) < 100 and metadata["sources.omitted"] == str(100 - len(kept))
+    assert len(metadata["job"]) == 512
+    assert (
+        next_round_number(None) == next_round_number({"job": "x"}) == next_round_number({"round": "?"}) == 1
+    )
+    assert next_round_number({"round": "41"}) == 42
 
 
 def test_plan_sources_and_reader_updates() -> None:

@@ -6,11 +6,13 @@ import random
 import threading
 from typing import Any
 
+import httpx
 import pytest
 from helpers_spark import commit_items, initial_load, load_example_job, random_changes, snapshot
 from pyspark.sql import functions as F
 
-from diffstore import Store
+from diffstore import Store, shell
+from diffstore.client import Client
 from diffstore.spark import Transform, TransformError
 
 THREAD_DEADLINE_S = 240.0
@@ -38,10 +40,26 @@ def _readers(store: Store, name: str) -> dict[str, bytes | None]:
     return {r.name: r.generation_id for r in store.collection(name).readers()}
 
 
+def _metadata(url: str, name: str) -> list[dict[str, str] | None]:
+    """The commit metadata of every generation of ``name``, oldest first, from ``GET /generations`` (checked
+    against the client's ``history()``)."""
+    body = httpx.get(f"{url}/collections/{name}/generations").json()
+    with Client(url) as client:
+        infos, more = client.collection(name).history()
+    assert not more and [i.metadata for i in infos] == [item["metadata"] for item in body["items"]]
+    # the empty generation the collection was created at has no commit, so no metadata
+    return [i.metadata for i in reversed(infos) if i.generation_id]
+
+
+def _ids(*generations: bytes) -> str:
+    return "..".join(shell.quote_empty(shell.show(g)) for g in generations)
+
+
 def test_rounds_of_updates_and_deletes_match_a_recomputation(spark, server_url, store, names) -> None:
     rng = random.Random(5)
     users = 400
     _setup(store, names, rng, users)
+    a1, b1 = (store.collection(names[n]).generation_id for n in "AB")
     # diffs over 100 changes are read by Spark tasks (the first round; A's 120 changes next to B's smaller
     # diff in the second); the watcher below runs with the default, so its round is a small one
     transform = _transform(spark, server_url, names, local_diff_max_rows=100)
@@ -57,6 +75,13 @@ def test_rounds_of_updates_and_deletes_match_a_recomputation(spark, server_url, 
         assert transform.run() == []  # caught up: no new round, no new generation
     finally:
         transform.close()
+    a2, b2 = (store.collection(names[n]).generation_id for n in "AB")
+    # each round's commit says which job, which round and what it read of each source (issue 28)
+    job = "spark_a_plus_b_job:country_totals"
+    assert _metadata(server_url, names["C"]) == [
+        {"job": job, "round": "1", "source.a": _ids(b"", a1), "source.b": _ids(b"", b1)},
+        {"job": job, "round": "2", "source.a": _ids(a1, a2), "source.b": _ids(b1, b2)},
+    ]
 
     # watch mode: the runner idles on long polls and wakes up when a source moves
     caught_up, stop = threading.Event(), threading.Event()
@@ -83,6 +108,11 @@ def test_rounds_of_updates_and_deletes_match_a_recomputation(spark, server_url, 
         stop.set()
         watcher.close()
     assert snapshot(store, names["C"]) == _expected(store, names)
+    a3 = store.collection(names["A"]).generation_id
+    # a new runner numbers its round after the last commit's (an empty diff of b reads nothing: b2..b2)
+    assert rounds[0].number == 3 and _metadata(server_url, names["C"])[2:] == [
+        {"job": job, "round": "3", "source.a": _ids(a2, a3), "source.b": _ids(b2, b2)}
+    ]
     readers = _readers(store, names["C"])
     assert readers["from_a"] == store.collection(names["A"]).generation_id
     assert readers["from_b"] == store.collection(names["B"]).generation_id
