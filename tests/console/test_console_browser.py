@@ -59,7 +59,7 @@ def test_diff_view_shows_a_diff_with_values_between(live: Live, page: Any) -> No
     commit(live, "m", "g3", {"a": "9", "b": None, "c": "3", "bin": b"\x01\xfe"})
     page.goto(f"{live.url}/ui/#/diff/m?from=g1&to=g3")
     page.wait_for_selector("#diff tbody tr.changed")
-    shown = {row[0]: row[1:3] for row in rows(page, "#diff tbody tr")}
+    shown = {row[1]: row[2:4] for row in rows(page, "#diff tbody tr")}  # row[0]: the +/−/~ marker
     assert shown == {
         "a": ["1", "9"],
         "b": ["2", "null"],
@@ -86,7 +86,7 @@ def test_diff_from_a_reader(live: Live, page: Any) -> None:
     page.goto(f"{live.url}/ui/#/collections")
     page.click("#collections tr[data-name='dst'] a:text('diff')")
     page.wait_for_selector("#diff tbody tr.added")
-    assert [row[:3] for row in rows(page, "#diff tbody tr")] == [["y", "null", "2"]]
+    assert [row[:4] for row in rows(page, "#diff tbody tr")] == [["+\ninserted", "y", "null", "2"]]
     assert page.eval_on_selector_all("#range code", "cs => cs.map(c => c.innerText)") == ["g1", "g2"]
 
 
@@ -97,11 +97,11 @@ def test_diff_of_many_items_is_paged(live: Live, page: Any) -> None:
     page.wait_for_selector("#diff tbody tr.added")
     assert page.locator("#diff tbody tr").count() == 200
     page.click("#next")
-    page.wait_for_function("document.querySelector('#diff tbody tr td').innerText === 'k00200'")
+    page.wait_for_function("document.querySelector('#diff tbody tr td.key').innerText === 'k00200'")
     assert page.locator("#diff tbody tr").count() == 200
     assert "page 2" in page.inner_text("#page")
     page.click("#prev")
-    page.wait_for_function("document.querySelector('#diff tbody tr td').innerText === 'k00000'")
+    page.wait_for_function("document.querySelector('#diff tbody tr td.key').innerText === 'k00000'")
 
 
 def test_browse_pages_jumps_and_shows_phantoms(live: Live, page: Any) -> None:
@@ -201,8 +201,7 @@ def test_a_commit_updates_open_pages(live: Live, page: Any) -> None:
     commit(live, "m", "g4", {"c": "4"})
     _wait_live(
         page,
-        "Array.from(document.querySelectorAll('#diff tbody tr td:first-child'))"
-        ".some(td => td.innerText === 'c')",
+        "Array.from(document.querySelectorAll('#diff tbody tr td.key')).some(td => td.innerText === 'c')",
         "the new key in the diff",
     )
     assert "up to g4" in page.inner_text("#range")

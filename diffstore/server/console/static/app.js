@@ -706,6 +706,97 @@ async function viewBrowse(signal, name, params) {
 
 // ---- Diff ------------------------------------------------------------------------------------------
 
+// A diff item's kind, its marker and words: the marker and the words say it, the colour only repeats it.
+const KINDS = {
+  inserted: { mark: "+", row: "added", words: "inserted (no value before)" },
+  updated: { mark: "~", row: "changed", words: "updated" },
+  deleted: { mark: "−", row: "removed", words: "deleted (no value after)" },
+};
+const kindOf = (item) => (item.fromValue === null ? "inserted" : item.toValue === null ? "deleted" : "updated");
+const COUNT_MAX = 100_000; // the totals stop counting here ("at least")
+
+// A value that is a JSON object or array (as UTF-8 text), else undefined: only those get a field diff.
+function jsonOf(es) {
+  const bytes = esToBytes(es);
+  const text = bytes === null ? null : asText(bytes);
+  if (text === null || !/^\s*[[{]/.test(text)) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+const isContainer = (v) => v !== null && typeof v === "object";
+const pathText = (path) =>
+  path.map((p, i) => (typeof p === "number" ? `[${p}]` : /^[A-Za-z_$][\w$]*$/.test(p) ? (i ? "." : "") + p : `[${JSON.stringify(p)}]`)).join("");
+
+// The fields that differ between two JSON values: [{path, kind: "added"|"removed"|"changed", from, to}],
+// down to the smallest part that changed (a scalar, or a field only one side has).
+function jsonChanges(a, b, path = [], out = []) {
+  if (isContainer(a) && isContainer(b) && Array.isArray(a) === Array.isArray(b)) {
+    const keys = Array.isArray(a)
+      ? Array.from({ length: Math.max(a.length, b.length) }, (_, i) => i)
+      : [...Object.keys(a), ...Object.keys(b).filter((k) => !Object.hasOwn(a, k))];
+    for (const k of keys) {
+      const inA = Array.isArray(a) ? k < a.length : Object.hasOwn(a, k);
+      const inB = Array.isArray(b) ? k < b.length : Object.hasOwn(b, k);
+      if (!inA) out.push({ path: [...path, k], kind: "added", to: b[k] });
+      else if (!inB) out.push({ path: [...path, k], kind: "removed", from: a[k] });
+      else jsonChanges(a[k], b[k], [...path, k], out);
+    }
+  } else if (JSON.stringify(a) !== JSON.stringify(b)) {
+    out.push({ path, kind: "changed", from: a, to: b });
+  }
+  return out;
+}
+
+// A JSON value as compact text, the fields of `marked` (path text -> kind) wrapped in <mark>.
+function jsonHtml(value, marked, path = []) {
+  const wrap = (p, html) => {
+    const kind = marked.get(pathText(p));
+    return kind ? `<mark class="field ${kind}" data-path="${esc(pathText(p))}" title="${kind}: ${esc(pathText(p))}">${html}</mark>` : html;
+  };
+  if (!isContainer(value)) return esc(JSON.stringify(value));
+  if (Array.isArray(value)) {
+    return `[${value.map((v, i) => wrap([...path, i], jsonHtml(v, marked, [...path, i]))).join(", ")}]`;
+  }
+  const fields = Object.entries(value).map(([k, v]) =>
+    wrap([...path, k], `${esc(JSON.stringify(k))}: ${jsonHtml(v, marked, [...path, k])}`));
+  return `{${fields.join(", ")}}`;
+}
+
+// The from and to cells of an updated JSON value, with what changed field by field; null when the values
+// are not both JSON objects or arrays.
+function jsonDiffHtml(item) {
+  const a = jsonOf(item.fromValue), b = jsonOf(item.toValue);
+  if (a === undefined || b === undefined || !isContainer(a) || !isContainer(b)) return null;
+  const changes = jsonChanges(a, b);
+  const side = (which) => new Map(changes.filter((c) => c.kind === "changed" || c.kind === which).map((c) => [pathText(c.path), c.kind]));
+  const list = changes.map((c) => {
+    const what = c.kind === "changed" ? `${esc(JSON.stringify(c.from))} → ${esc(JSON.stringify(c.to))}`
+      : esc(JSON.stringify(c.kind === "added" ? c.to : c.from));
+    const mark = { changed: "~", added: "+", removed: "−" }[c.kind];
+    return `<li data-path="${esc(pathText(c.path))}"><span class="mark" aria-hidden="true">${mark}</span> <code>${esc(pathText(c.path) || "(the whole value)")}</code> ${c.kind}: ${what}</li>`;
+  });
+  const summary = changes.length
+    ? `<ul class="fields" aria-label="fields that changed">${list.join("")}</ul>`
+    : '<p class="fields muted">the same JSON, written differently</p>';
+  return {
+    from: `<span class="value json">${jsonHtml(a, side("removed"))}</span>`,
+    to: `<span class="value json">${jsonHtml(b, side("added"))}</span>${summary}`,
+  };
+}
+
+function totalsHtml(counts, done, parts) {
+  const word = done ? "" : counts.total >= COUNT_MAX ? " at least" : " so far, counting…";
+  const items = Object.entries(KINDS).map(([kind, k]) =>
+    `<span class="total ${k.row}" data-kind="${kind}"><span class="mark" aria-hidden="true">${k.mark}</span> <b>${counts[kind]}</b> ${kind}</span>`);
+  const split = parts > 1 ? ` <span class="muted">(summed over ${parts} parts of the range: a key changed in two parts counts twice)</span>` : "";
+  return `Totals${word}: ${items.join(" ")} · <b>${counts.total}</b> keys${split}`;
+}
+
+
 async function viewDiff(signal, name, params) {
   if (!name) return pickCollection(signal, "diff");
   const [collection, overview] = await Promise.all([
@@ -729,9 +820,15 @@ async function viewDiff(signal, name, params) {
 <label>To generation <input id="to" list="generations" placeholder="current" value="${esc(params.get("to") || "")}"></label>
 <datalist id="generations"></datalist>
 <label>Page size <select id="limit"><option>100</option><option selected>200</option><option>1000</option></select></label>
-<button type="submit">Diff</button><a href="#/browse/${encodeURIComponent(name)}">browse</a></form>
+<button type="submit">Diff</button>
+<label>Show <select id="kind">${[["", "every change"], ...Object.keys(KINDS).map((k) => [k, `${KINDS[k].mark} ${k} only`])]
+    .map(([v, t]) => `<option value="${v}"${params.get("kind") === v ? " selected" : ""}>${esc(t)}</option>`).join("")}</select></label>
+<a href="#/browse/${encodeURIComponent(name)}">browse</a> <a href="#/history/${encodeURIComponent(name)}">history</a></form>
 <p id="banner" class="banner" hidden></p><p id="problem" class="error" role="alert" hidden></p><p id="range" class="muted"></p>
-<table id="diff"><thead><tr><th>Key</th><th>From</th><th>To</th><th></th></tr></thead><tbody></tbody></table>
+<p id="totals" aria-live="polite"></p>
+<p id="legend" class="muted">Legend: ${Object.values(KINDS).map((k) => `<span class="total ${k.row}"><span class="mark" aria-hidden="true">${k.mark}</span> ${k.words}</span>`).join(" ")};
+in a JSON object or array, <mark class="field changed">the fields that changed</mark> are marked and listed under the new value.</p>
+<table id="diff"><thead><tr><th class="mark"><span class="visually-hidden">Change</span></th><th>Key</th><th>From</th><th>To</th><th></th></tr></thead><tbody></tbody></table>
 <div class="pager"><button type="button" class="secondary" id="prev">Previous</button><button type="button" class="secondary" id="next">Next</button><span id="page" class="muted"></span></div>`;
   generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
   let pages = []; // how to read each page again: {cursor} or {body}
@@ -762,15 +859,35 @@ async function viewDiff(signal, name, params) {
       ? api("GET", `${collectionPath(name)}/diff/${how.cursor}`, undefined, signal)
       : api("POST", `${collectionPath(name)}/diff/`, how.body, signal);
 
+  // The kind filter hides the other rows of the page shown (pages are the server's: see docs/console.md).
+  const applyKind = () => {
+    const kind = document.getElementById("kind").value;
+    const rows = document.querySelectorAll("#diff tbody tr[data-kind]");
+    let shown = 0;
+    for (const row of rows) {
+      row.hidden = Boolean(kind) && row.dataset.kind !== kind;
+      const extra = row.nextElementSibling;
+      if (extra && extra.classList.contains("between-values")) extra.hidden = row.hidden;
+      if (!row.hidden) shown++;
+    }
+    const note = document.getElementById("filtered");
+    if (note) note.textContent = kind ? ` · ${shown} of ${rows.length} ${kind}` : "";
+  };
+
   const render = (page) => {
     current = page;
     const rows = page.items.map((item, i) => {
-      const kind = item.fromValue === null ? "added" : item.toValue === null ? "removed" : "changed";
-      return `<tr class="${kind}" data-i="${i}"><td>${valueHtml(item.key)}</td><td class="from">${valueHtml(item.fromValue)}</td><td class="to">${valueHtml(item.toValue)}</td><td><button type="button" class="secondary between" data-i="${i}" title="values of the generations in between">between</button></td></tr>`;
+      const kind = kindOf(item);
+      const k = KINDS[kind];
+      const json = kind === "updated" ? jsonDiffHtml(item) : null;
+      const from = json ? json.from : valueHtml(item.fromValue);
+      const to = json ? json.to : valueHtml(item.toValue);
+      return `<tr class="${k.row}" data-kind="${kind}" data-key="${esc(idLabel(item.key))}" data-i="${i}"><td class="mark" title="${kind}"><span aria-hidden="true">${k.mark}</span><span class="visually-hidden">${kind}</span></td><td class="key">${valueHtml(item.key)}</td><td class="from">${from}</td><td class="to">${to}</td><td><button type="button" class="secondary between" data-i="${i}" title="values of the generations in between">between</button></td></tr>`;
     });
     const tbody = document.querySelector("#diff tbody");
-    tbody.innerHTML = rows.join("") || '<tr><td colspan="4" class="muted">no changes in this range</td></tr>';
-    document.getElementById("range").innerHTML = `Changes after ${genHtml(name, page.fromGenerationId)} up to ${genHtml(name, page.toGenerationId)} · ${page.items.length} on this page`;
+    tbody.innerHTML = rows.join("") || '<tr><td colspan="5" class="muted">no changes in this range</td></tr>';
+    document.getElementById("range").innerHTML = `Changes after ${genHtml(name, page.fromGenerationId)} up to ${genHtml(name, page.toGenerationId)} · ${page.items.length} on this page<span id="filtered"></span>`;
+    applyKind();
     document.getElementById("page").textContent = `page ${index + 1} · ${seen} items so far`;
     document.getElementById("prev").disabled = index <= 0;
     document.getElementById("next").disabled = !nextHow(page);
@@ -806,6 +923,7 @@ async function viewDiff(signal, name, params) {
       in: owner,
       from: choice ? "" : document.getElementById("from").value.trim(),
       to: document.getElementById("to").value.trim(),
+      kind: document.getElementById("kind").value,
     });
     clearProblem();
     const body = await firstBody();
@@ -813,9 +931,48 @@ async function viewDiff(signal, name, params) {
     pages = [];
     seen = 0;
     await go(0, { body });
+    countTotals(body).catch(pageProblem);
+  };
+
+  // The totals of the whole range: its pages read again in the background, 1,000 at a time (a new diff
+  // or leaving the view stops it; past COUNT_MAX keys it stops and says "at least").
+  let counting = null;
+  const countTotals = async (body) => {
+    if (counting) counting.abort();
+    const mine = new AbortController();
+    counting = mine;
+    signal.addEventListener("abort", () => mine.abort(), { once: true });
+    const counts = { inserted: 0, updated: 0, deleted: 0, total: 0 };
+    const box = document.getElementById("totals");
+    let parts = 1;
+    let how = { body: { ...body, limit: 1000 } };
+    const end = wantedTo;
+    box.innerHTML = totalsHtml(counts, false, parts);
+    while (how && counts.total < COUNT_MAX) {
+      const page = how.cursor
+        ? await api("GET", `${collectionPath(name)}/diff/${how.cursor}`, undefined, mine.signal)
+        : await api("POST", `${collectionPath(name)}/diff/`, how.body, mine.signal);
+      if (mine.signal.aborted) return;
+      for (const item of page.items) counts[kindOf(item)]++;
+      counts.total += page.items.length;
+      if (page.cursorId) how = { cursor: page.cursorId };
+      else if (end && !sameEs(page.toGenerationId, end)) {
+        parts++;
+        how = { body: { ...how.body || body, limit: 1000, fromGenerationId: page.toGenerationId } };
+        delete how.body.fromReader;
+      } else how = null;
+      box.innerHTML = totalsHtml(counts, how === null, parts);
+    }
   };
 
   document.getElementById("diff-form").addEventListener("submit", (event) => { event.preventDefault(); run().catch(pageProblem); });
+  document.getElementById("kind").addEventListener("change", () => {
+    const query = new URLSearchParams(location.hash.split("?")[1] || "");
+    const kind = document.getElementById("kind").value;
+    if (kind) query.set("kind", kind); else query.delete("kind");
+    history.replaceState(null, "", `#/diff/${encodeURIComponent(name)}?${query}`);
+    applyKind();
+  });
   document.getElementById("next").addEventListener("click", () => {
     const how = index + 1 < pages.length ? pages[index + 1] : nextHow(current);
     if (how) go(index + 1, how).catch(showError);
@@ -841,7 +998,7 @@ async function viewDiff(signal, name, params) {
       const row = button.closest("tr");
       const extra = document.createElement("tr");
       extra.className = "between-values";
-      extra.innerHTML = `<td></td><td colspan="3">${values.length ? "In between, oldest first: " + values.map(valueHtml).join(" → ") : '<span class="muted">no values in between</span>'}</td>`;
+      extra.innerHTML = `<td></td><td></td><td colspan="3">${values.length ? "In between, oldest first: " + values.map(valueHtml).join(" → ") : '<span class="muted">no values in between</span>'}</td>`;
       row.after(extra);
       button.disabled = true;
     } catch (error) {
