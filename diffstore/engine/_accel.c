@@ -568,6 +568,10 @@ static PyObject *scan_step(DiffScan *self) {
 }
 
 static PyObject *scan_next(DiffScan *self) {
+    if (!self->initialised) { /* DiffScan.__new__ without __init__: no records to scan, which is no diff */
+        PyErr_SetString(PyExc_TypeError, "DiffScan: not initialised (__init__ did not run)");
+        return NULL;
+    }
     if (self->done || self->it == NULL) return NULL;
     if (self->running) {
         PyErr_SetString(PyExc_ValueError, "DiffScan already executing");

@@ -431,6 +431,17 @@ def test_the_scan_is_initialised_once() -> None:
         list(scan)
 
 
+def test_an_uninitialised_scan_raises_rather_than_ending_at_once() -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    scan = accel.DiffScan.__new__(accel.DiffScan)  # before: iterated as empty, an empty diff
+    with pytest.raises(TypeError, match="not initialised"):
+        next(scan)
+    with pytest.raises(TypeError, match="not initialised"):
+        list(scan)
+    assert scan.handed is None
+
+
 def test_a_scan_in_a_reference_cycle_is_collected() -> None:
     accel = layout.ACCEL
     assert accel is not None
