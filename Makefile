@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install clean bench protos browser
+.PHONY: run test lint install clean bench protos browser asan
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -33,6 +33,13 @@ browser:
 
 test: $(STAMP) lint browser
 	$(PY) -m pytest -q tests
+	$(MAKE) asan
+
+# The accelerator's tests without the property-based ones (the whole file: scripts/asan_check.sh), under
+# AddressSanitizer and UBSan; skipped, saying so, where gcc's sanitizer runtimes are not installed.
+ASAN_TESTS ?= tests/engine/test_accel.py -k "not the_same_without and not general_rows and not general_path"
+asan: $(STAMP)
+	PY=$(PY) ./scripts/asan_check.sh --if-available $(ASAN_TESTS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine.py
