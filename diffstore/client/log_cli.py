@@ -1,20 +1,27 @@
-"""``diffstore log COLLECTION [--limit N]``: the collection's committed generations, newest first.
+"""``diffstore log COLLECTION [GENERATION] [--limit N] [--since TIME]``: the collection's committed
+generations, newest first.
 
 Text output: one line per generation, the columns separated by a tab -- generation id, commit time (local
-time, then how long ago), changed keys, and the commit's metadata as ``key=value`` pairs::
+time, then how long ago), changed keys, the commit's metadata as ``key=value`` pairs, and the readers the
+commit moved (``NAME TARGET FROM -> TO`` as ``diffstore lineage`` prints them, ``-`` for a reader at the
+beginning, ``;`` between them; ``?`` when the generation was collected)::
 
-    g3  2026-11-25 21:40:02 (3 min ago)  12 keys  job=nightly run=42
-    g2  2026-11-25 20:11:40 (1 h ago)     1 key
-    ""  -                                 -
+    g3  2026-11-25 21:40:02 CET (3 min ago)  12 keys  job=nightly run=42  from_a A a1 -> a2
+    g2  2026-11-25 20:11:40 CET (1 h ago)     1 key
+    ""  -                                     -
 
 A ``-`` is unknown: the initial generation, or one committed by an older server (no commit time then).
-Generation ids use the one text form of :mod:`diffstore.shell`. ``--format json`` prints one JSON object
-per generation: ``{"generationId", "committedAtMs", "changedKeys", "metadata"}``.
+Generation ids use the one text form of :mod:`diffstore.shell`; ``GENERATION`` (where the listing starts)
+takes a ref too (``~10``, ``@reader:NAME``, ``@2026-11-25T10:00:00Z``). ``--since`` stops at the first
+generation committed before it: an ISO time (without a zone: local time) or a span back from now
+(``90s``, ``30m``, ``2h``, ``7d``). ``--format json`` prints one JSON object per generation:
+``{"generationId", "committedAtMs", "changedKeys", "metadata", "movedReaders"}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from datetime import datetime
@@ -23,63 +30,129 @@ from typing import Any
 import orjson
 
 from diffstore import shell
-from diffstore.client._sync import Client
-from diffstore.client.commands import output_options, server_options
-from diffstore.engine.types import GenerationInfo
+from diffstore.client._sync import Client, Collection
+from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
+from diffstore.engine.types import GenerationInfo, LineageSource
+from diffstore.errors import GenerationCollected, InvalidRequest
 
 _PAGE = 1000
+_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
 def add_commands(subparsers: Any) -> None:
     """Registers ``log`` on the ``diffstore`` command."""
     parser = subparsers.add_parser(
         "log",
-        help="list a collection's committed generations: time, changed keys, metadata",
+        help="list a collection's committed generations: time, changed keys, metadata, readers moved",
         description="Lists a collection's committed generations, newest first: when each was committed "
-        "(local time, and how long ago), how many keys it changed, and its commit's metadata.",
+        "(local time, and how long ago), how many keys it changed, its commit's metadata, and the readers "
+        "the commit moved (NAME TARGET FROM -> TO).",
         parents=[server_options(), output_options()],
         epilog="Generation ids are UTF-8 text when printable, else 'base64:' and their base64 (the form "
         "every command accepts back). '-' means unknown (the initial generation, or one committed by an "
-        "older server).",
+        f"older server); '?' readers of a collected generation. {REFS_HELP}",
     )
     parser.add_argument("collection", metavar="COLLECTION")
     parser.add_argument(
+        "generation",
+        metavar="GENERATION",
+        nargs="?",
+        help="start the listing at this generation, a ref such as ~10 too (default: the current one)",
+    )
+    parser.add_argument(
         "--limit", type=shell.int_within(1, 1_000_000), default=20, help="how many generations (default 20)"
+    )
+    parser.add_argument(
+        "--since",
+        metavar="TIME",
+        type=since_ms,
+        help="only generations committed at or after TIME: an ISO time (2026-11-25T10:00, local unless it "
+        "has a zone) or a span back from now (90s, 30m, 2h, 7d)",
     )
     parser.set_defaults(func=run_log)
 
 
+def since_ms(text: str, now_ms: int | None = None) -> int:
+    """An argparse type: ``--since`` as Unix ms (a span back from ``now_ms``, default the clock; or a
+    time)."""
+    now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    span = re.fullmatch(r"(\d{1,9})\s*(s|m|min|h|d)", text.strip())
+    if span:
+        return now_ms - int(span.group(1)) * _UNITS[span.group(2)] * 1000
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an ISO time (2026-11-25T10:00:00, +01:00 or Z for a zone) nor a span "
+            "such as 30m, 2h or 7d"
+        ) from None
+    return int(when.astimezone().timestamp() * 1000)  # a naive time is local
+
+
 def run_log(args: argparse.Namespace) -> int:
     found: list[GenerationInfo] = []
+    moved: list[tuple[LineageSource, ...] | None] = []
     with Client(args.url, token=args.token or None) as client:
         collection = client.collection(args.collection)
-        before: bytes | None = None
-        while len(found) < args.limit:
+        start = resolve_generation(collection, args.generation, "GENERATION")
+        # the smallest id above START: the listing includes START itself
+        before = None if start is None else start + b"\x00"
+        done = False
+        while not done and len(found) < args.limit:
             page, more = collection.history(before, limit=min(_PAGE, args.limit - len(found)))
-            found.extend(page)
+            for info in page:
+                if args.since is not None and (info.committed_at_ms or 0) < args.since:
+                    done = True
+                    break
+                found.append(info)
+                moved.append(_moves(collection, info))
             if not more or not page:
                 break
             before = page[-1].generation_id
     now_ms = time.time_ns() // 1_000_000
     if args.format == "json":
-        for info in found:
-            sys.stdout.write(orjson.dumps(to_json(info), option=orjson.OPT_APPEND_NEWLINE).decode())
+        for info, moves in zip(found, moved, strict=True):
+            sys.stdout.write(orjson.dumps(to_json(info, moves), option=orjson.OPT_APPEND_NEWLINE).decode())
     else:
-        sys.stdout.write("".join(line + "\n" for line in to_text(found, now_ms)))
+        sys.stdout.write("".join(line + "\n" for line in to_text(found, now_ms, moved)))
     sys.stdout.flush()
     return 0
 
 
-def to_json(info: GenerationInfo) -> dict[str, Any]:
+def _moves(collection: Collection, info: GenerationInfo) -> tuple[LineageSource, ...] | None:
+    """The readers the commit of ``info`` moved (lineage, one level); None: unknown (collected, or never
+    committed: the initial generation)."""
+    if info.committed_at_ms is None and info.generation_id == b"":
+        return ()
+    try:
+        return collection.lineage(info.generation_id).sources
+    except (GenerationCollected, InvalidRequest):
+        return None
+
+
+def to_json(info: GenerationInfo, moves: tuple[LineageSource, ...] | None = ()) -> dict[str, Any]:
     return {
         "generationId": shell.show(info.generation_id),
         "committedAtMs": info.committed_at_ms,
         "changedKeys": info.changed_keys,
         "metadata": info.metadata,
+        "movedReaders": None
+        if moves is None
+        else [
+            {
+                "readerName": move.reader_name,
+                "target": move.target,
+                "fromGenerationId": shell.show_opt(move.from_generation_id),
+                "toGenerationId": shell.show_opt(move.to_generation_id),
+            }
+            for move in moves
+        ],
     }
 
 
-def to_text(infos: list[GenerationInfo], now_ms: int) -> list[str]:
+def to_text(
+    infos: list[GenerationInfo], now_ms: int, moved: list[tuple[LineageSource, ...] | None] | None = None
+) -> list[str]:
     rows = [
         [
             shell.show(info.generation_id),
@@ -90,10 +163,24 @@ def to_text(infos: list[GenerationInfo], now_ms: int) -> list[str]:
             if info.changed_keys is None
             else f"{info.changed_keys} key{'' if info.changed_keys == 1 else 's'}",
             " ".join(f"{key}={value}" for key, value in sorted((info.metadata or {}).items())),
+            _moves_text(moves),
         ]
-        for info in infos
+        for info, moves in zip(infos, moved or [()] * len(infos), strict=True)
     ]
     return ["\t".join(row).rstrip("\t") for row in rows]
+
+
+def _moves_text(moves: tuple[LineageSource, ...] | None) -> str:
+    if moves is None:
+        return "?"
+    return "; ".join(
+        f"{m.reader_name} {m.target} {_position(m.from_generation_id)} -> {_position(m.to_generation_id)}"
+        for m in moves
+    )
+
+
+def _position(generation_id: bytes | None) -> str:
+    return "-" if generation_id is None else shell.quote_empty(shell.show(generation_id))
 
 
 def _local(at_ms: int) -> str:

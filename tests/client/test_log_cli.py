@@ -7,12 +7,14 @@ import asyncio
 import json
 import re
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from diffstore import shell
 from diffstore.client import AsyncClient, Client
-from diffstore.client.log_cli import ago
+from diffstore.client.log_cli import ago, since_ms
+from diffstore.engine.types import ReaderUpdate
 from diffstore.errors import InvalidRequest, NoSuchGeneration
 
 from .conftest import LiveServer
@@ -108,3 +110,96 @@ def test_a_read_at_an_unknown_generation_is_refused(server: LiveServer) -> None:
     with Client(server.url) as client:
         with pytest.raises(NoSuchGeneration):
             client.collection("C").get(b"a", generation_id=b"zzz")
+
+
+def _pipeline(server: LiveServer) -> None:
+    """A: a1, a2; C reads A with from_a: c1 moves it to a1, c2 to a2; c3 moves nothing."""
+    with Client(server.url) as client:
+        a = client.create_collection("A")
+        c = client.create_collection("C")
+        c.create_reader("from_a", collection="A")
+        for g in (b"a1", b"a2"):
+            a.start_generation(g)
+            a.put(b"k", g, generation_id=g)
+            a.commit_generation(g)
+        for g, to in ((b"c1", b"a1"), (b"c2", b"a2"), (b"c3", None)):
+            c.start_generation(g)
+            c.put(b"k", g, generation_id=g)
+            c.commit_generation(
+                g, [] if to is None else [ReaderUpdate("from_a", to)], metadata={"round": g.decode()}
+            )
+
+
+def test_log_shows_the_readers_each_commit_moved(
+    capsys: pytest.CaptureFixture[str], server: LiveServer
+) -> None:
+    _pipeline(server)
+    code, out, err = run(capsys, server, "log", "C")
+    assert (code, err) == (0, "")
+    assert [line.split("\t")[3:] for line in out.splitlines()] == [
+        ["round=c3"],
+        ["round=c2", "from_a A a1 -> a2"],
+        ["round=c1", "from_a A - -> a1"],  # created at the beginning (null), as lineage prints it
+        [],
+    ]
+    code, out, _ = run(capsys, server, "log", "C", "--limit", "2", "--format", "json")
+    c3, c2 = (json.loads(line) for line in out.splitlines())
+    assert c3["movedReaders"] == []
+    assert c2["movedReaders"] == [
+        {"readerName": "from_a", "target": "A", "fromGenerationId": "a1", "toGenerationId": "a2"}
+    ]
+    # below the readers' minimum a commit's moves are gone with its generation: unknown, not "none"
+    with Client(server.url) as client:
+        client.collection("C").create_reader("keep", generation_id=b"c2")
+    code, out, _ = run(capsys, server, "log", "C")
+    assert [line.split("\t")[4:] for line in out.splitlines()][1:3] == [["from_a A a1 -> a2"], ["?"]]
+    code, out, _ = run(capsys, server, "log", "C", "c1", "--format", "json")
+    assert json.loads(out.splitlines()[0])["movedReaders"] is None
+
+
+def test_log_starts_at_a_ref_and_stops_at_since(
+    capsys: pytest.CaptureFixture[str], server: LiveServer
+) -> None:
+    _pipeline(server)
+    code, out, _ = run(capsys, server, "log", "C", "~1")
+    assert code == 0 and [line.split("\t")[0] for line in out.splitlines()] == ["c2", "c1", ""]
+    code, out, _ = run(capsys, server, "log", "C", "c1", "--limit", "1")
+    assert [line.split("\t")[0] for line in out.splitlines()] == ["c1"]
+    # --since: a span back from now (every commit is recent) and a time after the last commit
+    code, out, _ = run(capsys, server, "log", "C", "--since", "1h")
+    assert [line.split("\t")[0] for line in out.splitlines()] == ["c3", "c2", "c1"]
+    with Client(server.url) as client:
+        c2_ms = client.collection("C").resolve_ref("c2").committed_at_ms
+    assert c2_ms is not None
+    iso = datetime.fromtimestamp(c2_ms // 1000, UTC) + timedelta(milliseconds=c2_ms % 1000)
+    code, out, _ = run(capsys, server, "log", "C", "--since", iso.isoformat())
+    assert [line.split("\t")[0] for line in out.splitlines()][-1] == "c2"
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert run(capsys, server, "log", "C", "--since", later.isoformat()) == (0, "", "")
+
+
+def test_since_reads_spans_and_times() -> None:
+    now = 1_800_000_000_000
+    assert since_ms("90s", now) == now - 90_000
+    assert since_ms("30m", now) == since_ms("30min", now) == now - 1_800_000
+    assert since_ms("2h", now) == now - 7_200_000 and since_ms("7d", now) == now - 7 * 86_400_000
+    assert since_ms("2027-01-15T08:00:00+00:00") == int(
+        datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp() * 1000
+    )
+    local = datetime(2027, 1, 15, 8)  # no zone: local time
+    assert since_ms("2027-01-15T08:00:00") == int(local.astimezone().timestamp() * 1000)
+
+
+@pytest.mark.parametrize("since", ["yesterday", "5 weeks", "-3h", ""])
+def test_a_bad_since_is_a_usage_error(server: LiveServer, since: str) -> None:
+    done = cli("log", "C", "--since", since, "--url", server.url)
+    assert done.returncode == 2 and "usage: diffstore log" in done.stderr and "--since" in done.stderr
+
+
+def test_a_bad_start_is_one_line(server: LiveServer) -> None:
+    _pipeline(server)
+    done = cli("log", "C", "~7", "--url", server.url)
+    assert done.returncode == 1 and done.stdout == ""
+    assert (
+        done.stderr.count("\n") == 1 and "GENERATION ~7" in done.stderr and "noSuchGeneration" in done.stderr
+    )
