@@ -32,6 +32,7 @@ from diffstore.engine.types import (
     ReaderUpdate,
     Record,
     ResolvedRef,
+    RevertResult,
     StoreConfig,
 )
 from diffstore.errors import DiffstoreError
@@ -62,6 +63,7 @@ __all__ = [
     "ReaderUpdate",
     "Record",
     "ResolvedRef",
+    "RevertResult",
     "Store",
     "StoreConfig",
     "UNSET",

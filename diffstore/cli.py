@@ -30,6 +30,7 @@ _FRONTS = (
     "diffstore.client.commands",
     "diffstore.client.lineage_cli",
     "diffstore.client.log_cli",
+    "diffstore.client.revert_cli",
     "diffstore.replica.cli",
     "diffstore.streams.cli",
     "diffstore.spark.cli",

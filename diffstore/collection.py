@@ -35,6 +35,7 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
     ResolvedRef,
+    RevertResult,
 )
 
 
@@ -126,6 +127,16 @@ class Collection(Protocol):
         seq_no: int | None = None,
         lease: LeaseToken | None = None,
     ) -> PutResult: ...
+
+    def revert(
+        self,
+        to_generation_id: bytes,
+        *,
+        generation_id: bytes | None = None,
+        lease: LeaseToken | None = None,
+    ) -> RevertResult:
+        """(SPEC §8) writes into the open generation the changes that restore ``to_generation_id``."""
+        ...
 
     def producer_last_seq_no(self, producer_id: str) -> int: ...
 

@@ -282,6 +282,13 @@ def curl_session(page: Page, url: str, cwd: Path) -> None:
 def test_http(tmp_path: Path, server: LiveServer) -> None:
     page = Page("docs/http.md")
     curl_session(page, server.url, tmp_path)
+    variables = f"S={server.url}\nC='curl -s -H Content-Type:application/json'\n"
+    out = sh(variables + page.next("curl -s $S/collections/A/generations"), tmp_path, shell_env(server.url))
+    assert '"committedAtMs":' in out and '{"generationId":{"value":"3"},"changedKeys":1}' in out, out
+    assert "reverted A to 1: 1 key changed in generation 4" in out, out
+    with Client(server.url) as client:
+        a = client.collection("A")
+        assert list(a.query()) == [] and [(r.key, r.value) for r in a.query(b"4")] == [(b"k1", b"v1")]
     page.done()
 
 

@@ -25,6 +25,7 @@ from diffstore.engine.types import (
     Reader,
     ReaderUpdate,
     Record,
+    RevertResult,
 )
 from diffstore.errors import BadRequest, InvalidEncoding, InvalidJson, InvalidRequest
 from diffstore.server.negotiation import request_codec, response_codec
@@ -64,6 +65,7 @@ from diffstore.wire_requests import (
     UpdateReaderRequest,
     WriteOptions,
 )
+from diffstore.wire_revert import RevertRequest, revert_result_from_wire, revert_result_to_wire
 
 CODECS = [JSON, MSGPACK]
 
@@ -164,6 +166,8 @@ REQUESTS: list[Any] = [
     DiffRequest(from_generation_id=b""),
     DiffRequest(from_reader=FromReader("r", "C"), to_generation_id=b"\0", include_intermediate=True, limit=3),
     DiffRequest(from_reader=FromReader("r"), from_key=b"a", to_key=b"b"),
+    RevertRequest(b"\0"),
+    RevertRequest(b"", b"g", LeaseToken("w", 1)),
 ]
 
 
@@ -217,6 +221,10 @@ def test_request_defaults_and_absent_vs_null() -> None:
         (GenerationRequest, {"generationId": {"value": "g"}, "updateReaders": [{"readerName": "r"}]}),
         (GenerationRequest, {"generationId": {"value": "g"}, "updateReaders": {}}),
         (StartPhantomRequest, {"ttlSeconds": -1}),
+        (RevertRequest, {}),
+        (RevertRequest, {"toGenerationId": 1}),
+        (RevertRequest, {"toGenerationId": {"value": "g"}, "generationId": []}),
+        (RevertRequest, {"toGenerationId": {"value": "g"}, "lease": {"name": "w"}}),
     ],
 )
 def test_bad_requests(cls: Any, body: Any) -> None:
@@ -244,6 +252,8 @@ def test_response_round_trips(codec: Codec) -> None:
     assert keys_around_from_wire(through(codec, keys_around_to_wire(around, codec)), codec) == around
     readers = [Reader("r", "A", None), Reader("s", "hstream://x", b"\0" * 12)]
     assert readers_from_wire(through(codec, readers_to_wire(readers, codec)), codec, "A") == readers
+    reverted = RevertResult(b"\0g", 3)
+    assert revert_result_from_wire(through(codec, revert_result_to_wire(reverted, codec)), codec) == reverted
     state = CollectionState(True, b"g", None)
     assert CollectionState.from_wire(through(codec, state.to_wire(codec)), codec) == state
 

@@ -40,6 +40,7 @@ from diffstore.engine.types import (
     ReaderUpdate,
     ReaderUpdateLike,
     ResolvedRef,
+    RevertResult,
 )
 from diffstore.wire import (
     Body,
@@ -82,6 +83,7 @@ from diffstore.wire_requests import (
     WriteOptions,
     diff_to_wire,
 )
+from diffstore.wire_revert import RevertRequest, revert_result_from_wire
 
 T = TypeVar("T")
 
@@ -226,6 +228,13 @@ def commit_generation(
 def abort_generation(name: str, generation_id: bytes, lease: LeaseToken | None = None) -> Call[None]:
     request = GenerationRequest(generation_id, lease=lease)
     return Call("POST", collection_path(name, "generation", "abort"), _empty, request.to_wire)
+
+
+def revert(
+    name: str, to_generation_id: bytes, generation_id: bytes | None, lease: LeaseToken | None
+) -> Call[RevertResult]:
+    request = RevertRequest(to_generation_id, generation_id, lease)
+    return Call("POST", collection_path(name, "revert"), revert_result_from_wire, request.to_wire)
 
 
 def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:

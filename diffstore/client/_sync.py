@@ -48,6 +48,7 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
     ResolvedRef,
+    RevertResult,
 )
 from diffstore.errors import NoSuchGeneration
 from diffstore.wire import CollectionState
@@ -247,6 +248,24 @@ class Collection:
     def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
         """Drops the open generation; one started under a lease needs that lease (or a newer version)."""
         self._run(_calls.abort_generation(self.name, generation_id, lease))
+
+    def revert(
+        self,
+        to_generation_id: bytes,
+        *,
+        generation_id: bytes | None = None,
+        lease: LeaseToken | None = None,
+    ) -> RevertResult:
+        """Writes into the open generation exactly the changes that make the collection equal to its state
+        at the committed generation ``to_generation_id`` (SPEC §8), uncommitted writes already there
+        included. A manual collection's revert names its open generation (``generation_id``) and carries
+        its lease when it was started under one; a non-manual one's goes into the next generation.
+
+        Returns the generation written into and how many keys changed there. Raises ``GenerationMismatch``
+        (no open generation, or not that one), ``NoSuchGeneration`` (not a committed generation),
+        ``GenerationCollected`` (below the readers' minimum), ``LeaseLost``.
+        """
+        return self._run(_calls.revert(self.name, to_generation_id, generation_id, lease))
 
     def start_phantom(self, ttl_seconds: int = 3600) -> bytes:
         return self._run(_calls.start_phantom(self.name, ttl_seconds))

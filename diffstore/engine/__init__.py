@@ -26,6 +26,7 @@ from diffstore.engine.types import (
     Reader,
     ReaderUpdate,
     Record,
+    RevertResult,
     StoreConfig,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "Reader",
     "ReaderUpdate",
     "Record",
+    "RevertResult",
     "Store",
     "StoreConfig",
     "UNSET",

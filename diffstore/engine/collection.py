@@ -27,6 +27,7 @@ from diffstore.engine import (
     refs,
     refs_resolve,
     replication,
+    revert,
     writes,
 )
 from diffstore.engine.meta import CollectionMeta
@@ -55,11 +56,12 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
     ResolvedRef,
+    RevertResult,
 )
 from diffstore.errors import InvalidRequest, StorageError
 
 if TYPE_CHECKING:
-    from diffstore.engine.store import Store
+    from diffstore.engine.store import Store, WriteScope
 
 _ITER_PAGE = 1_000
 
@@ -219,14 +221,26 @@ class Collection:
                 lease=lease,
                 now_ms=config.now_ms(),
             )
-            if new_meta.generation != meta.generation:
-                scope.commits.append((self.name, new_meta.generation))
-                scope.threshold_commits.append(self.name)
-            if first_write:
-                scope.first_writes.append(self.name)
-            if result.records:
-                scope.records_written[self.name] = scope.records_written.get(self.name, 0) + result.records
+            self._count_writes(scope, meta, new_meta, result, first_write)
         return result
+
+    def _count_writes(
+        self,
+        scope: WriteScope,
+        meta: CollectionMeta,
+        new_meta: CollectionMeta,
+        result: PutResult,
+        first_write: bool,
+    ) -> None:
+        """Tells the write scope what a put_many did (a commit at the threshold, a first write to schedule
+        an automatic commit for, records for the metrics), for what runs after the transaction."""
+        if new_meta.generation != meta.generation:
+            scope.commits.append((self.name, new_meta.generation))
+            scope.threshold_commits.append(self.name)
+        if first_write:
+            scope.first_writes.append(self.name)
+        if result.records:
+            scope.records_written[self.name] = scope.records_written.get(self.name, 0) + result.records
 
     def put(
         self,
@@ -251,6 +265,54 @@ class Collection:
             seq_no=seq_no,
             lease=lease,
         )
+
+    def revert(
+        self,
+        to_generation_id: bytes,
+        *,
+        generation_id: bytes | None = None,
+        lease: LeaseToken | None = None,
+    ) -> RevertResult:
+        """Writes into the open generation exactly the changes that make the collection equal to its state
+        at the committed generation ``to_generation_id`` (see :mod:`diffstore.engine.revert`), in one
+        transaction. A manual collection's revert names its open generation (``generation_id``) and carries
+        its lease as a putMany does; a non-manual one's goes into the next generation.
+
+        Returns:
+            The generation written into and the number of keys changed there (0: already equal).
+
+        Raises:
+            GenerationMismatch: no generation is open, or ``generation_id`` is not the open one.
+            LeaseLost: as for :meth:`put_many`; nothing is written.
+            NoSuchGeneration: ``to_generation_id`` is not a committed generation of this collection.
+            GenerationCollected: ``to_generation_id`` is below the readers' minimum.
+        """
+        config = self._store.config
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            self._fence(scope.txn, meta, lease)
+            target = writes.open_target(meta, generation_id, lease)
+            to_seq = revert.committed_seq(scope.txn, self._store.tables, meta, to_generation_id)
+            items = revert.items(scope.txn, self._store.tables, meta, to_seq)
+            if not items:
+                return RevertResult(target, 0)
+            new_meta, result, first_write = writes.put_many(
+                scope.txn,
+                self._store.tables,
+                meta,
+                items,
+                generation_id=target,
+                phantom_id=None,
+                if_not_present=False,
+                skip_unchanged=False,
+                producer_id=None,
+                seq_no=None,
+                max_generation_records=config.max_generation_records,
+                lease=lease,
+                now_ms=config.now_ms(),
+            )
+            self._count_writes(scope, meta, new_meta, result, first_write)
+        return RevertResult(target, len(items))
 
     # --- reads ---------------------------------------------------------------------------------
 

@@ -140,7 +140,9 @@ def resolve_range(
     return DiffRange(bytes(from_generation_id), from_seq, to_gen, to_seq)
 
 
-def _run_seqs(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, span: DiffRange) -> list[int]:
+def run_seqs(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, span: DiffRange) -> list[int]:
+    """The seqs of the generations registered in (from, to] of ``span``, ascending (committed ones, and the
+    open one when ``span`` reaches it)."""
     prefix = meta.cid_prefix
     seqs: list[int] = []
     cursor = txn.cursor(db=tables.gens)
@@ -155,7 +157,7 @@ def _run_seqs(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, span:
     return seqs
 
 
-def _changed_forms(
+def changed_forms(
     txn: lmdb.Transaction, tables: Tables, prefix: bytes, seqs: list[int], lower: bytes, upper: bytes | None
 ) -> Iterator[bytes]:
     """The key forms written in any of ``seqs``, ascending, each once."""
@@ -260,7 +262,7 @@ def iter_diff(
         meta, span = resolve(txn)
         if span.to_seq <= span.from_seq:
             return
-        seqs = _run_seqs(txn, tables, meta, span)
+        seqs = run_seqs(txn, tables, meta, span)
         if not seqs:
             return
         prefix = meta.cid_prefix
@@ -271,7 +273,7 @@ def iter_diff(
         from_seq = layout.u64(span.from_seq) if span.from_seq >= 0 else b""  # b"": none is at or below
         bounds = (from_key, to_key, after_key)
         if include_intermediate:
-            forms = _changed_forms(txn, tables, prefix, seqs, lower, upper)
+            forms = changed_forms(txn, tables, prefix, seqs, lower, upper)
             yield from _keyed_items(records, prefix, forms, to_bound, from_seq, bounds, True, None)
             return
         bounded = from_key is not None or to_key is not None or after_key is not None
@@ -371,7 +373,7 @@ def iter_diff(
                             )
                         return
             assert handed is not None
-            forms = _changed_forms(txn, tables, prefix, seqs, handed, upper)
+            forms = changed_forms(txn, tables, prefix, seqs, handed, upper)
             start = yield from _keyed_items(
                 records, prefix, forms, to_bound, from_seq, bounds, False, _KEYED_STRETCH
             )

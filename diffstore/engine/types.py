@@ -356,6 +356,14 @@ class ResolvedRef:
 
 
 @dataclass(frozen=True, slots=True)
+class RevertResult:
+    """What a revert wrote (SPEC §8): the generation it wrote into, and how many keys it changed there."""
+
+    generation_id: bytes
+    changed_keys: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaGeneration:
     """One generation of a primary, as a replica applies it (``Store.apply_replica_generation``).
 

@@ -314,6 +314,32 @@ def _sorted_rows(meta: CollectionMeta, items: Iterable[PutItem], plain: bool) ->
     return layout.sorted_short_rows(meta.cid_prefix, meta.next_seq, items)
 
 
+def open_target(meta: CollectionMeta, generation_id: bytes | None, lease: LeaseToken | None) -> bytes:
+    """The open generation a write (put, putMany, revert) goes into: the one ``generation_id`` names (a
+    manual collection's writes must name it; a non-manual one's may leave it out).
+
+    Raises:
+        GenerationMismatch: no generation is open, or ``generation_id`` is not the open one.
+        LeaseLost: a manual collection's open generation was started under another lease than ``lease``.
+    """
+    if (
+        meta.next is None
+        or meta.next_seq is None
+        or (generation_id is not None and generation_id != meta.next)
+    ):
+        raise GenerationMismatch(
+            "no generation is open: start one before writing"
+            if meta.next is None
+            else f"writes must name the open generation {text_form(meta.next)}, "
+            f"not {text_form(generation_id)}"
+        )
+    if meta.manual and generation_id is None:
+        raise GenerationMismatch("a manual collection's writes must name the open generation")
+    if meta.manual:
+        leases.require_opened_under(meta, lease, "write")
+    return meta.next
+
+
 def put_many(
     txn: lmdb.Transaction,
     tables: Tables,
@@ -351,25 +377,11 @@ def put_many(
             return meta, PutResult(generation_id, was_put=False, skipped=True), False
         result = _phantom_write(txn, tables, meta, phantom, generation_id, latest, flagged, skip_unchanged)
         return meta, result, False
-    if (
-        meta.next is None
-        or meta.next_seq is None
-        or (generation_id is not None and generation_id != meta.next)
-    ):
-        raise GenerationMismatch(
-            "no generation is open: start one before writing"
-            if meta.next is None
-            else f"writes must name the open generation {text_form(meta.next)}, "
-            f"not {text_form(generation_id)}"
-        )
-    if meta.manual and generation_id is None:
-        raise GenerationMismatch("a manual collection's writes must name the open generation")
-    if meta.manual:
-        leases.require_opened_under(meta, lease, "write")
-    target = meta.next
-    if with_producer and not producers.admit(txn, tables, meta, producer_id, seq_no, meta.next_seq):  # type: ignore[arg-type]
-        return meta, PutResult(target, was_put=False, skipped=True), False
+    target = open_target(meta, generation_id, lease)
     seq = meta.next_seq
+    assert seq is not None  # open_target checked it
+    if with_producer and not producers.admit(txn, tables, meta, producer_id, seq_no, seq):  # type: ignore[arg-type]
+        return meta, PutResult(target, was_put=False, skipped=True), False
     prefix = meta.cid_prefix
     suffix = layout.u64(seq)
     run = layout.change_prefix(prefix, seq)

@@ -197,6 +197,23 @@ class CommitGeneration(_Model):
     lease: LeaseTokenBody | None = None
 
 
+class Revert(_Model):
+    """Revert to ``toGenerationId`` (a committed generation): the changes are written into the open
+    generation, which a manual collection's revert must name (``generationId``); a non-manual one's go into
+    its next generation."""
+
+    toGenerationId: ES
+    generationId: ES | None = None
+    lease: LeaseTokenBody | None = Field(
+        default=None, description="required when the open generation was started under a lease"
+    )
+
+
+class RevertResponse(BaseModel):
+    generationId: ES = Field(description="the generation the changes were written into")
+    changedKeys: int = Field(description="how many keys the revert changed there (0: already equal)")
+
+
 class AcquireLease(_Model):
     owner: str
     ttlMs: int = Field(ge=1, le=86_400_000)

@@ -25,6 +25,7 @@ from diffstore.wire_requests import (
     ReadAt,
     WriteOptions,
 )
+from diffstore.wire_revert import RevertRequest
 
 
 def scenario(store: Any) -> list[Any]:
@@ -66,6 +67,11 @@ def scenario(store: Any) -> list[Any]:
     out.append(c.keys_around(b"\x05\x01", 3))
     out.append(c.keys_around(b"\x05\x05", 2, require_key_existence=False))
     out.append(c.splits(3))
+    c.start_generation(b"\x00\x04")
+    c.put(b"\x00\x01", b"open", generation_id=b"\x00\x04")
+    out.append(c.revert(b"\x00\x01", generation_id=b"\x00\x04"))
+    out.append([(r.key, r.value) for r in c.query(generation_id=b"\x00\x04")])
+    c.abort_generation(b"\x00\x04")
     c.update_reader("q", b"", expected=None)
     c.delete_reader("r")
     out.append(c.readers())
@@ -133,6 +139,9 @@ def request_scenario(c: AnyCollection) -> list[Any]:
         DiffRequest(from_generation_id=b"", include_intermediate=True).run(c),
         DiffRequest.of(None, b"1", None, False, None, None, 1).run(c).items,
     ]
+    c.start_generation(b"2")
+    out.append(RevertRequest(b"0", b"2").run(c))
+    c.abort_generation(b"2")
     return out
 
 

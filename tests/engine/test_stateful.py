@@ -427,6 +427,48 @@ class StoreMachine(RuleBasedStateMachine):
         result = self.c(name).put_many(items, generation_id=gen, phantom_id=phantom, skip_unchanged=skip)
         assert result.was_put == wrote
 
+    @rule(
+        name=st.sampled_from(NAMES),
+        pick=st.sampled_from(["committed", "committed", "any"]),
+        index=st.integers(0, 10**6),
+        other=st.sampled_from(READER_GENS),
+        gen_choice=st.sampled_from(["next", "next", "none", "other"]),
+    )
+    def revert(self, name, pick, index, other, gen_choice) -> None:
+        """SPEC §8: the open generation is written so that a read there equals the state at ``to``."""
+        m = self.model[name]
+        committed = sorted({b"" if m.manual else u64(0), *m.commits})
+        to = committed[index % len(committed)] if pick == "committed" else other
+        gen = {"next": m.next, "none": None, "other": other}[gen_choice]
+        floor = self._floor(name)
+        error: type[DiffstoreError] | None = None
+        if m.next is None or (gen is not None and gen != m.next) or (m.manual and gen is None):
+            error = GenerationMismatch
+        elif to not in committed:
+            error = NoSuchGeneration
+        elif floor is not None and to < floor:
+            error = GenerationCollected
+        if error is not None:
+            with self.expect(error):
+                self.c(name).revert(to, generation_id=gen)
+            return
+        target = m.next
+        assert target is not None
+        then, now = m.base(to), m.visible(target)
+        changes = {
+            key: then.get(key, (None, b""))[0]
+            for key in sorted(set(then) | set(now))
+            if then.get(key, (None, b""))[0] != now.get(key, (None, b""))[0]
+        }
+        if changes:
+            m.records.setdefault(target, {}).update(changes)
+        result = self.c(name).revert(to, generation_id=gen)
+        assert (result.generation_id, result.changed_keys) == (target, len(changes))
+        if not m.manual and changes:
+            m.next_count += len(changes)
+            if m.next_count >= THRESHOLD:
+                self._auto_commit(m)
+
     # --- readers and GC ---------------------------------------------------------------------------------
 
     @rule(

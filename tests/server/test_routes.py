@@ -51,6 +51,7 @@ BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/getMany"),  # many point reads in one request (docs/protocol.md)
     ("POST", "/collections/{c}/generations/records"),  # what replicas follow (docs/replicas.md)
     ("GET", "/collections/{c}/refs"),  # what a ref names (docs/protocol.md, "Refs")
+    ("POST", "/collections/{c}/revert"),  # SPEC §8
 }
 
 

@@ -21,6 +21,7 @@ from diffstore.server.routes import (
     readers,
     refs,
     replica,
+    revert,
     splits,
     stream,
 )
@@ -42,6 +43,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     backup.router,
     generations.router,
     refs.router,
+    revert.router,
     replica.router,
 )
 
