@@ -53,6 +53,7 @@ COMMAND_FRONTS = {
     "readers": "diffstore.client.commands",
     "lineage": "diffstore.client.lineage_cli",
     "log": "diffstore.client.log_cli",
+    "revert": "diffstore.client.revert_cli",
     "promote": "diffstore.replica.cli",
     "streams": "diffstore.streams.cli",
     "ingest": "diffstore.streams.cli",
