@@ -9,7 +9,7 @@ other writer opened is never done by default.
 
 Text output: ``reverted C to G: N keys changed in generation X``; ``--format json`` prints
 ``{"collection", "toGenerationId", "generationId", "changedKeys"}``. Generation ids use the one text form
-of :mod:`diffstore.shell`.
+of :mod:`diffstore.shell`; both take refs too (``diffstore revert C ~2 --generation @open``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import orjson
 
 from diffstore import shell
 from diffstore.client._sync import Client
-from diffstore.client.commands import output_options, server_options, wait_for_commit
+from diffstore.client.commands import (
+    REFS_HELP,
+    output_options,
+    resolve_generation,
+    server_options,
+    wait_for_commit,
+)
 from diffstore.errors import GenerationMismatch
 
 _WIRE_FLAGS = {"toGenerationId": "GENERATION", "generationId": "--generation"}
@@ -39,24 +45,27 @@ def add_commands(subparsers: Any) -> None:
         "(committed shortly after: the command waits for it). Prints how many keys changed.",
         parents=[server_options(), output_options()],
         epilog="Generation ids are UTF-8 text when printable, else 'base64:' and their base64 (the form "
-        "'diffstore log' prints). A generation below the readers' minimum was garbage-collected and "
-        "cannot be restored (generationCollected).",
+        f"'diffstore log' prints). {REFS_HELP} A generation below the readers' minimum was "
+        "garbage-collected and cannot be restored (generationCollected).",
     )
     parser.add_argument("collection", metavar="COLLECTION")
-    parser.add_argument("to_generation", metavar="GENERATION", help="the committed generation to restore")
+    parser.add_argument(
+        "to_generation", metavar="GENERATION", help="the committed generation to restore, or a ref such as ~1"
+    )
     parser.add_argument(
         "--generation",
         metavar="OPEN",
-        help="the open generation to write into (required for a manual collection)",
+        help="the open generation to write into, or @open (required for a manual collection)",
     )
     parser.set_defaults(func=run_revert, wire_flags=_WIRE_FLAGS)
 
 
 def run_revert(args: argparse.Namespace) -> int:
-    to_generation = shell.parse(args.to_generation, "GENERATION")
-    open_generation = None if args.generation is None else shell.parse(args.generation, "--generation")
     with Client(args.url, token=args.token or None) as client:
         collection = client.collection(args.collection)
+        to_generation = resolve_generation(collection, args.to_generation, "GENERATION")
+        assert to_generation is not None  # a positional argument: always given
+        open_generation = resolve_generation(collection, args.generation, "--generation")
         if open_generation is None and collection.manual:
             opened = collection.next_generation_id
             raise GenerationMismatch(

@@ -62,6 +62,14 @@ def test_revert_command_on_manual_and_automatic_collections(
     code, out, err = run(capsys, server, "revert", "C", "g1", "--generation", "g3")
     assert (code, err) == (0, "")
     assert out == "reverted C to g1: 2 keys changed in generation g3 (open: commit it to keep the revert)\n"
+    code, out, err = run(capsys, server, "revert", "C", "~0", "--generation", "@open", "--format", "json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {
+        "collection": "C",
+        "toGenerationId": "g2",
+        "generationId": "g3",
+        "changedKeys": 2,
+    }
     code, out, err = run(capsys, server, "collections", "create", "A", "--auto")
     assert code == 0
     for value in ("1", "2"):
@@ -84,6 +92,7 @@ def test_revert_command_on_manual_and_automatic_collections(
         (["revert", "C", "g1x", "--generation", "g3"], "noSuchGeneration"),
         (["revert", "C", "g1", "--generation", "g9"], "generationMismatch"),
         (["revert", "C", "base64:!", "--generation", "g3"], "GENERATION"),
+        (["revert", "C", "~9", "--generation", "g3"], "GENERATION ~9"),
     ],
 )
 def test_failures_are_one_line_and_change_nothing(server: LiveServer, argv: list[str], message: str) -> None:
