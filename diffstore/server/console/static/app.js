@@ -23,6 +23,9 @@ const utf8 = new TextDecoder("utf-8", { fatal: true });
 const UNPRINTABLE = /(?! )[\p{C}\p{Z}]/u;
 // The command line's one text form for bytes that are not printable UTF-8 (diffstore/shell.py).
 const PREFIX = "base64:";
+// Text beginning with "@" or "~" is a ref (`@current`, `~1`: see resolveGeneration), so an id beginning so
+// is shown and typed in base64 form, as the command line does.
+const REF = /^[@~]/;
 
 function esToBytes(es) {
   if (es === null || es === undefined) return null;
@@ -63,19 +66,25 @@ function esc(text) {
 function valueHtml(es) {
   const bytes = esToBytes(es);
   if (bytes === null) return '<span class="null">null</span>';
-  const label = idLabel(es);
+  const label = textForm(es);
   if (!label.startsWith(PREFIX)) return `<span class="value">${esc(label)}</span>`;
   return `<span class="value binary" title="${bytes.length} bytes, not printable UTF-8">${esc(label)}</span>`;
 }
 
-// Generation ids and keys typed or shown in the console, as the command line prints and accepts them:
-// printable UTF-8 as it is, else "base64:" and the standard base64 (so is text that begins with "base64:").
-function idLabel(es) {
+// Keys and values typed or shown in the console, as the command line prints and accepts them: printable
+// UTF-8 as it is, else "base64:" and the standard base64 (so is text that begins with "base64:").
+function textForm(es) {
   const bytes = esToBytes(es);
   if (bytes === null) return "null";
   const text = asText(bytes);
   if (text === null || text.startsWith(PREFIX)) return PREFIX + bytesToEs(bytes).value;
   return text;
+}
+
+// Generation ids likewise, and an id beginning with "@" or "~" in base64 form too: typed, it would be a ref.
+function idLabel(es) {
+  const label = textForm(es);
+  return REF.test(label) ? PREFIX + bytesToEs(esToBytes(es)).value : label;
 }
 
 function parseLabel(label) {
@@ -355,8 +364,6 @@ setInterval(() => {
 
 // ---- generations typed or in the address ----------------------------------------------------------
 
-const REF = /^[@~]/;
-
 // The generation a text names in collection `name`: a ref (`@current`, `@open`, `~N`, `@reader:NAME`,
 // `@reader:OWNER/NAME`, an ISO time `@2026-11-25T10:00:00Z`; GET /collections/{c}/refs resolves them) or
 // a generation in the command line's text form, which must be a committed generation or the open one.
@@ -603,7 +610,7 @@ async function viewBrowse(signal, name, params) {
   const collection = await api("GET", collectionPath(name), undefined, signal);
   main().innerHTML = `<h2>Browse <code>${esc(name)}</code> <span class="tag${collection.isManual ? "" : " auto"}">${collection.isManual ? "manual" : "auto"}</span></h2>
 <form class="toolbar" id="browse-form">
-<label>As of generation <input id="generation" list="generations" placeholder="current" value="${esc(params.get("g") || "")}"></label>
+<label>As of generation <input id="generation" list="generations" placeholder="current" title="a generation id, or a ref: @current, @open, ~N (N commits back), @reader:NAME, @2026-11-25T10:00:00Z" value="${esc(params.get("g") || "")}"></label>
 <datalist id="generations"></datalist>
 <label>Phantom id <input id="phantom" placeholder="none" value="${esc(params.get("p") || "")}"></label>
 <label>Jump to key <input id="jump" placeholder="key or base64:…" value="${esc(params.get("k") || "")}"></label>
@@ -816,8 +823,8 @@ async function viewDiff(signal, name, params) {
   main().innerHTML = `<h2>Diff <code>${esc(name)}</code></h2>
 <form class="toolbar" id="diff-form">
 <label>From reader <select id="reader"><option value="">— a generation —</option>${readerOptions}</select></label>
-<label>From generation <input id="from" list="generations" placeholder='"" = the beginning' value="${esc(params.get("from") || "")}"></label>
-<label>To generation <input id="to" list="generations" placeholder="current" value="${esc(params.get("to") || "")}"></label>
+<label>From generation <input id="from" list="generations" title="a generation id, or a ref: @current, @open, ~N (N commits back), @reader:NAME, @2026-11-25T10:00:00Z" placeholder='"" = the beginning' value="${esc(params.get("from") || "")}"></label>
+<label>To generation <input id="to" list="generations" title="a generation id, or a ref: @current, @open, ~N (N commits back), @reader:NAME, @2026-11-25T10:00:00Z" placeholder="current" value="${esc(params.get("to") || "")}"></label>
 <datalist id="generations"></datalist>
 <label>Page size <select id="limit"><option>100</option><option selected>200</option><option>1000</option></select></label>
 <button type="submit">Diff</button>
@@ -882,7 +889,7 @@ in a JSON object or array, <mark class="field changed">the fields that changed</
       const json = kind === "updated" ? jsonDiffHtml(item) : null;
       const from = json ? json.from : valueHtml(item.fromValue);
       const to = json ? json.to : valueHtml(item.toValue);
-      return `<tr class="${k.row}" data-kind="${kind}" data-key="${esc(idLabel(item.key))}" data-i="${i}"><td class="mark" title="${kind}"><span aria-hidden="true">${k.mark}</span><span class="visually-hidden">${kind}</span></td><td class="key">${valueHtml(item.key)}</td><td class="from">${from}</td><td class="to">${to}</td><td><button type="button" class="secondary between" data-i="${i}" title="values of the generations in between">between</button></td></tr>`;
+      return `<tr class="${k.row}" data-kind="${kind}" data-key="${esc(textForm(item.key))}" data-i="${i}"><td class="mark" title="${kind}"><span aria-hidden="true">${k.mark}</span><span class="visually-hidden">${kind}</span></td><td class="key">${valueHtml(item.key)}</td><td class="from">${from}</td><td class="to">${to}</td><td><button type="button" class="secondary between" data-i="${i}" title="values of the generations in between">between</button></td></tr>`;
     });
     const tbody = document.querySelector("#diff tbody");
     tbody.innerHTML = rows.join("") || '<tr><td colspan="5" class="muted">no changes in this range</td></tr>';
@@ -1036,7 +1043,7 @@ async function viewHistory(signal, name, params) {
   const limit = Math.min(1000, Math.max(1, Number(params.get("limit")) || 50));
   main().innerHTML = `<h2>History of <code>${esc(name)}</code> <span class="tag${collection.isManual ? "" : " auto"}">${collection.isManual ? "manual" : "auto"}</span></h2>
 <form class="toolbar" id="history-form">
-<label>Older than generation <input id="before" list="generations" placeholder="the newest" value="${esc(params.get("before") || "")}"></label>
+<label>Older than generation <input id="before" list="generations" title="a generation id, or a ref: @current, @open, ~N (N commits back), @reader:NAME, @2026-11-25T10:00:00Z" placeholder="the newest" value="${esc(params.get("before") || "")}"></label>
 <datalist id="generations"></datalist>
 <label>Page size <select id="limit">${[20, 50, 200].map((n) => `<option${n === limit ? " selected" : ""}>${n}</option>`).join("")}</select></label>
 <button type="submit">Show</button>
@@ -1155,7 +1162,7 @@ async function viewLineage(signal, name, params) {
   const depth = Number(params.get("depth") || 3);
   main().innerHTML = `<h2>Lineage of <code>${esc(name)}</code></h2>
 <form class="toolbar" id="lineage-form">
-<label>Generation <input id="generation" list="generations" placeholder="current" value="${esc(params.get("g") || "")}"></label>
+<label>Generation <input id="generation" list="generations" placeholder="current" title="a generation id, or a ref: @current, @open, ~N (N commits back), @reader:NAME, @2026-11-25T10:00:00Z" value="${esc(params.get("g") || "")}"></label>
 <datalist id="generations"></datalist>
 <label>Depth <select id="depth">${depths.map((d) => `<option${d === depth ? " selected" : ""}>${d}</option>`).join("")}</select></label>
 <button type="submit">Show</button>
