@@ -5,6 +5,10 @@ metrics (reader lag, store size). A reader's *lag* is the number of committed ge
 after the reader's generation, up to the target's current one: generation ids are opaque bytes, so the
 distance is counted, not computed (the empty generation a collection starts at never counts). Lag is None
 when the target is not a collection of this store (an ``hstream://`` position reader, say).
+
+A reader that is behind also has ``unread_since_ms``: when the oldest generation of its target that it has
+not read was committed (its ``commits`` row, SPEC §8), from which the metrics tell how long ago that was.
+None when the reader is caught up, or when that generation was committed before commit times existed.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class ReaderOverview:
     generation_id: bytes | None
     lag: int | None
     target_is_collection: bool
+    unread_since_ms: int | None = None  # commit time (Unix ms) of the oldest generation not read yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,24 @@ def _lags(
     return lags
 
 
+def _unread_since(txn: lmdb.Transaction, tables: Tables, target: CollectionMeta, position: int) -> int | None:
+    """The commit time of the first committed generation of ``target`` after seq ``position`` (None: none
+    is, or it has no commit row). Generations above ``position`` up to the current one are committed ones
+    (an aborted generation is unregistered, the open one is above the current one)."""
+    cursor = txn.cursor(db=tables.gens)
+    prefix = target.cid_prefix
+    if not cursor.set_range(layout.gen_key(prefix, position + 1)):
+        return None
+    key = cursor.key()
+    if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+        return None
+    seq = layout.read_u64(key[len(prefix) :])
+    if seq > target.generation_seq:
+        return None
+    raw = txn.get(layout.commit_key(prefix, seq), db=tables.commits)
+    return None if raw is None else layout.unpack_commit(raw)[0]
+
+
 def overview(store: Store) -> list[CollectionOverview]:
     """Every collection (sorted by name) with its generations and readers, from one snapshot.
 
@@ -152,6 +175,12 @@ def overview(store: Store) -> list[CollectionOverview]:
                 position_of[(name, reader.name)] = seq
                 positions.setdefault(target.name, set()).add(seq)
         lags = {target: _lags(txn, tables, metas[target], seqs) for target, seqs in positions.items()}
+        since = {
+            (target, seq): _unread_since(txn, tables, metas[target], seq)
+            for target, seqs in positions.items()
+            for seq in seqs
+            if lags[target][seq] > 0
+        }
         states: list[CollectionOverview] = []
         for name in names:
             meta = metas[name]
@@ -159,8 +188,11 @@ def overview(store: Store) -> list[CollectionOverview]:
             for reader in listed[name]:
                 at = position_of.get((name, reader.name))
                 lag = None if at is None else lags[reader.collection][at]
+                unread = None if at is None else since.get((reader.collection, at))
                 readers.append(
-                    ReaderOverview(reader.name, reader.collection, reader.generation_id, lag, at is not None)
+                    ReaderOverview(
+                        reader.name, reader.collection, reader.generation_id, lag, at is not None, unread
+                    )
                 )
             states.append(CollectionOverview(name, meta.manual, meta.generation, meta.next, tuple(readers)))
     tables.overview_cache.clear()  # the latest snapshot's only

@@ -128,13 +128,27 @@ class _StoreCollector(Collector):
         lag = GaugeMetricFamily(
             "diffstore_reader_lag_generations",
             "Committed generations of a reader's target collection after the reader's generation",
-            labels=["collection", "reader"],
+            labels=["collection", "reader", "target"],
         )
+        lag_seconds = GaugeMetricFamily(
+            "diffstore_reader_lag_seconds",
+            "Seconds since the oldest generation of a reader's target that the reader has not read was "
+            "committed (0: caught up; no sample when that generation's commit time is unknown)",
+            labels=["collection", "reader", "target"],
+        )
+        now_ms = time.time_ns() // 1_000_000
         for state in overview.overview(self.store):
             for reader in state.readers:
-                if reader.lag is not None:
-                    lag.add_metric([state.name, reader.name], reader.lag)
+                if reader.lag is None:
+                    continue
+                labels = [state.name, reader.name, reader.target]
+                lag.add_metric(labels, reader.lag)
+                if reader.lag == 0:
+                    lag_seconds.add_metric(labels, 0.0)
+                elif reader.unread_since_ms is not None:
+                    lag_seconds.add_metric(labels, max(0, now_ms - reader.unread_since_ms) / 1000)
         yield lag
+        yield lag_seconds
         yield GaugeMetricFamily(
             "diffstore_store_size_bytes",
             "Bytes of the store's data file in use",

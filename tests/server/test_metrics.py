@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def test_every_named_series_appears(manual: Live) -> None:
         "diffstore_commits_total",
         "diffstore_records_written_total",
         "diffstore_reader_lag_generations",
+        "diffstore_reader_lag_seconds",
         "diffstore_longpoll_waiters",
         "diffstore_gc_versions_removed_total",
         "diffstore_phantom_records_purged_total",
@@ -151,15 +153,58 @@ def test_reader_lag_counts_committed_generations(manual: Live) -> None:
         "/collections/dst/readers/",
         {"readerName": "r", "collectionName": "src", "generationId": es("g1")},
     )
-    assert value(scrape(manual), "diffstore_reader_lag_generations", collection="dst", reader="r") == 0
+    lag = {"collection": "dst", "reader": "r", "target": "src"}
+    assert value(scrape(manual), "diffstore_reader_lag_generations", **lag) == 0
     commit(manual, "src", "g2", {"a": "2"})
     # an aborted generation is not a generation the reader is behind
     manual.ok("POST", "/collections/src/generation/start", {"generationId": es("g3")})
     manual.ok("POST", "/collections/src/generation/abort", {"generationId": es("g3")})
     commit(manual, "src", "g4", {"a": "4"})
-    assert value(scrape(manual), "diffstore_reader_lag_generations", collection="dst", reader="r") == 2
+    assert value(scrape(manual), "diffstore_reader_lag_generations", **lag) == 2
     manual.ok("PUT", "/collections/dst/readers/r", {"generationId": es("g4")})
-    assert value(scrape(manual), "diffstore_reader_lag_generations", collection="dst", reader="r") == 0
+    assert value(scrape(manual), "diffstore_reader_lag_generations", **lag) == 0
+
+
+class Clock:
+    """The store's clock (commit times), moved by hand; the scrape reads the wall clock."""
+
+    def __init__(self) -> None:
+        self.now_ms = time.time_ns() // 1_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def test_reader_lag_seconds_is_the_age_of_the_oldest_unread_commit(tmp_path: Path) -> None:
+    clock = Clock()
+    hour_ms = 3_600_000
+    with live_server(tmp_path / "data", store_config=StoreConfig(clock_ms=clock)) as live:
+        live.ok("POST", "/collections/", {"collectionName": "src", "isManual": True})
+        live.ok("POST", "/collections/", {"collectionName": "dst", "isManual": True})
+        reader = {"readerName": "r", "collectionName": "src", "generationId": es("g1")}
+        clock.now_ms -= 10 * hour_ms
+        commit(live, "src", "g1", {"a": "1"})
+        live.ok("POST", "/collections/dst/readers/", reader)
+        live.ok("POST", "/collections/src/readers/", {"readerName": "self", "generationId": None})
+        lag = {"collection": "dst", "reader": "r", "target": "src"}
+        assert value(scrape(live), "diffstore_reader_lag_seconds", **lag) == 0  # caught up
+        commit(live, "src", "g2", {"a": "2"})  # committed 10 h ago
+        clock.now_ms += 9 * hour_ms
+        commit(live, "src", "g3", {"a": "3"})  # 1 h ago
+        samples = scrape(live)
+        assert 10 * 3600 <= value(samples, "diffstore_reader_lag_seconds", **lag) < 11 * 3600
+        assert value(samples, "diffstore_reader_lag_generations", **lag) == 2
+        # a self-reader: its target is its own collection; from the beginning, the oldest unread is g1
+        own = {"collection": "src", "reader": "self", "target": "src"}
+        assert 10 * 3600 <= value(samples, "diffstore_reader_lag_seconds", **own) < 11 * 3600
+        live.ok("PUT", "/collections/dst/readers/r", {"generationId": es("g2")})
+        assert 3600 <= value(scrape(live), "diffstore_reader_lag_seconds", **lag) < 2 * 3600
+        # generations committed before commit times were recorded: the age is unknown, so no sample
+        with live.store.write() as scope:
+            scope.txn.drop(live.store.tables.commits, delete=False)
+        samples = scrape(live)
+        assert ("diffstore_reader_lag_seconds", frozenset(lag.items())) not in samples
+        assert value(samples, "diffstore_reader_lag_generations", **lag) == 1
 
 
 def test_longpoll_waiters_gauge(manual: Live) -> None:

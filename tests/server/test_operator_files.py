@@ -81,6 +81,7 @@ def test_the_alerting_rules_parse_and_query_only_exported_series(server_series: 
     rules = [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
     assert {rule["alert"] for rule in rules} == {
         "DiffstoreReaderLagGrowing",
+        "DiffstoreReaderLagOld",
         "DiffstoreAutoCommitFailing",
         "DiffstoreStorageNearlyFull",
         "DiffstoreWorkerRestarting",
@@ -89,4 +90,4 @@ def test_the_alerting_rules_parse_and_query_only_exported_series(server_series: 
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], rule
     names = queried([rule["expr"] for rule in rules])
     assert names - server_series.keys() == set()
-    assert "diffstore_store_map_size_bytes" in names
+    assert {"diffstore_store_map_size_bytes", "diffstore_reader_lag_seconds"} <= names
