@@ -482,81 +482,25 @@ async function viewCollections(signal) {
 
 // ---- Pipeline graph --------------------------------------------------------------------------------
 
-function layoutGraph(overview) {
-  const names = new Set(overview.collections.map((c) => c.name));
-  const edges = [];
-  const nodes = new Map();
-  const node = (id, stream) => {
-    if (!nodes.has(id)) nodes.set(id, { id, stream, preds: [], depth: 0 });
-    return nodes.get(id);
-  };
-  for (const c of overview.collections) {
-    for (const r of c.readers) {
-      const stream = !r.targetIsCollection || !names.has(r.target);
-      node(r.target, stream);
-      node(c.name, false).preds.push(r.target);
-      edges.push({ from: r.target, to: c.name, reader: r.readerName, lag: r.lagGenerations });
-    }
-  }
-  // depth = the longest path from a source (bounded, so a cycle cannot loop forever)
-  for (let round = 0; round < nodes.size; round++) {
-    let changed = false;
-    for (const n of nodes.values()) {
-      for (const p of n.preds) {
-        const depth = nodes.get(p).depth + 1;
-        if (p !== n.id && depth > n.depth && depth < nodes.size) { n.depth = depth; changed = true; }
-      }
-    }
-    if (!changed) break;
-  }
-  // a source sits just left of the first collection that reads it (not always in the first column)
-  for (const n of nodes.values()) {
-    if (n.preds.length) continue;
-    const next = edges.filter((e) => e.from === n.id).map((e) => nodes.get(e.to).depth);
-    if (next.length) n.depth = Math.max(0, Math.min(...next) - 1);
-  }
-  const columns = [];
-  for (const n of [...nodes.values()].sort((a, b) => a.id.localeCompare(b.id))) {
-    (columns[n.depth] ||= []).push(n);
-  }
-  const W = 190, H = 40, DX = 330, DY = 64;
-  columns.forEach((column, depth) => column.forEach((n, i) => { n.x = 20 + depth * DX; n.y = 20 + i * DY; }));
-  const width = Math.max(400, 40 + (columns.length - 1) * DX + W);
-  const height = Math.max(120, 40 + Math.max(0, ...columns.map((c) => c.length)) * DY);
-  const isolated = overview.collections.filter((c) => !nodes.has(c.name)).map((c) => c.name);
-  return { nodes, edges, width, height, W, H, isolated };
-}
-
-function graphSvg(g) {
-  const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${g.width}" height="${g.height}" role="img" aria-label="pipeline graph">
-<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="#98a2b3"/></marker></defs>`];
-  for (const e of g.edges) {
-    const a = g.nodes.get(e.from), b = g.nodes.get(e.to);
-    const x1 = a.x + g.W, y1 = a.y + g.H / 2, x2 = b.x, y2 = b.y + g.H / 2;
-    const mid = (x1 + x2) / 2;
-    const behind = e.lag !== null && e.lag > 0;
-    parts.push(`<path class="edge${behind ? " behind" : ""}" d="M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}" marker-end="url(#arrow)"><title>${esc(e.to)} reads ${esc(e.from)} (reader ${esc(e.reader)})</title></path>`);
-    const lag = e.lag === null ? "" : ` · lag ${e.lag}`;
-    // near the source: the arrows of one target converge, their sources are apart
-    parts.push(`<text class="edge-label" x="${x1 + 8}" y="${y1 - 5}">${esc(e.reader)}${lag}</text>`);
-  }
-  for (const n of g.nodes.values()) {
-    const label = n.id.length > 26 ? n.id.slice(0, 25) + "…" : n.id;
-    const inner = `<rect width="${g.W}" height="${g.H}"/><text x="10" y="25">${esc(label)}</text><title>${esc(n.id)}</title>`;
-    const link = n.stream ? inner : `<a href="#/browse/${encodeURIComponent(n.id)}">${inner}</a>`;
-    parts.push(`<g class="node${n.stream ? " stream" : ""}" data-node="${esc(n.id)}" transform="translate(${n.x},${n.y})">${link}</g>`);
-  }
-  parts.push("</svg>");
-  return parts.join("");
-}
+// layoutGraph and graphSvg: graph.js
 
 async function viewGraph(signal) {
-  main().innerHTML = `<h2>Pipeline</h2><p class="muted">An arrow A → C: a reader of C follows A (C is computed from A).
-Dashed boxes are stream sources (readers whose target is not a collection, such as <code>hstream://…</code>).
-Orange arrows: the reader is behind.</p><div id="graph"></div><p id="isolated" class="muted"></p>`;
+  main().innerHTML = `<h2>Pipeline</h2><p class="muted">An arrow A → C: a reader of C follows A (C is computed from A),
+labelled with the reader's name and lag. Dashed boxes are stream sources (readers whose target is not a collection,
+such as <code>hstream://…</code>); a loop is a collection that reads itself. Orange arrows: the reader is behind.
+A collection's box opens it in Browse.</p>
+<div id="graph" aria-busy="true"><p class="muted loading">Loading the pipeline…</p></div><p id="isolated" class="muted"></p>`;
   const draw = (overview) => {
+    const box = document.getElementById("graph");
     const g = layoutGraph(overview);
-    document.getElementById("graph").innerHTML = g.edges.length ? graphSvg(g) : '<p class="muted">No readers yet: nothing reads anything.</p>';
+    box.setAttribute("aria-busy", "false");
+    if (!overview.collections.length) {
+      box.innerHTML = '<p class="muted empty">No collections yet: create one (<code>diffstore collections create</code>) and it shows here.</p>';
+    } else if (!g.edges.length) {
+      box.innerHTML = '<p class="muted empty">No readers yet: no collection reads another or a stream, so there is no pipeline to draw.</p>';
+    } else {
+      box.innerHTML = graphSvg(g);
+    }
     const shown = g.isolated.slice(0, 50).map(esc).join(", ");
     document.getElementById("isolated").innerHTML = g.isolated.length
       ? `Not in any pipeline (${g.isolated.length}): ${shown}${g.isolated.length > 50 ? ", …" : ""}`
