@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -227,6 +228,7 @@ def _normalize(items: Iterable[PutItem], if_not_present: bool) -> _Batch:
     return _validated(latest, flagged)
 
 
+_FIRST = operator.itemgetter(0)  # a key: (key, value) pairs sort by their (distinct) keys alone
 _NO_BATCH = _Batch({}, set(), 0, False)  # the fast path's: nothing left for the general path
 _KEY_TYPES = frozenset({bytes})
 _VALUE_TYPES = frozenset({bytes, type(None)})
@@ -401,6 +403,10 @@ def put_many(
                 continue
             kept[key] = value
         latest = kept
+    if fast is None and latest and batch.longest <= layout.LONG_KEY_PREFIX:
+        # Any other batch of short keys, sorted, takes the compiled rows too (None: not built): sorting in
+        # C costs less than building the rows as lists of bytes, and the rows then ascend.
+        fast = layout.sorted_short_rows(prefix, seq, sorted(latest.items(), key=_FIRST))
     if fast is not None:
         count = len(fast)
         _put_rows(txn.cursor(db=tables.records), fast.records, fast.first_record_key, count, True)

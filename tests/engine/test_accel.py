@@ -108,7 +108,7 @@ def test_other_shapes_take_the_general_path(items: list[object]) -> None:
     assert layout.sorted_short_rows(b"\x00\x00\x00\x01", 1, tuple(items)) is None
 
 
-def test_a_sorted_batch_takes_the_fast_path(tmp_path: Path) -> None:
+def test_a_batch_of_short_keys_takes_the_compiled_rows(tmp_path: Path) -> None:
     accel = layout.ACCEL
     assert accel is not None
     with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
@@ -122,13 +122,21 @@ def test_a_sorted_batch_takes_the_fast_path(tmp_path: Path) -> None:
 
         with mock.patch.object(accel, "sorted_short_rows", spy):
             coll.put_many([(b"a", b"1"), (b"b", None), (b"c\x00", b"3")], generation_id=b"1")
-            coll.put_many([(b"b", b"1"), (b"a", b"2")], generation_id=b"1")  # unsorted: the general way
-        assert [answer is not None for answer in answers] == [True, False]
+            # unsorted, a key twice: the last item wins, then the rows of the sorted batch are compiled too
+            coll.put_many([(b"b", b"1"), (b"a", b"2"), (b"b", b"0")], generation_id=b"1")
+            coll.put_many([(b"d", b"4"), (b"x" * 201, b"5")], generation_id=b"1")  # a long key: no call
+        # each put asks first as given (a sorted list: no dict), then the unsorted one asks again sorted
+        assert [answer is not None for answer in answers] == [True, False, True, False]
+        assert [bytes(key) for key, _ in answers[2].records()] == [
+            layout.record_key(layout.cid_bytes(1), layout.key_form(key), 1) for key in (b"a", b"b")
+        ]
         coll.commit_generation(b"1")
         assert [(i.key, i.to_value) for i in coll.diff(b"", b"1")] == [
             (b"a", b"2"),
-            (b"b", b"1"),
+            (b"b", b"0"),
             (b"c\x00", b"3"),
+            (b"d", b"4"),
+            (b"x" * 201, b"5"),
         ]
 
 
