@@ -143,6 +143,12 @@ def test_totals_count_the_whole_range_not_the_page(live: Live, page: Any) -> Non
     assert page.locator("#diff tbody tr").count() == 200  # one page
     text = page.inner_text("#totals")
     assert "+ 1 inserted" in text and "~ 1 updated" in text and "− 300 deleted" in text and "302 keys" in text
+    # the filter on a page without that kind says so, and that the next page may have some
+    page.select_option("#kind", "inserted")
+    assert "No inserted key on this page: the next page may have some" in page.inner_text("#none-of-kind")
+    page.click("#next")
+    page.wait_for_selector("#diff tbody tr[data-key='z']:not([hidden])")
+    assert page.locator("#none-of-kind").count() == 0
 
 
 def test_a_lineage_span_links_to_its_diff(live: Live, page: Any) -> None:

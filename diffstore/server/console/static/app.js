@@ -305,8 +305,11 @@ function generationInfo(name, es) {
     const after = new Uint8Array(bytes.length + 1);
     after.set(bytes);
     const query = new URLSearchParams({ limit: "1", before: bytesToEs(after).value, beforeEncoding: "base64" });
-    const asked = api("GET", `${collectionPath(name)}/generations?${query}`).then((list) =>
-      list.items.length && sameEs(list.items[0].generationId, es) ? list.items[0] : null);
+    const asked = api("GET", `${collectionPath(name)}/generations?${query}`).then((list) => {
+      if (list.items.length && sameEs(list.items[0].generationId, es)) return list.items[0];
+      generationInfos.delete(key); // not committed (yet: an open generation may be committed later)
+      return null;
+    });
     asked.catch(() => generationInfos.delete(key)); // asked again next time
     generationInfos.set(key, asked);
   }
@@ -823,6 +826,13 @@ in a JSON object or array, <mark class="field changed">the fields that changed</
     }
     const note = document.getElementById("filtered");
     if (note) note.textContent = kind ? ` · ${shown} of ${rows.length} ${kind}` : "";
+    const none = document.getElementById("none-of-kind");
+    if (none) none.remove();
+    if (kind && rows.length && !shown) {
+      const more = !document.getElementById("next").disabled;
+      document.querySelector("#diff tbody").insertAdjacentHTML("beforeend",
+        `<tr id="none-of-kind"><td colspan="5" class="muted">No ${kind} key on this page${more ? ": the next page may have some" : ""}.</td></tr>`);
+    }
   };
 
   const render = (page) => {
@@ -838,10 +848,10 @@ in a JSON object or array, <mark class="field changed">the fields that changed</
     const tbody = document.querySelector("#diff tbody");
     tbody.innerHTML = rows.join("") || '<tr><td colspan="5" class="muted">no changes in this range</td></tr>';
     document.getElementById("range").innerHTML = `Changes after ${genHtml(name, page.fromGenerationId)} up to ${genHtml(name, page.toGenerationId)} · ${page.items.length} on this page<span id="filtered"></span>`;
-    applyKind();
     document.getElementById("page").textContent = `page ${index + 1} · ${seen} items so far`;
     document.getElementById("prev").disabled = index <= 0;
     document.getElementById("next").disabled = !nextHow(page);
+    applyKind();
   };
 
   // The next page: the cursor, or, when the server cut a long range short, the rest of the range.
