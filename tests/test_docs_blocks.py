@@ -553,6 +553,35 @@ def test_backups(tmp_path: Path, server: LiveServer) -> None:
     page.done()
 
 
+# --- docs/cli.md -------------------------------------------------------------------------------------
+
+
+@page_test("docs/cli.md")
+def test_cli(tmp_path: Path, server: LiveServer) -> None:
+    page = Page("docs/cli.md")
+    check_synopsis(page.next("diffstore collections create NAME"))
+    env = shell_env(server.url)
+    printed = sh(page.next("diffstore collections create orders --manual"), tmp_path, env).splitlines()
+    assert "committed generation g2 of orders" in printed
+    log = [line for line in printed if line.startswith(("g2\t", "g1\t"))]
+    assert [line.split("\t")[0] for line in log] == ["g2", "g1"]
+    assert log[0].split("\t")[2] == "2 keys" and log[1].split("\t")[2:] == ["2 keys", "job=by-hand"]
+    printed = sh(page.next("diffstore collections create notes --auto"), tmp_path, env).splitlines()
+    assert printed[-1] == "removed collection notes"
+    printed = sh(page.next("diffstore query orders --generation ~1"), tmp_path, env).splitlines()
+    assert printed == [
+        "apple\tred",
+        "pear\tgreen",
+        "0 inserted, 1 updated, 1 deleted",
+        "- apple\tred",
+        "~ pear\tgreen\tyellow",
+    ]
+    printed = sh(page.next("diffstore collections create report --manual"), tmp_path, env).splitlines()
+    assert "from_orders\torders\tg2" in printed and "pear\tyellow" in printed
+    assert printed[-1] == "removed reader from_orders"
+    page.done()
+
+
 # --- docs/operations.md ------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """The data commands of ``diffstore``, over the HTTP API through :class:`diffstore.client.Client`.
 
-``collections ls|create|rm|show``, ``get``, ``put``, ``query``, ``diff`` and ``readers ls``. Each takes
+``collections ls|create|rm|show``, ``get``, ``query`` and ``diff`` (the writes are in :mod:`write_cli`,
+the readers in :mod:`readers_cli`). Each takes
 ``--url``/``DIFFSTORE_URL``, ``--token``/``DIFFSTORE_TOKEN`` and ``--format text|json``. Keys, values and
 generation ids are printed in the one text form of :mod:`diffstore.shell` (printable UTF-8 as is, else
 ``base64:...``), and every option taking one accepts that form back. ``--format json`` prints one JSON
@@ -26,8 +27,8 @@ from diffstore.client import _calls
 from diffstore.client._sync import Client
 from diffstore.client._transport import DEFAULT_URL
 from diffstore.engine import refs
-from diffstore.engine.types import ResolvedRef
-from diffstore.errors import BadRequest, Gone, NotFound, NotManual, StorageError
+from diffstore.engine.types import DiffItem, ResolvedRef
+from diffstore.errors import BadRequest, Gone, InvalidRequest, NotFound, StorageError
 
 PROTOCOL_DOC = "docs/protocol.md"
 
@@ -96,8 +97,11 @@ def resolve_generation(collection: _Resolving, text: str | None, what: str) -> b
         BadRequest, NotFound, Gone: the server's refusal (an unknown ref or reader, a time in the future),
             its message led by ``what``.
     """
-    if text is None:
-        return None
+    return None if text is None else resolve_given(collection, text, what)
+
+
+def resolve_given(collection: _Resolving, text: str, what: str) -> bytes:
+    """:func:`resolve_generation` of a given ``text``."""
     if not refs.is_ref(text):
         return shell.parse(text, what)
     try:
@@ -106,15 +110,23 @@ def resolve_generation(collection: _Resolving, text: str | None, what: str) -> b
         raise type(exc)(f"{what} {text}: {exc.reason}") from exc
 
 
+def add_command(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A data command: the server and output options, ``help`` as its description, the text form epilog."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=help[:1].upper() + help[1:] + ".",
+        parents=[server_options(), output_options()],
+        epilog=_EPILOG,
+    )
+    return parser
+
+
 def add_commands(subparsers: Any) -> None:
     """Registers the data commands on the ``diffstore`` command."""
-    parents = [server_options(), output_options()]
 
     def command(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = sub.add_parser(
-            name, help=help, description=help[:1].upper() + help[1:] + ".", parents=parents, epilog=_EPILOG
-        )
-        return parser
+        return add_command(sub, name, help)
 
     collections = subparsers.add_parser(
         "collections", help="list, create, remove or show collections", description="Manage collections."
@@ -140,6 +152,9 @@ def add_commands(subparsers: Any) -> None:
     parser.set_defaults(func=collections_create)
     parser = command(collections_sub, "rm", "remove a collection and all its data")
     parser.add_argument("name", metavar="NAME")
+    parser.add_argument(
+        "--yes", action="store_true", help="do not ask (needed when stdin is not a terminal: a script)"
+    )
     parser.set_defaults(func=collections_rm)
     parser = command(collections_sub, "show", "show a collection's mode and generations")
     parser.add_argument("name", metavar="NAME")
@@ -151,12 +166,6 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("--generation", metavar="G", help="read as of this generation (default: current)")
     parser.add_argument("--phantom", metavar="P", help="read with this phantom's writes (a phantom id)")
     parser.set_defaults(func=get)
-
-    parser = command(subparsers, "put", "store a value under a key (a collection that is not --manual)")
-    parser.add_argument("collection", metavar="COLLECTION")
-    parser.add_argument("key", metavar="KEY")
-    parser.add_argument("value", metavar="VALUE")
-    parser.set_defaults(func=put)
 
     parser = command(subparsers, "query", "print the records of a collection in key order")
     parser.add_argument("collection", metavar="COLLECTION")
@@ -179,18 +188,15 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument(
         "--to", dest="to_generation", metavar="G", help="up to generation G (default: current)"
     )
+    parser.add_argument(
+        "--stat",
+        action="store_true",
+        help="print only the counts of inserted, updated and deleted keys (the rows are not kept)",
+    )
     parser.set_defaults(func=diff)
 
-    readers = subparsers.add_parser(
-        "readers", help="list the readers of a collection", description="Readers."
-    )
-    readers_sub = readers.add_subparsers(dest="action", metavar="ACTION", required=True)
-    parser = command(readers_sub, "ls", "list the readers of a collection")
-    parser.add_argument("collection", metavar="COLLECTION")
-    parser.set_defaults(func=readers_ls)
 
-
-def _client(args: argparse.Namespace) -> Client:
+def client_of(args: argparse.Namespace) -> Client:
     return Client(args.url, token=args.token or None)
 
 
@@ -198,16 +204,16 @@ def _opt(text: str | None, what: str) -> bytes | None:
     return None if text is None else shell.parse(text, what)
 
 
-def _emit(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
+def emit(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
     if args.format == "json":
         sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE).decode())
     else:
         sys.stdout.write(text + "\n")
 
 
-def _emit_all(args: argparse.Namespace, rows: Iterable[tuple[dict[str, Any], str]]) -> None:
+def emit_all(args: argparse.Namespace, rows: Iterable[tuple[dict[str, Any], str]]) -> None:
     for obj, text in rows:
-        _emit(args, obj, text)
+        emit(args, obj, text)
     sys.stdout.flush()
 
 
@@ -215,10 +221,10 @@ def _emit_all(args: argparse.Namespace, rows: Iterable[tuple[dict[str, Any], str
 
 
 def collections_ls(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_of(args) as client:
         infos = client.collections()
     if args.format == "json":
-        _emit(args, {"collections": [{"name": i.name, "manual": i.manual} for i in infos]}, "")
+        emit(args, {"collections": [{"name": i.name, "manual": i.manual} for i in infos]}, "")
     else:
         for info in infos:
             print(f"{info.name}\t{'manual' if info.manual else 'auto'}")
@@ -226,22 +232,48 @@ def collections_ls(args: argparse.Namespace) -> int:
 
 
 def collections_create(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_of(args) as client:
         client.create_collection(args.name, manual=args.manual)
     mode = "manual" if args.manual else "auto"
-    _emit(args, {"created": args.name, "manual": args.manual}, f"created collection {args.name} ({mode})")
+    emit(args, {"created": args.name, "manual": args.manual}, f"created collection {args.name} ({mode})")
     return 0
 
 
 def collections_rm(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    """Removes the collection once confirmed: ``--yes``, or ``y`` typed on a terminal; without a terminal
+    and without ``--yes`` it refuses (a script must say so), and a missing collection fails first."""
+    with client_of(args) as client:
+        if not args.yes:
+            state = client.collection(args.name).state()  # noSuchCollection before any question
+            confirm_removal(args.name, state.generation_id)
         client.delete_collection(args.name)
-    _emit(args, {"removed": args.name}, f"removed collection {args.name}")
+    emit(args, {"removed": args.name}, f"removed collection {args.name}")
     return 0
 
 
+def confirm_removal(name: str, generation_id: bytes | None) -> None:
+    """Asks on the terminal; raises :class:`InvalidRequest` (nothing removed) unless the answer is yes."""
+    if not sys.stdin.isatty():
+        raise InvalidRequest(
+            f"not removing collection {name}: stdin is not a terminal to confirm on; pass --yes to remove it"
+        )
+    current = shell.quote_empty(shell.show(generation_id or b""))
+    prompt = (
+        f"remove collection {name} (current generation {current}), its data, its readers and every reader "
+        "of it? [y/N] "
+    )
+    try:
+        answer = input(prompt)
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise InvalidRequest(
+            f"not removing collection {name}: not confirmed (pass --yes to skip the question)"
+        )
+
+
 def collections_show(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_of(args) as client:
         state = client.collection(args.name).state()
     generation = shell.show_opt(state.generation_id)
     next_generation = shell.show_opt(state.next_generation_id)
@@ -259,7 +291,7 @@ def collections_show(args: argparse.Namespace) -> int:
             f"next generation\t{next_generation if next_generation is not None else '-'}",
         ]
     )
-    _emit(args, obj, text)
+    emit(args, obj, text)
     return 0
 
 
@@ -270,16 +302,16 @@ def get(args: argparse.Namespace) -> int:
     """Prints the value (text) or ``{"key","value","generationId"}`` (json); exit 1 when the key is absent."""
     key = shell.parse(args.key, "KEY")
     phantom = _opt(args.phantom, "--phantom")
-    with _client(args) as client:
+    with client_of(args) as client:
         collection = client.collection(args.collection)
         at = resolve_generation(collection, args.generation, "--generation")
         result = collection.get_result(key, at, phantom)
     value = None if result.record is None else shell.show(result.record.value)
     generation = shell.show(result.generation_id)
     if args.format == "json":
-        _emit(args, {"key": shell.show(key), "value": value, "generationId": generation}, "")
+        emit(args, {"key": shell.show(key), "value": value, "generationId": generation}, "")
     elif value is not None:
-        _emit(args, {}, value)
+        emit(args, {}, value)
     if value is None:
         print(
             f"diffstore get: no key {shell.show(key)} in {args.collection} at generation {generation}",
@@ -289,28 +321,8 @@ def get(args: argparse.Namespace) -> int:
     return 0
 
 
-def put(args: argparse.Namespace) -> int:
-    key, value = shell.parse(args.key, "KEY"), shell.parse(args.value, "VALUE")
-    with _client(args) as client:
-        collection = client.collection(args.collection)
-        if collection.manual:
-            raise NotManual(
-                f"collection {args.collection} is manual: its writer starts and commits each generation "
-                "(write with the Python client or the HTTP API, or create a collection with --auto)"
-            )
-        result = collection.put(key, value)
-        wait_for_commit(client, args.collection, result.generation_id)
-    generation = shell.show(result.generation_id)
-    _emit(
-        args,
-        {"key": shell.show(key), "generationId": generation},
-        f"put {shell.show(key)} in {args.collection} (generation {generation})",
-    )
-    return 0
-
-
 COMMIT_WAIT_S = 30.0
-"""How long ``put`` waits for the server to commit the generation it wrote into."""
+"""How long ``put``, ``delete`` and ``revert`` wait for the server to commit what they wrote."""
 
 
 def wait_for_commit(client: Client, name: str, generation_id: bytes) -> None:
@@ -333,7 +345,7 @@ def wait_for_commit(client: Client, name: str, generation_id: bytes) -> None:
 
 def query(args: argparse.Namespace) -> int:
     """One line per record: ``KEY<TAB>VALUE`` (text) or ``{"key","value"}`` (json)."""
-    with _client(args) as client:
+    with client_of(args) as client:
         collection = client.collection(args.collection)
         records = collection.query(
             generation_id=resolve_generation(collection, args.generation, "--generation"),
@@ -348,38 +360,44 @@ def query(args: argparse.Namespace) -> int:
             rows.append(({"key": key, "value": value}, f"{key}\t{value}"))
             if args.limit and count >= args.limit:
                 break
-    _emit_all(args, rows)
+    emit_all(args, rows)
     return 0
 
 
 def diff(args: argparse.Namespace) -> int:
-    """One line per changed key: ``+ KEY<TAB>NEW``, ``- KEY<TAB>OLD`` or ``~ KEY<TAB>OLD<TAB>NEW``."""
-    with _client(args) as client:
+    """One line per changed key: ``+ KEY<TAB>NEW``, ``- KEY<TAB>OLD`` or ``~ KEY<TAB>OLD<TAB>NEW``; with
+    ``--stat`` one line of counts, ``N inserted, N updated, N deleted`` (json: ``{"inserted", "updated",
+    "deleted"}``), counted as the pages arrive."""
+    with client_of(args) as client:
         collection = client.collection(args.collection)
         items = collection.diff(
             from_generation_id=resolve_generation(collection, args.from_generation, "--from"),
             to_generation_id=resolve_generation(collection, args.to_generation, "--to"),
             from_reader=args.from_reader,
         )
+        if args.stat:
+            counts = diff_stat(items)
+            text = ", ".join(f"{count} {kind}" for kind, count in counts.items())
+            emit_all(args, [(dict(counts), text)])
+            return 0
         rows = []
         for item in items:
             key = shell.show(item.key)
             old, new = shell.show_opt(item.from_value), shell.show_opt(item.to_value)
             rows.append(({"key": key, "fromValue": old, "toValue": new}, shell.change_line(key, old, new)))
-    _emit_all(args, rows)
+    emit_all(args, rows)
     return 0
 
 
-def readers_ls(args: argparse.Namespace) -> int:
-    """One line per reader: ``NAME<TAB>TARGET<TAB>GENERATION`` (``-`` when the reader has none)."""
-    with _client(args) as client:
-        readers = client.collection(args.collection).readers()
-    rows = []
-    for reader in readers:
-        generation = shell.show_opt(reader.generation_id)
-        obj = {"name": reader.name, "collection": reader.collection, "generationId": generation}
-        rows.append(
-            (obj, f"{reader.name}\t{reader.collection}\t{generation if generation is not None else '-'}")
-        )
-    _emit_all(args, rows)
-    return 0
+def diff_stat(items: Iterable[DiffItem]) -> dict[str, int]:
+    """How many of ``items`` insert, update and delete a key: the lines ``diffstore diff`` would print
+    (a key changed in two spans of a long range, paged by the server, counts in each)."""
+    counts = {"inserted": 0, "updated": 0, "deleted": 0}
+    for item in items:
+        if item.from_value is None:
+            counts["inserted"] += 1
+        elif item.to_value is None:
+            counts["deleted"] += 1
+        else:
+            counts["updated"] += 1
+    return counts

@@ -64,7 +64,7 @@ def test_collections_ls_create_show_rm(capsys: pytest.CaptureFixture[str], serve
     assert code == 0 and json.loads(out)["manual"] is True
     code, out, _ = run(capsys, server, "collections", "show", "orders")
     assert code == 0 and out.splitlines()[:2] == ["name\torders", "mode\tauto"]
-    assert run(capsys, server, "collections", "rm", "m") == (0, "removed collection m\n", "")
+    assert run(capsys, server, "collections", "rm", "m", "--yes") == (0, "removed collection m\n", "")
     assert [info.name for info in server.store.collections()] == ["orders"]
 
 
