@@ -369,20 +369,22 @@ def resolve_ref(name: str, ref: str) -> Call[ResolvedRef]:
     return Call("GET", collection_path(name, "refs"), parse, params={"ref": ref})
 
 
-def history(name: str, before: bytes | None, limit: int) -> Call[tuple[list[GenerationInfo], bool]]:
-    def entry(obj: Any, codec: Codec) -> GenerationInfo:
-        e = Fields(obj, codec, "items[]")
-        at, changed, metadata = e.raw("committedAtMs"), e.raw("changedKeys"), e.raw("metadata")
-        return GenerationInfo(
-            e.es("generationId"),
-            int(at) if at is not None else None,
-            int(changed) if changed is not None else None,
-            {str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else None,
-        )
+def _generation_info(obj: Any, codec: Codec, where: str) -> GenerationInfo:
+    """``{generationId, committedAtMs, changedKeys, metadata}`` (SPEC §8) as the history lists it."""
+    e = Fields(obj, codec, where)
+    at, changed, metadata = e.raw("committedAtMs"), e.raw("changedKeys"), e.raw("metadata")
+    return GenerationInfo(
+        e.es("generationId"),
+        int(at) if at is not None else None,
+        int(changed) if changed is not None else None,
+        {str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else None,
+    )
 
+
+def history(name: str, before: bytes | None, limit: int) -> Call[tuple[list[GenerationInfo], bool]]:
     def parse(obj: Any, codec: Codec) -> tuple[list[GenerationInfo], bool]:
         f = Fields(obj, codec, "response")
-        infos = [entry(e, codec) for e in f.array("items")]
+        infos = [_generation_info(e, codec, "items[]") for e in f.array("items")]
         return infos, f.has("nextBefore") and f.raw("nextBefore") is not None
 
     return Call("GET", collection_path(name, "generations"), parse, params=_generations_params(before, limit))
@@ -435,6 +437,10 @@ def generation_records(
             f.es_opt("previousGenerationId"),
             readers_of(f, "moves"),
             readers_of(f, "readers"),
+            # an older server sends no commit fields: None, and a replica's clock stands in
+            _generation_info(obj | {"generationId": codec.es(generation_id)}, codec, "response")
+            if isinstance(obj, dict) and "committedAtMs" in obj
+            else None,
         )
 
     return Call("POST", collection_path(name, "generations", "records"), parse, body)

@@ -197,8 +197,8 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
     moves = [(readers.put_copy(txn, tables, meta, reader), reader) for reader in step.readers]
     lineage.record(txn, tables, meta, moves)
     assert meta.next_seq is not None
-    # the primary's time and metadata; its changed keys are the records it sent (one per key)
-    history.record(txn, tables, meta, meta.next_seq, step.committed_at_ms, step.metadata)
+    if step.recorded:  # the primary's time and metadata; its changed keys: the records it sent (one a key)
+        history.record(txn, tables, meta, meta.next_seq, step.committed_at_ms, step.metadata)
     meta = _commit(txn, tables, meta)
     if step.floor and step.previous is None and step.records:
         meta = meta.with_(gc_horizon=meta.generation)
@@ -377,6 +377,7 @@ def generation_records(
             for move in lineage.moves_of(txn, tables, meta, seq)
         ),
         readers=tuple(readers.list_readers(txn, tables, meta)),
+        info=history.info(txn, tables, meta, seq, bytes(generation_id)),
     )
 
 

@@ -383,7 +383,10 @@ class ReplicaGeneration:
             in the same transaction, for ``/replica`` and the metrics).
 
         committed_at_ms, metadata: the primary's commit time and metadata (SPEC §8), kept as they are
-            (None time: unknown on the primary, the replica's clock stands in).
+            (None time: not told, the replica's clock stands in).
+        recorded: False when the primary has no commit row for it (its initial generation, or one
+            committed before commit times existed): the replica writes none either, so both histories
+            list it with unknown time, count and metadata.
     """
 
     collection: str
@@ -397,6 +400,7 @@ class ReplicaGeneration:
     unapplied_since_ms: int | None = None
     committed_at_ms: int | None = None
     metadata: dict[str, str] | None = None
+    recorded: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +409,8 @@ class GenerationRecords:
 
     ``next_key``: where the next page starts (None: no more). On the first page (no ``from_key``) also:
     ``previous``, the committed generation before it (None: it is the first); ``moves``, the readers its
-    commit moved, at their new positions; ``readers``, the collection's readers now.
+    commit moved, at their new positions; ``readers``, the collection's readers now; ``info``, its commit
+    time, changed keys and metadata (SPEC §8: what a replica keeps; None from a server older than them).
     """
 
     records: list[tuple[bytes, bytes | None]]
@@ -413,6 +418,7 @@ class GenerationRecords:
     previous: bytes | None = None
     moves: tuple[Reader, ...] = ()
     readers: tuple[Reader, ...] = ()
+    info: GenerationInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,12 +154,14 @@ class Follower:
 @dataclass(frozen=True, slots=True)
 class Fetched:
     """One primary generation as read: the generation before it, its records, the readers its commit
-    moved, and the collection's readers then (holds left out)."""
+    moved, the collection's readers then (holds left out), and its commit time and metadata (None: a
+    primary older than them)."""
 
     previous: bytes | None
     records: list[tuple[bytes, bytes | None]]
     moves: tuple[Reader, ...]
     readers: list[Reader]
+    info: GenerationInfo | None = None
 
 
 class CollectionFollower:
@@ -241,25 +243,26 @@ class CollectionFollower:
         """Takes the first copy of the collection; False when the primary has no such collection."""
         try:
             manual = self.client.collection(self.name).manual
-            listed: list[bytes] = []
+            listed: list[GenerationInfo] = []
             before: bytes | None = None
             while True:
-                ids, more = self.primary.generations(before, limit=1000)
-                listed.extend(ids)
-                if not more or not ids:
+                infos, more = self.primary.history(before, limit=1000)
+                listed.extend(infos)
+                if not more or not infos:
                     break
-                before = ids[-1]
+                before = infos[-1].generation_id
             self.primary.delete_reader(self.reader)
-            oldest: bytes | None = None
-            for generation_id in reversed(listed):  # the oldest one readers may still read
+            first: GenerationInfo | None = None
+            for info in reversed(listed):  # the oldest one readers may still read
                 try:
-                    self.primary.create_reader(self.reader, generation_id=generation_id)
+                    self.primary.create_reader(self.reader, generation_id=info.generation_id)
                 except GenerationCollected:
                     continue
-                oldest = generation_id
+                first = info
                 break
-            if oldest is None:
+            if first is None:
                 return True  # the primary moved under us: try again
+            oldest = first.generation_id
             records: list[tuple[bytes, bytes | None]] = [
                 (r.key, r.value)
                 for r in self.primary.query(generation_id=oldest, limit=self.config.page_records)
@@ -270,7 +273,19 @@ class CollectionFollower:
             return False
         except (GenerationCollected, ReaderExists):
             return True  # the primary moved under us: try again
-        step = ReplicaGeneration(self.name, manual, None, oldest, records, floor=True)
+        # its commit time and metadata as the primary lists them (none listed: none kept); its changed
+        # keys are those the copy wrote (every record visible there: what its index holds)
+        step = ReplicaGeneration(
+            self.name,
+            manual,
+            None,
+            oldest,
+            records,
+            floor=True,
+            committed_at_ms=first.committed_at_ms,
+            metadata=first.metadata,
+            recorded=first.committed_at_ms is not None,
+        )
         self.store.apply_replica_generation(step)
         return True
 
@@ -291,7 +306,7 @@ class CollectionFollower:
             records.extend(more.records)
             from_key = more.next_key
         moves = tuple(r for r in page.moves if not r.name.startswith(READER_PREFIX))
-        return Fetched(page.previous, records, moves, reader_copies(list(page.readers)))
+        return Fetched(page.previous, records, moves, reader_copies(list(page.readers)), page.info)
 
     def targets_not_copied_yet(self, batch: list[tuple[bytes, Fetched]]) -> bool:
         """Whether a reader these commits move targets a collection of the primary that the replica has
@@ -319,8 +334,9 @@ class CollectionFollower:
         fetched: dict[bytes, Fetched],
         known: dict[bytes, GenerationInfo] | None = None,
     ) -> None:
-        """Applies ``ahead``; ``known``: the primary's commit time and metadata of those listed (the
-        one-request path lists none: the replica's clock stands in, and no metadata)."""
+        """Applies ``ahead`` with the primary's commit time and metadata of each: from its fetched first
+        page, else from ``known`` (the history listed on the catch-up path, for a primary whose pages do
+        not carry them); when neither knows, the replica's clock stands in, with no metadata."""
         now_ms = time.time_ns() // 1_000_000
         if self.behind_since_ms is None:
             self.behind_since_ms = now_ms
@@ -348,7 +364,8 @@ class CollectionFollower:
             for generation_id, one in batch:
                 done += 1
                 left = len(ahead) - done
-                info = (known or {}).get(generation_id, GenerationInfo(generation_id))
+                told = one.info or (known or {}).get(generation_id)
+                info = told or GenerationInfo(generation_id)
                 self.store.apply_replica_generation(
                     ReplicaGeneration(
                         self.name,
@@ -361,6 +378,7 @@ class CollectionFollower:
                         unapplied_since_ms=self.behind_since_ms if left else None,
                         committed_at_ms=info.committed_at_ms,
                         metadata=info.metadata,
+                        recorded=told is None or told.committed_at_ms is not None,
                     )
                 )
                 position = generation_id

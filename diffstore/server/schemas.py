@@ -438,6 +438,9 @@ class GenerationRecordsResponse(BaseModel):
     previousGenerationId: ES | None = Field(None, description="first page: the committed generation before")
     moves: list[ReplicatedReader] | None = Field(None, description="first page: the readers its commit moved")
     readers: list[ReplicatedReader] | None = Field(None, description="first page: the collection's readers")
+    committedAtMs: int | None = Field(None, description="first page: its commit time (Unix ms)")
+    changedKeys: int | None = Field(None, description="first page: the keys it wrote")
+    metadata: dict[str, str] | None = Field(None, description="first page: its commit's metadata")
     nextKey: ES | None = Field(None, description="present when more records remain: the next page's fromKey")
 
 

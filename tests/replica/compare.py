@@ -78,3 +78,16 @@ def generations(client: Client) -> dict[str, list[bytes]]:
             ids += page
         out[info.name] = ids[::-1]
     return out
+
+
+def histories(client: Client) -> dict[str, Any]:
+    """Each collection's history (SPEC §8: commit time, changed keys, metadata), newest first."""
+    out: dict[str, Any] = {}
+    for info in client.collections():
+        c = client.collection(info.name)
+        infos, more = c.history(limit=1000)
+        while more:
+            page, more = c.history(before=infos[-1].generation_id, limit=1000)
+            infos += page
+        out[info.name] = infos
+    return out

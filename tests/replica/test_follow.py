@@ -7,9 +7,10 @@ from __future__ import annotations
 from diffstore.client import Client
 from diffstore.engine.types import ReaderUpdate
 from diffstore.errors import DiffstoreError
+from tests.faults import paused
 from tests.helpers import wait_until
 
-from .compare import caught_up, every_read, generations, state
+from .compare import caught_up, every_read, generations, histories, state
 from .conftest import Server
 
 LONG = b"L" * 300
@@ -82,6 +83,7 @@ def test_replica_answers_every_read_as_the_primary(primary: Server, replica: Ser
         assert "D" not in state(r)
         held = generations(p)
         assert generations(r) == held
+        assert histories(r) == histories(p)
         mine, theirs = every_read(r, held), every_read(p, held)
         differ = [
             (name, g, kind, mine[name][g][kind], answer)
@@ -91,3 +93,46 @@ def test_replica_answers_every_read_as_the_primary(primary: Server, replica: Ser
             if mine[name][g][kind] != answer
         ]
         assert not differ, differ[:3]  # (collection, generation, read, replica's answer, primary's answer)
+
+
+def test_the_replica_lists_the_primarys_history(primary: Server, replica: Server) -> None:
+    """SPEC §8: a replica keeps the primary's commit times, changed keys and metadata, whether it applies
+    one new generation (one request) or catches up on several (after a pause)."""
+    with primary.client() as p, replica.client() as r:
+        h = p.create_collection("H", manual=True, initial_generation_id=b"0")
+        n = p.create_collection("N", manual=False)
+
+        def commit(g: bytes) -> None:
+            h.start_generation(g)
+            h.put_many([(b"k", g), (b"k" + g, b"v")], generation_id=g)
+            h.commit_generation(g, metadata={"job": "history", "round": g.decode()})
+
+        commit(b"1")
+        wait_until(lambda: caught_up(p, r), 60, what="the first copy")
+        commit(b"2")  # the replica stands at 1: it applies 2 with one request
+        n.put(b"x", b"1")
+        wait_until(
+            lambda: caught_up(p, r) and r.collection("N").generation_id != b"\0" * 8,
+            60,
+            what="2 and N's first commit on the replica",
+        )
+        assert histories(r) == histories(p)
+        assert r.collection("H").history(limit=1)[0][0].metadata == {"job": "history", "round": "2"}
+        assert replica.process is not None
+        with paused(replica.process):  # then it finds 3, 4 and 5 at once: the catch-up path
+            for g in (b"3", b"4", b"5"):
+                commit(g)
+            n.put(b"y", b"2")
+            wait_until(lambda: n.generation_state()[0] != b"\0" * 7 + b"\1", 60, what="N's second commit")
+        wait_until(lambda: caught_up(p, r), 60, what="the replica to catch up")
+        mine, theirs = histories(r), histories(p)
+        assert mine == theirs
+        assert [(i.generation_id, i.changed_keys) for i in theirs["H"]] == [
+            (b"5", 2),
+            (b"4", 2),
+            (b"3", 2),
+            (b"2", 2),
+            (b"1", 2),
+            (b"0", None),
+        ]
+        assert all(i.committed_at_ms is not None for i in theirs["H"][:-1])

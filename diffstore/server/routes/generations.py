@@ -46,6 +46,10 @@ async def generation_records(request: Request, c: str) -> Response:
             body["previousGenerationId"] = out.es_opt(page.previous)
             body["moves"] = [_reader(r, out) for r in page.moves]
             body["readers"] = [_reader(r, out) for r in page.readers]
+            if page.info is not None:  # the commit as its history lists it (a replica keeps it)
+                body["committedAtMs"] = page.info.committed_at_ms
+                body["changedKeys"] = page.info.changed_keys
+                body["metadata"] = page.info.metadata
         return body
 
     return await handle(request, work, Limit.OTHER)
