@@ -7,13 +7,21 @@ routes accept and answer. Field names are the wire's camelCase names.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+_AS_OF = "read as of this instant (Unix ms): the newest generation committed at or before it, instead of "
+
+
+def _as_of(instead_of: str) -> Any:
+    """A field of Unix milliseconds read as "the newest generation committed at or before" (SPEC §8)."""
+    return Field(None, ge=0, description=_AS_OF + f"{instead_of} (none by then: 404 noSuchGeneration)")
 
 
 class ES(BaseModel):
@@ -73,6 +81,7 @@ class GetItem(_Model):
     key: ES
     generationId: ES | None = None
     phantomId: ES | None = None
+    asOfMs: int | None = _as_of("generationId")
 
 
 class GetResponse(BaseModel):
@@ -86,6 +95,7 @@ class GetMany(_Model):
     keys: list[ES] = Field(max_length=10_000)
     generationId: ES | None = None
     phantomId: ES | None = None
+    asOfMs: int | None = _as_of("generationId")
 
 
 class GetManyItem(BaseModel):
@@ -105,6 +115,7 @@ class GetKeysAround(_Model):
     limit: int = Field(ge=1, le=1000)
     generationId: ES | None = None
     phantomId: ES | None = None
+    asOfMs: int | None = _as_of("generationId")
 
 
 class KeysAroundResponse(BaseModel):
@@ -280,6 +291,7 @@ class PhantomChangesResponse(BaseModel):
 class StartQuery(_Model):
     generationId: ES | None = None
     phantomId: ES | None = None
+    asOfMs: int | None = _as_of("generationId")
     fromKey: ES | None = None
     toKey: ES | None = None
     limit: int | None = Field(default=None, ge=1, le=10_000)
@@ -299,7 +311,9 @@ class DiffFromReader(_Model):
 class StartDiff(_Model):
     fromGenerationId: ES | None = None
     fromReader: DiffFromReader | None = None
+    fromAsOfMs: int | None = _as_of("fromGenerationId")
     toGenerationId: ES | None = None
+    toAsOfMs: int | None = _as_of("toGenerationId")
     omitIntermediateValues: bool | None = None
     fromKey: ES | None = None
     toKey: ES | None = None

@@ -71,3 +71,34 @@ def test_every_route_has_its_slash_twin_and_spec_routes_are_documented() -> None
         assert (method, twin) in routes, (method, twin)
     paths = app.openapi()["paths"]
     assert {(m.upper(), p) for p, ops in paths.items() for m in ops} >= SPEC_ROUTES
+
+
+AS_OF_FIELDS = {
+    ("POST", "/collections/{c}/get"): {"asOfMs"},
+    ("POST", "/collections/{c}/getMany"): {"asOfMs"},
+    ("POST", "/collections/{c}/getKeysAround"): {"asOfMs"},
+    ("POST", "/collections/{c}/query/"): {"asOfMs"},
+    ("POST", "/collections/{c}/diff/"): {"fromAsOfMs", "toAsOfMs"},
+}
+"""SPEC §8: the routes that read as of an instant, and their fields (wire_requests parses them)."""
+
+
+def test_as_of_fields_are_documented_where_they_are_taken() -> None:
+    document = create_app(cast(Store, None)).openapi()
+    components = document["components"]["schemas"]
+    found: dict[tuple[str, str], set[str]] = {}
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            content = operation.get("requestBody", {}).get("content", {})
+            for media in ("application/json", "application/msgpack"):
+                ref = content.get(media, {}).get("schema", {}).get("$ref", "")
+                schema = components[ref.rsplit("/", 1)[-1]] if ref else {}
+                properties = schema.get("properties", {})
+                fields = {name for name in properties if name.endswith("sOfMs")}
+                for name in fields:
+                    # Unix milliseconds: an integer >= 0 (or null: absent)
+                    kinds = properties[name].get("anyOf", [properties[name]])
+                    assert {"type": "integer", "minimum": 0} in kinds, (path, name, kinds)
+                if fields:
+                    found.setdefault((method.upper(), path), set()).update(fields)
+    assert found == AS_OF_FIELDS
