@@ -169,11 +169,14 @@ def test_log_starts_at_a_ref_and_stops_at_since(
     code, out, _ = run(capsys, server, "log", "C", "--since", "1h")
     assert [line.split("\t")[0] for line in out.splitlines()] == ["c3", "c2", "c1"]
     with Client(server.url) as client:
-        c2_ms = client.collection("C").resolve_ref("c2").committed_at_ms
+        times = {g: client.collection("C").resolve_ref(g).committed_at_ms for g in ("c3", "c2", "c1")}
+    c2_ms = times["c2"]
     assert c2_ms is not None
     iso = datetime.fromtimestamp(c2_ms // 1000, UTC) + timedelta(milliseconds=c2_ms % 1000)
     code, out, _ = run(capsys, server, "log", "C", "--since", iso.isoformat())
-    assert [line.split("\t")[0] for line in out.splitlines()][-1] == "c2"
+    # c3 and c2, and c1 only if it was committed in the same millisecond as c2
+    since = [g for g, at in times.items() if at is not None and at >= c2_ms]
+    assert [line.split("\t")[0] for line in out.splitlines()] == since
     later = datetime.now(UTC) + timedelta(hours=1)
     assert run(capsys, server, "log", "C", "--since", later.isoformat()) == (0, "", "")
 
