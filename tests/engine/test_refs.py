@@ -1,11 +1,16 @@
-"""The ref grammar (``diffstore.engine.refs.parse``), pure: each form's typed value, each bad text refused."""
+"""The ref grammar (``diffstore.engine.refs.parse``), pure: each form's typed value, each bad text refused;
+and time and ~N refs resolved against a store's own clock."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
+from diffstore import ResolvedRef
 from diffstore.engine import refs
-from diffstore.errors import InvalidEncoding, InvalidRequest, text_form
+from diffstore.errors import InvalidEncoding, InvalidRequest, NoSuchGeneration, text_form
+from tests.engine.conftest import StoreFactory
 
 
 @pytest.mark.parametrize(
@@ -50,3 +55,30 @@ def test_ids_that_read_as_refs_are_printed_in_base64(data: bytes) -> None:
     """The text form never prints an id as a ref: printed and given back, it names the same id."""
     shown = text_form(data)
     assert shown.startswith("base64:") and refs.parse(shown) == refs.Literal(data)
+
+
+def test_time_refs_against_a_clock(open_store: StoreFactory) -> None:
+    """``@TIME`` on the store's clock: at or before a commit, before the first one, and the future."""
+    now = [1_000_000]
+    c = open_store(clock_ms=lambda: now[0]).create_collection("A", manual=True)
+    for g, at in ((b"g1", 1_000_000), (b"g2", 2_000_000)):
+        now[0] = at
+        c.start_generation(g)
+        c.commit_generation(g)
+    now[0] = 3_000_000
+
+    def at(ms: int) -> str:
+        return "@" + datetime.fromtimestamp(ms // 1000, UTC).isoformat()
+
+    assert c.resolve_ref(at(1_000_000)) == ResolvedRef(b"g1", 1_000_000)
+    assert c.resolve_ref(at(1_999_000)) == ResolvedRef(b"g1", 1_000_000)
+    assert c.resolve_ref(at(2_000_000)) == ResolvedRef(b"g2", 2_000_000)
+    assert c.resolve_ref(at(3_000_000)) == ResolvedRef(b"g2", 2_000_000)  # now: not the future
+    with pytest.raises(NoSuchGeneration):
+        c.resolve_ref(at(999_000))
+    with pytest.raises(InvalidRequest, match="future"):
+        c.resolve_ref(at(3_001_000))
+    assert c.resolve_ref("~1") == ResolvedRef(b"g1", 1_000_000)
+    assert c.resolve_ref("~2") == ResolvedRef(b"", None)  # the initial generation, never committed
+    with pytest.raises(NoSuchGeneration):
+        c.resolve_ref("~3")
