@@ -37,7 +37,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,10 +57,6 @@ def key(i: int) -> bytes:
 
 def value(i: int, salt: int = 0) -> bytes:
     return (b"%08d:%08d:" % (i, salt)).ljust(100, b"v")
-
-
-def best_of(runs: int, fn: Callable[[], float]) -> float:
-    return min(fn() for _ in range(runs))
 
 
 def anon_rss_mb() -> float:
@@ -271,10 +267,6 @@ def raw_scan_once(store: Store, count: int) -> float:
         return time.perf_counter() - start
 
 
-def raw_scan(store: Store, count: int) -> float:
-    return best_of(5, lambda: raw_scan_once(store, count))
-
-
 def read_floor(store: Store, name: str, generation_id: bytes, count: int) -> tuple[float, float]:
     """The least any diff over this layout must read per changed key, iterated at C level with nothing
     built and nothing compared: (its entry in the ``changes`` run of the generation and its two versions
@@ -296,8 +288,7 @@ def read_floor(store: Store, name: str, generation_id: bytes, count: int) -> tup
             assert read == 3 * count
             return end - start, end - middle
 
-    runs = [once() for _ in range(5)]
-    return min(keyed for keyed, _ in runs), min(scan for _, scan in runs)
+    return once()
 
 
 def item_floor(store: Store, name: str, count: int) -> float:
@@ -522,11 +513,14 @@ def diff_figures(store: Store, n: int, rounds: int) -> list[Row]:
     for lo in range(0, through, BATCH):
         coll.put_many([(key(i), value(i, 1)) for i in range(lo, lo + BATCH)], generation_id=b"2")
     coll.commit_generation(b"2")
-    diffs, scans, made = [], [], []
-    for _ in range(max(7, rounds)):
+    diffs, scans, made, keyed_floors, scan_floors = [], [], [], [], []
+    for _ in range(max(7, rounds)):  # each figure beside the others, each round: they see the same load
         diffs.append(diff_once(store, "through", b"1", b"2"))
         scans.append(raw_scan_once(store, through))
         made.append(item_floor(store, "through", through))
+        keyed_floor, scan_floor = read_floor(store, "through", b"2", through)
+        keyed_floors.append(keyed_floor)
+        scan_floors.append(scan_floor)
     ratios = [s / d for d, s in zip(diffs, scans, strict=True)]
     ratio = statistics.median(ratios)
     print(
@@ -534,13 +528,14 @@ def diff_figures(store: Store, n: int, rounds: int) -> list[Row]:
         f"raw scan {through / statistics.median(scans):12,.0f} rec/s   "
         f"ratio {ratio:.2f} (goal >= 0.5; median of {len(ratios)})"
     )
-    floor, scan_floor = read_floor(store, "through", b"2", through)
-    scan = raw_scan(store, through)
+    median = statistics.median
+    keyed_ratio = median([s / f for f, s in zip(keyed_floors, scans, strict=True)])
+    scan_ratio = median([s / f for f, s in zip(scan_floors, scans, strict=True)])
     print(
-        f"  read floor    {through / floor:12,.0f} items/s   only reading the 3 entries the keyed way needs"
-        f" per changed key (change, old and new version): ratio {scan / floor:.2f} to the raw scan;"
-        f" the 2 the scan needs (old and new version) {through / scan_floor:,.0f} items/s:"
-        f" ratio {scan / scan_floor:.2f}"
+        f"  read floor    {through / median(keyed_floors):12,.0f} items/s   only reading the 3 entries the"
+        f" keyed way needs per changed key (change, old and new version): ratio {keyed_ratio:.2f} to the raw"
+        f" scan; the 2 the scan needs (old and new version) {through / median(scan_floors):,.0f} items/s:"
+        f" ratio {scan_ratio:.2f}"
     )
     made_ratios = [s / m for m, s in zip(made, scans, strict=True)]
     print(
@@ -552,8 +547,7 @@ def diff_figures(store: Store, n: int, rounds: int) -> list[Row]:
         Row(
             f"diff throughput ({through:,} changed keys)",
             f"{through / statistics.median(diffs):,.0f} items/s",
-            f"cursor scan {through / statistics.median(scans):,.0f} rec/s"
-            f" (read floor {scan / scan_floor:.2f}x)",
+            f"cursor scan {through / statistics.median(scans):,.0f} rec/s (read floor {scan_ratio:.2f}x)",
             ratio,
             ">= 0.5",
             ratio >= 0.5,
