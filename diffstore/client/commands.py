@@ -14,6 +14,7 @@ one line on stderr and a non-zero exit code.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from diffstore.client import _calls
 from diffstore.client._sync import Client
 from diffstore.client._transport import DEFAULT_URL
 from diffstore.engine import refs
-from diffstore.engine.types import DiffItem, ResolvedRef
+from diffstore.engine.types import DiffItem, Record, ResolvedRef
 from diffstore.errors import BadRequest, Gone, InvalidRequest, NotFound, StorageError
 
 PROTOCOL_DOC = "docs/protocol.md"
@@ -354,14 +355,16 @@ def query(args: argparse.Namespace) -> int:
             to_key=_opt(args.to_key, "--to-key"),
             limit=min(args.limit, 1000) if args.limit else None,
         )
-        rows = []
-        for count, record in enumerate(records, 1):
-            key, value = shell.show(record.key), shell.show(record.value)
-            rows.append(({"key": key, "value": value}, f"{key}\t{value}"))
-            if args.limit and count >= args.limit:
-                break
-    emit_all(args, rows)
+        if args.limit:
+            records = itertools.islice(records, args.limit)
+        # printed as the pages arrive: a large collection is never held whole
+        emit_all(args, (_record_line(record) for record in records))
     return 0
+
+
+def _record_line(record: Record) -> tuple[dict[str, Any], str]:
+    key, value = shell.show(record.key), shell.show(record.value)
+    return {"key": key, "value": value}, f"{key}\t{value}"
 
 
 def diff(args: argparse.Namespace) -> int:
@@ -380,13 +383,14 @@ def diff(args: argparse.Namespace) -> int:
             text = ", ".join(f"{count} {kind}" for kind, count in counts.items())
             emit_all(args, [(dict(counts), text)])
             return 0
-        rows = []
-        for item in items:
-            key = shell.show(item.key)
-            old, new = shell.show_opt(item.from_value), shell.show_opt(item.to_value)
-            rows.append(({"key": key, "fromValue": old, "toValue": new}, shell.change_line(key, old, new)))
-    emit_all(args, rows)
+        emit_all(args, (_change_line(item) for item in items))  # as the pages arrive, never held whole
     return 0
+
+
+def _change_line(item: DiffItem) -> tuple[dict[str, Any], str]:
+    key = shell.show(item.key)
+    old, new = shell.show_opt(item.from_value), shell.show_opt(item.to_value)
+    return {"key": key, "fromValue": old, "toValue": new}, shell.change_line(key, old, new)
 
 
 def diff_stat(items: Iterable[DiffItem]) -> dict[str, int]:
