@@ -579,6 +579,9 @@ def test_cli(tmp_path: Path, server: LiveServer) -> None:
     printed = sh(page.next("diffstore collections create report --manual"), tmp_path, env).splitlines()
     assert "from_orders\torders\tg2" in printed and "pear\tyellow" in printed
     assert printed[-1] == "removed reader from_orders"
+    printed = sh(page.next("diffstore collections create prices --manual"), tmp_path, env).splitlines()
+    reverted = "reverted prices to p1: 2 keys changed in generation p3 (open: commit it to keep the revert)"
+    assert reverted in printed and printed[-1] == "tea\t3"
     page.done()
 
 
