@@ -15,7 +15,7 @@ from diffstore.client._async import AsyncClient, AsyncCollection
 from diffstore.client._calls import Call
 from diffstore.client._columns import DiffColumns, QueryColumns
 from diffstore.client._sync import Client, Collection
-from diffstore.client._transport import DEFAULT_URL, WireFormat
+from diffstore.client._transport import DEFAULT_URL, WireFormat, unreachable
 
 __all__ = [
     "AsyncClient",
@@ -27,4 +27,5 @@ __all__ = [
     "DiffColumns",
     "QueryColumns",
     "WireFormat",
+    "unreachable",
 ]

@@ -147,6 +147,12 @@ def error_from_response(status: int, codec: Codec, content: bytes) -> DiffstoreE
     return cls(f"HTTP {status}: {text}")
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a call that never got an answer (refused, reset, timed out): the server is away,
+    or the link to it, rather than a failure the server reported."""
+    return isinstance(exc, StorageError) and isinstance(exc.__cause__, httpx.TransportError)
+
+
 @contextmanager
 def translated_transport_errors(request: HttpRequest) -> Iterator[None]:
     """The one place where httpx's failures become diffstore errors."""

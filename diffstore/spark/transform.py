@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from diffstore.client import Collection
+from diffstore.client import Collection, unreachable
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import Conflict, DiffstoreError, LeaseLost, NoSuchCollection
 from diffstore.leases import LeaseConfig, LeaseGuard
@@ -73,6 +73,7 @@ TransformFn = Callable[[SparkSession, dict[str, DataFrame], Lookup], DataFrame]
 EventHook = Callable[[str, dict[str, Any]], None]
 
 _MAX_CONFLICTS = 100
+_UNREACHABLE_RETRY_S = 1.0  # how soon a watcher that cannot reach the server tries again
 
 LEASE_NAME = "transform"
 """The target's lease that a runner with ``lease_ttl_ms`` holds while it runs rounds."""
@@ -456,28 +457,46 @@ class Transform:
         then ``active``), runs rounds only while it holds it, and stands by again when it loses it
         (event ``lease_lost``).
 
+        With ``watch`` a server that cannot be reached (a refused, reset or timed-out call, outside a
+        round's own retries) does not end the run: it is tried again every second (event ``failed``), and a
+        runner with a lease then stands by if its lease expired meanwhile.
+
         Returns:
             The stats of every committed round.
         """
         rounds: list[RoundStats] = []
         while not (should_stop and should_stop()):
-            if self.lease is not None and not self._hold_lease(should_stop):
-                break
             try:
-                stats = self.run_round()
-            except LeaseLost as exc:
-                self._lose_lease(str(exc), fenced=True)
-                continue
-            if stats is not None:
-                rounds.append(stats)
-                if max_rounds is not None and len(rounds) >= max_rounds:
+                if self.lease is not None and not self._hold_lease(should_stop):
                     break
-                continue
-            self._event("caught_up", rounds=len(rounds))
-            if not watch:
-                break
-            self._wait_for_sources()
+                try:
+                    stats = self.run_round()
+                except LeaseLost as exc:
+                    self._lose_lease(str(exc), fenced=True)
+                    continue
+                if stats is not None:
+                    rounds.append(stats)
+                    if max_rounds is not None and len(rounds) >= max_rounds:
+                        break
+                    continue
+                self._event("caught_up", rounds=len(rounds))
+                if not watch:
+                    break
+                self._wait_for_sources()
+            except DiffstoreError as exc:
+                # a watcher outlives the server's (or the link's) absence: it tries again, and with a lease
+                # finds out on return whether it still holds it (a one-off run fails at once)
+                if not (watch and unreachable(exc)):
+                    raise
+                self._event("failed", generation=None, error=describe_failure(exc), conflict=False)
+                self._pause(_UNREACHABLE_RETRY_S, should_stop)
         return rounds
+
+    @staticmethod
+    def _pause(seconds: float, should_stop: Callable[[], bool] | None) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (should_stop and should_stop()):
+            time.sleep(0.05)
 
     def preview(
         self,
