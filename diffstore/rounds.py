@@ -170,9 +170,13 @@ class Round:
         return True
 
     def run(
-        self, updates: Iterable[ReaderUpdateLike], write: Callable[[bytes], object] | None = None
+        self,
+        updates: Iterable[ReaderUpdateLike],
+        write: Callable[[bytes], object] | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
-        """Start, ``write(generation_id)``, commit with ``updates``; any failure aborts and re-raises.
+        """Start, ``write(generation_id)``, commit with ``updates`` (and ``metadata``); any failure aborts
+        and re-raises.
 
         ``write`` must carry :attr:`lease` on its writes (a generation started under a lease refuses
         writes without it).
@@ -181,7 +185,7 @@ class Round:
         try:
             if write is not None:
                 write(self.generation_id)
-            self.commit(updates)
+            self.commit(updates, metadata)
         except BaseException:
             self.abort()
             raise

@@ -32,6 +32,7 @@ ingestor: from the positions stored in C, which is what makes takeovers exactly 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from diffstore import shell
+from diffstore.engine.history import MAX_METADATA_BYTES
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import GenerationMismatch, LeaseLost, OutdatedGeneration
 from diffstore.leases import LeaseConfig, LeaseGuard
@@ -149,6 +151,41 @@ class CommitStats:
     lag_s: float
     positions: dict[int, RecordPosition]
     shard_lag_s: dict[int, float] = field(default_factory=dict)  # lag of the shards this window read
+
+
+def window_metadata(subscription_id: str, stream_name: str, window: IngestWindow) -> dict[str, str]:
+    """What a window's commit records with its generation (SPEC §8, ``history()``): ``subscription``,
+    ``stream``, ``records`` (how many stream records it applied) and, per shard it read,
+    ``shard.<id>`` = ``first..last``, the positions (``batchId-batchIndex``) of its first and last record of
+    that shard. Shards that would pass the 4 KiB limit are left out, counted in ``shards.omitted``."""
+    first: dict[int, RecordPosition] = {}
+    for record in window.records:  # in apply order: by shard, then position
+        first.setdefault(record.record_id.shard_id, record.record_id.position)
+    metadata = {"subscription": subscription_id, "stream": stream_name, "records": str(len(window.records))}
+    room = MAX_METADATA_BYTES - _json_size(metadata) - len(',"shards.omitted":"0000000000"')
+    omitted = 0
+    for shard_id in sorted(window.positions):
+        key = f"shard.{shard_id}"
+        value = f"{_position_text(first.get(shard_id, window.positions[shard_id]))}.."
+        value += _position_text(window.positions[shard_id])
+        size = _json_size({key: value})  # one entry's "{...}": its comma stands for a brace
+        if size - 1 > room:
+            omitted += 1
+            continue
+        metadata[key] = value
+        room -= size - 1
+    if omitted:
+        metadata["shards.omitted"] = str(omitted)
+    return metadata
+
+
+def _position_text(position: RecordPosition) -> str:
+    return f"{position.batch_id}-{position.batch_index}"
+
+
+def _json_size(metadata: dict[str, str]) -> int:
+    """Bytes of ``metadata`` encoded as the limit counts them (compact UTF-8 JSON)."""
+    return len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def lease_name(subscription_id: str) -> str:
@@ -386,11 +423,15 @@ class Ingestor:
         self._readers.update(names)
 
     def _write_generation(self, window: IngestWindow) -> tuple[bytes, int]:
-        """One round: start, put_many, commit with the position readers (abort on failure)."""
+        """One round: start, put_many, commit with the position readers and :func:`window_metadata` (abort on
+        failure)."""
         items = map_records(self.mapper, window.records)
         positions = sorted(window.positions.items())
         self._add_shards([shard for shard, _ in positions if shard not in self._readers])
         updates = [(self._readers[shard], pos.to_bytes()) for shard, pos in positions]
         round_ = Round.next(self.sink.collection, lease=self._token)
-        round_.run(updates, (lambda g: self.sink.put_many(items, g, round_.lease)) if items else None)
+        metadata = window_metadata(self.config.subscription_id, self.stream_name, window)
+        round_.run(
+            updates, (lambda g: self.sink.put_many(items, g, round_.lease)) if items else None, metadata
+        )
         return round_.generation_id, len(items)

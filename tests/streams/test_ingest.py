@@ -21,10 +21,11 @@ from ingest_helpers import ingest_until, last_positions, produce
 
 from diffstore.client import Client
 from diffstore.engine import Store, StoreConfig
+from diffstore.engine.types import GenerationInfo
 from diffstore.server import ServerConfig, create_app
 from diffstore.streams.client import StreamClient
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
-from diffstore.streams.records import RecordPosition, StreamRecord
+from diffstore.streams.records import RecordId, RecordPosition, StreamRecord
 from diffstore.streams.sinks import EngineSink, HttpSink
 from tests.helpers import close_pipes
 
@@ -67,6 +68,35 @@ def test_stop_commits_the_open_window(
         sink.close()
 
 
+def assert_window_metadata(
+    history: list[GenerationInfo],
+    commits: list[CommitStats],
+    subscription: str,
+    stream: str,
+    ids: list[RecordId],
+) -> None:
+    """Each window's commit carries its subscription, stream, records and per shard the first..last
+    positions it applied: together the windows' ranges cover each shard's records once, in order."""
+    by_generation = {info.generation_id: info for info in history}
+    ranges: dict[str, list[tuple[RecordPosition, RecordPosition]]] = {}
+    for commit in commits:
+        metadata = by_generation[commit.generation_id].metadata
+        assert metadata is not None
+        assert (metadata["subscription"], metadata["stream"]) == (subscription, stream)
+        assert metadata["records"] == str(commit.records)
+        for key, value in metadata.items():
+            if key.startswith("shard."):
+                first, last = (RecordPosition(*map(int, end.split("-"))) for end in value.split(".."))
+                ranges.setdefault(key, []).append((first, last))
+    for shard, position in last_positions(ids).items():
+        spans = ranges[f"shard.{shard}"]
+        firsts = [first for first, _ in spans]
+        lasts = [last for _, last in spans]
+        assert lasts[-1] == position and all(a < b for a, b in zip(lasts, firsts[1:], strict=False)), spans
+        records = sorted(i.position for i in ids if i.shard_id == shard)
+        assert firsts[0] == records[0]
+
+
 def upper_mapper(record: StreamRecord) -> list[tuple[bytes, bytes | None]]:
     """A user mapper: renames keys, uppercases values, deletes on ``b"delete"``."""
     key = b"user/" + record.partition_key.encode()
@@ -98,6 +128,7 @@ def test_ingest_into_embedded_collection_exactly_once(client: StreamClient, tmp_
             assert reader.collection == "hstream://events"
             assert reader.generation_id == position.to_bytes()
         assert store_collection.next_generation_id is None
+        assert_window_metadata(store_collection.history(limit=1000)[0], commits, "ing", "events", ids)
     finally:
         sink.close()
 
@@ -168,13 +199,14 @@ def test_ingest_through_the_http_client(client: StreamClient, tmp_path: Path) ->
         sink = HttpSink.open(url, "C", create=True)
         try:
             config = IngestConfig("sub", window_records=64, window_ms=20)
-            ingest_until(client, sink, config, last_positions(ids))
+            commits = ingest_until(client, sink, config, last_positions(ids))
             collection = sink.collection
             assert collection.get(b"k5").value == b"%d" % max(i for i in range(300) if i % 11 == 5)
             readers = {r.name: r.generation_id for r in collection.readers()}
             assert {readers[f"hstream/sub/{s}"] for s in last_positions(ids)} == {
                 p.to_bytes() for p in last_positions(ids).values()
             }
+            assert_window_metadata(collection.history(limit=1000)[0], commits, "sub", "s", ids)
         finally:
             sink.close()
 
@@ -262,9 +294,11 @@ def test_shard_split_mid_ingest_is_ingested_exactly_once(
         assert {r.shard_id for r in after} == {first.shard_id, added[0].shard_id}
         target = last_positions(before + after)
         wait_until(
-            lambda: errors
-            or bool(commits)
-            and all(commits[-1].positions.get(s, RecordPosition(0, 0)) >= p for s, p in target.items())
+            lambda: (
+                errors
+                or bool(commits)
+                and all(commits[-1].positions.get(s, RecordPosition(0, 0)) >= p for s, p in target.items())
+            )
         )
         ingestor.stop()
         thread.join(WAIT_S)

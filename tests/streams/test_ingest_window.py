@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from diffstore.engine.history import validate_metadata
 from diffstore.errors import InvalidRequest
-from diffstore.streams.ingest import default_mapper, load_mapper, map_records
+from diffstore.streams.ingest import default_mapper, load_mapper, map_records, window_metadata
 from diffstore.streams.records import (
     RecordFlag,
     RecordId,
@@ -233,3 +234,26 @@ def test_a_server_that_resends_at_once_delivers_in_order_after_the_first_certifi
     acc.offer(batch(1, 202, 5), now=0.2)
     assert acc.held == 0 and acc.window_count == 15
     assert acc.take().positions == {1: RecordPosition(202, 4)}
+
+
+def test_window_metadata_names_the_subscription_and_each_shards_first_and_last_record() -> None:
+    acc = WindowAccumulator(window_records=100, window_ms=10_000)
+    offer(acc, [rec(1, 7, 0), rec(0, 3, 1), rec(1, 7, 1), rec(0, 3, 2), rec(1, 9, 0), rec(0, 3, 0)], now=0)
+    window = acc.take()
+    assert window_metadata("sub", "s", window) == {
+        "subscription": "sub",
+        "stream": "s",
+        "records": "6",
+        "shard.0": "3-0..3-2",
+        "shard.1": "7-0..9-0",
+    }
+
+
+def test_window_metadata_of_many_shards_stays_within_the_limit_and_counts_what_it_left_out() -> None:
+    acc = WindowAccumulator(window_records=10_000, window_ms=10_000)
+    offer(acc, [rec(shard, 10**12, 10**6) for shard in range(300)], now=0)
+    metadata = window_metadata("s" * 200, "t" * 200, acc.take())
+    assert validate_metadata(metadata) == metadata  # a map of strings within 4 KiB: the store keeps it
+    kept = [key for key in metadata if key.startswith("shard.")]
+    assert 0 < len(kept) < 300 and int(metadata["shards.omitted"]) == 300 - len(kept)
+    assert metadata["shard.0"] == f"{10**12}-{10**6}..{10**12}-{10**6}"
