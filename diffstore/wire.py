@@ -143,12 +143,19 @@ class Fields:
 
     __slots__ = ("obj", "codec", "where")
 
-    def __init__(self, obj: Any, codec: Codec, where: str = "body") -> None:
+    def __init__(self, obj: Any, codec: Codec, where: str = "") -> None:
+        """``where``: the path of ``obj`` in its message, named in errors as a user wrote it (``items[3]``);
+        empty for the request body itself, whose fields are then named alone (``depth``, not ``body.depth``).
+        """
         if not isinstance(obj, Mapping):
-            raise InvalidRequest(f"{where}: expected an object")
+            raise InvalidRequest(f"{where or 'the request body'}: expected an object")
         self.obj = obj
         self.codec = codec
         self.where = where
+
+    def path(self, name: str) -> str:
+        """How errors name field ``name`` of this object."""
+        return f"{self.where}.{name}" if self.where else name
 
     def has(self, name: str) -> bool:
         return name in self.obj
@@ -158,32 +165,32 @@ class Fields:
 
     def _require(self, name: str) -> Any:
         if name not in self.obj:
-            raise InvalidRequest(f"{self.where}.{name}: missing")
+            raise InvalidRequest(f"{self.path(name)}: missing")
         return self.obj[name]
 
     def es(self, name: str) -> bytes:
-        return self.codec.parse_es(self._require(name), f"{self.where}.{name}")
+        return self.codec.parse_es(self._require(name), self.path(name))
 
     def es_opt(self, name: str) -> bytes | None:
         """Absent or null: ``None``."""
-        return self.codec.parse_es_opt(self.obj.get(name), f"{self.where}.{name}")
+        return self.codec.parse_es_opt(self.obj.get(name), self.path(name))
 
     def es_nullable(self, name: str) -> bytes | None:
         """Must be present; null gives ``None``."""
-        return self.codec.parse_es_opt(self._require(name), f"{self.where}.{name}")
+        return self.codec.parse_es_opt(self._require(name), self.path(name))
 
     def expected(self, name: str) -> Expected:
         """A CAS expectation: absent is UNSET, null is ``None``."""
         if name not in self.obj:
             return UNSET
-        return self.codec.parse_es_opt(self.obj[name], f"{self.where}.{name}")
+        return self.codec.parse_es_opt(self.obj[name], self.path(name))
 
     def flag(self, name: str, default: bool | None = None) -> bool:
         value = self.obj.get(name)
         if value is None and default is not None:
             return default
         if not isinstance(value, bool):
-            raise InvalidRequest(f"{self.where}.{name}: expected a boolean")
+            raise InvalidRequest(f"{self.path(name)}: expected a boolean")
         return value
 
     def integer_opt(self, name: str, low: int, high: int | None = None) -> int | None:
@@ -192,14 +199,14 @@ class Fields:
             return None
         if type(value) is not int or value < low or (high is not None and value > high):
             bound = f"{low}..{high}" if high is not None else f">= {low}"
-            raise InvalidRequest(f"{self.where}.{name}: expected an integer {bound}")
+            raise InvalidRequest(f"{self.path(name)}: expected an integer {bound}")
         return value
 
     def integer(self, name: str, low: int, high: int | None = None) -> int:
         self._require(name)
         value = self.integer_opt(name, low, high)
         if value is None:
-            raise InvalidRequest(f"{self.where}.{name}: expected an integer")
+            raise InvalidRequest(f"{self.path(name)}: expected an integer")
         return value
 
     def text_opt(self, name: str) -> str | None:
@@ -210,20 +217,20 @@ class Fields:
             not isinstance(value, str)
             or not 1 <= len(value.encode("utf-8", "surrogatepass")) <= MAX_NAME_BYTES
         ):
-            raise InvalidRequest(f"{self.where}.{name}: expected a string of 1..{MAX_NAME_BYTES} bytes")
+            raise InvalidRequest(f"{self.path(name)}: expected a string of 1..{MAX_NAME_BYTES} bytes")
         return value
 
     def text(self, name: str) -> str:
         self._require(name)
         value = self.text_opt(name)
         if value is None:
-            raise InvalidRequest(f"{self.where}.{name}: expected a string")
+            raise InvalidRequest(f"{self.path(name)}: expected a string")
         return value
 
     def array(self, name: str) -> list[Any]:
         value = self._require(name)
         if not isinstance(value, list):
-            raise InvalidRequest(f"{self.where}.{name}: expected an array")
+            raise InvalidRequest(f"{self.path(name)}: expected an array")
         return value
 
 

@@ -32,7 +32,7 @@ def token_from_fields(f: Fields, name: str = "lease") -> LeaseToken | None:
     raw = f.raw(name)
     if raw is None:
         return None
-    t = Fields(raw, f.codec, f"{f.where}.{name}")
+    t = Fields(raw, f.codec, f.path(name))
     return LeaseToken(t.text("name"), t.integer("version", 1, MAX_VERSION))
 
 

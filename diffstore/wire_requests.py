@@ -126,9 +126,9 @@ class GetManyRequest:
         f = Fields(obj, codec)
         raw = f.array("keys")
         if len(raw) > MAX_GET_MANY_KEYS:
-            raise InvalidRequest(f"body.keys: at most {MAX_GET_MANY_KEYS} keys")
+            raise InvalidRequest(f"keys: at most {MAX_GET_MANY_KEYS} keys")
         parse = codec.parse_es
-        return cls([parse(key, "body.keys[]") for key in raw], ReadAt.from_fields(f))
+        return cls([parse(key, "keys[]") for key in raw], ReadAt.from_fields(f))
 
     def to_wire(self, codec: Codec) -> Body:
         return self.at.fill({"keys": [codec.es(key) for key in self.keys]}, codec)
@@ -223,7 +223,7 @@ class PutRequest:
     @classmethod
     def from_wire(cls, obj: Any, codec: Codec) -> PutRequest:
         f = Fields(obj, codec)
-        return cls(parse_item(f.raw("item"), codec, "body.item"), WriteOptions.from_fields(f))
+        return cls(parse_item(f.raw("item"), codec, "item"), WriteOptions.from_fields(f))
 
     def to_wire(self, codec: Codec) -> Body:
         return self.options.fill({"item": item_to_wire(self.item, codec)}, codec)
@@ -304,7 +304,7 @@ class GenerationRequest:
         updates: list[ReaderUpdate] = []
         if f.raw("updateReaders") is not None:
             for i, entry in enumerate(f.array("updateReaders")):
-                u = Fields(entry, codec, f"body.updateReaders[{i}]")
+                u = Fields(entry, codec, f"updateReaders[{i}]")
                 updates.append(
                     ReaderUpdate(
                         u.text("readerName"),
@@ -435,7 +435,7 @@ class DiffRequest(DiffSpec):
             from_generation = b"" if from_generation is None else from_generation
         from_reader = None
         if f.raw("fromReader") is not None:
-            r = Fields(f.raw("fromReader"), codec, "body.fromReader")
+            r = Fields(f.raw("fromReader"), codec, "fromReader")
             from_reader = FromReader(r.text("readerName"), r.text_opt("collectionName"))
         if from_as_of is not None:
             from_reader = None

@@ -8,6 +8,7 @@ validation errors into the SPEC §2 error body ``{"error", "reason"}`` (plus ``b
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -105,8 +106,17 @@ def _routing_error(request: Request, exc: Exception) -> Response:
 
 def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    parts = [f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg')}" for err in exc.errors()]
+    parts = [f"{_field(err.get('loc', ()))}: {err.get('msg')}" for err in exc.errors()]
     return error_response(request, e.InvalidRequest("; ".join(parts) or "invalid request"))
+
+
+def _field(loc: Sequence[object]) -> str:
+    """A field as the user sent it (``limit``), not where the framework found it (``query.limit``)."""
+    if loc and loc[0] in ("body", "query", "path", "header", "cookie"):
+        if len(loc) == 1:
+            return f"the request {loc[0]}"
+        loc = loc[1:]
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
 
 
 def _domain_error(request: Request, exc: Exception) -> Response:
