@@ -7,6 +7,8 @@ is ``generationCollected`` (410), an id above the current one that is not the op
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import lmdb
 import msgpack
 
@@ -42,8 +44,13 @@ def resolve(
         generation_id = _back(txn, tables, meta, ref.commits)
     elif isinstance(ref, AsOf):
         if ref.at_ms > now_ms:
-            raise InvalidRequest(f"the time {ref.at_ms} ms is in the future (now: {now_ms} ms)")
-        generation_id = history.generation_at(txn, tables, meta, ref.at_ms)
+            raise InvalidRequest(f"{_iso(ref.at_ms)} is in the future (the server's time is {_iso(now_ms)})")
+        try:
+            generation_id = history.generation_at(txn, tables, meta, ref.at_ms)
+        except NoSuchGeneration as exc:
+            raise NoSuchGeneration(
+                f"no generation of {meta.name!r} was committed at or before {_iso(ref.at_ms)}"
+            ) from exc
     elif isinstance(ref, ReaderPosition):
         generation_id = _reader_position(txn, tables, meta, ref) or b""
     else:
@@ -120,3 +127,9 @@ def _committed_at(
     if raw_seq is None:
         return None
     return history.info(txn, tables, meta, layout.read_u64(raw_seq), generation_id).committed_at_ms
+
+
+def _iso(at_ms: int) -> str:
+    """``at_ms`` as an ISO time in UTC, to the millisecond (as a person gave it, not as Unix ms)."""
+    instant = datetime.fromtimestamp(at_ms // 1000, UTC) + timedelta(milliseconds=at_ms % 1000)
+    return instant.isoformat(timespec="milliseconds").replace("+00:00", "Z")
