@@ -11,9 +11,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 # The dependencies first, from pyproject.toml alone: a change to the source then rebuilds only the layers
-# below, not this one (the base package's dependencies only: no spark extra, no dev tools).
+# below, not this one (the base package's, the server's and the streams' extras: no spark, no dev tools).
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; extras = p['optional-dependencies']; print(*dict.fromkeys(p['dependencies'] + extras['server'] + extras['streams']), sep='\n')" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt

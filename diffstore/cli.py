@@ -38,6 +38,23 @@ _FRONTS = (
     "diffstore.spark.cli",
 )
 
+# What the optional extras of pyproject.toml bring (the base package is the embedded engine, the Python
+# client and the commands on a data directory or a URL): the extra a command needs, and the extra that
+# brings each third-party module, so that a missing one is said in one line with what to install.
+COMMAND_EXTRAS = {"serve": "server", "streams": "streams", "ingest": "streams", "transform": "spark"}
+MODULE_EXTRAS = {
+    "fastapi": "server",
+    "starlette": "server",
+    "uvicorn": "server",
+    "fastapi_offline": "server",
+    "grpc": "streams",
+    "google": "streams",
+    "zstandard": "streams",
+    "pyspark": "spark",
+    "pyarrow": "spark",
+    "pandas": "spark",
+}
+
 # The front that registers each command, so that a command loads only its own front: the others import
 # httpx, grpc or FastAPI, which were most of a command's start-up. A command missing here still works
 # (every front is loaded, as for --help); tests/test_cli_fronts.py keeps this table complete.
@@ -93,32 +110,63 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     if argv and argv[0] == "--version":
         return parser  # needs no front at all
     front = COMMAND_FRONTS.get(argv[0]) if argv else None
-    if front is None or not _add_front(front, subparsers):
+    if front is None or not _add_front(front, subparsers, required=True):
         for module_name in _FRONTS:  # a missing optional front still leaves the usage naming the others
             _add_front(module_name, subparsers)
     return parser
 
 
-def _add_front(module_name: str, subparsers: Any) -> bool:
-    """Adds a front's commands; False when the front is not installed (an optional extra)."""
+def _add_front(module_name: str, subparsers: Any, required: bool = False) -> bool:
+    """Adds a front's commands; False when the front is not installed (an optional extra), or, unless
+    ``required``, when a module it needs is not (its extra is missing: the usage leaves it out)."""
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
             return False
-        raise
+        if required or _missing_extra(exc, None) is None:
+            raise
+        return False
     module.add_commands(subparsers)
     return True
 
 
+def _missing_extra(exc: ModuleNotFoundError, command: str | None) -> str | None:
+    """What to say when ``command`` cannot import a module of an optional extra (None: not one of those)."""
+    module = (exc.name or "").split(".")[0]
+    if not module or module == "diffstore":
+        return None
+    extra = COMMAND_EXTRAS.get(command or "") or MODULE_EXTRAS.get(module)
+    if extra is None:
+        return None
+    return (
+        f"needs the '{extra}' extra ({module} is not installed): pip install 'diffstore[{extra}]'"
+        f" (from a clone: pip install '.[{extra}]')"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(sys.argv[1:] if argv is None else argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser(arguments)
+    except ModuleNotFoundError as exc:  # the command's front needs an extra that is not installed
+        fix = _missing_extra(exc, arguments[0] if arguments else None)
+        if fix is None:
+            raise
+        print(f"diffstore {arguments[0]}: {fix}", file=sys.stderr)
+        return 1
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:  # a module the command loads as it runs (FastAPI for serve)
+        fix = _missing_extra(exc, args.command)
+        if fix is None:
+            raise
+        print(f"{_command(args)}: {fix}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

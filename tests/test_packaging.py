@@ -1,5 +1,6 @@
-"""The wheel as a user gets it: built without warnings, installed without extras into a fresh venv, it
-serves HTTP without pyspark, and its Spark front says in one line what to install.
+"""The wheel as a user gets it: built without warnings, installed without extras into a fresh venv, it is
+the embedded engine, the client and the data-directory commands, without FastAPI, gRPC or pyspark; serve
+says in one line that it needs the server extra, and with it serves; the Spark front says what to install.
 
 Slow-ish (a fresh venv and pip installing the dependencies from its cache: ~40 s here), and in the suite:
 it is the only test that sees the package as installed from a wheel rather than from the checkout.
@@ -36,7 +37,7 @@ def warnings_in(output: str) -> list[str]:
     ]
 
 
-def test_the_wheel_installs_without_extras_and_serves_without_pyspark(tmp_path: Path) -> None:
+def test_the_wheel_installs_without_extras_for_embedded_use_and_serves_with_its_extra(tmp_path: Path) -> None:
     source = tmp_path / "source"  # a copy: building in the checkout would leave build/ there
     source.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
@@ -77,10 +78,38 @@ def test_the_wheel_installs_without_extras_and_serves_without_pyspark(tmp_path: 
             cwd=tmp_path,
         )
         assert accel.returncode == 0 and "_accel" in accel.stdout, accel.stdout + accel.stderr
-    no_spark = subprocess.run(
-        [str(fresh / "bin" / "python"), "-c", "import pyspark"], capture_output=True, env=env, cwd=tmp_path
+    for module in ("pyspark", "fastapi", "uvicorn", "grpc", "prometheus_client"):  # no extra's modules
+        missing = subprocess.run(
+            [str(fresh / "bin" / "python"), "-c", f"import {module}"],
+            capture_output=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert missing.returncode == 1 and f"No module named '{module}'".encode() in missing.stderr
+    _embedded_without_extras(fresh, tmp_path, env)
+    # the server is an extra: without it, serve says in one line which one to install
+    refused = subprocess.run(
+        [str(fresh / "bin" / "diffstore"), "serve", "--data", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=DEADLINE_S,
     )
-    assert no_spark.returncode == 1 and b"No module named 'pyspark'" in no_spark.stderr
+    (line,) = refused.stderr.splitlines()
+    assert refused.returncode == 1 and re.fullmatch(
+        r"diffstore serve: needs the 'server' extra \((fastapi|uvicorn) is not installed\): pip install"
+        r" 'diffstore\[server\]' \(from a clone: pip install '\.\[server\]'\)",
+        line,
+    ), refused.stderr
+    with_server = subprocess.run(
+        [str(fresh / "bin" / "pip"), "install", f"{wheel}[server]"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        env=env,
+    )
+    assert with_server.returncode == 0, with_server.stdout + with_server.stderr
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -140,7 +169,8 @@ def test_the_image_installs_its_dependencies_before_it_copies_the_source(tmp_pat
     ).stdout.split()
     with (REPO / "pyproject.toml").open("rb") as f:
         project = tomllib.load(f)["project"]
-    assert listed == project["dependencies"]
+    extras = project["optional-dependencies"]
+    assert listed == list(dict.fromkeys(project["dependencies"] + extras["server"] + extras["streams"]))
     assert "pip install --no-deps ." in " ".join(args for _, args in steps[source:])
 
 
@@ -155,6 +185,36 @@ def test_the_python_versions_are_declared() -> None:
     floor = tuple(int(n) for n in re.fullmatch(r">=(\d+)\.(\d+)", project["requires-python"]).groups())  # type: ignore[union-attr]
     assert declared and min(declared) == floor and declared == sorted(declared)
     assert sys.version_info[:2] in declared  # the interpreter the tests run on is one of them
+
+
+EMBEDDED = """
+import sys
+from diffstore import Store
+with Store.open(sys.argv[1]) as store:
+    c = store.create_collection("C", manual=True)
+    c.start_generation(b"1")
+    c.put_many([(b"k%d" % i, b"v") for i in range(100)], generation_id=b"1")
+    c.commit_generation(b"1", metadata={"by": "embedded"})
+    assert len(list(c.query())) == 100 and c.history()[0][0].metadata == {"by": "embedded"}
+import diffstore.client  # the client of a server is in the base package too
+"""
+
+
+def _embedded_without_extras(fresh: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    """The base package is enough for the embedded engine, the client and the commands on a data
+    directory (check here)."""
+    (tmp_path / "embedded.py").write_text(EMBEDDED)
+    store = tmp_path / "embedded-store"
+    ran = subprocess.run(
+        [str(fresh / "bin" / "python"), "embedded.py", str(store)], capture_output=True, text=True, env=env,
+        cwd=tmp_path, timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    checked = subprocess.run(
+        [str(fresh / "bin" / "diffstore"), "check", "--data", str(store)], capture_output=True, text=True,
+        env=env, cwd=tmp_path, timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert checked.returncode == 0 and "every invariant holds" in checked.stdout, checked.stderr
 
 
 def _spark_without_pyspark(fresh: Path, tmp_path: Path, env: dict[str, str]) -> None:
