@@ -156,8 +156,16 @@ def master_session(master: str, app_name: str = "diffstore") -> SparkSession:
     Nothing of :func:`local_builder`'s is set but the one-line errors: the cluster's own configuration
     (``spark-defaults.conf``, ``--conf``) decides the rest, and its executors must have diffstore
     installed (``PYSPARK_PYTHON`` names their interpreter).
+
+    A driver started as a plain ``python`` (not by ``spark-submit``) runs its Python processes — the
+    data source's planner on the driver, and the executors' workers — with the interpreter that
+    ``PYSPARK_PYTHON`` names; ``spark.pyspark.python`` in ``spark-defaults.conf`` does not reach them.
+    Unset, Spark takes whatever ``python3`` is first on ``PATH``, which need not have diffstore (or
+    pyarrow) at all; so this defaults it to the driver's own interpreter (executors then need diffstore
+    at that same path, or set ``PYSPARK_PYTHON`` to theirs).
     """
     require_pyspark("a Spark session")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from diffstore.spark.source import register

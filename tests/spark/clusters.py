@@ -136,9 +136,9 @@ def standalone_cluster(work: Path, workers: int = 2) -> Iterator[Cluster]:
         yield Cluster(master, work)
 
 
-def cluster_conf(cores_max: int) -> list[str]:
-    """``--conf`` pairs of an application on the test cluster: small executors, this interpreter."""
-    pairs = {
+def cluster_settings(cores_max: int) -> dict[str, str]:
+    """The Spark settings of an application on the test cluster: small executors, this interpreter."""
+    return {
         "spark.cores.max": str(cores_max),
         "spark.executor.cores": "1",
         "spark.executor.memory": "512m",
@@ -153,7 +153,21 @@ def cluster_conf(cores_max: int) -> list[str]:
         "spark.pyspark.python": sys.executable,
         "spark.python.worker.reuse": "true",
     }
+
+
+def cluster_conf(cores_max: int) -> list[str]:
+    """:func:`cluster_settings` as ``spark-submit`` arguments."""
+    pairs = cluster_settings(cores_max)
     return [arg for key, value in pairs.items() for arg in ("--conf", f"{key}={value}")]
+
+
+def spark_conf_dir(path: Path, cores_max: int) -> Path:
+    """A ``SPARK_CONF_DIR`` whose ``spark-defaults.conf`` holds :func:`cluster_settings`: how a cluster's
+    own configuration reaches a driver that sets nothing itself (``master_session``, ``--master``)."""
+    path.mkdir(parents=True, exist_ok=True)
+    lines = [f"{key} {value}" for key, value in cluster_settings(cores_max).items()]
+    (path / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
+    return path
 
 
 @dataclass(frozen=True)

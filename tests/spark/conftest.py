@@ -2,7 +2,9 @@
 
 With ``DIFFSTORE_TEST_SPARK_REMOTE=sc://…`` the session is one of that Spark Connect server instead
 (``test_spark_connect.py`` runs suites so, in a child pytest: a process that opened a Connect session
-is in Connect mode for good, so it cannot also hold the local session). ``connect_remote`` starts a
+is in Connect mode for good, so it cannot also hold the local session); with
+``DIFFSTORE_TEST_SPARK_MASTER=spark://…`` a classic driver's on that cluster (``test_spark_cluster.py``:
+a process holds one SparkContext). ``connect_remote`` starts a
 standalone cluster and a Connect server on it, once per run, for the tests that need them.
 
 The server is a real uvicorn serving :func:`diffstore.server.create_app` over a real Store (LMDB) in a
@@ -34,6 +36,7 @@ from diffstore.spark.session import local_builder
 if importlib.util.find_spec("pyspark") is None:
     collect_ignore_glob = [
         "test_spark_anywhere.py",
+        "test_spark_cluster.py",
         "test_spark_connect.py",
         "test_spark_install.py",
         "test_spark_ranges.py",
@@ -42,6 +45,7 @@ if importlib.util.find_spec("pyspark") is None:
         "test_spark_streaming.py",
         "test_spark_transform.py",
         "test_preview.py",
+        "test_transform_progress.py",
     ]
 
 STARTUP_DEADLINE_S = 30.0
@@ -99,6 +103,7 @@ def token_server_url(store: Store) -> Iterator[str]:
 
 
 REMOTE_ENV = "DIFFSTORE_TEST_SPARK_REMOTE"
+MASTER_ENV = "DIFFSTORE_TEST_SPARK_MASTER"
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +111,15 @@ def spark():  # type: ignore[no-untyped-def]
     """A plain ``SparkSession.builder`` session: nothing registers the ``diffstore`` format in it, so every
     test also checks that the format is found by itself (``pyspark_diffstore``) or registered on use.
     Under ``DIFFSTORE_TEST_SPARK_REMOTE``: a session of that Connect server (see the module doc)."""
+    master = os.environ.get(MASTER_ENV)
+    if master:  # a classic driver on a cluster, configured by the cluster's spark-defaults.conf
+        from diffstore.spark import master_session
+
+        on_cluster = master_session(master, "diffstore-tests")
+        on_cluster.sparkContext.setLogLevel("ERROR")
+        yield on_cluster
+        on_cluster.stop()
+        return
     remote = os.environ.get(REMOTE_ENV)
     if remote:
         from diffstore.spark import connect_session
