@@ -51,8 +51,10 @@ from diffstore.spark.plan import NONCE_BYTES, RoundPlan, SourceRange, next_round
 from diffstore.spark.preview import DEFAULT_MAX_ROWS, DEFAULT_TTL_SECONDS, PhantomIdLike, run_preview
 from diffstore.spark.small_rounds import (
     DIFF_ARROW,
+    SMALL_ROUND_CONF,
     driver_lookup,
     read_small_diff,
+    session_conf,
     write_small_result,
 )
 from diffstore.spark.source import (
@@ -134,6 +136,9 @@ class Transform:
             by in :meth:`run` and take over within ttl + one poll (at most 250 ms) of the active one's
             death. ``None`` (default): no lease; racing runners are still safe (compare-and-set), but
             nothing makes one of them wait.
+        small_round_conf: runtime SQL settings of the session while a small round runs, restored after
+            (default :data:`~diffstore.spark.small_rounds.SMALL_ROUND_CONF`: no adaptive execution, one
+            shuffle partition; ``{}`` leaves the session alone).
         job: the job's name in each round's commit metadata (default: ``fn``'s ``module:qualname``).
             Every round's commit records ``job``, ``round`` (its number on the target: one more than the
             last commit's) and ``source.<alias>`` = ``from..to`` (:meth:`RoundPlan.metadata
@@ -162,6 +167,7 @@ class Transform:
         local_diff_max_rows: int = 5_000,
         lease_ttl_ms: int | None = None,
         job: str | None = None,
+        small_round_conf: Mapping[str, str] = SMALL_ROUND_CONF,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -188,6 +194,7 @@ class Transform:
         self._client = new_client(url, codec, token)
         register(spark)
         self._handles: dict[str, Collection] = {}
+        self.small_round_conf = dict(small_round_conf)
         self.job = job or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
         self._last_round: tuple[bytes, int] | None = None  # (generation, number) of this runner's last commit
 
@@ -351,11 +358,12 @@ class Transform:
         """
         empty = DIFF_ARROW.empty_table()
         tables = {s.alias: t if (t := local.get(s.alias)) is not None else empty for s in plan.sources}
-        diffs = {alias: self.spark.createDataFrame(table, DIFF_SCHEMA) for alias, table in tables.items()}
         rows_read: dict[str, int | None] = {alias: len(table) for alias, table in tables.items()}
         self._event("read", generation=plan.generation_id, rows_read=rows_read)
-        result = self.fn(self.spark, diffs, driver_lookup(self, plan)).select("key", "value")
-        return rows_read, write_small_result(self, plan, result)
+        with session_conf(self.spark, self.small_round_conf):
+            diffs = {alias: self.spark.createDataFrame(t, DIFF_SCHEMA) for alias, t in tables.items()}
+            result = self.fn(self.spark, diffs, driver_lookup(self, plan)).select("key", "value")
+            return rows_read, write_small_result(self, plan, result)
 
     # -- rounds ---------------------------------------------------------------------------------------
 

@@ -86,3 +86,37 @@ def test_a_small_round_with_one_source_unchanged_and_deletes(
     assert snapshot(store, names["C"]) == job.recompute(
         snapshot(store, names["A"]), snapshot(store, names["B"])
     )
+
+
+def test_a_small_round_plans_for_small_data_and_restores_the_session(
+    spark: Any, server_url: str, store: Store, names: dict[str, str]
+) -> None:
+    """During a small round the session runs without adaptive execution, with one shuffle partition; the
+    user's settings are back afterwards, after a failed round too."""
+    keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    commit_items(store, names["A"], [(b"a1", b"x")])
+    seen: list[tuple[str, ...]] = []
+
+    def fn(spark_: Any, diffs: dict[str, DataFrame], lookup: Any) -> DataFrame:
+        seen.append(tuple(spark_.conf.get(key) for key in keys))
+        if len(seen) > 1:
+            raise RuntimeError("the second round fails")
+        return diffs["a"].select("key", F.col("toValue").alias("value"))
+
+    before = tuple(spark.conf.get(key) for key in keys)
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    transform = Transform(spark, server_url, names["C"], {"a": names["A"]}, fn, max_attempts=1)
+    try:
+        assert len(transform.run()) == 1
+        assert tuple(spark.conf.get(key) for key in keys) == (before[0], "3")
+        commit_items(store, names["A"], [(b"a2", b"y")])
+        with pytest.raises(TransformError, match="second round"):
+            transform.run()
+        assert tuple(spark.conf.get(key) for key in keys) == (before[0], "3")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before[1])
+        transform.close()
+    assert seen == [("false", "1"), ("false", "1")]
+    assert snapshot(store, names["C"]) == {b"a1": b"x"}
