@@ -6,6 +6,8 @@
 const TOKEN_KEY = "diffstore.token";
 const LONG_POLL_MS = 25000;
 const FIRST_ROWS = 60;
+const ROWS_PER_TASK = 200;
+const FIRST_TIMES = 20; // the collections whose commit times are asked for before the rest of the rows
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY),
   view: null, // {abort: AbortController}
@@ -293,9 +295,14 @@ const whenText = (ms) => `${localTime(ms)} · ${ago(ms)}`;
 // committed generation's commit row never changes). The listing's `before` is exclusive, so asking below
 // the smallest id after G (G + a zero byte) answers G first when G is committed.
 const generationInfos = new Map();
+const generationsKnown = new Map(); // the answers already in: a redrawn id shows its time at once
 
 function rememberGenerations(name, items) {
-  for (const item of items) generationInfos.set(`${name}\n${hex(esToBytes(item.generationId))}`, Promise.resolve(item));
+  for (const item of items) {
+    const key = `${name}\n${hex(esToBytes(item.generationId))}`;
+    generationInfos.set(key, Promise.resolve(item));
+    generationsKnown.set(key, item);
+  }
 }
 
 function generationInfo(name, es) {
@@ -306,7 +313,10 @@ function generationInfo(name, es) {
     after.set(bytes);
     const query = new URLSearchParams({ limit: "1", before: bytesToEs(after).value, beforeEncoding: "base64" });
     const asked = api("GET", `${collectionPath(name)}/generations?${query}`).then((list) => {
-      if (list.items.length && sameEs(list.items[0].generationId, es)) return list.items[0];
+      if (list.items.length && sameEs(list.items[0].generationId, es)) {
+        generationsKnown.set(key, list.items[0]);
+        return list.items[0];
+      }
       generationInfos.delete(key); // not committed (yet: an open generation may be committed later)
       return null;
     });
@@ -320,12 +330,20 @@ function generationInfo(name, es) {
 // the full time on hover. `name` is the collection the generation belongs to (null: a stream position).
 function genHtml(name, es) {
   if (es === null || es === undefined || name === null) return labelHtml(es);
-  return `<span class="gen">${labelHtml(es)} <time class="when" data-c="${esc(name)}" data-g="${esc(JSON.stringify(es))}"></time></span>`;
+  const attributes = `class="when" data-c="${esc(name)}" data-g="${esc(JSON.stringify(es))}"`;
+  const known = generationsKnown.get(`${name}\n${hex(esToBytes(es))}`);
+  if (known && known.committedAtMs !== null) {
+    const at = new Date(known.committedAtMs);
+    return `<span class="gen">${labelHtml(es)} <time ${attributes} data-filled data-ms="${known.committedAtMs}" datetime="${at.toISOString()}"
+      title="generation ${esc(idLabel(es))} committed ${esc(at.toLocaleString())} (${at.toISOString()})">${esc(whenText(known.committedAtMs))}</time></span>`;
+  }
+  return `<span class="gen">${labelHtml(es)} <time ${attributes}></time></span>`;
 }
 
 function showWhen(element, info) {
   const id = idLabel(JSON.parse(element.dataset.g));
   element.dataset.filled = "";
+  performance.mark("diffstore:time-filled"); // benchmarks/console_first_page.py reads them
   if (info === null) {
     element.textContent = "";
     return;
@@ -354,8 +372,11 @@ const timeObserver = new IntersectionObserver((entries) => {
 });
 
 // Fills the commit times of the ids drawn under `root` (only those on screen ask the server).
-function fillTimes(root = document) {
-  for (const element of root.querySelectorAll("time.when:not([data-filled])")) timeObserver.observe(element.parentElement);
+function fillTimes(root) {
+  const found = root.querySelectorAll("time.when:not([data-filled])");
+  for (const element of root.matches("time.when:not([data-filled])") ? [root] : found) {
+    timeObserver.observe(element.parentElement);
+  }
 }
 
 // Relative times age while the page is open.
@@ -472,10 +493,20 @@ async function viewCollections(signal) {
     tbody.innerHTML = collectionRows(overview.collections.slice(0, FIRST_ROWS));
     applyFilter();
     if (overview.collections.length > FIRST_ROWS) {
-      setTimeout(() => {
-        tbody.insertAdjacentHTML("beforeend", collectionRows(overview.collections.slice(FIRST_ROWS)));
+      // the rest in tasks of ROWS_PER_TASK rows, so the page stays responsive
+      const more = (from) => {
+        if (signal.aborted || !tbody.isConnected) return;
+        const part = overview.collections.slice(from, from + ROWS_PER_TASK);
+        tbody.insertAdjacentHTML("beforeend", collectionRows(part));
         applyFilter();
-      }, 0);
+        if (from + ROWS_PER_TASK < overview.collections.length) setTimeout(() => more(from + ROWS_PER_TASK), 0);
+      };
+      // the first screen's commit times first (at most a second): laying out thousands of rows holds the
+      // page's one thread for a while under load, and the answers would wait behind it
+      requestAnimationFrame(() => {
+        const first = overview.collections.slice(0, FIRST_TIMES).map((c) => generationInfo(c.name, c.generationId).catch(() => null));
+        Promise.race([Promise.all(first), sleep(1000, signal)]).then(() => setTimeout(() => more(FIRST_ROWS), 0));
+      });
     }
   };
   draw(await loadOverview(signal));
@@ -1197,6 +1228,10 @@ document.addEventListener("DOMContentLoaded", () => {
   setToken(state.token);
   document.getElementById("forget-token").addEventListener("click", () => { setToken(null); location.reload(); });
   // every generation id drawn with a commit time gets it filled in once on screen
-  new MutationObserver(() => fillTimes(main())).observe(main(), { childList: true, subtree: true });
+  new MutationObserver((mutations) => {
+    for (const mutation of mutations) {
+      for (const added of mutation.addedNodes) if (added.nodeType === Node.ELEMENT_NODE) fillTimes(added);
+    }
+  }).observe(main(), { childList: true, subtree: true });
   render();
 });
