@@ -155,7 +155,7 @@ def to_text(
 ) -> list[str]:
     rows = [
         [
-            shell.show(info.generation_id),
+            shell.quote_empty(shell.show(info.generation_id)),
             "-"
             if info.committed_at_ms is None
             else f"{_local(info.committed_at_ms)} ({ago(now_ms - info.committed_at_ms)})",
