@@ -128,3 +128,24 @@ def test_loading_and_empty_states(live: Live, page: Any) -> None:
     live.ok("POST", "/collections/", {"collectionName": "B", "isManual": True})
     _reader(live, "B", "from_a", "A")
     page.wait_for_selector("#graph svg path.edge[data-reader='from_a']", state="attached")
+
+
+def test_the_graph_and_the_diff_filter_work_from_the_keyboard(live: Live, page: Any) -> None:
+    for name in ("A", "B"):
+        live.ok("POST", "/collections/", {"collectionName": name, "isManual": True})
+    _reader(live, "B", "from_a", "A")
+    page.goto(f"{live.url}/ui/#/graph")
+    page.wait_for_selector("#graph svg g.node[data-node='B']")
+    for _ in range(40):  # Tab through the page to B's box, then Enter opens it
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.getAttribute('aria-label')") == "browse B":
+            break
+    else:
+        raise AssertionError("B's box in the graph is not reachable with Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_function("location.hash === '#/browse/B'")
+    page.goto(f"{live.url}/ui/#/diff/A")
+    page.wait_for_selector("#kind")
+    page.focus("#kind")
+    page.keyboard.press("ArrowDown")  # every change -> inserted only
+    page.wait_for_function("location.hash.includes('kind=inserted')")
