@@ -132,7 +132,9 @@ def test_history_pages_back_and_follows_commits(live: Live, clock: Clock, page: 
     assert "g4" in page.inner_text("#banner")
 
 
-def test_generation_ids_show_their_commit_time(live: Live, clock: Clock, page: Any) -> None:
+def test_generation_ids_show_their_commit_time(
+    live: Live, clock: Clock, page: Any, screenshot: Callable[[str], Path]
+) -> None:
     _log(live, clock)
     live.ok("POST", "/collections/", {"collectionName": "out", "isManual": True})
     live.ok(
@@ -149,6 +151,10 @@ def test_generation_ids_show_their_commit_time(live: Live, clock: Clock, page: A
     reader = "#collections tr[data-name='out'] .reader time.when[data-ms]"
     page.wait_for_selector(reader)
     assert "3 h ago" in page.inner_text(reader)
+    # out's generation is the empty one it started at
+    page.wait_for_selector("#collections tr[data-name='out'] td.generation time.when[data-filled]")
+    assert page.inner_text("#collections tr[data-name='out'] td.generation time") == "the start"
+    screenshot("collections")
     page.goto(f"{live.url}/ui/#/browse/m?g=g2")
     page.wait_for_selector("#asof time.when[data-ms]")
     assert "3 min ago" in page.inner_text("#asof")

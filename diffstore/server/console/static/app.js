@@ -348,6 +348,11 @@ function showWhen(element, info) {
     element.textContent = "";
     return;
   }
+  if (info.committedAtMs === null && esToBytes(JSON.parse(element.dataset.g)).length === 0) {
+    element.textContent = "the start";
+    element.title = "the empty generation every collection starts at";
+    return;
+  }
   if (info.committedAtMs === null) {
     element.textContent = "time unknown";
     element.title = `generation ${id}: committed before diffstore recorded commit times`;
