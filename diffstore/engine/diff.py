@@ -1,9 +1,16 @@
 """Diffs between two generations, driven by the ``changes`` index so cost follows the writes.
 
-The keys written in each generation of (from, to] form one sorted run in ``changes``. A k-way merge of
-the runs yields the changed keys in order, deduplicated, holding one key per run in memory (never the
-range's keys). For each key, one backward walk over its versions in ``records`` finds the value at
-``to``, the values in between, and the value at ``from``; keys whose two ends are equal are left out.
+The keys written in each generation of (from, to] form one sorted run in ``changes``. Two ways find the
+changed keys, switched along the key range as the density of changes varies (:func:`iter_diff`):
+
+* where few keys changed, a k-way merge of the runs yields them in order, deduplicated, holding one key
+  per run in memory (never the range's keys), and the ``records`` cursor seeks to each;
+* where keys changed side by side, one forward scan of ``records`` sees every version it needs and skips
+  the ``changes`` index (compiled in ``_accel.c`` when it was built).
+
+For each key, its versions in ``records`` give the value at ``to``, the values in between, and the value
+at ``from``; keys whose two ends are equal are left out. Long keys and intermediate values always take
+the merge's way.
 
 A page covers at most ``max_diff_generations`` generations: a larger range answers a lower
 ``to_generation_id`` and clients repeat from it (SPEC §3). The :func:`iter_diff` iterator merges the

@@ -86,9 +86,10 @@ except ImportError:  # not built (no C compiler at install time): the pure-Pytho
 
 
 def _current(accel: object, source: Path) -> bool:
-    """Whether ``accel`` was built from ``source`` as it is now (true when the source is not there: an
-    installed wheel ships the build alone). An in-place build outlives a pull that changed the source
-    until ``make install`` rebuilds it: the twins are right, the stale build may not be."""
+    """Whether ``accel`` was built from ``source`` as it is now (true when the source is not there:
+    nothing to compare with; a wheel ships both, built together). An in-place build outlives a pull that
+    changed the source until ``make install`` rebuilds it: the twins are right, the stale build may not
+    be."""
     try:
         digest = hashlib.sha256(source.read_bytes()).hexdigest()
     except FileNotFoundError:
