@@ -2,11 +2,11 @@
 
 Spark (4.0+) looks for top-level Python packages named ``pyspark_*`` when a session first resolves a
 Python data source, and registers each one's ``DefaultSource`` under its ``name()``. This package is
-that hook for :class:`diffstore.spark.source.DiffstoreDataSource`; it holds nothing else.
+that hook for :class:`diffstore.spark.datasource.DiffstoreDataSource`; it holds nothing else.
 """
 
 from __future__ import annotations
 
-from diffstore.spark.source import DiffstoreDataSource as DefaultSource
+from diffstore.spark.datasource import DiffstoreDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -10,16 +10,16 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "DiffstoreDataSource": "diffstore.spark.source",
+    "DiffstoreDataSource": "diffstore.spark.datasource",
     "PreviewTooLarge": "diffstore.spark.preview",
     "RoundStats": "diffstore.spark.transform",
-    "TARGET": "diffstore.spark.transform",
+    "TARGET": "diffstore.spark.plan",
     "Transform": "diffstore.spark.transform",
     "TransformError": "diffstore.spark.transform",
     "connect_session": "diffstore.spark.session",
     "local_session": "diffstore.spark.session",
     "master_session": "diffstore.spark.session",
-    "register": "diffstore.spark.source",
+    "register": "diffstore.spark.datasource",
 }
 
 __all__ = sorted(_EXPORTS)

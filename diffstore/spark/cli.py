@@ -301,7 +301,7 @@ def run_transform(args: argparse.Namespace) -> int:
     if args.preview:
         try:
             phantom = transform.preview(phantoms, ttl_seconds=args.preview_ttl)
-            print_preview(transform._handle(args.target), decode_es(phantom), args.format)
+            print_preview(transform.handle(args.target), decode_es(phantom), args.format)
         finally:
             transform.close()
             spark.stop()

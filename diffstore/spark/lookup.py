@@ -28,12 +28,11 @@ from diffstore.client import Collection
 from diffstore.errors import InvalidRequest
 from diffstore.spark._clients import shared_client
 from diffstore.spark._prefetch import ahead
+from diffstore.spark.schemas import LOOKUP_ARROW
 
 CHUNK = 5_000
 """Keys per range query: with dense keys one page (the server's maximum is 10,000 items)."""
 
-SCHEMA = "key binary, value binary"
-_ARROW = pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary())])
 
 
 SPARSE_RECORDS = 4
@@ -75,11 +74,16 @@ GET_MANY_KEYS = 10_000
 
 
 def get_many(
-    collection: Collection, generation_id: bytes, keys: list[bytes], found: dict[bytes, bytes]
+    collection: Collection,
+    generation_id: bytes,
+    keys: list[bytes],
+    found: dict[bytes, bytes],
+    phantom_id: bytes | None = None,
 ) -> None:
-    """Adds the records of ``keys`` present at ``generation_id`` to ``found``, by ``getMany`` requests."""
+    """Adds the records of ``keys`` present at ``generation_id`` (with ``phantom_id``) to ``found``, by
+    ``getMany`` requests."""
     for start in range(0, len(keys), GET_MANY_KEYS):
-        result = collection.get_many(keys[start : start + GET_MANY_KEYS], generation_id=generation_id)
+        result = collection.get_many(keys[start : start + GET_MANY_KEYS], generation_id, phantom_id)
         found.update((record.key, record.value) for record in result.records if record is not None)
 
 
@@ -120,7 +124,7 @@ def lookup_partition(
                 found = fetch(handle, generation_id, chunk)
                 values = [found.get(key) for key in chunk]
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(chunk, pa.binary()), pa.array(values, pa.binary())], schema=_ARROW
+                    [pa.array(chunk, pa.binary()), pa.array(values, pa.binary())], schema=LOOKUP_ARROW
                 )
 
         # keys are read and fetched in a thread while Spark takes the previous chunk's values

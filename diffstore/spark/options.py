@@ -25,6 +25,8 @@ from diffstore.errors import InvalidRequest
 DEFAULT_PARTITIONS = 4
 DEFAULT_PAGE_LIMIT = 10_000
 DEFAULT_BATCH_ROWS = 5_000
+DEFAULT_STREAM_SOURCE_READER = "spark_stream"
+DEFAULT_STREAM_SINK_READER = "spark_sink"
 
 
 _CONNECTION_OPTIONS = ("url", "collection", "codec", "token")
@@ -276,3 +278,45 @@ def _split_keys(options: Mapping[str, str]) -> tuple[bytes, ...] | None:
 def _enc(options: Mapping[str, str]) -> dict[str, str]:
     encoding = _get(options, "generationIdEncoding")
     return {} if encoding is None else {"generationIdEncoding": encoding}
+
+
+@dataclass(frozen=True, slots=True)
+class SparkStreamReadOptions:
+    """Options of the streaming source; ``starting`` is ``"earliest"``, ``"latest"`` or a generation id."""
+
+    connection: Connection
+    starting: str | bytes
+    reader_name: str
+    page_limit: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SparkStreamReadOptions:
+        check_known(options, STREAM_READ_OPTIONS, "stream read")
+        text = _get(options, "startingGeneration")
+        starting: str | bytes
+        if text is None or text.lower() in ("earliest", "latest"):
+            starting = (text or "earliest").lower()
+        else:
+            starting = _generation(options, "startingGeneration") or b""
+        return cls(
+            connection=_connection(options),
+            starting=starting,
+            reader_name=_get(options, "readerName") or DEFAULT_STREAM_SOURCE_READER,
+            page_limit=_int(options, "pageLimit", 10_000, 1, 10_000),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SparkStreamWriteOptions:
+    connection: Connection
+    reader_name: str
+    batch_rows: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SparkStreamWriteOptions:
+        check_known(options, STREAM_WRITE_OPTIONS, "stream write")
+        return cls(
+            connection=_connection(options),
+            reader_name=_get(options, "readerName") or DEFAULT_STREAM_SINK_READER,
+            batch_rows=_int(options, "batchRows", 5_000, 1, 100_000),
+        )

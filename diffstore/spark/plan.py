@@ -4,6 +4,8 @@ No Spark and no I/O here: the runner feeds in what it read from the server and g
 :class:`RoundPlan` (or ``None`` when every reader has caught up), so the arithmetic is tested alone.
 
 The round itself (generation ids, reader names, start/commit/abort) is :mod:`diffstore.rounds`.
+:class:`RoundContext` is what the round's steps outside the runner (:mod:`~diffstore.spark.small_rounds`,
+:mod:`~diffstore.spark.preview`) use of it, and :class:`Pinned` where each ``lookup`` alias reads.
 
 Invariants:
     * The new generation ``g`` is strictly above C's current and open generations, so
@@ -18,14 +20,27 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from diffstore import shell
 from diffstore.engine.history import MAX_METADATA_BYTES
 from diffstore.engine.types import LeaseToken
 from diffstore.rounds import source_reader
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from diffstore.client import Collection
+
+TARGET = "@target"
+"""Pass as ``lookup``'s first argument to read the target's values as they were before this round."""
+
+Lookup = Callable[["str", "DataFrame"], "DataFrame"]
+"""``lookup(alias, keys)``: the ``key``, ``value`` rows of ``keys`` where the round reads ``alias``."""
+TransformFn = Callable[["SparkSession", "dict[str, DataFrame]", Lookup], "DataFrame"]
+"""A transform's ``fn(spark, diffs, lookup)``: the target's changes (``key``, ``value``)."""
 
 NONCE_BYTES = 8
 """The random suffix of a round's generation id (see :func:`diffstore.rounds.next_generation_id`)."""
@@ -100,6 +115,58 @@ def next_round_number(previous: Mapping[str, str] | None) -> int:
     recorded, or 1 (the target's first round, or its last commit was not a transform round)."""
     text = (previous or {}).get("round", "")
     return int(text) + 1 if text.isdigit() else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """Where a ``lookup`` alias reads: a collection at a generation (and, in a preview, with a phantom)."""
+
+    collection: str
+    generation_id: bytes
+    phantom_id: bytes | None = None
+
+
+def pinned_lookups(plan: RoundPlan, target: str) -> dict[str, Pinned]:
+    """Where a round's ``lookup`` reads each alias: sources at their range's end, :data:`TARGET` at the
+    target's generation the round builds on."""
+    pinned = {s.alias: Pinned(s.collection, s.to_generation_id) for s in plan.sources}
+    pinned[TARGET] = Pinned(target, plan.base_generation_id)
+    return pinned
+
+
+def pinned_alias(pinned: Mapping[str, Pinned], alias: str) -> Pinned:
+    """``pinned[alias]``; raises KeyError naming the known aliases (a typo in a transform's ``fn``)."""
+    found = pinned.get(alias)
+    if found is None:
+        raise KeyError(f"unknown source {alias!r}; known: {sorted(pinned)}")
+    return found
+
+
+class RoundContext(Protocol):
+    """What the driver-side steps of a round take of the runner (a ``Transform``)."""
+
+    @property
+    def spark(self) -> SparkSession: ...
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def sources(self) -> dict[str, str]: ...
+
+    @property
+    def fn(self) -> TransformFn: ...
+
+    @property
+    def local_diff_max_rows(self) -> int: ...
+
+    def handle(self, name: str) -> Collection:
+        """The driver's handle on a collection (looked up once; it raises NoSuchCollection)."""
+        ...
+
+    def event(self, name: str, **details: Any) -> None:
+        """Tells the runner's ``on_event`` hook."""
+        ...
 
 
 def plan_sources(

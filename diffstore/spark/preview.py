@@ -24,7 +24,7 @@ over B, deletes included. It expires after ``ttl_seconds`` (default :data:`DEFAU
 
 Nothing moves: no generation is started or committed, no reader is created or updated, the sources'
 phantoms are only read. The preview runs on the driver (diffs read over HTTP into local DataFrames,
-lookups by range queries from here, the result collected and written with putMany), so it is meant for
+lookups by ``getMany`` from here, the result collected and written with putMany), so it is meant for
 small changes: when a source's diff holds more than ``max_rows`` changes it is refused with
 :class:`PreviewTooLarge` (catch the target up with a real run first, or raise ``max_rows``). A real round
 over a range the server splits (very large ranges) would stop short of G; a preview never does.
@@ -36,23 +36,20 @@ Phantom ids are taken as the ``phantomId`` EncodedString that ``phantom/start`` 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
 
 from diffstore.client import Collection
 from diffstore.engine.types import DiffItem
 from diffstore.errors import InvalidRequest
 from diffstore.rounds import source_reader
-from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
-from diffstore.spark.source import DIFF_SCHEMA
+from diffstore.spark.plan import TARGET, Pinned, RoundContext
+from diffstore.spark.schemas import DIFF_SCHEMA
+from diffstore.spark.small_rounds import driver_lookup
 from diffstore.wire import decode_es, encode_es
-
-if TYPE_CHECKING:
-    from diffstore.spark.transform import Transform
 
 DEFAULT_TTL_SECONDS = 3600
 """How long a preview's phantom lives (as ``phantom/start``'s default)."""
@@ -62,7 +59,7 @@ DEFAULT_MAX_ROWS = 10_000
 PhantomIdLike = bytes | bytearray | Mapping[str, Any]
 """A phantom id: raw bytes, or the EncodedString map that ``phantom/start`` answers."""
 
-_CHUNK = 5_000  # keys per lookup range query; rows per putMany
+_CHUNK = 5_000  # rows per putMany
 _PAGE = 10_000  # the server's largest page
 
 
@@ -102,7 +99,7 @@ class PreviewSource:
 
 
 def run_preview(
-    transform: Transform,
+    transform: RoundContext,
     phantoms: Mapping[str, PhantomIdLike],
     *,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
@@ -125,7 +122,7 @@ def run_preview(
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or ttl_seconds < 1:
         raise InvalidRequest("preview: ttl_seconds must be a positive whole number")
     ids = {alias: phantom_id(value, f"phantom of source {alias!r}") for alias, value in phantoms.items()}
-    target = transform._handle(transform.target)
+    target = transform.handle(transform.target)
     state = target.state()
     if not state.manual:
         raise InvalidRequest(f"the target {transform.target!r} must be a manual collection")
@@ -133,7 +130,10 @@ def run_preview(
     plan = _plan(transform, target, ids)
     diffs = {s.alias: _diff(transform, s, max_rows) for s in plan}
     frames = {alias: transform.spark.createDataFrame(table, DIFF_SCHEMA) for alias, table in diffs.items()}
-    lookup = _lookup(transform, plan, base)
+    # sources at their current generation with their phantom, the target at ``base``
+    pinned = {s.alias: Pinned(s.collection, s.to_generation_id, s.phantom_id) for s in plan}
+    pinned[TARGET] = Pinned(transform.target, base)
+    lookup = driver_lookup(transform.spark, transform.handle, pinned)
     result = transform.fn(transform.spark, frames, lookup).select("key", "value").toArrow()
     keys, values = result.column("key").to_pylist(), result.column("value").to_pylist()
     if any(key is None for key in keys):
@@ -142,11 +142,11 @@ def run_preview(
     items = list(zip(keys, values, strict=True))
     for start in range(0, len(items), _CHUNK):
         target.put_many(items[start : start + _CHUNK], generation_id=base, phantom_id=made)
-    transform._event("previewed", phantom_id=made, generation=base, rows_written=len(items))
+    transform.event("previewed", phantom_id=made, generation=base, rows_written=len(items))
     return encode_es(made)
 
 
-def _plan(transform: Transform, target: Collection, ids: Mapping[str, bytes]) -> list[PreviewSource]:
+def _plan(transform: RoundContext, target: Collection, ids: Mapping[str, bytes]) -> list[PreviewSource]:
     """Each source's range (reader, current] and phantom, checking readers without creating any."""
     stored = {r.name: r for r in target.readers()}
     plan = []
@@ -158,7 +158,7 @@ def _plan(transform: Transform, target: Collection, ids: Mapping[str, bytes]) ->
                 f"not {collection!r}"
             )
         start = (reader.generation_id if reader is not None else None) or b""
-        handle = transform._handle(collection)
+        handle = transform.handle(collection)
         current = handle.generation_id
         phantom = ids.get(alias)
         if phantom is not None:  # a bad id is named before any diff is read
@@ -179,9 +179,9 @@ def _naming(alias: str, collection: str) -> Iterator[None]:
         raise type(exc)(f"phantom of source {alias!r} ({collection}): {exc.reason}") from exc
 
 
-def _diff(transform: Transform, source: PreviewSource, max_rows: int) -> pa.Table:
+def _diff(transform: RoundContext, source: PreviewSource, max_rows: int) -> pa.Table:
     """The source's diff as the round would read it: (reader, current], with its phantom's changes on top."""
-    handle = transform._handle(source.collection)
+    handle = transform.handle(source.collection)
     changed: dict[bytes, list[bytes | None]] = {}
 
     def absorb(items: Iterable[DiffItem]) -> None:
@@ -217,46 +217,3 @@ def every_phantom_change(handle: Collection, phantom: bytes, generation: bytes) 
     while page.next_key is not None:
         page = handle.phantom_changes(phantom, generation, page.next_key, limit=_PAGE)
         yield from page.items
-
-
-def _fetch(
-    handle: Collection, generation: bytes, phantom: bytes | None, chunk: list[bytes]
-) -> dict[bytes, bytes]:
-    """The records of ascending ``chunk`` visible at ``generation`` (with ``phantom``), by range queries."""
-    limit = min(_PAGE, 2 * len(chunk) + 16)
-    page = handle.query_page_columns(generation, phantom, chunk[0], chunk[-1] + b"\0", limit)
-    if page.cursor is None or len(chunk) == 1:
-        return dict(zip(page.keys, page.values, strict=True))
-    middle = len(chunk) // 2
-    return _fetch(handle, generation, phantom, chunk[:middle]) | _fetch(
-        handle, generation, phantom, chunk[middle:]
-    )
-
-
-def _lookup(
-    transform: Transform, plan: list[PreviewSource], base: bytes
-) -> Callable[[str, DataFrame], DataFrame]:
-    """``lookup`` of the preview: sources at their current generation with their phantom, the target at
-    ``base``; the keys are collected to the driver and their values fetched from here."""
-    from diffstore.spark.transform import TARGET
-
-    pinned: dict[str, tuple[str, bytes, bytes | None]] = {
-        s.alias: (s.collection, s.to_generation_id, s.phantom_id) for s in plan
-    }
-    pinned[TARGET] = (transform.target, base, None)
-
-    def lookup(alias: str, keys: DataFrame) -> DataFrame:
-        if alias not in pinned:
-            raise KeyError(f"unknown source {alias!r}; known: {sorted(pinned)}")
-        collection, generation, phantom = pinned[alias]
-        wanted = sorted({k for k in keys.select("key").toArrow().column("key").to_pylist() if k is not None})
-        handle = transform._handle(collection)
-        found: dict[bytes, bytes] = {}
-        for start in range(0, len(wanted), _CHUNK):
-            found |= _fetch(handle, generation, phantom, wanted[start : start + _CHUNK])
-        columns = [pa.array(wanted, pa.binary()), pa.array([found.get(k) for k in wanted], pa.binary())]
-        return transform.spark.createDataFrame(
-            pa.Table.from_arrays(columns, names=["key", "value"]), LOOKUP_SCHEMA
-        )
-
-    return lookup

@@ -69,7 +69,7 @@ def local_session(app_name: str = "diffstore", cores: int = 2, shuffle_partition
     Returns:
         The session; the caller stops it.
     """
-    from diffstore.spark.source import register
+    from diffstore.spark.datasource import register
 
     spark = local_builder(app_name, cores, shuffle_partitions).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -140,7 +140,7 @@ def connect_session(remote: str, app_name: str = "diffstore") -> SparkSession:
         ) from None
     from pyspark.sql import SparkSession
 
-    from diffstore.spark.source import register
+    from diffstore.spark.datasource import register
 
     spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
     # a runtime SQL setting, so it may be set over Connect: the data source's errors then reach the
@@ -168,7 +168,7 @@ def master_session(master: str, app_name: str = "diffstore") -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from diffstore.spark.source import register
+    from diffstore.spark.datasource import register
 
     spark = (
         SparkSession.builder.master(master)

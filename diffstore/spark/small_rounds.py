@@ -28,35 +28,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
+from diffstore.client import Collection
 from diffstore.errors import InvalidRequest
 from diffstore.spark.lookup import GET_MANY_KEYS, get_many
-from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
-from diffstore.spark.plan import RoundPlan, SourceRange
-
-if TYPE_CHECKING:
-    from diffstore.spark.transform import Transform
-
-DIFF_ARROW = pa.schema(
-    [
-        pa.field("key", pa.binary(), False),
-        pa.field("fromValue", pa.binary()),
-        pa.field("toValue", pa.binary()),
-    ]
-)
+from diffstore.spark.plan import Lookup, Pinned, RoundContext, RoundPlan, SourceRange, pinned_alias
+from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_SCHEMA
 
 
-def read_small_diff(transform: Transform, source: SourceRange) -> pa.Table | None:
+def read_small_diff(context: RoundContext, source: SourceRange) -> pa.Table | None:
     """The whole diff of ``source``'s pinned range as an Arrow table, or ``None`` when it is larger than
-    ``transform.local_diff_max_rows`` (or that is 0)."""
-    limit = transform.local_diff_max_rows
+    ``context.local_diff_max_rows`` (or that is 0)."""
+    limit = context.local_diff_max_rows
     if limit <= 0 or source.empty:
         return None
-    page = transform._handle(source.collection).diff_page_columns(
+    page = context.handle(source.collection).diff_page_columns(
         source.from_generation_id or b"", source.to_generation_id, limit=limit
     )
     if page.cursor is not None or page.to_generation_id != source.to_generation_id:
@@ -95,47 +85,47 @@ FETCH_SLICE_MIN = 500
 """A driver lookup of more keys than this fetches contiguous slices of them in ``FETCH_THREADS`` threads."""
 
 
-def write_small_result(transform: Transform, plan: RoundPlan, result: DataFrame) -> int:
+def write_small_result(context: RoundContext, plan: RoundPlan, result: DataFrame) -> int:
     """Collects a small round's result (``key``, ``value``) and puts it into the round's open generation
     from the driver (fenced by the round's lease); returns the number of rows."""
     table = result.toArrow()
     keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
     if any(key is None for key in keys):
         raise InvalidRequest("a diffstore key must not be null")
-    target = transform._handle(transform.target)
+    target = context.handle(context.target)
     items = list(zip(keys, values, strict=True))
     for start in range(0, len(items), PUT_BATCH):
         target.put_many(items[start : start + PUT_BATCH], generation_id=plan.generation_id, lease=plan.lease)
     return len(items)
 
 
-def driver_lookup(transform: Transform, plan: RoundPlan) -> Callable[[str, DataFrame], DataFrame]:
-    """``lookup`` of a small round: keys collected to the driver, values fetched from here."""
-    from diffstore.spark.transform import TARGET
-
-    pinned = {s.alias: (s.collection, s.to_generation_id) for s in plan.sources}
-    pinned[TARGET] = (transform.target, plan.base_generation_id)
+def driver_lookup(
+    spark: SparkSession, handle: Callable[[str], Collection], pinned: Mapping[str, Pinned]
+) -> Lookup:
+    """``lookup`` run on the driver (small rounds, previews): the keys collected here, their values
+    fetched from here with ``getMany`` where ``pinned`` says each alias reads, handed back as local data."""
 
     def lookup(alias: str, keys: DataFrame) -> DataFrame:
-        if alias not in pinned:
-            raise KeyError(f"unknown source {alias!r}; known: {sorted(pinned)}")
-        collection, generation = pinned[alias]
+        where = pinned_alias(pinned, alias)
         # collect(), not toArrow(): a plan that Spark folded into a local relation (keys picked from the
         # local diffs by projections and filters) is then answered without a Spark job at all
         wanted = sorted({bytes(row[0]) for row in keys.select("key").collect() if row[0] is not None})
-        handle = transform._handle(collection)
+        collection = handle(where.collection)
+
+        def fetch(chunk: list[bytes]) -> None:
+            get_many(collection, where.generation_id, chunk, found, where.phantom_id)
+
         # contiguous slices fetched concurrently: the server answers several requests at once
         size = min(GET_MANY_KEYS, max(FETCH_SLICE_MIN, -(-len(wanted) // FETCH_THREADS)))
         slices = [wanted[start : start + size] for start in range(0, len(wanted), size)]
         found: dict[bytes, bytes] = {}
         if len(slices) > 1:
             with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="diffstore-lookup") as pool:
-                list(pool.map(lambda chunk: get_many(handle, generation, chunk, found), slices))
+                list(pool.map(fetch, slices))
         else:
             for chunk in slices:
-                get_many(handle, generation, chunk, found)
+                fetch(chunk)
         columns = [pa.array(wanted, pa.binary()), pa.array([found.get(k) for k in wanted], pa.binary())]
-        table = pa.Table.from_arrays(columns, names=["key", "value"])
-        return transform.spark.createDataFrame(table, LOOKUP_SCHEMA)
+        return spark.createDataFrame(pa.Table.from_arrays(columns, names=["key", "value"]), LOOKUP_SCHEMA)
 
     return lookup

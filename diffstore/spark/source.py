@@ -1,4 +1,5 @@
-"""The ``diffstore`` Python Data Source: snapshots and diffs in, records of an open generation out.
+"""The ``diffstore`` format's batch reads and writes: snapshots and diffs in, records of an open generation
+out (the format itself, which hands these out, is :mod:`diffstore.spark.datasource`).
 
 Reading: ``spark.read.format("diffstore").option("url", U).option("collection", "A")`` reads a snapshot
 (columns ``key``, ``value``); with ``fromGenerationId`` or ``fromReader`` (+ ``toGenerationId``) it reads a
@@ -20,24 +21,19 @@ generation simply overwrites it.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructType
 
 from diffstore.client import Client, Collection, DiffColumns
 from diffstore.engine.types import UNSET, LeaseToken, ReaderUpdate
@@ -45,35 +41,19 @@ from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest,
 from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark._prefetch import ahead
 from diffstore.spark.options import DEFAULT_BATCH_ROWS, SparkReadOptions, SparkWriteOptions
+from diffstore.spark.schemas import (
+    DIFF_ARROW,
+    DIFF_SCHEMA,
+    SNAPSHOT_ARROW,
+    SNAPSHOT_SCHEMA,
+    WRITTEN_ARROW,
+)
 
-SNAPSHOT_SCHEMA = StructType(
-    [StructField("key", BinaryType(), False), StructField("value", BinaryType(), True)]
-)
-DIFF_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType(), False),
-        StructField("fromValue", BinaryType(), True),
-        StructField("toValue", BinaryType(), True),
-    ]
-)
-_SNAPSHOT_ARROW = pa.schema([pa.field("key", pa.binary(), False), pa.field("value", pa.binary())])
-_DIFF_ARROW = pa.schema(
-    [
-        pa.field("key", pa.binary(), False),
-        pa.field("fromValue", pa.binary()),
-        pa.field("toValue", pa.binary()),
-    ]
-)
 _DIFFSTORE_CAUSE = re.compile(r"diffstore\.errors\.(\w+): ([^\n]*)")
 _SPARK_CAUSE = re.compile(r"(\[[A-Z_.]+\][^\n]*)")
 _NOT_IMPORTABLE = re.compile(r"No module named '((?:pyspark_)?diffstore[\w.]*)'")
 # putMany bodies are capped at 32 MiB by the server; flush well before.
 _MAX_BATCH_BYTES = 16 << 20
-
-
-def register(spark: SparkSession) -> None:
-    """Registers the ``diffstore`` format with a session (workers must be able to import diffstore)."""
-    spark.dataSource.register(DiffstoreDataSource)
 
 
 @dataclass(frozen=True)
@@ -134,7 +114,7 @@ def read_snapshot(
     page = collection.query_page_columns(generation_id, None, part.from_key, part.to_key, limit)
     while True:
         if page.keys:
-            yield _batch(_SNAPSHOT_ARROW, page.keys, page.values)  # type: ignore[arg-type]
+            yield _batch(SNAPSHOT_ARROW, page.keys, page.values)  # type: ignore[arg-type]
         if page.cursor is None:
             return
         page = collection.query_page_columns(cursor=page.cursor)
@@ -160,7 +140,7 @@ def read_diff(
     if page.to_generation_id == target:
         while True:
             if page.keys:
-                yield _batch(_DIFF_ARROW, page.keys, page.from_values, page.to_values)  # type: ignore[arg-type]
+                yield _batch(DIFF_ARROW, page.keys, page.from_values, page.to_values)  # type: ignore[arg-type]
             if page.cursor is None:
                 return
             page = collection.diff_page_columns(cursor=page.cursor)
@@ -178,7 +158,7 @@ def read_diff(
     rows = [(key, f, t) for key, (f, t) in sorted(merged.items()) if f != t]
     for start in range(0, len(rows), limit):
         keys, from_values, to_values = zip(*rows[start : start + limit], strict=True)
-        yield _batch(_DIFF_ARROW, list(keys), list(from_values), list(to_values))
+        yield _batch(DIFF_ARROW, list(keys), list(from_values), list(to_values))
 
 
 class DiffstoreReader(DataSourceReader):
@@ -251,10 +231,6 @@ def put_batches(
     return WrittenBatch(rows, requests)
 
 
-WRITTEN_SCHEMA = "rows long"
-_WRITTEN_ARROW = pa.schema([pa.field("rows", pa.int64())])
-
-
 def put_partition(
     url: str,
     codec: str,
@@ -271,7 +247,7 @@ def put_partition(
     def put(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = shared_client(url, codec, token).collection(collection)
         written = put_batches(target, generation_id, batch_rows, batches, lease)
-        yield pa.RecordBatch.from_arrays([pa.array([written.rows], pa.int64())], schema=_WRITTEN_ARROW)
+        yield pa.RecordBatch.from_arrays([pa.array([written.rows], pa.int64())], schema=WRITTEN_ARROW)
 
     return put
 
@@ -327,67 +303,6 @@ class DiffstoreWriter(DataSourceArrowWriter):
                 pass  # already aborted, or another writer took the generation over: nothing of ours is left
 
 
-class DiffstoreDataSource(DataSource):
-    """The ``diffstore`` format. Options are validated here, on construction, before any task runs."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.options = dict(options)
-        self.read_options: SparkReadOptions | None = None
-        self.write_options: SparkWriteOptions | None = None
-        # Drawn when the source is resolved; the sink's tasks of one run share it (see spark.streaming).
-        self.run_tag = os.urandom(8)
-
-    @classmethod
-    def name(cls) -> str:
-        return "diffstore"
-
-    def schema(self) -> StructType:
-        # Spark asks for the schema before telling a stream read from a batch read: a stream read is
-        # recognised by its stream-only option startingGeneration.
-        if any(key.lower() == "startinggeneration" for key in self.options):
-            from diffstore.spark.streaming import STREAM_SCHEMA, SparkStreamReadOptions
-
-            SparkStreamReadOptions.parse(self.options)  # bad options fail load(), not the query's start
-            return STREAM_SCHEMA
-        return DIFF_SCHEMA if SparkReadOptions.parse(self.options).is_diff else SNAPSHOT_SCHEMA
-
-    def reader(self, schema: StructType) -> DiffstoreReader:
-        return DiffstoreReader(SparkReadOptions.parse(self.options))
-
-    def writer(self, schema: StructType, overwrite: bool) -> DiffstoreWriter:
-        if overwrite:
-            raise InvalidRequest("the diffstore format only appends into an open generation (mode append)")
-        check_writable(schema)
-        options = SparkWriteOptions.parse(self.options)
-        connection = options.connection
-        # Checked here, on the driver, so that a wrong generation fails as one line before any task runs.
-        with new_client(connection.url, connection.codec, connection.token) as client:
-            state = client.collection(connection.collection).state()
-        if state.next_generation_id != options.generation_id:
-            raise GenerationMismatch(
-                f"generation {options.generation_id!r} is not open in {connection.collection!r} "
-                f"(open: {state.next_generation_id!r})"
-            )
-        return DiffstoreWriter(options)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from diffstore.spark.streaming import STREAM_SCHEMA, DiffstoreStreamReader, SparkStreamReadOptions
-
-        if schema != STREAM_SCHEMA:
-            raise InvalidRequest(
-                "a diffstore stream read needs the option startingGeneration (earliest, latest or an id)"
-            )
-        return DiffstoreStreamReader(SparkStreamReadOptions.parse(self.options))
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from diffstore.spark.streaming import stream_writer
-
-        if overwrite:
-            raise InvalidRequest("the diffstore sink appends (outputMode append or update)")
-        return stream_writer(self.options, schema, self.run_tag)
-
-
 def describe_failure(exc: BaseException) -> str:
     """A short description of a failed Spark job or HTTP call, for logs and stats."""
     if isinstance(exc, DiffstoreError):
@@ -415,9 +330,7 @@ def describe_failure(exc: BaseException) -> str:
 __all__: list[Any] = [
     "DIFF_SCHEMA",
     "SNAPSHOT_SCHEMA",
-    "DiffstoreDataSource",
     "DiffstoreReader",
     "DiffstoreWriter",
     "KeyRange",
-    "register",
 ]

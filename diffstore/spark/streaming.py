@@ -50,43 +50,17 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructType
 
 from diffstore.client import Client, Collection
 from diffstore.engine.types import ReaderUpdate
 from diffstore.errors import InvalidRequest, NotManual, ReaderExists
 from diffstore.rounds import ensure_readers, next_generation_id
 from diffstore.spark._clients import new_client, shared_client
-from diffstore.spark.options import (
-    STREAM_READ_OPTIONS,
-    STREAM_WRITE_OPTIONS,
-    Connection,
-    _connection,
-    _generation,
-    _get,
-    _int,
-    check_known,
-)
+from diffstore.spark.options import SparkStreamReadOptions, SparkStreamWriteOptions
+from diffstore.spark.schemas import STREAM_ARROW, STREAM_SCHEMA
 from diffstore.spark.source import KeyRange, PinnedRange, put_batches, read_diff
 
-STREAM_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType(), False),
-        StructField("fromValue", BinaryType(), True),
-        StructField("toValue", BinaryType(), True),
-        StructField("generationId", BinaryType(), False),
-    ]
-)
-_STREAM_ARROW = pa.schema(
-    [
-        pa.field("key", pa.binary(), False),
-        pa.field("fromValue", pa.binary()),
-        pa.field("toValue", pa.binary()),
-        pa.field("generationId", pa.binary(), False),
-    ]
-)
-DEFAULT_SOURCE_READER = "spark_stream"
-DEFAULT_SINK_READER = "spark_sink"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 _BATCH_BYTES = 8
 _RUN_TAG_BYTES = 8
@@ -103,48 +77,6 @@ def to_offset(generation_id: bytes) -> dict[str, str]:
 def from_offset(offset: dict[str, Any]) -> bytes:
     """Inverse of :func:`to_offset`."""
     return base64.b64decode(offset["generationId"])
-
-
-@dataclass(frozen=True, slots=True)
-class SparkStreamReadOptions:
-    """Options of the streaming source; ``starting`` is ``"earliest"``, ``"latest"`` or a generation id."""
-
-    connection: Connection
-    starting: str | bytes
-    reader_name: str
-    page_limit: int
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SparkStreamReadOptions:
-        check_known(options, STREAM_READ_OPTIONS, "stream read")
-        text = _get(options, "startingGeneration")
-        starting: str | bytes
-        if text is None or text.lower() in ("earliest", "latest"):
-            starting = (text or "earliest").lower()
-        else:
-            starting = _generation(options, "startingGeneration") or b""
-        return cls(
-            connection=_connection(options),
-            starting=starting,
-            reader_name=_get(options, "readerName") or DEFAULT_SOURCE_READER,
-            page_limit=_int(options, "pageLimit", 10_000, 1, 10_000),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SparkStreamWriteOptions:
-    connection: Connection
-    reader_name: str
-    batch_rows: int
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SparkStreamWriteOptions:
-        check_known(options, STREAM_WRITE_OPTIONS, "stream write")
-        return cls(
-            connection=_connection(options),
-            reader_name=_get(options, "readerName") or DEFAULT_SINK_READER,
-            batch_rows=_int(options, "batchRows", 5_000, 1, 100_000),
-        )
 
 
 def batch_generation(current: bytes, open_generation: bytes | None, batch_id: int, run_tag: bytes) -> bytes:
@@ -249,7 +181,7 @@ class DiffstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         pinned = PinnedRange(True, partition.from_generation_id, partition.to_generation_id)
         for batch in read_diff(collection, pinned, partition.keys, self.options.page_limit):
             generation = pa.array([partition.to_generation_id] * batch.num_rows, pa.binary())
-            yield pa.RecordBatch.from_arrays([*batch.columns, generation], schema=_STREAM_ARROW)
+            yield pa.RecordBatch.from_arrays([*batch.columns, generation], schema=STREAM_ARROW)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Moves the GC-holding reader to ``end`` (everything up to it has been processed)."""

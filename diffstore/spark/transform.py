@@ -5,7 +5,7 @@ One round, all on the driver except the compute step:
 1. read the target's readers ``from_<alias>`` (created, null, when missing) and, per source, pin the
    range (reader, end] where ``end`` is the ``toGenerationId`` of a diff probe to the current generation;
    when every range is empty the target has caught up;
-2. pick ``g`` above C's current and open generations (:func:`~diffstore.spark.plan.next_generation`) and
+2. pick ``g`` above C's current and open generations (:func:`~diffstore.rounds.next_generation_id`) and
    ``generation/start g`` with ``abortOutdated`` (a crashed run's leftovers are deleted);
 3. build one diff DataFrame per source (the ``diffstore`` format with the pinned ids), call
    ``fn(spark, diffs, lookup)`` and write its result into ``g`` — executors putMany in parallel;
@@ -44,34 +44,32 @@ from diffstore.leases import LeaseConfig, LeaseGuard
 from diffstore.rounds import Round, ensure_readers, source_reader
 from diffstore.spark._clients import new_client
 from diffstore.spark._ranges import by_key_range
-from diffstore.spark.lookup import SCHEMA as LOOKUP_SCHEMA
+from diffstore.spark.datasource import register
 from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
-from diffstore.spark.plan import NONCE_BYTES, RoundPlan, SourceRange, next_round_number, plan_sources
+from diffstore.spark.plan import (
+    NONCE_BYTES,
+    TARGET,
+    Lookup,
+    RoundPlan,
+    SourceRange,
+    TransformFn,
+    next_round_number,
+    pinned_alias,
+    pinned_lookups,
+    plan_sources,
+)
 from diffstore.spark.preview import DEFAULT_MAX_ROWS, DEFAULT_TTL_SECONDS, PhantomIdLike, run_preview
+from diffstore.spark.schemas import DIFF_ARROW, DIFF_SCHEMA, LOOKUP_SCHEMA, WRITTEN_SCHEMA
 from diffstore.spark.small_rounds import (
-    DIFF_ARROW,
     SMALL_ROUND_CONF,
     driver_lookup,
     read_small_diff,
     session_conf,
     write_small_result,
 )
-from diffstore.spark.source import (
-    DIFF_SCHEMA,
-    WRITTEN_SCHEMA,
-    check_writable,
-    describe_failure,
-    put_partition,
-    reader_updates,
-    register,
-)
+from diffstore.spark.source import check_writable, describe_failure, put_partition, reader_updates
 
-TARGET = "@target"
-"""Pass as ``lookup``'s first argument to read the target's values as they were before this round."""
-
-Lookup = Callable[[str, DataFrame], DataFrame]
-TransformFn = Callable[[SparkSession, dict[str, DataFrame], Lookup], DataFrame]
 EventHook = Callable[[str, dict[str, Any]], None]
 
 _MAX_CONFLICTS = 100
@@ -206,7 +204,7 @@ class Transform:
             self._guard_client.close()
         self._client.close()
 
-    def _handle(self, name: str) -> Collection:
+    def handle(self, name: str) -> Collection:
         """The driver's handle on a collection (looked up once; it raises NoSuchCollection)."""
         handle = self._handles.get(name)
         if handle is None:
@@ -215,9 +213,11 @@ class Transform:
 
     def _state(self, name: str) -> tuple[bytes, bytes | None]:
         """A collection's current and open generations."""
-        return self._handle(name).generation_state()
+        return self.handle(name).generation_state()
 
-    def _event(self, name: str, **details: Any) -> None:
+    def event(self, name: str, **details: Any) -> None:
+        """Tells ``on_event`` (the runner's steps and those of :mod:`~diffstore.spark.small_rounds` and
+        :mod:`~diffstore.spark.preview`, which take the runner as their ``RoundContext``)."""
         if self._on_event is not None:
             self._on_event(name, details)
 
@@ -225,7 +225,7 @@ class Transform:
 
     def _readers(self) -> dict[str, bytes | None]:
         """The target's readers, creating missing ones (null) so that GC of the sources is held back."""
-        target = self._handle(self.target)
+        target = self.handle(self.target)
         if not target.state().manual:
             raise NoSuchCollection(f"the target {self.target!r} must be a manual collection")
         names = {alias: source_reader(alias) for alias in self.sources}
@@ -235,14 +235,14 @@ class Transform:
     def _plan(self) -> tuple[Round, RoundPlan] | None:
         readers = self._readers()
         ends = {
-            alias: self._handle(collection).diff_page_columns(readers[alias] or b"", limit=1).to_generation_id
+            alias: self.handle(collection).diff_page_columns(readers[alias] or b"", limit=1).to_generation_id
             for alias, collection in self.sources.items()
         }
         ranges = plan_sources(self.sources, readers, ends)
         if ranges is None:
             return None
-        self._event("planned", ranges={r.alias: (r.from_generation_id, r.to_generation_id) for r in ranges})
-        round_ = Round.next(self._handle(self.target), os.urandom(NONCE_BYTES), lease=self._token)
+        self.event("planned", ranges={r.alias: (r.from_generation_id, r.to_generation_id) for r in ranges})
+        round_ = Round.next(self.handle(self.target), os.urandom(NONCE_BYTES), lease=self._token)
         return round_, RoundPlan(round_.generation_id, round_.base_generation_id, ranges, round_.lease)
 
     def _cuts(self, plan: RoundPlan) -> list[bytes]:
@@ -256,7 +256,7 @@ class Transform:
         cached = self._splits.get(source.collection)
         if cached is not None and time.monotonic() - cached[0] < self.splits_max_age_s:
             return cached[1]
-        cuts = self._handle(source.collection).splits(self.partitions, source.to_generation_id)
+        cuts = self.handle(source.collection).splits(self.partitions, source.to_generation_id)
         self._splits[source.collection] = (time.monotonic(), cuts)
         return cuts
 
@@ -282,19 +282,18 @@ class Transform:
         return reader.load()
 
     def _lookup(self, plan: RoundPlan, cuts: list[bytes]) -> Lookup:
-        pinned = {s.alias: (s.collection, s.to_generation_id) for s in plan.sources}
-        pinned[TARGET] = (self.target, plan.base_generation_id)
+        """``lookup`` run by executors: each task reads the values of one key range's keys."""
+        pinned = pinned_lookups(plan, self.target)
 
         def lookup(alias: str, keys: DataFrame) -> DataFrame:
-            if alias not in pinned:
-                raise KeyError(f"unknown source {alias!r}; known: {sorted(pinned)}")
-            collection, generation = pinned[alias]
+            where = pinned_alias(pinned, alias)
             # Each task looks up the keys of one of the round's key ranges (routed by an expression,
             # not repartitionByRange, whose sampling job would evaluate the upstream plan once more):
             # a task's sorted keys are then dense in its range and each record is read once.
             ranged = by_key_range(keys.select("key"), "key", cuts).sortWithinPartitions("key")
             return ranged.mapInArrow(
-                lookup_partition(self.url, self.codec, collection, generation, self.token), LOOKUP_SCHEMA
+                lookup_partition(self.url, self.codec, where.collection, where.generation_id, self.token),
+                LOOKUP_SCHEMA,
             )
 
         return lookup
@@ -325,7 +324,7 @@ class Transform:
             else:
                 diffs[s.alias] = self._diff_frame(s, cuts if s.alias == first else None)
                 rows_read[s.alias] = None
-        self._event("read", generation=plan.generation_id, rows_read=rows_read)
+        self.event("read", generation=plan.generation_id, rows_read=rows_read)
         result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
         return rows_read, self._write(plan, result)
 
@@ -359,10 +358,11 @@ class Transform:
         empty = DIFF_ARROW.empty_table()
         tables = {s.alias: t if (t := local.get(s.alias)) is not None else empty for s in plan.sources}
         rows_read: dict[str, int | None] = {alias: len(table) for alias, table in tables.items()}
-        self._event("read", generation=plan.generation_id, rows_read=rows_read)
+        self.event("read", generation=plan.generation_id, rows_read=rows_read)
         with session_conf(self.spark, self.small_round_conf):
             diffs = {alias: self.spark.createDataFrame(t, DIFF_SCHEMA) for alias, t in tables.items()}
-            result = self.fn(self.spark, diffs, driver_lookup(self, plan)).select("key", "value")
+            lookup = driver_lookup(self.spark, self.handle, pinned_lookups(plan, self.target))
+            result = self.fn(self.spark, diffs, lookup).select("key", "value")
             return rows_read, write_small_result(self, plan, result)
 
     # -- rounds ---------------------------------------------------------------------------------------
@@ -375,7 +375,7 @@ class Transform:
             return self._last_round[1] + 1
         previous = None
         if base:
-            infos, _ = self._handle(self.target).history(limit=1)
+            infos, _ = self.handle(self.target).history(limit=1)
             if infos and infos[0].generation_id == base:
                 previous = infos[0].metadata
         return next_round_number(previous)
@@ -390,7 +390,7 @@ class Transform:
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
                 return
-            self._event("waiting", other=next_open)
+            self.event("waiting", other=next_open)
             self._client.wait_for_change({self.target: current}, min(left_ms, self.poll_timeout_ms))
 
     def run_round(self) -> RoundStats | None:
@@ -412,17 +412,17 @@ class Transform:
             try:
                 number = self._round_number(plan.base_generation_id)
                 round_.start()
-                self._event("started", generation=g, attempt=attempts, round=number)
+                self.event("started", generation=g, attempt=attempts, round=number)
                 rows_read, rows_written = self._run_job(plan)
-                self._event("written", generation=g, rows_read=rows_read, rows_written=rows_written)
+                self.event("written", generation=g, rows_read=rows_read, rows_written=rows_written)
                 round_.commit(reader_updates(plan.reader_updates()), plan.metadata(self.job, number))
             except Exception as exc:  # noqa: BLE001 - every failure aborts the round; the cause decides the retry
                 lost = not round_.abort() or isinstance(exc, Conflict)
                 if isinstance(exc, LeaseLost) and self._token is not None:
-                    self._event("failed", generation=g, error=describe_failure(exc), conflict=True)
+                    self.event("failed", generation=g, error=describe_failure(exc), conflict=True)
                     raise  # another runner owns the target now: run() stands by
                 failures.append(describe_failure(exc))
-                self._event("failed", generation=g, error=failures[-1], conflict=lost)
+                self.event("failed", generation=g, error=failures[-1], conflict=lost)
                 if lost:
                     conflicts += 1
                     if conflicts > _MAX_CONFLICTS:
@@ -445,7 +445,7 @@ class Transform:
                 number=number,
             )
             self._last_round = (g, number)
-            self._event("committed", stats=stats)
+            self.event("committed", stats=stats)
             return stats
 
     def run(
@@ -487,7 +487,7 @@ class Transform:
                     if max_rounds is not None and len(rounds) >= max_rounds:
                         break
                     continue
-                self._event("caught_up", rounds=len(rounds))
+                self.event("caught_up", rounds=len(rounds))
                 if not watch:
                     break
                 self._wait_for_sources()
@@ -496,7 +496,7 @@ class Transform:
                 # finds out on return whether it still holds it (a one-off run fails at once)
                 if not (watch and unreachable(exc)):
                     raise
-                self._event("failed", generation=None, error=describe_failure(exc), conflict=False)
+                self.event("failed", generation=None, error=describe_failure(exc), conflict=False)
                 self._pause(_UNREACHABLE_RETRY_S, should_stop)
         return rounds
 
@@ -553,18 +553,18 @@ class Transform:
             )
             if token is not None:
                 self._token = token
-                self._event("active", version=token.version, owner=self.lease.owner)
+                self.event("active", version=token.version, owner=self.lease.owner)
                 return True
             if not announced:
                 announced = True
-                self._event("standby", owner=self.lease.owner)
+                self.event("standby", owner=self.lease.owner)
         return False
 
     def _lose_lease(self, reason: str, fenced: bool = False) -> None:
         if fenced and self._guard is not None:
             self._guard.report_lost(self._token)  # the store refused it: stand by now
         self._token = None
-        self._event("lease_lost", reason=reason)
+        self.event("lease_lost", reason=reason)
 
     def _wait_for_sources(self) -> None:
         """One long poll on every source at once: the first commit to any of them ends the wait, so a round
