@@ -1,17 +1,31 @@
-"""Engine-agnostic test helpers shared by every test package."""
+"""Test helpers shared by every test package: waiting on a condition with a deadline, a free port, a
+live server, closing a subprocess's pipes."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import uvicorn
+
+    from diffstore.client import Client, WireFormat
+    from diffstore.engine.store import Store
+    from diffstore.engine.types import StoreConfig
 
 T = TypeVar("T")
 
 
 def wait_until(
-    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.005, what: str = ""
+    predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.005, what: str = ""
 ) -> T:
     """Polls ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass.
 
@@ -34,3 +48,80 @@ def close_pipes(process: subprocess.Popen[Any]) -> None:
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             stream.close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick; a test binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+SERVER_START_S = 30.0
+
+
+@contextmanager
+def serving(server: uvicorn.Server) -> Iterator[str]:
+    """Runs a uvicorn ``server`` (its app a diffstore app) in a thread on 127.0.0.1:<free port> until the
+    block ends; yields its URL once ``/healthz`` answers 200, and fails the test if it does not stop."""
+    import httpx
+
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when proto says TCP (else
+    # ~40 ms per keep-alive request from Nagle + delayed ACK)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(healthy, timeout=SERVER_START_S, what=f"the server at {url} to answer /healthz")
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+        assert not thread.is_alive(), "the server did not stop"
+
+
+@dataclass
+class LiveServer:
+    """A diffstore server of :func:`running_server`: its URL, its store, the token it wants."""
+
+    url: str
+    store: Store
+    token: str | None
+
+    def client(self, format: WireFormat = "msgpack") -> Client:
+        from diffstore.client import Client
+
+        return Client(self.url, token=self.token, format=format)
+
+
+@contextmanager
+def running_server(
+    data_dir: Path, token: str | None = None, store_config: StoreConfig | None = None
+) -> Iterator[LiveServer]:
+    """Serves a store in ``data_dir`` on 127.0.0.1:<free port> until the block ends (diffstore and uvicorn
+    are imported here: the engine's tests, which use the other helpers, need neither)."""
+    import uvicorn
+
+    from diffstore.engine.store import Store
+    from diffstore.engine.types import StoreConfig
+    from diffstore.server import ServerConfig, create_app
+
+    store = Store.open(data_dir, store_config or StoreConfig(commit_delay_ms=10))
+    app = create_app(store, ServerConfig(token=token))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    try:
+        with serving(server) as url:
+            yield LiveServer(url, store, token)
+    finally:
+        store.close()

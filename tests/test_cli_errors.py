@@ -162,7 +162,7 @@ def test_ingest_creates_nothing_when_the_stream_side_fails(tmp_path: Path, hstre
 
 
 def test_messages_speak_the_text_form_and_the_flags(tmp_path: Path) -> None:
-    from tests.client.conftest import running_server
+    from tests.helpers import running_server
 
     with running_server(tmp_path / "data") as server, server.client() as client:
         client.create_collection("A", manual=True)
@@ -222,7 +222,7 @@ def test_a_stream_command_names_the_address_it_could_not_reach() -> None:
 
 
 def test_query_into_a_closed_pipe_is_quiet_and_succeeds(tmp_path: Path) -> None:
-    from tests.client.conftest import running_server
+    from tests.helpers import running_server
 
     with running_server(tmp_path / "data") as server, server.client() as client:
         client.create_collection("big", manual=True)

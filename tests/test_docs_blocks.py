@@ -23,11 +23,9 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
@@ -39,8 +37,7 @@ import httpx
 import pytest
 
 from diffstore.client import Client
-from tests.client.conftest import LiveServer, running_server
-from tests.helpers import close_pipes
+from tests.helpers import LiveServer, close_pipes, free_port, running_server, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [
@@ -138,12 +135,6 @@ def test_every_page_with_code_is_run_and_every_marker_says_why() -> None:
 # --- running blocks ----------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def shell_env(url: str = "", hstream: str = "") -> dict[str, str]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
     env.update({"DIFFSTORE_URL": url, "HSTREAM_URL": hstream, "COLUMNS": "80"})
@@ -209,14 +200,6 @@ def background(cwd: Path, env: dict[str, str]) -> Iterator[Background]:
         jobs.stop_all()
 
 
-def wait_until(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def run_python(block: str, namespace: dict[str, Any]) -> str:
     """Runs a Python block in ``namespace`` (shared by a page's blocks); returns what it printed."""
     printed = StringIO()
@@ -271,7 +254,12 @@ def curl_session(page: Page, url: str, cwd: Path) -> None:
             assert client.collection("A").generation_id == b"1"
         variables = "\n".join(first.splitlines()[:2])  # the first shell's S and C
         sh(variables + "\n" + page.next("$C $S/collections/A/generation/start"), cwd, shell_env(url))
-        wait_until(lambda: answer.read_text() != "", "the long poll to answer")
+        wait_until(
+            lambda: answer.read_text() != "",
+            timeout=DEADLINE_S,
+            interval=0.05,
+            what="the long poll to answer",
+        )
         assert answer.read_text() == '{"generationId":{"value":"2"}}'
 
 
@@ -363,13 +351,15 @@ def test_first_hour(tmp_path: Path) -> None:
         assert lines == ["diffstore serve --data ./data", "diffstore streams serve --data ./hstream-data"]
         jobs.start(f"exec {lines[0]} --port {port}", "serve")
         jobs.start(f"exec {lines[1]} --port {hstream_port}", "streams-serve")
-        wait_until(lambda: healthy(url), "diffstore serve to answer")
+        wait_until(lambda: healthy(url), timeout=DEADLINE_S, interval=0.05, what="diffstore serve to answer")
         # 2. a stream and some records (the stream server is up once 'streams ls' answers)
         wait_until(
             lambda: (
                 subprocess.run(["diffstore", "streams", "ls"], env=env, capture_output=True).returncode == 0
             ),
-            "streams serve to answer",
+            timeout=DEADLINE_S,
+            interval=0.05,
+            what="streams serve to answer",
         )
         sh(page.next("diffstore streams create fruit"), tmp_path, env)
         # 3. ingestion, in a second shell
@@ -377,7 +367,10 @@ def test_first_hour(tmp_path: Path) -> None:
         ingest = jobs.start(here(page.next("diffstore ingest --hstream")), "ingest")
         with Client(url) as client:
             wait_until(
-                lambda: records(client, "colours") == {b"apple": b"green", b"pear": b"yellow"}, "ingestion"
+                lambda: records(client, "colours") == {b"apple": b"green", b"pear": b"yellow"},
+                timeout=DEADLINE_S,
+                interval=0.05,
+                what="ingestion",
             )
         said = ingest.read_text()  # alone, it takes the lease: nobody to stand by for
         assert "ingest: acquiring the lease of 'colours'" in said and "standby" not in said, said
@@ -387,9 +380,19 @@ def test_first_hour(tmp_path: Path) -> None:
         assert "hstream/fruit-to-store/" in out  # the readers
         # 4. watch, in a third shell, while more records come
         watch = jobs.start(page.next("diffstore watch colours --diff"), "watch")
-        wait_until(lambda: longpoll_waiters(url) >= 1, "watch to wait for a commit")
+        wait_until(
+            lambda: longpoll_waiters(url) >= 1,
+            timeout=DEADLINE_S,
+            interval=0.05,
+            what="watch to wait for a commit",
+        )
         sh(page.next("printf 'apple=red\\nplum=purple\\n' | diffstore streams produce fruit"), tmp_path, env)
-        wait_until(lambda: "+ plum\tpurple" in watch.read_text(), "watch to print the new records")
+        wait_until(
+            lambda: "+ plum\tpurple" in watch.read_text(),
+            timeout=DEADLINE_S,
+            interval=0.05,
+            what="watch to print the new records",
+        )
         printed = watch.read_text()
         ids = re.match(r"generation base64:(\S+) \(from base64:(\S+)\)\n", printed)
         assert ids, printed
@@ -409,11 +412,21 @@ def test_first_hour(tmp_path: Path) -> None:
         following = jobs.start(
             page.next("diffstore transform --job shout:job --target colours-loud"), "follow"
         )
-        wait_until(lambda: "caught up" in following.read_text(), "transform --watch to catch up", 300)
+        wait_until(
+            lambda: "caught up" in following.read_text(),
+            timeout=300,
+            interval=0.05,
+            what="transform --watch to catch up",
+        )
         produce, get = page.next("printf 'kiwi=brown\\n' | diffstore streams produce fruit").splitlines()
         sh(produce, tmp_path, env)
         with Client(url) as client:
-            wait_until(lambda: records(client, "colours-loud").get(b"kiwi") == b"BROWN", "the round", 120)
+            wait_until(
+                lambda: records(client, "colours-loud").get(b"kiwi") == b"BROWN",
+                timeout=120,
+                interval=0.05,
+                what="the round",
+            )
         assert sh(get, tmp_path, env) == "BROWN\n"
         said = following.read_text()
         assert "\ncaught up; following colours\n" in said, said
@@ -510,7 +523,9 @@ def test_streams(tmp_path: Path) -> None:
                     lambda: (
                         failed != [] or ("ingestor" in namespace and namespace["ingestor"].applied_total == 2)
                     ),
-                    "the ingestor to apply the records",
+                    timeout=DEADLINE_S,
+                    interval=0.05,
+                    what="the ingestor to apply the records",
                 )
             finally:
                 if "ingestor" in namespace:
@@ -596,7 +611,7 @@ def test_operations_json_logs(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{port}"
     with background(tmp_path, shell_env()) as jobs:
         log = jobs.start(f"exec {command} --port {port} --workers 1", "serve")
-        wait_until(lambda: healthy(url), "diffstore serve to answer")
+        wait_until(lambda: healthy(url), timeout=DEADLINE_S, interval=0.05, what="diffstore serve to answer")
         httpx.get(f"{url}/collections/").raise_for_status()
 
         def access_line() -> dict[str, Any] | None:
@@ -606,7 +621,9 @@ def test_operations_json_logs(tmp_path: Path) -> None:
                     return parsed
             return None
 
-        wait_until(lambda: access_line() is not None, "the access log line")
+        wait_until(
+            lambda: access_line() is not None, timeout=DEADLINE_S, interval=0.05, what="the access log line"
+        )
         line = access_line()
         assert line is not None
         expected = json.loads(sample)

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from diffstore import logs
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 
 @pytest.fixture
@@ -60,16 +59,10 @@ def test_level_filters(restore_logging: None) -> None:
         logs.configure("loud", "text", out)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path, workers: str) -> None:
     """One process, or a supervisor whose spawned workers set up their own logging from the config."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [
             sys.executable,

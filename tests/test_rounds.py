@@ -21,7 +21,7 @@ from diffstore.rounds import (
     shard_reader_target,
     source_reader,
 )
-from tests.client.conftest import running_server
+from tests.helpers import running_server
 
 IDS = st.binary(max_size=20).filter(lambda b: b[:8] != b"\xff" * 8)
 

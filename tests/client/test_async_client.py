@@ -9,8 +9,9 @@ import pytest
 from diffstore.client import AsyncClient
 from diffstore.engine.types import CollectionInfo, DiffItem, GetManyResult, Reader, ReaderUpdate, Record
 from diffstore.errors import BadVersion, CollectionExists, NoSuchCollection
+from tests.helpers import LiveServer
 
-from .conftest import DEADLINE_S, LiveServer
+from .conftest import DEADLINE_S
 
 
 @pytest.mark.parametrize("wire_format", ["msgpack", "json"])

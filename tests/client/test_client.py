@@ -39,8 +39,9 @@ from diffstore.errors import (
 )
 from diffstore.server import ServerConfig
 from diffstore.server.config import Limit
+from tests.helpers import LiveServer, running_server, wait_until
 
-from .conftest import DEADLINE_S, LiveServer, running_server, wait_until
+from .conftest import DEADLINE_S
 
 
 def committed(
@@ -268,7 +269,7 @@ def test_wait_for_change_works_inside_a_running_event_loop(client: Client) -> No
     def polls_left() -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t.name.startswith("wait:")]
 
-    wait_until(lambda: not polls_left(), "the losing polls to end")
+    wait_until(lambda: not polls_left(), what="the losing polls to end")
 
 
 def test_msgpack_is_the_default_wire_format(server: LiveServer) -> None:
@@ -297,4 +298,4 @@ def test_payload_limits_tokens_and_unreachable_servers(tmp_path: Path) -> None:
     with Client(url, timeout_s=5) as gone, pytest.raises(StorageError) as failure:
         gone.collections()
     assert isinstance(failure.value.__cause__, httpx.TransportError)
-    wait_until(lambda: True, "nothing")
+    wait_until(lambda: True, what="nothing")

@@ -10,8 +10,7 @@ from diffstore.client import AsyncClient, Client, DiffColumns, QueryColumns
 from diffstore.client._columns import diff_columns_from_wire, query_columns_from_wire
 from diffstore.errors import InvalidRequest
 from diffstore.wire import JSON, MSGPACK
-
-from .conftest import LiveServer
+from tests.helpers import LiveServer
 
 
 def _fill(client: Client) -> None:

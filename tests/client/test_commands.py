@@ -18,8 +18,9 @@ import pytest
 from diffstore import shell
 from diffstore.cli import main
 from diffstore.errors import InvalidEncoding
+from tests.helpers import LiveServer, running_server
 
-from .conftest import DEADLINE_S, LiveServer, running_server
+from .conftest import DEADLINE_S
 
 
 def run(capsys: pytest.CaptureFixture[str], server: LiveServer, *argv: str) -> tuple[int, str, str]:

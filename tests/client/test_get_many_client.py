@@ -9,8 +9,7 @@ import pytest
 from diffstore.client import AsyncClient
 from diffstore.engine.types import MAX_GET_MANY_KEYS, GetManyResult, Record
 from diffstore.errors import InvalidRequest, NoSuchCollection
-
-from .conftest import LiveServer
+from tests.helpers import LiveServer
 
 
 def _fill(server: LiveServer) -> None:

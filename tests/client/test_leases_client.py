@@ -9,8 +9,7 @@ import pytest
 from diffstore.client import AsyncClient, Client
 from diffstore.engine.types import Lease, LeaseToken
 from diffstore.errors import InvalidRequest, LeaseLost
-
-from .conftest import LiveServer
+from tests.helpers import LiveServer
 
 
 def test_the_sync_client_acquires_renews_releases_and_is_fenced(client: Client) -> None:

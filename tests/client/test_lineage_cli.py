@@ -9,8 +9,8 @@ import pytest
 from diffstore import shell
 from diffstore.client import Client
 from diffstore.engine.types import ReaderUpdate
+from tests.helpers import LiveServer
 
-from .conftest import LiveServer
 from .test_commands import cli, run
 
 STREAM = "hstream://events"

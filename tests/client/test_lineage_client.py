@@ -12,8 +12,7 @@ from diffstore.client import AsyncClient, Client
 from diffstore.engine.store import Store
 from diffstore.engine.types import Lineage, LineageSource, StoreConfig
 from diffstore.errors import GenerationCollected, InvalidRequest
-
-from .conftest import LiveServer
+from tests.helpers import LiveServer
 
 STREAM = "hstream://events"
 SHARD = "hstream/sub/0"

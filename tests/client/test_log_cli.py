@@ -16,8 +16,8 @@ from diffstore.client import AsyncClient, Client
 from diffstore.client.log_cli import ago, since_ms
 from diffstore.engine.types import ReaderUpdate
 from diffstore.errors import InvalidRequest, NoSuchGeneration
+from tests.helpers import LiveServer
 
-from .conftest import LiveServer
 from .test_commands import cli, run
 
 

@@ -14,9 +14,9 @@ from typing import IO
 
 from diffstore import shell
 from diffstore.client import Client
-from tests.helpers import close_pipes
+from tests.helpers import LiveServer, close_pipes
 
-from .conftest import DEADLINE_S, LiveServer
+from .conftest import DEADLINE_S
 
 
 def read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from diffstore.consumer import Consumer, ConsumerStalled, Positions, WindowListener
-from diffstore.engine.store import Store
-from diffstore.engine.types import Reader, StoreConfig
+from diffstore.engine.types import Reader
 from diffstore.errors import NoSuchCollection
+from tests.helpers import wait_until
 
-from .conftest import DEADLINE_S, running_server, wait_until
+from .conftest import DEADLINE_S
 
 
 class Recorder(WindowListener):
@@ -68,17 +66,6 @@ def window(
         events.extend(("data", source, *item) for item in data.get(source, []))
         events.append(("end_source", source))
     return events + [("end_window", end)]
-
-
-@pytest.fixture(params=["http", "engine"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """The store the consumer runs on: an HTTP client of a live server, or an embedded Store."""
-    if request.param == "http":
-        with running_server(tmp_path / "data") as live, live.client() as client:
-            yield client
-    else:
-        with Store.open(tmp_path / "engine", StoreConfig(commit_delay_ms=10)) as store:
-            yield store
 
 
 def commit(backend: Any, name: str, generation_id: bytes, items: list[tuple[bytes, bytes | None]]) -> None:
@@ -182,10 +169,11 @@ def test_a_caught_up_consumer_waits_for_commits(sources: Any) -> None:
     thread = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        wait_until(lambda: recorder.events[-1:] == [FIRST[-1]], "the first window")
+        wait_until(lambda: recorder.events[-1:] == [FIRST[-1]], what="the first window")
         commit(sources, "B", b"2", [(b"b1", None)])
         wait_until(
-            lambda: recorder.events[-1:] == [("end_window", {"A": b"1", "B": b"2"})], "the second window"
+            lambda: recorder.events[-1:] == [("end_window", {"A": b"1", "B": b"2"})],
+            what="the second window",
         )
     finally:
         stop.set()

@@ -22,8 +22,9 @@ from diffstore.consumer._loop import LEASE_NAME
 from diffstore.engine.store import Store
 from diffstore.engine.types import Reader, StoreConfig
 from diffstore.errors import InvalidRequest
+from tests.helpers import running_server, wait_until
 
-from .conftest import DEADLINE_S, running_server, wait_until
+from .conftest import DEADLINE_S
 
 TTL_MS = 3000  # generous: a loaded machine must not delay renewals past it
 REPO = Path(__file__).resolve().parents[2]
@@ -100,18 +101,18 @@ def test_one_consumer_is_active_and_a_standby_takes_over_from_its_checkpoint(sto
     g1 = commit(store, 1, [(b"k1", b"1"), (b"k2", b"1")])
     threads[0].start()
     try:
-        wait_until(lambda: first.windows() == [g1], "the first consumer's window")
+        wait_until(lambda: first.windows() == [g1], what="the first consumer's window")
         threads[1].start()
         # refused once: its keeper scheduled the next try
-        wait_until(lambda: standby._guard is not None and standby._guard.keeper._next > 0, "standby")
+        wait_until(lambda: standby._guard is not None and standby._guard.keeper._next > 0, what="standby")
         g2 = commit(store, 2, [(b"k1", b"2")])
-        wait_until(lambda: first.windows() == [g1, g2], "the active consumer's second window")
+        wait_until(lambda: first.windows() == [g1, g2], what="the active consumer's second window")
         assert second.events == []  # the standby delivered nothing
         stops[0].set()
         threads[0].join(DEADLINE_S)
         active.close()  # releases the lease: the standby takes over without waiting for the ttl
         g3 = commit(store, 3, [(b"k2", None)])
-        wait_until(lambda: second.windows() == [g3], "the standby's first window")
+        wait_until(lambda: second.windows() == [g3], what="the standby's first window")
     finally:
         for stop in stops:
             stop.set()
@@ -143,8 +144,10 @@ def test_a_consumer_whose_lease_was_taken_cannot_checkpoint(store: Store) -> Non
     thread = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        wait_until(stolen.is_set, "the lease stolen inside the window")
-        wait_until(lambda: consumer._guard is not None and consumer._guard.token is None, "standby again")
+        wait_until(stolen.is_set, what="the lease stolen inside the window")
+        wait_until(
+            lambda: consumer._guard is not None and consumer._guard.token is None, what="standby again"
+        )
     finally:
         stop.set()
         thread.join(DEADLINE_S)
@@ -165,7 +168,7 @@ def test_losing_the_lease_inside_a_window_rolls_it_back(store: Store) -> None:
             if key == b"k2":
                 store.clock.now_ms += 10 * TTL_MS  # type: ignore[attr-defined]
                 store.collection("checkpoints").acquire_lease(LEASE_NAME, "thief", 60_000)
-                wait_until(lambda: consumer._guard is not None and consumer._guard.token is None, "loss")
+                wait_until(lambda: consumer._guard is not None and consumer._guard.token is None, what="loss")
 
     recorder = LosesItMidWindow()
     consumer = leased(store, recorder)
@@ -252,8 +255,12 @@ def test_two_consumer_processes_kill_9_of_the_active_one(tmp_path: Path) -> None
         argv = [sys.executable, str(script), live.url, str(log), str(hold), str(TTL_MS)]
         procs = [subprocess.Popen(argv, env=env) for _ in range(2)]
         try:
-            wait_until(lambda: len([w for w in lines() if w[0] == "ready"]) == 2, "both ready", 60)
-            wait_until(lambda: any(w[0] == "holding" for w in lines()), "the active one inside its window")
+            wait_until(
+                lambda: len([w for w in lines() if w[0] == "ready"]) == 2, timeout=60, what="both ready"
+            )
+            wait_until(
+                lambda: any(w[0] == "holding" for w in lines()), what="the active one inside its window"
+            )
             active = next(w[1] for w in lines() if w[0] == "holding")
             victim = next(p for p in procs if str(p.pid) == active)
             survivor = next(p for p in procs if p is not victim)
@@ -263,12 +270,16 @@ def test_two_consumer_processes_kill_9_of_the_active_one(tmp_path: Path) -> None
             killed_at = len(lines())
             hold.unlink()
             checkpoint = client.collection("cp")
-            wait_until(lambda: checkpoint.readers() == [Reader("A", "A", g1)], "the survivor's first window")
+            wait_until(
+                lambda: checkpoint.readers() == [Reader("A", "A", g1)], what="the survivor's first window"
+            )
             g2 = commit(client, 2, [(b"k%02d" % i, None if i % 3 else b"v2") for i in range(0, 30, 2)])
-            wait_until(lambda: checkpoint.readers() == [Reader("A", "A", g2)], "the survivor's second window")
+            wait_until(
+                lambda: checkpoint.readers() == [Reader("A", "A", g2)], what="the survivor's second window"
+            )
             output = client.collection("O")
             expected = {r.key: r.value for r in client.collection("A").query()}
-            wait_until(lambda: {r.key: r.value for r in output.query()} == expected, "O equal to A")
+            wait_until(lambda: {r.key: r.value for r in output.query()} == expected, what="O equal to A")
         finally:
             for proc in procs:
                 if proc.poll() is None:

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from tests.faults import TcpProxy
+from tests.helpers import running_server, wait_until
 
-from .conftest import running_server, wait_until
 from .test_consumer_pause import (
     DEADLINE_S,
     KEYS,
@@ -77,13 +77,21 @@ def test_consumers_whose_link_is_cut_or_stalled_hand_over_exactly_once(tmp_path:
                 ]
                 proc = subprocess.Popen(argv, env=env)
                 procs[str(proc.pid)], proxies[str(proc.pid)] = proc, proxy
-            wait_until(lambda: len([w for w in lines() if w[0] == "ready"]) == 2, "both ready", DEADLINE_S)
-            wait_until(lambda: any(w[0] == "end" for w in lines()), "a first window", DEADLINE_S)
+            wait_until(
+                lambda: len([w for w in lines() if w[0] == "ready"]) == 2,
+                timeout=DEADLINE_S,
+                what="both ready",
+            )
+            wait_until(lambda: any(w[0] == "end" for w in lines()), timeout=DEADLINE_S, what="a first window")
             checkpoint = client.collection("cp")  # made by the consumers
             writer.start()
             for fault in FAULTS:
                 seen = len(lines())
-                wait_until(lambda: any(w[0] == "end" for w in lines()[seen:]), "a window", DEADLINE_S)  # noqa: B023
+                wait_until(
+                    lambda: any(w[0] == "end" for w in lines()[seen:]),  # noqa: B023
+                    timeout=DEADLINE_S,
+                    what="a window",
+                )
                 active = next(w[1] for w in reversed(lines()) if w[0] == "end")
                 other = next(pid for pid in procs if pid != active)
                 version = checkpoint.leases()[0].version
@@ -95,11 +103,15 @@ def test_consumers_whose_link_is_cut_or_stalled_hand_over_exactly_once(tmp_path:
                     proxy.stall()
                 wait_until(
                     lambda: checkpoint.leases()[0].version > version,  # noqa: B023
-                    "the standby to take the lease",
-                    DEADLINE_S,
+                    timeout=DEADLINE_S,
+                    what="the standby to take the lease",
                 )
                 resumed_at = len(lines())
-                wait_until(lambda: ends_of(other, resumed_at) > 0, "the new owner's window", DEADLINE_S)  # noqa: B023
+                wait_until(
+                    lambda: ends_of(other, resumed_at) > 0,  # noqa: B023
+                    timeout=DEADLINE_S,
+                    what="the new owner's window",
+                )
                 if fault == "cut":
                     proxy.accept()
                 proxy.passing()  # a stalled request now arrives late: fenced, it changes nothing

@@ -18,8 +18,9 @@ from diffstore.consumer._partitions import partition_of
 from diffstore.engine.store import Store
 from diffstore.engine.types import Reader, StoreConfig
 from diffstore.errors import InvalidRequest, NoSuchCollection
+from tests.helpers import wait_until
 
-from .conftest import DEADLINE_S, running_server, wait_until
+from .conftest import DEADLINE_S
 
 WORKERS = 4
 
@@ -73,16 +74,6 @@ class Recorder(WindowListener):
     def frame(self) -> list[tuple[Any, ...]]:
         """The events other than data callbacks, in order."""
         return [e for e in self.events if e[0] not in ("data", "enter")]
-
-
-@pytest.fixture(params=["http", "engine"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "http":
-        with running_server(tmp_path / "data") as live, live.client() as client:
-            yield client
-    else:
-        with Store.open(tmp_path / "engine", StoreConfig(commit_delay_ms=10)) as store:
-            yield store
 
 
 @pytest.fixture
@@ -197,7 +188,7 @@ def test_the_checkpoint_waits_until_every_partition_finished(store: Store) -> No
         wait_until(
             lambda: {e[2] for e in recorder.data()} == set(others)
             and ("enter", "A", slow) in recorder.events,
-            "every other key done while the slow one runs",
+            what="every other key done while the slow one runs",
         )
         assert ("end_source", "A", 0) not in recorder.events and recorder.active == 1
         assert checkpoint_state(store)[1] == [Reader("A", "A", None), Reader("B", "B", None)]

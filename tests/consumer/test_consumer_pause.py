@@ -21,8 +21,7 @@ from typing import Any
 
 from diffstore.client import Client
 from tests.faults import paused
-
-from .conftest import running_server, wait_until
+from tests.helpers import running_server, wait_until
 
 TTL_MS = 3000  # generous: a loaded machine must not delay renewals past it
 DEADLINE_S = 120.0
@@ -110,10 +109,14 @@ def finish_and_read_chain(client: Client, writer: SourceWriter, checkpoint: Any)
     assert writer.error is None, writer.error
     writer.commit([(k, b"last") for k in KEYS])
     head = client.collection("A").generation_id
-    wait_until(lambda: checkpoint.readers()[0].generation_id == head, "the last checkpoint", DEADLINE_S)
+    wait_until(
+        lambda: checkpoint.readers()[0].generation_id == head, timeout=DEADLINE_S, what="the last checkpoint"
+    )
     source, output = client.collection("A"), client.collection("O")
     expected = {r.key: r.value for r in source.query()}
-    wait_until(lambda: {r.key: r.value for r in output.query()} == expected, "O equal to A", DEADLINE_S)
+    wait_until(
+        lambda: {r.key: r.value for r in output.query()} == expected, timeout=DEADLINE_S, what="O equal to A"
+    )
     generations, more = checkpoint.generations(limit=1000)
     assert not more
     return head, [(g, checkpoint.lineage(g).sources) for g in sorted(generations) if g != bytes(8)]
@@ -155,8 +158,16 @@ def test_paused_consumers_hand_over_and_deliver_nothing_after_they_resume(tmp_pa
         procs = {str(p.pid): p for p in (subprocess.Popen(argv, env=env) for _ in range(2))}
         markers: list[tuple[str, int]] = []  # (pid, the log's length when it was resumed)
         try:
-            wait_until(lambda: len([w for w in lines() if w[0] == "ready"]) == 2, "both ready", DEADLINE_S)
-            wait_until(lambda: any(w[0] == "holding" for w in lines()), "the first window held", DEADLINE_S)
+            wait_until(
+                lambda: len([w for w in lines() if w[0] == "ready"]) == 2,
+                timeout=DEADLINE_S,
+                what="both ready",
+            )
+            wait_until(
+                lambda: any(w[0] == "holding" for w in lines()),
+                timeout=DEADLINE_S,
+                what="the first window held",
+            )
             checkpoint = client.collection("cp")  # made by the consumers
             active = next(w[1] for w in lines() if w[0] == "holding")
             writer.start()
@@ -164,19 +175,27 @@ def test_paused_consumers_hand_over_and_deliver_nothing_after_they_resume(tmp_pa
                 other = next(pid for pid in procs if pid != active)
                 seen = len(lines())
                 if turn > 0:  # the first pause is inside a window (held), the others wherever it is
-                    wait_until(lambda: ends_of(active, seen) > 0, "the active one's next window", DEADLINE_S)  # noqa: B023
+                    wait_until(
+                        lambda: ends_of(active, seen) > 0,  # noqa: B023
+                        timeout=DEADLINE_S,
+                        what="the active one's next window",
+                    )
                 version = checkpoint.leases()[0].version
                 with paused(procs[active]):
                     if turn == 0:
                         hold.unlink()  # resumed, it would go on with the held window's queued events
                     wait_until(
                         lambda: checkpoint.leases()[0].version > version,  # noqa: B023
-                        "the standby to take the lease",
-                        DEADLINE_S,
+                        timeout=DEADLINE_S,
+                        what="the standby to take the lease",
                     )
                     markers.append((active, len(lines())))  # while stopped, it writes nothing
                 resumed_at = markers[-1][1]
-                wait_until(lambda: ends_of(other, resumed_at) > 0, "the new owner's window", DEADLINE_S)  # noqa: B023
+                wait_until(
+                    lambda: ends_of(other, resumed_at) > 0,  # noqa: B023
+                    timeout=DEADLINE_S,
+                    what="the new owner's window",
+                )
                 active = other
             head, chain = finish_and_read_chain(client, writer, checkpoint)
         finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,15 +13,9 @@ import httpx
 import pytest
 
 from diffstore.client import Client
-from tests.helpers import close_pipes, wait_until
+from tests.helpers import close_pipes, free_port, wait_until
 
 STARTUP_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:

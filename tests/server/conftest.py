@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import base64
-import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +17,7 @@ from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
 from diffstore.server import ServerConfig, create_app
 from diffstore.server.serving import GracefulServer
-
-STARTUP_DEADLINE_S = 10.0
+from tests.helpers import serving
 
 
 def es(data: bytes | str) -> dict[str, str]:
@@ -74,15 +70,6 @@ class Live:
         return answer
 
 
-def wait_until(condition: Callable[[], bool], deadline_s: float = 10.0, what: str = "condition") -> None:
-    """Polls ``condition`` until it holds; fails the test at the deadline."""
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
-
-
 @contextmanager
 def live_server(
     data_dir: Path, config: ServerConfig | None = None, store_config: StoreConfig | None = None
@@ -91,34 +78,13 @@ def live_server(
     store = Store.open(data_dir, store_config or StoreConfig(commit_delay_ms=20))
     config = config or ServerConfig()
     app = create_app(store, config)
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when proto says TCP
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     server = GracefulServer(app, config, log_level="warning", log_config=None, timeout_graceful_shutdown=5)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
     headers = {"authorization": f"Bearer {config.token}"} if config.token else {}
-    http = httpx.Client(base_url=url, headers=headers, timeout=30)
-
-    def healthy() -> bool:
-        try:
-            return http.get("/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
-
     try:
-        wait_until(healthy, STARTUP_DEADLINE_S, "the server to answer /healthz")
-        yield Live(url, store, app, server, http)
+        with serving(server) as url, httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            yield Live(url, store, app, server, http)
     finally:
-        http.close()
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
         store.close()
-        assert not thread.is_alive(), "the server did not stop"
 
 
 @pytest.fixture

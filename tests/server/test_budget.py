@@ -19,8 +19,9 @@ import pytest
 from diffstore.server import ServerConfig
 from diffstore.server.config import Limit
 from tests.engine.util import raw_state
+from tests.helpers import wait_until
 
-from .conftest import Live, es, live_server, wait_until
+from .conftest import Live, es, live_server
 from .test_transport import raw_request
 
 BUDGET = 10_000
@@ -216,7 +217,8 @@ def test_a_body_below_the_minimum_rate_is_closed(tmp_path: Path) -> None:
         with _start(live, 2_000) as sock:
             assert _closed_while_trickling(sock, _put_body("slow", 2_000))
         wait_until(
-            lambda: live.app.state.budget.in_flight == 0, what="the closed body to give its bytes back"
+            lambda: live.app.state.budget.in_flight == 0,
+            what="the closed body to give its bytes back",
         )
         assert raw_state(live.store) == before
         assert live.call("POST", "/collections/m/put", content=_put_body("fast", 2_000)).status_code == 200

@@ -14,9 +14,7 @@ from urllib.parse import quote
 import httpx
 
 from diffstore.engine.store import Store
-from tests.helpers import close_pipes
-
-from .conftest import wait_until
+from tests.helpers import close_pipes, free_port, wait_until
 
 # Only the server's sub-commands, so that this test does not depend on the other fronts' CLIs.
 DRIVER = (
@@ -35,12 +33,6 @@ def server_rx_queue(server_port: int, client_port: int) -> int | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_healthy(url: str, what: str, deadline_s: float = 30) -> None:
     def healthy() -> bool:
         try:
@@ -48,7 +40,7 @@ def wait_healthy(url: str, what: str, deadline_s: float = 30) -> None:
         except httpx.TransportError:
             return False
 
-    wait_until(healthy, deadline_s, what)
+    wait_until(healthy, timeout=deadline_s, what=what)
 
 
 def test_serve_token_and_graceful_shutdown(tmp_path: Path) -> None:
@@ -89,7 +81,7 @@ def test_serve_token_and_graceful_shutdown(tmp_path: Path) -> None:
             def committed() -> bool:
                 return http.get("/collections/m").json()["generationId"]["value"] != "AAAAAAAAAAA="
 
-            wait_until(committed, 30, "the auto commit")
+            wait_until(committed, timeout=30, what="the auto commit")
             current = http.get("/collections/m").json()["generationId"]
             encoding = current.get("encoding", "utf8")
             poll = socket.create_connection(("127.0.0.1", port))
@@ -102,7 +94,9 @@ def test_serve_token_and_graceful_shutdown(tmp_path: Path) -> None:
             # the queue is empty the server has read it, so the long poll is under way when SIGTERM comes
             client_port = poll.getsockname()[1]
             wait_until(
-                lambda: server_rx_queue(port, client_port) == 0, 10, "the server to read the long poll"
+                lambda: server_rx_queue(port, client_port) == 0,
+                timeout=10,
+                what="the server to read the long poll",
             )
             process.send_signal(signal.SIGTERM)
             answer = b""

@@ -8,8 +8,9 @@ from pathlib import Path
 import httpx
 
 from diffstore.server import ServerConfig
+from tests.helpers import wait_until
 
-from .conftest import Live, es, live_server, unes, wait_until
+from .conftest import Live, es, live_server, unes
 
 
 def _commit(live: Live, name: str, generation: str) -> None:
@@ -89,7 +90,7 @@ def test_overview_changes_is_a_long_poll(live: Live) -> None:
     thread.start()
     try:
         live.ok("POST", "/collections/", {"collectionName": "new", "isManual": True})
-        wait_until(lambda: bool(answers), 10, "the long poll to answer the change")
+        wait_until(lambda: bool(answers), timeout=10, what="the long poll to answer the change")
     finally:
         thread.join(timeout=30)
     assert answers[0] != first

@@ -23,8 +23,9 @@ from diffstore.server import ServerConfig
 from diffstore.server.cli import is_loopback
 from diffstore.server.config import Limit
 from tests.engine.util import raw_state
+from tests.helpers import wait_until
 
-from .conftest import Live, es, live_server, unes, wait_until
+from .conftest import Live, es, live_server, unes
 from .test_cli import DRIVER
 
 PACK = {"content-type": "application/msgpack", "accept": "application/msgpack"}

@@ -9,8 +9,9 @@ import pytest
 from diffstore.engine import writes
 from diffstore.engine.types import StoreConfig
 from diffstore.errors import StorageError
+from tests.helpers import wait_until
 
-from .conftest import es, live_server, wait_until
+from .conftest import es, live_server
 from .test_metrics import scrape, value
 
 
@@ -35,7 +36,7 @@ def test_failing_automatic_commits_make_healthz_degraded_until_they_succeed(
         def degraded() -> bool:
             return bool(live.ok("GET", "/healthz").get("degraded"))
 
-        wait_until(degraded, 30, "healthz to say degraded")
+        wait_until(degraded, timeout=30, what="healthz to say degraded")
         health = live.ok("GET", "/healthz")
         assert health["ok"] is True and "MDB_MAP_FULL" in health["reason"] and "'n'" in health["reason"]
         assert live.ok("GET", "/collections/n")["generationId"] == {
@@ -46,7 +47,7 @@ def test_failing_automatic_commits_make_healthz_degraded_until_they_succeed(
         assert value(samples, "diffstore_auto_commit_failing_attempts", collection="n") >= 1
         assert value(samples, "diffstore_auto_commit_failures_total") >= 1
         failing[0] = False  # the disk has room again: the retry commits the acknowledged write
-        wait_until(lambda: live.ok("GET", "/healthz") == {"ok": True}, 30, "healthz to recover")
+        wait_until(lambda: live.ok("GET", "/healthz") == {"ok": True}, timeout=30, what="healthz to recover")
         samples = scrape(live)
         assert ("diffstore_auto_commit_failing_attempts", frozenset({("collection", "n")})) not in samples
         assert value(samples, "diffstore_auto_commit_failures_total") >= 1

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import Live, es, unes, wait_until
+from tests.helpers import wait_until
+
+from .conftest import Live, es, unes
 
 
 def _generations(live: Live, name: str, **params: Any) -> list[dict[str, Any]]:

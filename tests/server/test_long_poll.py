@@ -15,8 +15,9 @@ import pytest
 
 from diffstore.server import ServerConfig
 from diffstore.server.longpoll import CommitHub
+from tests.helpers import wait_until
 
-from .conftest import Live, es, live_server, unes, wait_until
+from .conftest import Live, es, live_server, unes
 
 
 def hub(live: Live) -> CommitHub:
@@ -67,7 +68,8 @@ def test_commit_wakes_waiters_of_that_collection_only(manual: Live) -> None:
     waiter = Poll(manual, "m", generationId="0")
     bystander = Poll(manual, "other", generationId="")
     wait_until(
-        lambda: hub(manual).waiting("m") == 1 and hub(manual).waiting("other") == 1, what="two waiters"
+        lambda: hub(manual).waiting("m") == 1 and hub(manual).waiting("other") == 1,
+        what="two waiters",
     )
     commit(manual, "m", "1")
     assert waiter.answer() == b"1"

@@ -16,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from diffstore.server import longpoll, uvicorn_adapter
 from diffstore.server.longpoll import CommitHub
 from diffstore.server.metrics import ServerMetrics
+from tests.helpers import wait_until
 
-from .conftest import Live, es, live_server, wait_until
+from .conftest import Live, es, live_server
 from .test_long_poll import commit, read_response
 
 POLL = b"GET /collections/m/generationId/stream?generationId=0&timeoutMs=300000 HTTP/1.1\r\nHost: x\r\n\r\n"

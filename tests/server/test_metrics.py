@@ -13,8 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from diffstore.engine.types import StoreConfig
 from diffstore.server import ServerConfig
+from tests.helpers import wait_until
 
-from .conftest import Live, es, live_server, wait_until
+from .conftest import Live, es, live_server
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -140,8 +141,8 @@ def test_auto_commits_count_too(tmp_path: Path) -> None:
         live.ok("POST", "/collections/auto/put", {"item": {"key": es("k"), "value": es("v")}})
         wait_until(
             lambda: value(scrape(live), "diffstore_commits_total", collection="auto") == 1,
-            10,
-            "the background commit to be counted",
+            timeout=10,
+            what="the background commit to be counted",
         )
         assert value(scrape(live), "diffstore_records_written_total", collection="auto") == 1
 
@@ -220,10 +221,18 @@ def test_longpoll_waiters_gauge(manual: Live) -> None:
     thread = threading.Thread(target=poll)
     thread.start()
     try:
-        wait_until(lambda: value(scrape(manual), "diffstore_longpoll_waiters") == 1, 10, "the waiter to show")
+        wait_until(
+            lambda: value(scrape(manual), "diffstore_longpoll_waiters") == 1,
+            timeout=10,
+            what="the waiter to show",
+        )
         commit(manual, "src", "g2", {"a": "2"})
-        wait_until(lambda: answers == [200], 10, "the long poll to be answered")
-        wait_until(lambda: value(scrape(manual), "diffstore_longpoll_waiters") == 0, 10, "the waiter to go")
+        wait_until(lambda: answers == [200], timeout=10, what="the long poll to be answered")
+        wait_until(
+            lambda: value(scrape(manual), "diffstore_longpoll_waiters") == 0,
+            timeout=10,
+            what="the waiter to go",
+        )
     finally:
         thread.join(timeout=30)
     route = {"route": "/collections/{c}/generationId/stream", "method": "GET", "status": "200"}
@@ -241,8 +250,8 @@ def test_gc_counter_moves_when_versions_are_collected(manual: Live) -> None:
     )
     wait_until(
         lambda: value(scrape(manual), "diffstore_gc_versions_removed_total") == 2,
-        10,
-        "GC to remove the two superseded versions of k",
+        timeout=10,
+        what="GC to remove the two superseded versions of k",
     )
 
 
@@ -253,8 +262,8 @@ def test_phantom_purge_counter(manual: Live) -> None:
     collection.put_many([(b"p1", b"x"), (b"p2", b"y")], generation_id=b"g1", phantom_id=phantom)
     wait_until(
         lambda: value(scrape(manual), "diffstore_phantom_records_purged_total") >= 2,
-        10,
-        "the expired phantom's records to be purged",
+        timeout=10,
+        what="the expired phantom's records to be purged",
     )
     # phantom records are not records written into a generation
     assert value(scrape(manual), "diffstore_records_written_total", collection="src") == 0

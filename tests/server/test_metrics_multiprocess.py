@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,18 +20,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from diffstore.server import metrics
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 
 def _without_token(env: Mapping[str, str]) -> dict[str, str]:
     """The environment without ``DIFFSTORE_TOKEN`` (an empty one is refused: it never turns auth off)."""
     return {name: value for name, value in env.items() if name != "DIFFSTORE_TOKEN"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _value(url: str, name: str, **labels: str) -> float:
@@ -52,7 +45,7 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[str, str]]:
     urls: list[str] = []
     try:
         for _ in range(2):
-            port = _free_port()
+            port = free_port()
             command = [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(tmp_path / "data"),
                        "--port", str(port), "--log-level", "warning", "--workers", "1"]  # fmt: skip
             processes.append(subprocess.Popen(command, env=_without_token(os.environ)))
@@ -153,7 +146,7 @@ def test_a_deleted_collections_series_leave_every_workers_scrape(two_workers: tu
 
 
 def test_serve_with_two_workers_sums_them_in_every_scrape(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(tmp_path / "data"), "--port",
                str(port), "--workers", "2", "--log-level", "warning"]  # fmt: skip

@@ -19,8 +19,9 @@ import pytest
 
 from diffstore.engine import overview
 from diffstore.engine.store import Store
+from tests.helpers import wait_until
 
-from .conftest import Live, live_server, wait_until
+from .conftest import Live, live_server
 from .test_cli import server_rx_queue
 from .test_wake_loop import DEADLINE_S, ROOT, answer, commit_elsewhere
 
@@ -81,7 +82,7 @@ def test_waiting_polls_cost_no_check_and_a_commit_of_another_process_wakes_them(
     since = live.ok("GET", "/overview/changes")["version"]
     polls = [changes_poll(live, since) for _ in range(WAITERS)]
     try:
-        wait_until(lambda: all_read(live, polls), DEADLINE_S, "the server to read every poll")
+        wait_until(lambda: all_read(live, polls), timeout=DEADLINE_S, what="the server to read every poll")
         before = digests[0]
         time.sleep(IDLE_S)  # the idle window being measured, not a wait for a condition
         # the old route computed a digest per waiter every 200 ms (about 250 here): now none, or the
@@ -102,7 +103,7 @@ def test_a_write_of_another_process_that_sends_no_notice_wakes_the_polls(live: L
     since = live.ok("GET", "/overview/changes")["version"]
     polls = [changes_poll(live, since) for _ in range(3)]
     try:
-        wait_until(lambda: all_read(live, polls), DEADLINE_S, "the server to read every poll")
+        wait_until(lambda: all_read(live, polls), timeout=DEADLINE_S, what="the server to read every poll")
         made = subprocess.run(
             [sys.executable, "-c", CREATE, str(tmp_path / "data")],
             capture_output=True,

@@ -15,8 +15,9 @@ import pytest
 from diffstore.client import Client
 from diffstore.engine import phantoms
 from diffstore.engine.types import DiffItem
+from tests.helpers import wait_until
 
-from .conftest import Live, es, unes, wait_until
+from .conftest import Live, es, unes
 
 LONG = b"L" * 300  # a long key (its own storage form)
 

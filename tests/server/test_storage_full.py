@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import close_pipes
+from tests.helpers import close_pipes, free_port
 
 from .conftest import es, unes
-from .test_cli import DRIVER, free_port, wait_healthy
+from .test_cli import DRIVER, wait_healthy
 
 
 def test_a_write_past_the_map_is_507_and_changes_nothing(tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from diffstore.engine import compact
 from diffstore.engine.types import StoreConfig
+from tests.helpers import wait_until
 
-from .conftest import Live, es, live_server, wait_until
+from .conftest import Live, es, live_server
 from .test_metrics import scrape, value
 
 FILE, FREE, PAGE = "diffstore_store_file_bytes", "diffstore_store_free_pages", "diffstore_store_page_bytes"
@@ -33,7 +34,11 @@ def test_free_pages_show_after_a_delete_and_go_after_a_compaction(tmp_path: Path
         assert value(before, FILE) > 3_000_000 and value(before, PAGE) == 4096
         live.ok("DELETE", "/collections/big")
         # the purge runs in the background, in steps: its freed pages show as it goes
-        wait_until(lambda: value(scrape(live), FREE) * 4096 > 3_000_000, 60.0, "the purged pages to show")
+        wait_until(
+            lambda: value(scrape(live), FREE) * 4096 > 3_000_000,
+            timeout=60.0,
+            what="the purged pages to show",
+        )
         overview = live.ok("GET", "/overview")
         assert overview["storeFreePages"] * overview["storePageBytes"] > 3_000_000
         assert overview["storeFileBytes"] == value(scrape(live), FILE)

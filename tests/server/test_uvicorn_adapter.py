@@ -15,8 +15,9 @@ import uvicorn
 from diffstore.server import ServerConfig, uvicorn_adapter
 from diffstore.server.longpoll import CommitHub
 from tests.engine.util import raw_state
+from tests.helpers import wait_until
 
-from .conftest import Live, es, live_server, wait_until
+from .conftest import Live, es, live_server
 from .test_long_poll import read_response
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,10 +22,10 @@ from diffstore.engine.types import StoreConfig
 from diffstore.engine.wakeup import Wakeup
 from diffstore.server import ServerConfig
 from diffstore.server.app import create_app
-from tests.helpers import close_pipes
+from tests.helpers import close_pipes, free_port, wait_until
 
-from .conftest import live_server, wait_until
-from .test_cli import DRIVER, free_port, server_rx_queue, wait_healthy
+from .conftest import live_server
+from .test_cli import DRIVER, server_rx_queue, wait_healthy
 
 DEADLINE_S = 60.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ def test_the_server_loop_reads_other_processes_commits(tmp_path: Path) -> None:
         port = int(live.url.rsplit(":", 1)[1])
         polls = [long_poll(port, "m", "") for _ in range(3)]
         hub = live.app.state.hub
-        wait_until(lambda: hub.waiting("m") == 3, DEADLINE_S, "the polls to wait")
+        wait_until(lambda: hub.waiting("m") == 3, timeout=DEADLINE_S, what="the polls to wait")
         commit_elsewhere(data, "m", "1")
         for poll in polls:
             got = answer(poll)
@@ -121,7 +121,7 @@ def test_a_store_without_a_loop_hears_other_processes_through_its_thread_again_a
         notices = store.commit_notices()
         assert notices is not None
         assert store.commit_notices() is None  # one loop at a time
-        wait_until(lambda: wakeup_threads() == [], DEADLINE_S, "the thread to stop")
+        wait_until(lambda: wakeup_threads() == [], timeout=DEADLINE_S, what="the thread to stop")
         got.clear()
         commit_elsewhere(data, "m", "2")
         readable, _, _ = select.select([notices.fileno()], [], [], DEADLINE_S)
@@ -204,14 +204,16 @@ def test_a_burst_past_the_socket_queue_drops_notices_and_the_stalled_worker_rech
         for name in ("burst", *names):
             created = httpx.post(url + "/collections/", json={"collectionName": name, "isManual": True})
             assert created.status_code == 200
-        wait_until(lambda: len(list((data / "wake").iterdir())) == 1, DEADLINE_S, "the server to listen")
+        wait_until(
+            lambda: len(list((data / "wake").iterdir())) == 1, timeout=DEADLINE_S, what="the server to listen"
+        )
         polls = [long_poll(port, name, "", timeout_ms=20_000) for name in names]
 
         def waiting(count: int) -> bool:
             text = httpx.get(url + "/metrics").text
             return f"diffstore_longpoll_waiters {count}.0" in text
 
-        wait_until(lambda: waiting(len(names)), DEADLINE_S, "the polls to wait")
+        wait_until(lambda: waiting(len(names)), timeout=DEADLINE_S, what="the polls to wait")
         os.kill(server.pid, signal.SIGSTOP)
         stopped = True
         with Store.open(data, StoreConfig(background=False, sync=False)) as store:
@@ -232,8 +234,12 @@ def test_a_burst_past_the_socket_queue_drops_notices_and_the_stalled_worker_rech
 
         # the loop's reader survived the burst: the next commit wakes a waiting poll
         poll = long_poll(port, names[0], "1")
-        wait_until(lambda: server_rx_queue(port, poll.getsockname()[1]) == 0, DEADLINE_S, "the poll read")
-        wait_until(lambda: waiting(1), DEADLINE_S, "the poll to wait")
+        wait_until(
+            lambda: server_rx_queue(port, poll.getsockname()[1]) == 0,
+            timeout=DEADLINE_S,
+            what="the poll read",
+        )
+        wait_until(lambda: waiting(1), timeout=DEADLINE_S, what="the poll to wait")
         commit_elsewhere(data, names[0], "2")
         assert answer(poll).endswith(b'{"generationId":{"value":"2"}}')
     finally:
@@ -285,10 +291,14 @@ def test_two_servers_over_one_store_are_both_woken_by_another_process(tmp_path: 
             ports.append(port)
         try:
             for server in servers:
-                wait_until(lambda: server.started, DEADLINE_S, "the server to start")  # noqa: B023
+                wait_until(lambda: server.started, timeout=DEADLINE_S, what="the server to start")  # noqa: B023
             polls = [long_poll(port, "m", "") for port in ports]
             hubs = [server.config.app.state.hub for server in servers]
-            wait_until(lambda: all(hub.waiting("m") == 1 for hub in hubs), DEADLINE_S, "both polls to wait")
+            wait_until(
+                lambda: all(hub.waiting("m") == 1 for hub in hubs),
+                timeout=DEADLINE_S,
+                what="both polls to wait",
+            )
             commit_elsewhere(data, "m", "1")
             for poll in polls:
                 assert answer(poll).endswith(b'{"generationId":{"value":"1"}}')

@@ -24,10 +24,10 @@ import pytest
 
 from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
-from tests.helpers import close_pipes
+from tests.helpers import close_pipes, free_port, wait_until
 
-from .conftest import es, wait_until
-from .test_cli import DRIVER, free_port, server_rx_queue, wait_healthy
+from .conftest import es
+from .test_cli import DRIVER, server_rx_queue, wait_healthy
 
 DEADLINE_S = 60.0
 
@@ -74,7 +74,7 @@ def served(data: Path, workers: int = 2, *extra: str) -> Iterator[Served]:
     server = Served(data, workers, *extra)
     try:
         wait_healthy(server.url, "diffstore serve --workers to start")
-        wait_until(lambda: len(server.workers()) == workers, DEADLINE_S, "every worker to start")
+        wait_until(lambda: len(server.workers()) == workers, timeout=DEADLINE_S, what="every worker to start")
         yield server
     finally:
         server.stop()
@@ -87,7 +87,9 @@ def post(url: str, path: str, body: Any) -> httpx.Response:
 
 def open_long_polls(server: Served, data: Path, collection: str, count: int = 6) -> list[socket.socket]:
     """``count`` long polls (300 s) on new connections, each read by a worker that listens for commits."""
-    wait_until(lambda: len(list((data / "wake").iterdir())) == 2, DEADLINE_S, "both workers to listen")
+    wait_until(
+        lambda: len(list((data / "wake").iterdir())) == 2, timeout=DEADLINE_S, what="both workers to listen"
+    )
     polls = []
     for _ in range(count):  # new connections: spread over the workers as the kernel hands them out
         poll = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE_S)
@@ -98,7 +100,7 @@ def open_long_polls(server: Served, data: Path, collection: str, count: int = 6)
         polls.append(poll)
     for poll in polls:  # each request was read by a worker (see test_cli.server_rx_queue)
         read = partial(server_rx_queue, server.port, poll.getsockname()[1])
-        wait_until(lambda: read() == 0, DEADLINE_S, "the poll read")  # noqa: B023 (used at once)
+        wait_until(lambda: read() == 0, timeout=DEADLINE_S, what="the poll read")  # noqa: B023 (used at once)
     return polls
 
 
@@ -167,7 +169,11 @@ def test_a_non_manual_collection_written_through_several_workers(tmp_path: Path)
         expected = {f"t{me}-{i:03d}".encode() for me in range(threads) for i in range(per_thread)}
         with Store.open(data, StoreConfig(background=False)) as store:
             coll = store.collection("n")
-            wait_until(lambda: {r.key for r in coll.query()} == expected | {b"seq"}, DEADLINE_S, "commits")
+            wait_until(
+                lambda: {r.key for r in coll.query()} == expected | {b"seq"},
+                timeout=DEADLINE_S,
+                what="commits",
+            )
             current = int.from_bytes(coll.generation_id, "big")
             seen: list[bytes] = []
             for g in range(1, current + 1):
@@ -210,18 +216,20 @@ def test_a_worker_killed_mid_write_is_replaced_and_loses_nothing(tmp_path: Path,
         writers = [threading.Thread(target=write, daemon=True) for _ in range(4)]
         for thread in writers:
             thread.start()
-        wait_until(lambda: len(acked) >= 40, DEADLINE_S, "writes to flow")
+        wait_until(lambda: len(acked) >= 40, timeout=DEADLINE_S, what="writes to flow")
         victim = server.workers()[0]
         os.kill(victim, signal.SIGKILL)
         at_kill = len(acked)
         # the other worker keeps serving; the supervisor starts a replacement
-        wait_until(lambda: len(acked) >= at_kill + 40, DEADLINE_S, "writes to go on after the kill")
+        wait_until(
+            lambda: len(acked) >= at_kill + 40, timeout=DEADLINE_S, what="writes to go on after the kill"
+        )
 
         def replaced() -> bool:
             pids = server.workers()
             return len(pids) == 2 and victim not in pids
 
-        wait_until(replaced, DEADLINE_S, "the dead worker to be replaced")
+        wait_until(replaced, timeout=DEADLINE_S, what="the dead worker to be replaced")
         stop.set()
         for thread in writers:
             thread.join(DEADLINE_S)
@@ -248,7 +256,7 @@ def test_workers_end_when_the_supervisor_is_killed(tmp_path: Path, when: str) ->
         if when == "serving":
             wait_healthy(server.url, "diffstore serve --workers to start")
         # spawned; while "starting" they are most likely still importing, before they could ask to be told
-        wait_until(lambda: len(server.workers()) == 2, DEADLINE_S, "both workers to be spawned")
+        wait_until(lambda: len(server.workers()) == 2, timeout=DEADLINE_S, what="both workers to be spawned")
         for pid in server.workers():
             with contextlib.suppress(psutil.NoSuchProcess):
                 procs.append(psutil.Process(pid))
@@ -278,13 +286,17 @@ def test_connections_are_spread_over_the_workers_and_a_second_server_cannot_shar
                 counts.append(sum(1 for c in held if c.status == status))
             return counts
 
-        wait_until(lambda: min(per_worker(psutil.CONN_LISTEN)) == 1, DEADLINE_S, "every worker to listen")
+        wait_until(
+            lambda: min(per_worker(psutil.CONN_LISTEN)) == 1,
+            timeout=DEADLINE_S,
+            what="every worker to listen",
+        )
         # connections opened together: with one shared listening socket the first worker to wake
         # accepted them all; with a socket per worker (SO_REUSEPORT) the kernel spreads them
         connections = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
         try:
             established = partial(per_worker, psutil.CONN_ESTABLISHED)
-            wait_until(lambda: sum(established()) == 40, DEADLINE_S, "every connection accepted")
+            wait_until(lambda: sum(established()) == 40, timeout=DEADLINE_S, what="every connection accepted")
             assert min(established()) > 0, established()  # 40 connections on one of 2: odds 2^-39
         finally:
             for connection in connections:
@@ -308,8 +320,10 @@ def test_a_stopped_worker_is_killed_and_replaced(tmp_path: Path) -> None:
     try:
         # two workers start in 25 s at a load average of 22
         wait_healthy(server.url, "diffstore serve --workers to start", 2 * DEADLINE_S)
-        wait_until(lambda: len(server.workers()) == 2, DEADLINE_S, "every worker to start")
-        wait_until(lambda: accepting(server), 2 * DEADLINE_S, "both workers to accept (and beat)")
+        wait_until(lambda: len(server.workers()) == 2, timeout=DEADLINE_S, what="every worker to start")
+        wait_until(
+            lambda: accepting(server), timeout=2 * DEADLINE_S, what="both workers to accept (and beat)"
+        )
         victim = server.workers()[0]
         os.kill(victim, signal.SIGSTOP)
 
@@ -317,7 +331,7 @@ def test_a_stopped_worker_is_killed_and_replaced(tmp_path: Path) -> None:
             pids = server.workers()
             return len(pids) == 2 and victim not in pids
 
-        wait_until(replaced, DEADLINE_S, "the stopped worker to be killed and replaced")
+        wait_until(replaced, timeout=DEADLINE_S, what="the stopped worker to be killed and replaced")
         assert not psutil.pid_exists(victim) or psutil.Process(victim).status() == psutil.STATUS_ZOMBIE
         # new connections, spread by the kernel over both listening workers: all answered
         for i in range(40):

@@ -27,15 +27,11 @@ from typing import Any
 import httpx
 import pyspark
 
+from tests.helpers import free_port
+
 SPARK_HOME = Path(pyspark.__file__).parent
 STARTUP_DEADLINE_S = 180.0
 _JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _environment(work: Path) -> dict[str, str]:

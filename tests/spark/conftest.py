@@ -18,9 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +28,7 @@ import uvicorn
 from diffstore import Store
 from diffstore.server import ServerConfig, create_app
 from diffstore.spark.session import local_builder
+from tests.helpers import serving
 
 # pyspark is an optional extra: without it only the Spark-free tests of this directory run
 if importlib.util.find_spec("pyspark") is None:
@@ -48,14 +46,6 @@ if importlib.util.find_spec("pyspark") is None:
         "test_transform_progress.py",
     ]
 
-STARTUP_DEADLINE_S = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 @pytest.fixture(scope="session")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
@@ -66,24 +56,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
 
 @contextlib.contextmanager
 def _serve(store: Store, token: str | None = None) -> Iterator[str]:
-    port = _free_port()
-    config = uvicorn.Config(
-        create_app(store, ServerConfig(port=port, token=token)),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="diffstore-test-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + STARTUP_DEADLINE_S
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=STARTUP_DEADLINE_S)
+    app = create_app(store, ServerConfig(token=token))
+    with serving(uvicorn.Server(uvicorn.Config(app, log_level="warning"))) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +19,9 @@ from pyspark.sql.types import BinaryType
 
 from diffstore import Store
 from diffstore.spark.streaming import batch_generation, committed_batch, is_batch_generation
+from tests.helpers import wait_until
 
 WAIT_S = 300.0
-
-
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _finish(query: Any) -> None:
@@ -171,9 +163,19 @@ def test_processing_time_trigger_follows_commits(spark, server_url, store: Store
     )
     try:
         commit_items(store, a, [(b"k1", b"a"), (b"k2", b"b")])
-        _wait_until(lambda: snapshot(store, c) == {b"k1": b"a", b"k2": b"b"}, "the first change")
+        wait_until(
+            lambda: snapshot(store, c) == {b"k1": b"a", b"k2": b"b"},
+            timeout=WAIT_S,
+            interval=0.1,
+            what="the first change",
+        )
         commit_items(store, a, [(b"k1", None), (b"k3", b"c")])
-        _wait_until(lambda: snapshot(store, c) == {b"k2": b"b", b"k3": b"c"}, "the second change")
+        wait_until(
+            lambda: snapshot(store, c) == {b"k2": b"b", b"k3": b"c"},
+            timeout=WAIT_S,
+            interval=0.1,
+            what="the second change",
+        )
     finally:
         query.stop()
     assert query.exception() is None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import LiveServer, running_server
+from tests.helpers import LiveServer, running_server
 
 DEADLINE_S = 60.0
 REPO = Path(__file__).resolve().parents[2]

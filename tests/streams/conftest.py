@@ -7,7 +7,7 @@
 - ``hstream_stub``: a synchronous ``HStreamApiStub`` on that server.
 - ``fetch_session(subscription_id, consumer)``: a :class:`FetchSession` (a StreamingFetch call driven
   synchronously) on ``stream_server``; ``open_fetch(stub, subscription_id, consumer)`` on any server.
-- ``wait_until(condition, timeout=20.0)``: polls a condition with a deadline.
+(``wait_until`` is ``tests.helpers.wait_until``.)
 """
 
 from __future__ import annotations
@@ -156,18 +156,3 @@ def fetch_session(
 ) -> Callable[[str, str], FetchSession]:
     """``fetch_session(subscription_id, consumer)``: a FetchSession on ``stream_server``."""
     return lambda subscription_id, consumer: open_fetch(hstream_stub, subscription_id, consumer)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = WAIT_S, interval: float = 0.002) -> None:
-    """Polls ``condition`` until true; fails the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
-
-
-@pytest.fixture
-def wait_until() -> Callable[..., None]:
-    """``wait_until(condition, timeout=20.0)``: polls until true, fails the test at the deadline."""
-    return wait_for

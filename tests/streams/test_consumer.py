@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from diffstore.streams.consumer import AckBook, ConsumerConfig, StreamConsumer
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
 from diffstore.streams.records import Compression, RecordId, StreamRecord
 from diffstore.streams.server import ServerThread, StreamServerConfig
+from tests.helpers import wait_until
 
 WAIT_S = 20.0
 
@@ -86,9 +87,7 @@ def _poll_records(consumer: StreamConsumer, count: int, ack: bool) -> list[Strea
     return records
 
 
-def test_consumer_decodes_acks_and_moves_the_committed_position(
-    client: StreamClient, wait_until: Callable[..., None]
-) -> None:
+def test_consumer_decodes_acks_and_moves_the_committed_position(client: StreamClient) -> None:
     client.create_stream("s", shard_count=2)
     client.create_subscription("sub", "s")
     ids = _append(client, "s", [b"p%d" % i for i in range(50)], key="k")

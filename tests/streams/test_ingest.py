@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import uvicorn
 from ingest_helpers import ingest_until, last_positions, produce
@@ -27,7 +25,7 @@ from diffstore.streams.client import StreamClient
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
 from diffstore.streams.records import RecordId, RecordPosition, StreamRecord
 from diffstore.streams.sinks import EngineSink, HttpSink
-from tests.helpers import close_pipes
+from tests.helpers import close_pipes, serving, wait_until
 
 WAIT_S = 30.0
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +38,7 @@ def client(stream_server: Any) -> Iterator[StreamClient]:
 
 
 def test_stop_commits_the_open_window(
-    client: StreamClient, tmp_path: Path, wait_until: Callable[..., None]
+    client: StreamClient, tmp_path: Path
 ) -> None:
     client.create_stream("s", shard_count=2)
     client.create_subscription("sub", "s")
@@ -167,27 +165,11 @@ def http_server(data_dir: Path, token: str | None = None) -> Iterator[str]:
     """A real uvicorn diffstore server on a free loopback port (wanting ``token`` when given)."""
     store = Store.open(data_dir, StoreConfig(commit_delay_ms=10))
     app = create_app(store, ServerConfig(token=token))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "HTTP server did not start"
-        time.sleep(0.01)
     try:
-        yield url
+        with serving(server) as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(WAIT_S)
-        sock.close()
         store.close()
 
 
@@ -265,7 +247,7 @@ def test_cli_ingests_and_stops_cleanly_on_sigterm(
 
 
 def test_shard_split_mid_ingest_is_ingested_exactly_once(
-    client: StreamClient, tmp_path: Path, wait_until: Callable[..., None]
+    client: StreamClient, tmp_path: Path
 ) -> None:
     client.create_stream("grow", shard_count=1)
     client.create_subscription("sub", "grow")

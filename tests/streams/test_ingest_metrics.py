@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +13,9 @@ from ingest_helpers import produce
 from prometheus_client.parser import text_string_to_metric_families
 
 from diffstore.streams.client import StreamClient
-from tests.helpers import close_pipes, wait_until
+from tests.helpers import close_pipes, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _samples(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -38,7 +31,7 @@ def _samples(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 
 
 def test_ingest_serves_its_metrics_and_logs_json(stream_server: Any, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     with StreamClient(stream_server.url) as client:
         client.create_stream("s", shard_count=2)
         client.create_subscription("sub", "s")

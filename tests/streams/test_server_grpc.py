@@ -15,6 +15,7 @@ from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 from diffstore.streams.server import ServerThread
 from diffstore.streams.sharding import HASH_SPACE_MAX, key_hash
+from tests.helpers import wait_until
 
 Stub = pb_grpc.HStreamApiStub
 RAW, JSON = 1, 0
@@ -175,7 +176,7 @@ def test_append_ids_and_tail(hstream_stub: Stub) -> None:
     assert (tail.batchId, tail.batchIndex) == (second[0].batchId, 0)
 
 
-def test_fetch_in_order_and_ack_all(hstream_stub: Stub, fetch_session: Any, wait_until: Any) -> None:
+def test_fetch_in_order_and_ack_all(hstream_stub: Stub, fetch_session: Any) -> None:
     shards = make_stream(hstream_stub, shards=2)
     appended = {
         shard: [
@@ -242,7 +243,7 @@ def test_max_unacked_records_bounds_deliveries(hstream_stub: Stub, fetch_session
 
 
 def test_shards_are_split_between_consumers_and_move_when_one_leaves(
-    hstream_stub: Stub, fetch_session: Any, wait_until: Any
+    hstream_stub: Stub, fetch_session: Any
 ) -> None:
     shards = make_stream(hstream_stub, shards=4)
     subscribe(hstream_stub, "sub")

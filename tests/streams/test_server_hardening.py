@@ -18,6 +18,7 @@ from test_server_grpc import append, batch, code_of, make_stream, payloads_of, s
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 from diffstore.streams.server import ServerThread, StreamServerConfig
+from tests.helpers import wait_until
 
 Stub = pb_grpc.HStreamApiStub
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -102,7 +103,6 @@ def test_a_stored_batch_that_cannot_be_decoded_is_skipped_and_the_subscription_m
     stream_server: ServerThread,
     hstream_stub: Stub,
     fetch_session: Any,
-    wait_until: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     stub = hstream_stub

@@ -21,6 +21,7 @@ from diffstore.streams.server.errors import (
     ResourceNotFound,
 )
 from diffstore.streams.server.store import EARLIEST, LATEST, AppendItem, StreamStore, SubscriptionInfo
+from tests.helpers import wait_until
 
 U64 = st.integers(0, 2**64 - 1)
 
@@ -82,7 +83,7 @@ def test_store_rules(tmp_path: Path) -> None:
 
 
 def test_a_restart_keeps_streams_records_subscriptions_and_committed_positions(
-    stream_server_config: StreamServerConfig, open_fetch: Any, wait_until: Any
+    stream_server_config: StreamServerConfig, open_fetch: Any
 ) -> None:
     def stub_for(server: ServerThread) -> tuple[grpc.Channel, pb_grpc.HStreamApiStub]:
         channel = grpc.insecure_channel(server.address)
