@@ -12,8 +12,8 @@ import pytest
 from diffstore import ResolvedRef
 from diffstore.client import AsyncClient, Client
 from diffstore.errors import NoSuchGeneration, NoSuchReader
+from tests.helpers import LiveServer
 
-from .conftest import LiveServer
 from .test_commands import cli, run
 
 

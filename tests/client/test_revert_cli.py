@@ -10,8 +10,8 @@ import pytest
 from diffstore import RevertResult, shell
 from diffstore.client import AsyncClient, Client
 from diffstore.errors import GenerationCollected, GenerationMismatch, NoSuchGeneration
+from tests.helpers import LiveServer
 
-from .conftest import LiveServer
 from .test_commands import cli, run
 
 

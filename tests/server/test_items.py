@@ -77,7 +77,7 @@ def test_auto_collection_commits_by_itself(live: Live) -> None:
     live.ok("POST", "/collections/", {"collectionName": "auto", "isManual": False})
     answer = live.ok("POST", "/collections/auto/put", {"item": {"key": es("k"), "value": es("v")}})
     assert unes(answer["generationId"]) == b"\0" * 7 + b"\1"
-    from .conftest import wait_until
+    from tests.helpers import wait_until
 
     wait_until(lambda: live.store.collection("auto").generation_id == b"\0" * 7 + b"\1", what="auto commit")
     assert live.ok("POST", "/collections/auto/get", {"key": es("k")})["item"]["value"] == {"value": "v"}

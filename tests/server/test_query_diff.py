@@ -136,7 +136,7 @@ def test_generation_collected(filled: Live) -> None:
             == 410
         )
 
-    from .conftest import wait_until
+    from tests.helpers import wait_until
 
     wait_until(collected, what="generation 1 to be collected")
     filled.fail(
@@ -164,7 +164,7 @@ def test_splits(filled: Live) -> None:
 
 
 def test_cursor_expired(filled: Live) -> None:
-    from .conftest import wait_until
+    from tests.helpers import wait_until
 
     query = filled.ok("POST", "/collections/m/query/", {"generationId": es("1"), "limit": 3})
     diff = filled.ok(

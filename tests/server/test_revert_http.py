@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import Live, es, unes, wait_until
+from tests.helpers import wait_until
+
+from .conftest import Live, es, unes
 
 
 def _commit(live: Live, name: str, generation: str, items: dict[str, str | None]) -> None:
