@@ -50,6 +50,16 @@ def close_pipes(process: subprocess.Popen[Any]) -> None:
             stream.close()
 
 
+class ManualClock:
+    """A clock the test moves by hand (``StoreConfig(clock_ms=...)``): ``clock.now_ms += 1_000``."""
+
+    def __init__(self, now_ms: int = 1_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick; a test binds it soon after)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

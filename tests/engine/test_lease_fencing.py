@@ -23,15 +23,8 @@ from diffstore import Store, StoreConfig
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError, GenerationMismatch, LeaseLost, OutdatedGeneration
 from tests.engine.conftest import StoreFactory
+from tests.helpers import ManualClock
 from tests.lease_actor import Actor, play_takeover
-
-
-class Clock:
-    def __init__(self, now_ms: int = 1_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 def gen(n: int) -> bytes:
@@ -116,7 +109,7 @@ class FencingMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="fencing-")
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.store = Store.open(self.dir, StoreConfig(background=False, clock_ms=self.clock))
         self.c = self.store.create_collection("c", manual=True)
         self.model = Model()
@@ -202,12 +195,12 @@ TestFencingModel = FencingMachine.TestCase
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 def test_a_newer_owner_starting_the_same_id_drops_the_old_owners_records(
-    open_store: StoreFactory, clock: Clock
+    open_store: StoreFactory, clock: ManualClock
 ) -> None:
     c = open_store(clock_ms=clock).create_collection("c", manual=True)
     old = c.acquire_lease("w", "A", 1_000).token
@@ -258,7 +251,7 @@ def test_a_leased_generation_refuses_the_unleased_and_other_leases(open_store: S
 
 
 def test_a_lease_supersedes_an_unleased_generation_and_a_newer_owner_may_abort(
-    open_store: StoreFactory, clock: Clock
+    open_store: StoreFactory, clock: ManualClock
 ) -> None:
     c = open_store(clock_ms=clock).create_collection("c", manual=True)
     c.start_generation(gen(1))
@@ -274,7 +267,7 @@ def test_a_lease_supersedes_an_unleased_generation_and_a_newer_owner_may_abort(
 
 
 def test_a_generation_whose_lease_holds_no_more_may_be_dropped_by_anyone(
-    open_store: StoreFactory, clock: Clock
+    open_store: StoreFactory, clock: ManualClock
 ) -> None:
     """A writer without a lease (a transform or an ingestor run without one, after HA ones) is not stuck
     behind a dead owner's generation: once that lease expired or was released, it may start over or abort;
@@ -302,7 +295,7 @@ def test_a_generation_whose_lease_holds_no_more_may_be_dropped_by_anyone(
     assert c.generation_state() == (b"", None)
 
 
-def test_writes_without_an_open_leased_generation(open_store: StoreFactory, clock: Clock) -> None:
+def test_writes_without_an_open_leased_generation(open_store: StoreFactory, clock: ManualClock) -> None:
     """A non-manual collection and phantoms have no open generation of an owner: a lease only fences."""
     store = open_store(clock_ms=clock)
     auto = store.create_collection("auto", manual=False)

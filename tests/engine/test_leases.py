@@ -22,19 +22,10 @@ from diffstore import Store, StoreConfig
 from diffstore.engine.types import Lease, LeaseToken
 from diffstore.errors import InvalidRequest, LeaseLost, NoSuchCollection
 from tests.engine.conftest import StoreFactory
+from tests.helpers import ManualClock
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120.0
-
-
-class Clock:
-    """A clock the test moves by hand (``StoreConfig.clock_ms``)."""
-
-    def __init__(self, now_ms: int = 1_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 def gen(n: int) -> bytes:
@@ -108,7 +99,7 @@ class LeaseMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="leases-")
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.store = Store.open(self.dir, StoreConfig(background=False, clock_ms=self.clock))
         self.c = self.store.create_collection("c", manual=True)
         self.model = Model()
@@ -191,11 +182,13 @@ TestLeaseModel = LeaseMachine.TestCase
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
-def test_acquire_renew_release_and_takeover_after_expiry(open_store: StoreFactory, clock: Clock) -> None:
+def test_acquire_renew_release_and_takeover_after_expiry(
+    open_store: StoreFactory, clock: ManualClock
+) -> None:
     store = open_store(clock_ms=clock)
     c = store.create_collection("c", manual=True)
     first = c.acquire_lease("ingest", "a", 1_000)
@@ -218,7 +211,7 @@ def test_acquire_renew_release_and_takeover_after_expiry(open_store: StoreFactor
 
 
 def test_an_expired_lease_nobody_took_may_be_renewed_but_does_not_fence(
-    open_store: StoreFactory, clock: Clock
+    open_store: StoreFactory, clock: ManualClock
 ) -> None:
     store = open_store(clock_ms=clock)
     c = store.create_collection("c", manual=True)
@@ -233,7 +226,7 @@ def test_an_expired_lease_nobody_took_may_be_renewed_but_does_not_fence(
 
 
 def test_an_old_owners_commit_is_refused_after_takeover_and_changes_nothing(
-    open_store: StoreFactory, clock: Clock
+    open_store: StoreFactory, clock: ManualClock
 ) -> None:
     store = open_store(clock_ms=clock)
     c = store.create_collection("c", manual=True)

@@ -17,7 +17,7 @@ from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
 from diffstore.server import ServerConfig, create_app
 from diffstore.server.serving import GracefulServer
-from tests.helpers import serving
+from tests.helpers import ManualClock, serving
 
 
 def es(data: bytes | str) -> dict[str, str]:
@@ -91,3 +91,17 @@ def live_server(
 def live(tmp_path: Path) -> Iterator[Live]:
     with live_server(tmp_path / "data") as running:
         yield running
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The store's clock of :func:`served` (lease expiry, commit times), moved by the test."""
+    return ManualClock(5_000_000)
+
+
+@pytest.fixture
+def served(tmp_path: Path, clock: ManualClock) -> Iterator[Live]:
+    """A live server over a store on :func:`clock` holding one manual collection ``m``."""
+    with live_server(tmp_path / "data", store_config=StoreConfig(clock_ms=clock)) as live:
+        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+        yield live

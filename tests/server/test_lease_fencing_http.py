@@ -5,37 +5,16 @@ issue's owner change against one server (:func:`tests.lease_actor.play_takeover`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 
-from diffstore.engine.types import StoreConfig
+from tests.helpers import ManualClock
 from tests.lease_actor import Actor, play_takeover
 
 from .conftest import Live, es, live_server
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_ms = 5_000_000
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def served(tmp_path: Path, clock: Clock) -> Iterator[Live]:
-    with live_server(tmp_path / "data", store_config=StoreConfig(clock_ms=clock)) as live:
-        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
-        yield live
 
 
 def snapshot(live: Live) -> tuple[Any, ...]:
@@ -60,7 +39,7 @@ def put_one(key: str, value: str, generation: str, lease: Any = None) -> dict[st
 
 
 def test_a_fenced_out_owners_writes_commit_and_abort_are_409_and_change_nothing(
-    served: Live, clock: Clock
+    served: Live, clock: ManualClock
 ) -> None:
     old = served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "A", "ttlMs": 1000})
     v1 = {"name": "w", "version": old["version"]}

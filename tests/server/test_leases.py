@@ -3,37 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 
-from diffstore.engine.types import Lease, StoreConfig
+from diffstore.engine.types import Lease
 from diffstore.server import ServerConfig
+from tests.helpers import ManualClock
 
 from .conftest import Live, es, live_server
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_ms = 5_000_000
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def served(tmp_path: Path, clock: Clock) -> Iterator[Live]:
-    with live_server(tmp_path / "data", store_config=StoreConfig(clock_ms=clock)) as live:
-        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
-        yield live
 
 
 def snapshot(live: Live) -> tuple[Any, ...]:
@@ -41,7 +21,7 @@ def snapshot(live: Live) -> tuple[Any, ...]:
     return c.leases(), c.generation_state(), c.readers(), list(c.query())
 
 
-def test_acquire_renew_release_list(served: Live, clock: Clock) -> None:
+def test_acquire_renew_release_list(served: Live, clock: ManualClock) -> None:
     now = clock.now_ms
     got = served.ok("POST", "/collections/m/leases/ingest/acquire", {"owner": "a", "ttlMs": 1000})
     assert got == {"owner": "a", "version": 1, "expiresAtMs": now + 1000}
@@ -62,7 +42,7 @@ def test_acquire_renew_release_list(served: Live, clock: Clock) -> None:
     assert got["version"] == 2
 
 
-def test_a_held_lease_is_a_409_lease_lost_naming_the_owner(served: Live, clock: Clock) -> None:
+def test_a_held_lease_is_a_409_lease_lost_naming_the_owner(served: Live, clock: ManualClock) -> None:
     served.ok("POST", "/collections/m/leases/l/acquire", {"owner": "alice", "ttlMs": 1000})
     before = snapshot(served)
     answer = served.fail(
@@ -101,7 +81,7 @@ def test_a_held_lease_is_a_409_lease_lost_naming_the_owner(served: Live, clock: 
 
 
 def test_fencing_refuses_an_old_owners_start_and_commit_and_changes_nothing(
-    served: Live, clock: Clock
+    served: Live, clock: ManualClock
 ) -> None:
     served.ok("POST", "/collections/m/readers/", {"readerName": "pos", "collectionName": "hstream://s"})
     old = served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "old", "ttlMs": 1000})
@@ -141,7 +121,7 @@ def test_fencing_refuses_an_old_owners_start_and_commit_and_changes_nothing(
     assert served.ok("GET", "/collections/m")["generationId"] == {"value": "1"}
 
 
-def test_msgpack_bodies_and_answers(served: Live, clock: Clock) -> None:
+def test_msgpack_bodies_and_answers(served: Live, clock: ManualClock) -> None:
     headers = {"content-type": "application/msgpack", "accept": "application/msgpack"}
     response = served.http.post(
         "/collections/m/leases/l/acquire", content=msgpack.packb({"owner": "a", "ttlMs": 10}), headers=headers

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from diffstore.engine.types import StoreConfig
 from diffstore.server import ServerConfig
-from tests.helpers import wait_until
+from tests.helpers import ManualClock, wait_until
 
 from .conftest import Live, es, live_server
 
@@ -166,18 +166,8 @@ def test_reader_lag_counts_committed_generations(manual: Live) -> None:
     assert value(scrape(manual), "diffstore_reader_lag_generations", **lag) == 0
 
 
-class Clock:
-    """The store's clock (commit times), moved by hand; the scrape reads the wall clock."""
-
-    def __init__(self) -> None:
-        self.now_ms = time.time_ns() // 1_000_000
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
 def test_reader_lag_seconds_is_the_age_of_the_oldest_unread_commit(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(time.time_ns() // 1_000_000)
     hour_ms = 3_600_000
     with live_server(tmp_path / "data", store_config=StoreConfig(clock_ms=clock)) as live:
         live.ok("POST", "/collections/", {"collectionName": "src", "isManual": True})
