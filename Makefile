@@ -41,8 +41,13 @@ ASAN_TESTS ?= tests/engine/test_accel.py -k "not the_same_without and not genera
 asan: $(STAMP)
 	PY=$(PY) ./scripts/asan_check.sh --if-available $(ASAN_TESTS)
 
+# a quick set (a few minutes): each figure beside its baseline of the same run, and the machine's facts;
+# the full runs are each script without arguments (benchmarks/RESULTS.md keeps their history)
 bench: $(STAMP)
-	$(PY) benchmarks/engine.py
+	$(PY) benchmarks/engine.py --quick
+	$(PY) benchmarks/http_api.py --records 100000 --putmany-rounds 1 --only putmany,get --get-rounds 1 --seconds 1
+	$(PY) benchmarks/concurrent_pages.py --records 50000 --rounds 1
+	$(PY) benchmarks/workers.py --records 20000 --rounds 1 --seconds 2 --only diff
 
 clean:
 	rm -rf $(VENV) data

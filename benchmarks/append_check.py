@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 import zstandard
+from _harness import machine
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--records", type=int, default=1000)
     args = parser.parse_args()
+    print(machine())
     with tempfile.TemporaryDirectory() as tmp:
         config = StreamServerConfig(data_dir=Path(tmp), port=0, sync=False)
         with ServerThread(config) as server, grpc.insecure_channel(server.address) as channel:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import lmdb
+from _harness import machine
 
 from diffstore import Store, StoreConfig
 from diffstore.engine import backup, compact, files, storage
@@ -145,6 +146,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of each copy (default 2)")
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    print(machine())
     if args.writer:
         writer(args.writer)
         return

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from _harness import machine
+
 from diffstore import Collection, Store
 
 PAGE = 10_000
@@ -81,6 +83,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
+    print(machine())
     sys.setswitchinterval(0.0005)  # as `diffstore serve` sets it
     root = Path(tempfile.mkdtemp(prefix="diffstore-pages-bench-"))
     try:

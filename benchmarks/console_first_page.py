@@ -35,6 +35,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _harness import machine  # noqa: E402
+
 from diffstore.engine.store import Store  # noqa: E402
 from diffstore.engine.types import StoreConfig  # noqa: E402
 from diffstore.server import ServerConfig, create_app  # noqa: E402
@@ -118,6 +120,7 @@ def main() -> None:
     parser.add_argument("--collections", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
+    print(machine())
     directory = Path(tempfile.mkdtemp(prefix="diffstore-console-bench-"))
     store = Store.open(directory, StoreConfig(commit_delay_ms=10))
     try:

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from _harness import machine
+
 from diffstore.consumer import Consumer, WindowListener
 from diffstore.engine.store import Store
 from diffstore.engine.types import StoreConfig
@@ -91,6 +93,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backend", choices=["engine", "http"], default="engine")
     args = parser.parse_args()
+    print(machine())
     counts = [int(w) for w in args.workers.split(",")]
     if 1 not in counts:
         counts.insert(0, 1)

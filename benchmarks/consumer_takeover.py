@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from _harness import free_port, machine, wait_for
 
 from diffstore.client import Client
 
@@ -47,20 +48,6 @@ WORKER = textwrap.dedent(
         Consumer(client, ["A"], checkpoint, Stamps(), lease_ttl_ms=ttl_ms, workers=2).run()
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(condition, what: str, deadline_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -116,6 +103,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--idle-s", type=float, default=5.0)
     args = parser.parse_args()
+    print(machine())
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         (tmp / "worker.py").write_text(WORKER)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import lmdb
+from _harness import machine
 
 from diffstore import Store, StoreConfig
 from diffstore.engine import layout
@@ -359,6 +360,7 @@ def main() -> None:
         "--pure-python", action="store_true", help="measure without the compiled accelerator (its twins)"
     )
     args = parser.parse_args()
+    print(machine())
     if args.pure_python:
         layout.ACCEL = None  # what the engine reads at each call: its pure-Python twins run
     accel = "pure Python" if layout.ACCEL is None else f"compiled accelerator ({layout.ACCEL.__name__})"

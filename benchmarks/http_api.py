@@ -35,17 +35,13 @@ import os
 import resource
 import select
 import shutil
-import signal
 import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +49,8 @@ from typing import Any, TypeVar
 import httpx
 import msgpack
 import orjson
+from _harness import machine
+from _harness import python_server as child
 
 from diffstore import Store, StoreConfig
 
@@ -163,37 +161,6 @@ def key(i: int) -> bytes:
 
 def value(i: int) -> bytes:
     return (b"%08d:" % i).ljust(100, b"v")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def child(code: str, *args: str, cpus: set[int] | None = None) -> Iterator[str]:
-    """Runs a server in a child process (on ``cpus``, default any); yields its base URL once it listens."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, *args, str(port)],
-        preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("server did not start") from None
-            time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
 
 
 def engine_put_many(root: Path, n: int, round_: int = 0) -> float:
@@ -556,7 +523,8 @@ def main() -> None:
     only = set(args.only.split(","))
     root = Path(args.dir or tempfile.mkdtemp(prefix="diffstore-http-bench-"))
     root.mkdir(parents=True, exist_ok=True)
-    print(f"cpus={os.cpu_count()} records={args.records} waiters={args.waiters} scratch={root}")
+    print(machine())
+    print(f"records={args.records} waiters={args.waiters} scratch={root}")
     try:
         if "putmany" in only:
             # interleaved rounds, medians: the engine's own rate drifts with the machine's load

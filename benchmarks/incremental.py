@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+from _harness import machine  # noqa: E402
 from job import country_totals  # noqa: E402
 from small_rounds import COUNTRIES, server, user  # noqa: E402
 
@@ -72,6 +73,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds of each (median)")
     parser.add_argument("--partitions", type=int, default=4, help="Spark partitions of a large round's reads")
     args = parser.parse_args()
+    print(machine())
     n = args.keys
     changes = max(1, int(n * args.changed))
 

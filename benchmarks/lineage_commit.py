@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from unittest import mock
 
+from _harness import machine
+
 from diffstore import Store, StoreConfig
 from diffstore.engine import lineage
 
@@ -55,6 +57,7 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
+    print(machine())
     root = Path(tempfile.mkdtemp(dir=args.dir))
     try:
         with Store.open(root / "store", StoreConfig(sync=False, background=False)) as store:

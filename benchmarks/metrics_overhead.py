@@ -23,6 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _harness import machine  # noqa: E402
+
 from diffstore.engine.store import Store  # noqa: E402
 from diffstore.server.metrics import HttpMetrics, ServerMetrics  # noqa: E402
 from diffstore.server.routes import FAST_LANE  # noqa: E402
@@ -57,6 +59,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    print(machine())
     with tempfile.TemporaryDirectory() as directory, Store.open(directory) as store:
         from diffstore.server.longpoll import CommitHub
 

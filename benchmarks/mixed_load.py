@@ -43,6 +43,7 @@ from pathlib import Path
 import httpx
 import msgpack
 import psutil
+from _harness import machine
 from http_api import ResponseReader, child, http_put_many, new_loop
 
 SERVE = """
@@ -201,6 +202,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settings", default="1:50,1:0,2:50", help="workers:read_yield_ms, comma-separated")
     args = parser.parse_args()
+    print(machine())
     root = Path(tempfile.mkdtemp(prefix="diffstore-mixed-bench-"))
     settings = tuple(args.settings.split(","))
     results: dict[str, list[dict[str, float]]] = {s: [] for s in settings}

@@ -30,6 +30,7 @@ from typing import Any
 from unittest import mock
 
 import lmdb
+from _harness import machine
 
 from diffstore import Store, StoreConfig
 
@@ -93,6 +94,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--dir", default=None, help="where to put the store (default: a temp dir)")
     args = parser.parse_args()
+    print(machine())
     root = Path(args.dir or tempfile.mkdtemp(prefix="diffstore-nosync-"))
     path = root / "store"
     try:

@@ -26,6 +26,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _harness import machine  # noqa: E402
+
 from diffstore.engine.store import Store  # noqa: E402
 from diffstore.server import ServerConfig, create_app  # noqa: E402
 from diffstore.server.serving import GracefulServer  # noqa: E402
@@ -55,6 +57,7 @@ def main() -> None:
     parser.add_argument("--waiters", type=int, default=1000)
     parser.add_argument("--window", type=float, default=3.0)
     args = parser.parse_args()
+    print(machine())
     with tempfile.TemporaryDirectory() as data, Store.open(data) as store:
         config = ServerConfig()
         app = create_app(store, config)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _harness import machine  # noqa: E402
+
 from diffstore.engine import layout, overview  # noqa: E402
 from diffstore.engine.store import Store  # noqa: E402
 from diffstore.engine.tables import load_meta, resolve_seq  # noqa: E402
@@ -55,6 +57,7 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=100)
     parser.add_argument("--generations", type=int, default=20_000)
     args = parser.parse_args()
+    print(machine())
     with tempfile.TemporaryDirectory() as directory:
         with Store.open(directory, StoreConfig(background=False, sync=False)) as store:
             src = store.create_collection("src")

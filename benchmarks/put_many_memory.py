@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from typing import Any
 
 import httpx
 import msgpack
+from _harness import free_port, healthy, machine, wait_for
 
 from diffstore.wire import MSGPACK
 from diffstore.wire_items import decode_put_many, parse_items
@@ -73,12 +73,6 @@ def measure_parse(raw: bytes, rounds: int = 2) -> dict[str, tuple[float, float]]
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -103,16 +97,7 @@ def measure_server(src: Path, bodies: list[bytes]) -> tuple[float, float, float,
         url = f"http://127.0.0.1:{port}"
         try:
             with httpx.Client(base_url=url, timeout=600) as http:
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        if http.get("/healthz").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    if time.monotonic() > deadline or process.poll() is not None:
-                        raise RuntimeError(f"the server from {src} did not start")
-                    time.sleep(0.1)
+                wait_for(lambda: healthy(url), f"the server from {src} to start", process=process)
                 for i in range(len(bodies)):
                     http.post("/collections/", json={"collectionName": f"c{i}", "isManual": False})
                 idle = peak_rss_mib(process.pid)
@@ -147,6 +132,7 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, help="a checkout of the revision to compare with")
     parser.add_argument("--skip-server", action="store_true")
     args = parser.parse_args()
+    print(machine())
     bodies = [body_of(args.items, i) for i in range(args.clients)]
     print(f"{args.items:,} items per body, {len(bodies[0]) / 2**20:.1f} MiB each (msgpack)")
     parsed = measure_parse(bodies[0])

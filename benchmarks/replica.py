@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,15 +31,10 @@ import time
 from pathlib import Path
 
 import httpx
+from _harness import free_port, healthy, machine, wait_for
 
 from diffstore.client import Client
 from diffstore.errors import NoSuchCollection
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:
@@ -59,16 +53,7 @@ class Server:
         ]
         command += ["--workers", "1", "--log-level", "warning", *args]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{self.url} did not start")
-            time.sleep(0.05)
+        wait_for(lambda: healthy(self.url), f"{self.url} to start", process=self.process)
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
@@ -203,6 +188,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15, help="how long the writer writes (default 15)")
     parser.add_argument("--records", type=int, default=10, help="records per small generation (default 10)")
     args = parser.parse_args()
+    print(machine())
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         primary = Server(Path(tmp) / "primary")

@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
+from _harness import diffstore_serve, machine  # noqa: E402
 from job import country_totals  # noqa: E402
 
 from diffstore.client import Client  # noqa: E402
@@ -74,30 +72,8 @@ def commit(client: Client, name: str, items: list[tuple[bytes, bytes]]) -> bytes
 @contextmanager
 def server(data: Path) -> Iterator[str]:
     """``diffstore serve`` in a child process; yields its URL once it answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "diffstore", "serve", "--data", str(data), "--port", str(port), "--no-sync"],
-        stdout=subprocess.DEVNULL,
-        cwd=ROOT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    try:
-        with Client(url, timeout_s=5.0) as probe:
-            while True:
-                try:
-                    if probe.healthz():
-                        break
-                except Exception:  # noqa: BLE001 - not listening yet
-                    if time.monotonic() > deadline or process.poll() is not None:
-                        raise RuntimeError("diffstore serve did not start") from None
-                    time.sleep(0.1)
-        yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+    with diffstore_serve(data, "--no-sync") as served:
+        yield served.url
 
 
 def watch_latency(spark: object, url: str, client: Client) -> float:
@@ -174,6 +150,7 @@ def main() -> int:
         "must import diffstore); compare with a run without it at the same load",
     )
     args = parser.parse_args()
+    print(machine())
     n = args.records
 
     from diffstore.spark import Transform, connect_session, local_session

@@ -21,20 +21,17 @@ Prints both wall times, the ratio (goal ≤ 1.5 with the default workers) and ro
 from __future__ import annotations
 
 import argparse
-import signal
-import socket
-import subprocess
+import contextlib
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
+from _harness import diffstore_serve, machine  # noqa: E402
 from job import country_totals  # noqa: E402
 from small_rounds import BATCH, COUNTRIES, user  # noqa: E402
 
@@ -63,22 +60,10 @@ def main() -> int:
 
     from diffstore.spark import TARGET, Transform, local_session
 
-    with tempfile.TemporaryDirectory() as tmp:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        server = subprocess.Popen(
-            [str(Path(sys.executable).with_name("diffstore")), "serve", "--data", str(Path(tmp) / "store")]
-            + ["--port", str(port), "--workers", str(args.workers)],
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        while True:
-            try:
-                if httpx.get(url + "/healthz").is_success:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
+    print(machine())
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        served = stack.enter_context(diffstore_serve(Path(tmp) / "store", "--workers", str(args.workers)))
+        url = served.url
         print(f"diffstore serve --workers {args.workers}")
         spark = local_session("diffstore-bench")
         client = Client(url, timeout_s=120.0)
@@ -144,8 +129,6 @@ def main() -> int:
         transform.close()
         client.close()
         spark.stop()
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=60)
     return 0
 
 

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
+from _harness import machine  # noqa: E402
 from job import country_totals  # noqa: E402
 from small_rounds import COUNTRIES, commit, user  # noqa: E402
 
@@ -46,6 +47,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed previews and rounds per size (median)")
     parser.add_argument("--sizes", default="10,1000", help="changed records per preview")
     args = parser.parse_args()
+    print(machine())
     n = args.records
 
     import uvicorn

@@ -27,6 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from _harness import machine
+
 from diffstore.streams.client import StreamClient, StreamError
 from diffstore.streams.consumer import StreamConsumer
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
@@ -153,6 +155,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternated bare/ingestion rounds (best)")
     parser.add_argument("--only", default="producer,keys,ingest", help="comma-separated benchmarks to run")
     args = parser.parse_args()
+    print(machine())
     only = set(args.only.split(","))
     with tempfile.TemporaryDirectory() as tmp, stream_server(Path(tmp) / "hstream") as url:
         with StreamClient(url) as client:

@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from _harness import machine
 from streams import stream_server
 
 from diffstore import Store, StoreConfig
@@ -176,6 +177,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--cpu-seconds", type=float, default=10.0)
     args = parser.parse_args()
+    print(machine())
     print("(a shared, noisy machine: read the ratios; figures vary between runs)")
     with tempfile.TemporaryDirectory() as tmp:
         with stream_server(Path(tmp) / "hstream", quiet=True) as url:

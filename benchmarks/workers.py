@@ -41,11 +41,8 @@ import contextlib
 import multiprocessing
 import os
 import shutil
-import signal
 import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -57,12 +54,12 @@ from typing import Any
 import httpx
 import msgpack
 import psutil
+from _harness import diffstore_serve, machine
 from http_api import (
     FANOUT_FLOOR,
     FLOOR_PROTOCOL,
     SERVE_STAMPED,
     child,
-    free_port,
     percentile,
     poll_clients,
     raise_fd_limit,
@@ -147,31 +144,15 @@ def serve(data: Path, workers: int) -> Iterator[str]:
 
 @contextmanager
 def serve_process(data: Path, workers: int) -> Iterator[tuple[str, int]]:
-    """:func:`serve`, yielding the server's pid too."""
-    port = free_port()
-    process = subprocess.Popen(
-        [str(Path(sys.executable).with_name("diffstore")), "serve", "--data", str(data), "--port", str(port)]
-        + ["--workers", str(workers), "--commit-delay-ms", "5"],
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            # healthy, and every worker's long-poll hub listens for commits
-            if httpx.get(url + "/healthz").is_success and len(list((data / "wake").iterdir())) >= workers:
-                break
-        except (httpx.TransportError, FileNotFoundError):
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            raise RuntimeError("diffstore serve did not start")
-        time.sleep(0.05)
-    try:
-        yield url, process.pid
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+    """:func:`serve`, yielding the server's pid too (ready once every worker's long-poll hub listens)."""
+
+    def hubs_listen(url: str) -> bool:
+        return len(list((data / "wake").iterdir())) >= workers
+
+    with diffstore_serve(
+        data, "--workers", str(workers), "--commit-delay-ms", "5", ready=hubs_listen
+    ) as served:
+        yield served.url, served.pid
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -514,9 +495,8 @@ def main() -> None:
     args = parser.parse_args()
     only = set(args.only.split(","))
     root = Path(tempfile.mkdtemp(prefix="diffstore-workers-bench-"))
-    print(
-        f"cpus={len(os.sched_getaffinity(0))} records={args.records} scratch={root} (shared, noisy machine)"
-    )
+    print(machine())
+    print(f"records={args.records} scratch={root} (shared, noisy machine)")
     try:
         if "diff" in only:
             rates: dict[int, list[float]] = {1: [], 2: []}
