@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+from collections.abc import Iterator
 
 import lmdb
 
@@ -101,25 +102,31 @@ def info(
     return GenerationInfo(generation_id, at_ms, count, metadata)
 
 
+def newest_first(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, before: bytes | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """``(seq, generation_id)`` of the committed generations below ``before`` (None: from the current
+    one), newest first. Collected generations are listed too (reads there answer 410)."""
+    prefix = meta.cid_prefix
+    cursor = txn.cursor(db=tables.gens)
+    if not cursor.set_key(layout.gen_key(prefix, meta.generation_seq)):
+        return
+    while True:
+        generation_id = bytes(cursor.value())
+        if before is None or generation_id < before:
+            yield layout.read_u64(cursor.key()[len(prefix) :]), generation_id
+        if not cursor.prev() or not cursor.key().startswith(prefix):
+            return
+
+
 def committed(
     txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, before: bytes | None, limit: int
 ) -> tuple[list[GenerationInfo], bool]:
     """Up to ``limit`` committed generations below ``before`` (None: from the current one), newest first,
     with what is known of each, and whether more remain. Collected generations are listed too."""
-    found: list[GenerationInfo] = []
-    prefix = meta.cid_prefix
-    cursor = txn.cursor(db=tables.gens)
-    if not cursor.set_key(layout.gen_key(prefix, meta.generation_seq)):
-        return found, False
-    while True:
-        generation_id = bytes(cursor.value())
-        if before is None or generation_id < before:
-            if len(found) == limit:
-                return found, True
-            seq = layout.read_u64(cursor.key()[len(prefix) :])
-            found.append(info(txn, tables, meta, seq, generation_id))
-        if not cursor.prev() or not cursor.key().startswith(prefix):
-            return found, False
+    walk = newest_first(txn, tables, meta, before)
+    found = [info(txn, tables, meta, seq, generation) for seq, generation in itertools.islice(walk, limit)]
+    return found, next(walk, None) is not None
 
 
 def generation_at(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, at_ms: int) -> bytes:
@@ -129,15 +136,8 @@ def generation_at(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, a
     Raises:
         NoSuchGeneration: none was committed by then (as far as the rows tell).
     """
-    prefix = meta.cid_prefix
-    cursor = txn.cursor(db=tables.gens)
-    if cursor.set_key(layout.gen_key(prefix, meta.generation_seq)):
-        while True:
-            raw = txn.get(
-                layout.commit_key(prefix, layout.read_u64(cursor.key()[len(prefix) :])), db=tables.commits
-            )
-            if raw is not None and layout.unpack_commit(raw)[0] <= at_ms:
-                return bytes(cursor.value())
-            if not cursor.prev() or not cursor.key().startswith(prefix):
-                break
+    for seq, generation_id in newest_first(txn, tables, meta):
+        raw = txn.get(layout.commit_key(meta.cid_prefix, seq), db=tables.commits)
+        if raw is not None and layout.unpack_commit(raw)[0] <= at_ms:
+            return generation_id
     raise NoSuchGeneration(f"no generation of {meta.name!r} was committed at or before {at_ms} ms")

@@ -21,6 +21,8 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
+
 import lmdb
 import msgpack
 
@@ -307,19 +309,9 @@ def committed_generations(
 ) -> tuple[list[bytes], bool]:
     """Up to ``limit`` committed generation ids below ``before`` (None: from the current one), newest first,
     and whether more remain. Collected generations are listed too (reads there answer 410)."""
-    found: list[bytes] = []
-    prefix = meta.cid_prefix
-    cursor = txn.cursor(db=tables.gens)
-    if not cursor.set_key(layout.gen_key(prefix, meta.generation_seq)):
-        return found, False
-    while True:
-        generation_id = bytes(cursor.value())
-        if before is None or generation_id < before:
-            if len(found) == limit:
-                return found, True
-            found.append(generation_id)
-        if not cursor.prev() or not cursor.key().startswith(prefix):
-            return found, False
+    walk = history.newest_first(txn, tables, meta, before)
+    found = [generation_id for _, generation_id in itertools.islice(walk, limit)]
+    return found, next(walk, None) is not None
 
 
 def generation_records(
