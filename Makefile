@@ -48,6 +48,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/http_api.py --records 100000 --putmany-rounds 1 --only putmany,get --get-rounds 1 --seconds 1
 	$(PY) benchmarks/concurrent_pages.py --records 50000 --rounds 1
 	$(PY) benchmarks/workers.py --records 20000 --rounds 1 --seconds 2 --only diff
+	$(PY) benchmarks/consumer_parallel.py --keys 200 --workers 1,4 --rounds 1 --backend http
+	$(PY) benchmarks/overview_changes.py --waiters 100 --window 1
 
 clean:
 	rm -rf $(VENV) data

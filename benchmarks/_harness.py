@@ -1,5 +1,5 @@
-"""What every benchmark shares: servers in child processes, waits with a deadline, medians and ratios,
-and the facts of the machine a figure comes from.
+"""What every benchmark shares: servers in child processes (or a thread), waits with a deadline, medians
+and ratios, and the facts of the machine a figure comes from.
 
 A figure means little without the machine it was measured on (CPUs, load, Python, whether the engine's
 accelerator ran) and a baseline measured in the same run: :func:`machine` is printed first by every
@@ -172,3 +172,28 @@ def python_server(code: str, *args: str, cpus: set[int] | None = None) -> Iterat
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(process)
+
+
+@contextmanager
+def server_thread(
+    make_server: Callable[[int], Any], deadline_s: float = START_DEADLINE_S
+) -> Iterator[Served]:
+    """A uvicorn server in a thread of this process (for benchmarks that read the app's state or the
+    process's own CPU time), on a socket bound here: ``make_server(port)`` builds it (``uvicorn.Server``,
+    or ``diffstore serve``'s ``GracefulServer``); yields once it has started, and stops it after."""
+    import threading
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+        server = make_server(port)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: server.started or not thread.is_alive(), "the server to start", deadline_s)
+            if not server.started:
+                raise RuntimeError("the server's thread ended before it started")
+            yield Served(f"http://127.0.0.1:{port}", port, os.getpid())
+        finally:
+            server.should_exit = True
+            thread.join(STOP_DEADLINE_S)

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -35,7 +33,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _harness import machine  # noqa: E402
+from _harness import machine, server_thread  # noqa: E402
 
 from diffstore.engine.store import Store  # noqa: E402
 from diffstore.engine.types import StoreConfig  # noqa: E402
@@ -128,17 +126,14 @@ def main() -> None:
         fill(store, args.collections)
         print(f"store: {args.collections} collections filled in {time.perf_counter() - started:.1f}s")
         config = ServerConfig()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        server = GracefulServer(create_app(store, config), config, log_level="warning", log_config=None)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        try:
+        app = create_app(store, config)
+
+        def make_server(port: int) -> GracefulServer:
+            return GracefulServer(app, config, log_level="warning", log_config=None)
+
+        with server_thread(make_server) as served:
+            url = served.url
             with httpx.Client(base_url=url, timeout=30) as http:
-                deadline = time.monotonic() + 10
-                while not server.started and time.monotonic() < deadline:
-                    time.sleep(0.01)
                 api: list[float] = []
                 baseline: list[float] = []
                 for _ in range(args.rounds + 1):
@@ -171,10 +166,6 @@ def main() -> None:
                     "browser: navigation start to the first screen's commit times filled in:"
                     f" {median_ms(timed):.1f} ms = {median_ms(timed) / base:.1f}x baseline"
                 )
-        finally:
-            server.should_exit = True
-            thread.join(timeout=15)
-            sock.close()
     finally:
         store.close()
         shutil.rmtree(directory, ignore_errors=True)

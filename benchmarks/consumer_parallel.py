@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from _harness import machine
+from _harness import machine, server_thread
 
 from diffstore.consumer import Consumer, WindowListener
 from diffstore.engine.store import Store
@@ -48,27 +48,18 @@ def backend(kind: str, data: Path) -> Iterator[Any]:
         with store:
             yield store
         return
-    import socket
-    import threading
-
     import uvicorn
 
     from diffstore.client import Client
     from diffstore.server import ServerConfig, create_app
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(store, ServerConfig()), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
+    def make_server(port: int) -> uvicorn.Server:
+        return uvicorn.Server(uvicorn.Config(create_app(store, ServerConfig()), log_level="warning"))
+
     try:
-        with Client(f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
+        with server_thread(make_server) as served, Client(served.url) as client:
             yield client
     finally:
-        server.should_exit = True
-        thread.join()
         store.close()
 
 

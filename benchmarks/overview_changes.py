@@ -18,7 +18,6 @@ import resource
 import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _harness import machine  # noqa: E402
+from _harness import machine, server_thread, wait_for  # noqa: E402
 
 from diffstore.engine.store import Store  # noqa: E402
 from diffstore.server import ServerConfig, create_app  # noqa: E402
@@ -44,14 +43,6 @@ def idle_cpu(window: float) -> float:
     return (cpu_seconds() - before) / window
 
 
-def wait_for(condition: object, deadline_s: float = 300.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > end:
-            raise SystemExit("timed out")
-        time.sleep(0.05)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--waiters", type=int, default=1000)
@@ -61,38 +52,33 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data, Store.open(data) as store:
         config = ServerConfig()
         app = create_app(store, config)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        server = GracefulServer(app, config, log_level="warning", log_config=None)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        url = f"http://127.0.0.1:{port}"
         polls: list[socket.socket] = []
         watch = app.state.overview_watch
-        try:
-            wait_for(lambda: server.started)
-            for n in range(20):
-                httpx.post(f"{url}/collections/", json={"collectionName": f"c{n}", "isManual": True})
-            since = httpx.get(f"{url}/overview/changes").json()["version"]
-            time.sleep(1.0)  # the requests above are done
-            baseline = idle_cpu(args.window)
-            line = f"GET /overview/changes?since={since}&timeoutMs=60000 HTTP/1.1\r\n"
-            for _ in range(args.waiters):
-                poll = socket.create_connection(("127.0.0.1", port))
-                poll.sendall(line.encode() + b"Host: x\r\n\r\n")
-                polls.append(poll)
-            wait_for(lambda: watch.waiting() == args.waiters)
-            time.sleep(0.5)  # the check the last registration started
-            checks = watch.checks
-            parked = idle_cpu(args.window)
-            checks = watch.checks - checks
-        finally:
-            for poll in polls:
-                poll.close()
-            server.should_exit = True
-            thread.join(30)
-            sock.close()
+
+        def make_server(port: int) -> GracefulServer:
+            return GracefulServer(app, config, log_level="warning", log_config=None)
+
+        with server_thread(make_server) as served:
+            url, port = served.url, served.port
+            try:
+                for n in range(20):
+                    httpx.post(f"{url}/collections/", json={"collectionName": f"c{n}", "isManual": True})
+                since = httpx.get(f"{url}/overview/changes").json()["version"]
+                time.sleep(1.0)  # the requests above are done
+                baseline = idle_cpu(args.window)
+                line = f"GET /overview/changes?since={since}&timeoutMs=60000 HTTP/1.1\r\n"
+                for _ in range(args.waiters):
+                    poll = socket.create_connection(("127.0.0.1", port))
+                    poll.sendall(line.encode() + b"Host: x\r\n\r\n")
+                    polls.append(poll)
+                wait_for(lambda: watch.waiting() == args.waiters, "every poll registered", 300.0)
+                time.sleep(0.5)  # the check the last registration started
+                checks = watch.checks
+                parked = idle_cpu(args.window)
+                checks = watch.checks - checks
+            finally:
+                for poll in polls:
+                    poll.close()
     print(f"load average {os.getloadavg()[0]:.1f}")
     print(f"no poll open:           {baseline:.4f} CPU s/s")
     ratio = parked / max(baseline, 1e-6)

@@ -19,11 +19,9 @@ single runs.
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -31,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
-from _harness import machine  # noqa: E402
+from _harness import machine, server_thread  # noqa: E402
 from job import country_totals  # noqa: E402
 from small_rounds import COUNTRIES, commit, user  # noqa: E402
 
@@ -56,19 +54,16 @@ def main() -> int:
     from diffstore.server import ServerConfig, create_app
     from diffstore.spark import Transform, local_session
 
-    with tempfile.TemporaryDirectory() as tmp, Store.open(Path(tmp) / "store") as store:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(store, ServerConfig(port=port)), host="127.0.0.1", port=port, log_level="warning"
-            )
-        )
-        threading.Thread(target=server.run, daemon=True).start()
-        while not server.started:
-            time.sleep(0.01)
-        url = f"http://127.0.0.1:{port}"
+    def make_server(port: int) -> uvicorn.Server:
+        app = create_app(store, ServerConfig(port=port))
+        return uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Store.open(Path(tmp) / "store") as store,
+        server_thread(make_server) as served,
+    ):
+        url = served.url
         spark = local_session("diffstore-bench-preview")
         client = Client(url, timeout_s=120.0)
         for name in ("A", "B", "C"):
@@ -116,7 +111,6 @@ def main() -> int:
         transform.close()
         client.close()
         spark.stop()
-        server.should_exit = True
     return 0
 
 
