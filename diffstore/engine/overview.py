@@ -132,19 +132,27 @@ def _lags(
 def _unread_since(txn: lmdb.Transaction, tables: Tables, target: CollectionMeta, position: int) -> int | None:
     """The commit time of the first committed generation of ``target`` after seq ``position`` (None: none
     is, or it has no commit row). Generations above ``position`` up to the current one are committed ones
-    (an aborted generation is unregistered, the open one is above the current one)."""
+    (an aborted generation is unregistered, the open one is above the current one). Once such a generation
+    exists the answer never changes: it is kept in ``tables.unread_cache``."""
+    cache = tables.unread_cache
+    key = (target.cid, position)
+    if key in cache:
+        return cache[key]
     cursor = txn.cursor(db=tables.gens)
     prefix = target.cid_prefix
     if not cursor.set_range(layout.gen_key(prefix, position + 1)):
         return None
-    key = cursor.key()
-    if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+    found = cursor.key()
+    if not found.startswith(prefix) or len(found) != len(prefix) + 8:
         return None
-    seq = layout.read_u64(key[len(prefix) :])
+    seq = layout.read_u64(found[len(prefix) :])
     if seq > target.generation_seq:
-        return None
+        return None  # none committed after it yet: nothing to keep
     raw = txn.get(layout.commit_key(prefix, seq), db=tables.commits)
-    return None if raw is None else layout.unpack_commit(raw)[0]
+    if len(cache) >= _LAG_CACHE_MAX:
+        cache.clear()  # readers that moved on leave entries behind: start afresh, rarely
+    cache[key] = None if raw is None else layout.unpack_commit(raw)[0]
+    return cache[key]
 
 
 def overview(store: Store) -> list[CollectionOverview]:

@@ -58,6 +58,10 @@ class Tables:
     # reader), so a reader's lag is counted once and then only over the generations committed since
     # (engine/overview.py: scrapes of /metrics and /overview)
     lag_cache: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict, compare=False)
+    # (cid, after seq) -> commit time (None: unknown) of the first committed generation of cid after that
+    # seq: asked only once one exists, and then it is fixed (seqs are never reused, commit rows never
+    # rewritten), so a reader's lag in seconds costs one look-up per position it stands at
+    unread_cache: dict[tuple[int, int], int | None] = field(default_factory=dict, compare=False)
     # LMDB's transaction id of a snapshot -> the overview read from it: nothing written, nothing to recount
     overview_cache: dict[int, Any] = field(default_factory=dict, compare=False)
 

@@ -191,11 +191,17 @@ def test_reader_lag_seconds_is_the_age_of_the_oldest_unread_commit(tmp_path: Pat
         live.ok("PUT", "/collections/dst/readers/r", {"generationId": es("g2")})
         assert 3600 <= value(scrape(live), "diffstore_reader_lag_seconds", **lag) < 2 * 3600
         # generations committed before commit times were recorded: the age is unknown, so no sample
+        # (a position never scraped: a known age is kept per position, commit rows are never rewritten)
+        live.ok("POST", "/collections/", {"collectionName": "old", "isManual": True})
+        commit(live, "old", "o1", {"a": "1"})
+        live.ok("POST", "/collections/dst/readers/", {"readerName": "o", "collectionName": "old"})
         with live.store.write() as scope:
             scope.txn.drop(live.store.tables.commits, delete=False)
         samples = scrape(live)
-        assert ("diffstore_reader_lag_seconds", frozenset(lag.items())) not in samples
-        assert value(samples, "diffstore_reader_lag_generations", **lag) == 1
+        old = {"collection": "dst", "reader": "o", "target": "old"}
+        assert ("diffstore_reader_lag_seconds", frozenset(old.items())) not in samples
+        assert value(samples, "diffstore_reader_lag_generations", **old) == 1
+        assert 3600 <= value(samples, "diffstore_reader_lag_seconds", **lag) < 2 * 3600  # kept
 
 
 def test_longpoll_waiters_gauge(manual: Live) -> None:
