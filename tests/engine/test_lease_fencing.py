@@ -84,6 +84,18 @@ class Model:
         self.open.records[key] = value
         return None
 
+    def revert(self, token: LeaseToken | None) -> str | None:
+        """A revert to the current generation: fenced as a put; the open generation then reads as the
+        current one (the keys it wrote get their committed values back, or are deleted)."""
+        if not self.fences(token):
+            return "leaseLost"
+        if self.open is None:
+            return "generationMismatch"
+        if self.open.lease != token:
+            return "leaseLost"
+        self.open.records = {k: v for k, v in self.committed.items() if k in self.open.records}
+        return None
+
     def finish(self, commit: bool, token: LeaseToken | None) -> str | None:
         if not self.fences(token):
             return "leaseLost"
@@ -103,8 +115,8 @@ KEYS = st.sampled_from([b"k1", b"k2"])
 
 
 class FencingMachine(RuleBasedStateMachine):
-    """Owners come and go on lease ``w`` while writers with any token (or none) start, write, commit and
-    abort; the store must do what the model says, and a refused call must change nothing."""
+    """Owners come and go on lease ``w`` while writers with any token (or none) start, write, revert, commit
+    and abort; the store must do what the model says, and a refused call must change nothing."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -166,6 +178,13 @@ class FencingMachine(RuleBasedStateMachine):
         value = b"%d" % self.writes
         expected = self.model.put(key, value, token)
         self._expect(expected, lambda: self.c.put(key, value, generation_id=g, lease=token))
+
+    @rule(token=TOKENS)
+    def revert(self, token: LeaseToken | None) -> None:
+        g = self.model.open.generation if self.model.open is not None else gen(self.counter)
+        current = self.model.current
+        expected = self.model.revert(token)
+        self._expect(expected, lambda: self.c.revert(current, generation_id=g, lease=token))
 
     @rule(token=TOKENS, commit=st.booleans())
     def finish(self, token: LeaseToken | None, commit: bool) -> None:
