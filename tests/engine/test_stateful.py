@@ -469,6 +469,13 @@ class StoreMachine(RuleBasedStateMachine):
             if m.next_count >= THRESHOLD:
                 self._auto_commit(m)
 
+    @rule(name=st.sampled_from(NAMES), index=st.integers(0, 10**6))
+    def revert_open(self, name: str, index: int) -> None:
+        """The common path: revert to a committed generation, into the open one (opened first if need be)."""
+        if self.model[name].next is None:
+            self.start(name, b"", False, True)
+        self.revert(name, "committed", index, b"", "next" if self.model[name].manual else "none")
+
     # --- readers and GC ---------------------------------------------------------------------------------
 
     @rule(
