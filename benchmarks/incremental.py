@@ -14,7 +14,9 @@ Timed, in the same warm SparkSession, alternately ``--repeat`` times (each time 
   at the round's pinned generation, C's changes written and committed exactly once;
 * recompute: ``spark.read.parquet`` of A and B, join, ``groupBy(country).sum(amount)``, collected.
 
-Both answers are checked equal. Prints the median seconds of each and the ratio (recompute / incremental,
+Both answers are checked equal. Prints each round's breakdown (plan and start; the diffs read — on the
+driver, or by Spark tasks and checkpointed; the job: the function, its lookups and the write; the commit;
+the check that finds C caught up), the median seconds of each and the ratio (recompute / incremental,
 how many times faster the incremental round is), and the load average: the machine is shared (2 cores,
 other jobs running), so compare the ratio, not the seconds. Loading 10M keys takes minutes (two HTTP
 loads and two parquet files of 10M rows); ``--keys`` runs it smaller.
@@ -72,6 +74,12 @@ def main() -> int:
     parser.add_argument("--changed", type=float, default=0.01, help="share of A's users changed per round")
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds of each (median)")
     parser.add_argument("--partitions", type=int, default=4, help="Spark partitions of a large round's reads")
+    parser.add_argument(
+        "--local-diff-max-rows",
+        type=int,
+        default=5_000,
+        help="Transform's local_diff_max_rows: diffs up to this size are read on the driver (a small round)",
+    )
     args = parser.parse_args()
     print(machine())
     n = args.keys
@@ -103,8 +111,16 @@ def main() -> int:
         print(f"setup: {n:,} users loaded in {time.perf_counter() - started:.0f}s", flush=True)
 
         spark = local_session("diffstore-bench-incremental")
+        phases: list[tuple[str, float]] = []
         transform = Transform(
-            spark, url, "C", {"a": "A", "b": "B"}, country_totals, partitions=args.partitions
+            spark,
+            url,
+            "C",
+            {"a": "A", "b": "B"},
+            country_totals,
+            partitions=args.partitions,
+            local_diff_max_rows=args.local_diff_max_rows,
+            on_event=lambda event, details: phases.append((event, time.perf_counter())),
         )
 
         def recompute() -> dict[bytes, int]:
@@ -123,9 +139,18 @@ def main() -> int:
                 countries[i] = COUNTRIES[(COUNTRIES.index(countries[i]) + 1 + step) % len(COUNTRIES)]
             load(client, "A", b"g%07d" % (step + 2), [(keys[i], countries[i]) for i in moved])
             write_parquet(parquet / "A.parquet", keys, "country", countries, pa.binary())
+            phases.clear()
             t = time.perf_counter()
             rounds = transform.run()
             incremental = time.perf_counter() - t
+            at = dict(phases)
+            breakdown = {
+                "plan+start": at["started"] - t,
+                "diffs read": at["read"] - at["started"],
+                "job (fn, lookups, write)": at["written"] - at["read"],
+                "commit": at["committed"] - at["written"],
+                "caught-up check": at["caught_up"] - at["committed"],
+            }
             assert len(rounds) == 1, rounds
             t = time.perf_counter()
             expected = recompute()
@@ -135,6 +160,7 @@ def main() -> int:
                 times["incremental"].append(incremental)
                 times["recompute"].append(full)
             print(f"  round {step}: incremental {incremental:.2f}s, recompute {full:.2f}s", flush=True)
+            print("    incremental: " + ", ".join(f"{k} {v:.2f}s" for k, v in breakdown.items()), flush=True)
         inc, full = statistics.median(times["incremental"]), statistics.median(times["recompute"])
         print(
             f"{n:,} users, {changes:,} changed ({args.changed:.1%}): incremental round {inc:.2f}s, "

@@ -1,12 +1,14 @@
-"""Small rounds without Spark reads: a source's diff that fits one HTTP page is read on the driver.
+"""Small rounds without Spark reads: a source's diff of at most ``local_diff_max_rows`` changes is read on
+the driver.
 
 Reading a diff through the data source costs a Spark job (plan, tasks, Python workers) and the runner
 then checkpoints it (a second job), per source and round. For a few thousand changes that is most of a
-round's time, while one ``diff`` page answers them in milliseconds. So the runner first asks the server
-for one page of at most ``local_diff_max_rows`` changes over the round's pinned range; when that page
-holds the whole range (no cursor, the full ``toGenerationId``), its columns become the diff DataFrame as
-local data (``createDataFrame`` of an Arrow table: already in memory, nothing to checkpoint). Otherwise the
-page is dropped and the diff is read by Spark tasks as before — one extra page request for a large round.
+round's time, while one ``diff`` page answers them in milliseconds. So the runner first reads the round's
+pinned range on the driver, in pages of up to 10,000, while it holds at most ``local_diff_max_rows``
+changes; when the pages hold the whole range (the full ``toGenerationId``), their columns become the diff
+DataFrame as local data (``createDataFrame`` of an Arrow table: already in memory, nothing to checkpoint).
+Otherwise the pages are dropped and the diff is read by Spark tasks as before — at most
+``local_diff_max_rows`` + one page read twice for a large round.
 
 A round whose every diff was read this way is a small round through and through: its lookups run on the
 driver (the keys collected — no Spark job at all when Spark folded their plan into a local relation —,
@@ -39,20 +41,31 @@ from diffstore.spark.lookup import GET_MANY_KEYS, get_many
 from diffstore.spark.plan import Lookup, Pinned, RoundContext, RoundPlan, SourceRange, pinned_alias
 from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_SCHEMA
 
+PAGE_ROWS = 10_000
+"""The server's largest diff page."""
+
 
 def read_small_diff(context: RoundContext, source: SourceRange) -> pa.Table | None:
-    """The whole diff of ``source``'s pinned range as an Arrow table, or ``None`` when it is larger than
-    ``context.local_diff_max_rows`` (or that is 0)."""
+    """The whole diff of ``source``'s pinned range as an Arrow table, read page by page on the driver, or
+    ``None`` when it holds more than ``context.local_diff_max_rows`` changes (or that is 0), or the
+    server's answer stops short of the range's end (the range is then read by Spark tasks)."""
     limit = context.local_diff_max_rows
     if limit <= 0 or source.empty:
         return None
-    page = context.handle(source.collection).diff_page_columns(
-        source.from_generation_id or b"", source.to_generation_id, limit=limit
+    handle = context.handle(source.collection)
+    page = handle.diff_page_columns(
+        source.from_generation_id or b"", source.to_generation_id, limit=min(limit, PAGE_ROWS)
     )
-    if page.cursor is not None or page.to_generation_id != source.to_generation_id:
-        return None
-    columns = [pa.array(column, pa.binary()) for column in (page.keys, page.from_values, page.to_values)]
-    return pa.Table.from_arrays(columns, schema=DIFF_ARROW)
+    keys, old, new = list(page.keys), list(page.from_values), list(page.to_values)
+    while page.to_generation_id == source.to_generation_id and len(keys) <= limit:
+        if page.cursor is None:
+            columns = [pa.array(column, pa.binary()) for column in (keys, old, new)]
+            return pa.Table.from_arrays(columns, schema=DIFF_ARROW)
+        page = handle.diff_page_columns(cursor=page.cursor)
+        keys += page.keys
+        old += page.from_values
+        new += page.to_values
+    return None
 
 
 SMALL_ROUND_CONF: Mapping[str, str] = {

@@ -123,11 +123,12 @@ class Transform:
             collection on the server) are reused by later rounds; they only balance the work, any
             cut points give the same result. 0 asks the server every round.
         token: bearer token of a token-protected server (driver and executors send it).
-        local_diff_max_rows: a source's diff with at most this many changes (one HTTP page, at most
+        local_diff_max_rows: a source's diff with at most this many changes (read in pages of up to
             10,000) is read on the driver and handed to Spark as local data, instead of by Spark tasks
             that are then checkpointed: small rounds skip two Spark jobs per source. 0 turns it off.
-            The default, 5,000, is below where Spark's parallel tasks catch up (at 10,000 changes
-            both paths take about as long in ``benchmarks/small_rounds.py``).
+            The default, 5,000, is below where Spark's parallel tasks caught up before small rounds
+            planned for small data (at 10,000 changes both paths took about as long in
+            ``benchmarks/small_rounds.py``); a driver with the memory for it may set more.
         lease_ttl_ms: run as one of several runners of this target, exactly one active: rounds run only
             while this runner holds the target's lease ``transform`` (renewed every ttl/3 by a
             :class:`~diffstore.leases.LeaseGuard` thread) and carry its fencing token; the others stand
@@ -184,7 +185,7 @@ class Transform:
         self.splits_max_age_s = splits_max_age_s
         self._splits: dict[str, tuple[float, list[bytes]]] = {}
         self.token = token
-        self.local_diff_max_rows = min(local_diff_max_rows, 10_000)
+        self.local_diff_max_rows = local_diff_max_rows
         self.lease = None if lease_ttl_ms is None else LeaseConfig(LEASE_NAME, ttl_ms=lease_ttl_ms)
         self._guard: LeaseGuard | None = None
         self._guard_client: Any = None

@@ -120,3 +120,32 @@ def test_a_small_round_plans_for_small_data_and_restores_the_session(
         transform.close()
     assert seen == [("false", "1"), ("false", "1")]
     assert snapshot(store, names["C"]) == {b"a1": b"x"}
+
+
+def test_a_small_diff_is_read_in_pages_up_to_the_limit(
+    spark: Any, server_url: str, store: Store, names: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above one page the driver keeps paging while the diff fits ``local_diff_max_rows``; one change more
+    and the round is left to Spark's tasks (None)."""
+    from diffstore.spark import small_rounds
+    from diffstore.spark.plan import SourceRange
+
+    monkeypatch.setattr(small_rounds, "PAGE_ROWS", 2)  # pages of 2, so that 5 changes take 3 pages
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    first = commit_items(store, names["A"], [(b"k%d" % i, b"v") for i in range(5)])
+    last = commit_items(store, names["A"], [(b"k1", None), (b"k9", b"w")])
+    source = SourceRange("a", names["A"], None, last)
+    transform = Transform(spark, server_url, names["C"], {"a": names["A"]}, lambda *_: None)
+    try:
+        for limit, expected in ((6, 5), (5, 5), (4, None)):
+            transform.local_diff_max_rows = limit
+            table = small_rounds.read_small_diff(transform, source)
+            assert (None if table is None else table.num_rows) == expected, limit
+        transform.local_diff_max_rows = 5
+        table = small_rounds.read_small_diff(transform, source)
+        assert table is not None
+        assert table.column("key").to_pylist() == [b"k0", b"k2", b"k3", b"k4", b"k9"]
+        assert small_rounds.read_small_diff(transform, SourceRange("a", names["A"], first, last)) is not None
+    finally:
+        transform.close()
