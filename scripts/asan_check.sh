@@ -36,7 +36,9 @@ DIGEST=$(sha256sum diffstore/engine/_accel.c | cut -d' ' -f1) # as setup.py pass
 
 restore() {
     rm -rf "$probe"
-    "$PY" setup.py -q build_ext --inplace --force >/dev/null 2>&1 || echo "restoring the normal build failed: run make install" >&2
+    # the accelerator was built here before (checked above), whatever version setup.py vouches for
+    DIFFSTORE_ACCEL_UNTESTED=1 "$PY" setup.py -q build_ext --inplace --force >/dev/null 2>&1 \
+        || echo "restoring the normal build failed: run make install" >&2
 }
 trap restore EXIT
 
