@@ -26,7 +26,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from _harness import free_port, machine, wait_for
+from _harness import diffstore_serve, machine, wait_for
 
 from diffstore.client import Client
 
@@ -107,43 +107,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         (tmp / "worker.py").write_text(WORKER)
-        port = free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "diffstore", "serve", "--data", str(tmp / "data"), "--port", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with Client(url) as client:
-                wait_for(lambda: _healthy(client), "the server")
-                client.create_collection("A", manual=True, initial_generation_id=bytes(8))
+        with diffstore_serve(tmp / "data") as served, Client(served.url) as client:
+            url = served.url
+            client.create_collection("A", manual=True, initial_generation_id=bytes(8))
+            print(
+                "consumer takeover after kill -9 of the active one (noisy shared 2-core machine; "
+                f"median of {args.rounds}):"
+            )
+            for ttl_ms in (int(t) for t in args.ttl_ms.split(",")):
+                results = [
+                    one_round(url, client, tmp, ttl_ms, run, args.idle_s) for run in range(args.rounds)
+                ]
+                takeover = statistics.median(r[0] for r in results)
+                standby = statistics.median(r[1] for r in results)
+                idle_active = statistics.median(r[2] for r in results)
                 print(
-                    "consumer takeover after kill -9 of the active one (noisy shared 2-core machine; "
-                    f"median of {args.rounds}):"
+                    f"  T={ttl_ms} ms: takeover {takeover:.2f} s = {takeover * 1000 / ttl_ms:.2f}x T "
+                    f"(T + {takeover - ttl_ms / 1000:+.2f} s); standby {standby:.2f}% of a core, "
+                    f"idle active one {idle_active:.2f}%"
                 )
-                for ttl_ms in (int(t) for t in args.ttl_ms.split(",")):
-                    results = [
-                        one_round(url, client, tmp, ttl_ms, run, args.idle_s) for run in range(args.rounds)
-                    ]
-                    takeover = statistics.median(r[0] for r in results)
-                    standby = statistics.median(r[1] for r in results)
-                    idle_active = statistics.median(r[2] for r in results)
-                    print(
-                        f"  T={ttl_ms} ms: takeover {takeover:.2f} s = {takeover * 1000 / ttl_ms:.2f}x T "
-                        f"(T + {takeover - ttl_ms / 1000:+.2f} s); standby {standby:.2f}% of a core, "
-                        f"idle active one {idle_active:.2f}%"
-                    )
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait()
-
-
-def _healthy(client: Client) -> bool:
-    try:
-        return client.healthz()
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
 
 
 if __name__ == "__main__":

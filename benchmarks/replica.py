@@ -21,46 +21,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import httpx
-from _harness import free_port, healthy, machine, wait_for
+from _harness import Served, diffstore_serve, machine
 
 from diffstore.client import Client
 from diffstore.errors import NoSuchCollection
 
-
-class Server:
-    def __init__(self, data: Path, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [
-            sys.executable,
-            "-m",
-            "diffstore.cli",
-            "serve",
-            "--data",
-            str(data),
-            "--port",
-            str(self.port),
-        ]
-        command += ["--workers", "1", "--log-level", "warning", *args]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: healthy(self.url), f"{self.url} to start", process=self.process)
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+SERVE = ("--workers", "1", "--log-level", "warning")
 
 
 def wait_generation(url: str, name: str, generation: bytes, deadline_s: float = 60) -> None:
@@ -84,7 +57,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def wake_up(primary: Server, replica: Server, trials: int) -> None:
+def wake_up(primary: Served, replica: Served, trials: int) -> None:
     items = [(b"key%06d" % i, b"value-%06d" % i) for i in range(1_000)]
     with Client(primary.url) as p:
         a = p.create_collection("wake", manual=True)
@@ -133,7 +106,7 @@ def wake_up(primary: Server, replica: Server, trials: int) -> None:
     print(f"wake-up replica p99 / primary p99: {rep / base:.2f}x (goal: replica p99 <= 50 ms: {rep <= 50})")
 
 
-def throughput(primary: Server, replica: Server, seconds: float, records: int) -> None:
+def throughput(primary: Served, replica: Served, seconds: float, records: int) -> None:
     with Client(primary.url) as p, Client(replica.url) as r:
         a = p.create_collection("flow", manual=True)
         wait_generation(replica.url, "flow", b"")
@@ -190,15 +163,13 @@ def main() -> None:
     args = parser.parse_args()
     print(machine())
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    with tempfile.TemporaryDirectory() as tmp:
-        primary = Server(Path(tmp) / "primary")
-        replica = Server(Path(tmp) / "replica", "--replica-of", primary.url)
-        try:
-            wake_up(primary, replica, args.trials)
-            throughput(primary, replica, args.seconds, args.records)
-        finally:
-            replica.stop()
-            primary.stop()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        diffstore_serve(Path(tmp) / "primary", *SERVE) as primary,
+        diffstore_serve(Path(tmp) / "replica", *SERVE, "--replica-of", primary.url) as replica,
+    ):
+        wake_up(primary, replica, args.trials)
+        throughput(primary, replica, args.seconds, args.records)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
