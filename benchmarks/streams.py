@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,9 +26,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from _harness import machine
+from _harness import free_port, machine, stop, wait_for
 
-from diffstore.streams.client import StreamClient, StreamError
+from diffstore.streams.client import StreamClient
 from diffstore.streams.consumer import StreamConsumer
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
@@ -43,30 +42,24 @@ PAYLOAD = b"x" * 100
 def stream_server(data_dir: Path, quiet: bool = False) -> Iterator[str]:
     """``diffstore streams serve`` in a subprocess on a free port (its log dropped if ``quiet``); yields
     its URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     command = [
         sys.executable, "-m", "diffstore.cli", "streams", "serve", "--data", str(data_dir),
         "--port", str(port), "--resend-tick", "0.05", "--assignment-interval", "0.05",
     ]  # fmt: skip
     process = subprocess.Popen(command, stderr=subprocess.DEVNULL if quiet else None)
     url = f"hstream://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        with StreamClient(url) as client:
+            client.describe_cluster()
+        return True
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with StreamClient(url) as client:
-                    client.describe_cluster()
-                break
-            except StreamError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.05)
+        wait_for(answers, "diffstore streams serve to start", 30.0, process=process)
         yield url
     finally:
-        process.terminate()
-        process.wait(30)
+        stop(process, 30.0)
 
 
 def bench_producer(client: StreamClient, records: int, batch: int, round_no: int) -> tuple[float, float]:
