@@ -570,6 +570,14 @@ async function generationOptions(signal, name) {
   }
 }
 
+// The field's list of recent generations; the view may be gone by the time they arrive.
+function fillGenerationList(signal, name) {
+  generationOptions(signal, name).then((html) => {
+    const list = document.getElementById("generations");
+    if (list && !signal.aborted) list.innerHTML = html;
+  });
+}
+
 function banner(text) {
   const box = document.getElementById("banner");
   if (!box) return;
@@ -604,7 +612,7 @@ async function viewBrowse(signal, name, params) {
 <p id="around" class="muted"></p><p id="asof" class="muted"></p>
 <table id="records"><thead><tr><th>Key</th><th>Value</th></tr></thead><tbody></tbody></table>
 <div class="pager"><button type="button" class="secondary" id="prev">Previous</button><button type="button" class="secondary" id="next">Next</button><span id="page" class="muted"></span></div>`;
-  generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
+  fillGenerationList(signal, name);
   const form = document.getElementById("browse-form");
   let starts = []; // fromKey (ES or null) of every page before the current one
   let start = null; // fromKey of the current page
@@ -820,7 +828,7 @@ async function viewDiff(signal, name, params) {
 in a JSON object or array, <mark class="field changed">the fields that changed</mark> are marked and listed under the new value.</p>
 <table id="diff"><thead><tr><th class="mark"><span class="visually-hidden">Change</span></th><th>Key</th><th>From</th><th>To</th><th></th></tr></thead><tbody></tbody></table>
 <div class="pager"><button type="button" class="secondary" id="prev">Previous</button><button type="button" class="secondary" id="next">Next</button><span id="page" class="muted"></span></div>`;
-  generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
+  fillGenerationList(signal, name);
   let pages = []; // how to read each page again: {cursor} or {body}
   let index = -1;
   let current = null; // the page shown
@@ -1044,7 +1052,7 @@ async function viewHistory(signal, name, params) {
 Generations committed before diffstore recorded commit times show “time unknown”.</p>
 <table id="history"><thead><tr><th>Generation</th><th>Committed</th><th class="num">Changed keys</th><th>Metadata</th><th></th></tr></thead><tbody></tbody></table>
 <div class="pager"><button type="button" class="secondary" id="newer">Newer</button><button type="button" class="secondary" id="older">Older</button><span id="page" class="muted"></span></div>`;
-  generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
+  fillGenerationList(signal, name);
   let befores = []; // the `before` of every newer page (null: the newest)
   let before = null; // this page's (an EncodedString; null: from the current generation)
   let older = null; // the next page's
@@ -1161,7 +1169,7 @@ async function viewLineage(signal, name, params) {
 <p class="muted">The readers the commit of a generation moved (from → to), and with depth &gt; 1 what moved the
 readers of each source over that span, down to the streams. Sources whose history was garbage-collected are marked incomplete.</p>
 <p id="problem" class="error" role="alert" hidden></p><p id="lineage-of"></p><div id="lineage"></div>`;
-  generationOptions(signal, name).then((html) => { document.getElementById("generations").innerHTML = html; });
+  fillGenerationList(signal, name);
   const load = async (generationId) => {
     const body = { generationId, depth: Number(document.getElementById("depth").value) };
     const answer = await api("POST", `${collectionPath(name)}/lineage`, body, signal);
