@@ -37,7 +37,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stam
     [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q -e '.[server]' --config-settings editable_mode=compat \
-        'pytest>=8' 'pytest-timeout>=2.2' 'hypothesis>=6.100' 'psutil>=5.9'
+        'pytest>=8' 'pytest-timeout>=2.2' 'hypothesis>=6.100' 'psutil>=5.9' setuptools wheel
     touch "$stamp"
 fi
 
