@@ -52,7 +52,7 @@ def add_commands(subparsers: Any) -> None:
         default=None,
         metavar="SHARE",
         help="with --data: the share of the time the copy keeps the disk busy writing, so that the store's"
-        " writers keep theirs (default 0.5; 1: full speed)",
+        " writers keep theirs (default 0.1; 1: full speed)",
     )
     parser.add_argument("out", metavar="OUT", help="the directory to write (must not exist, or be empty)")
     parser.set_defaults(func=_backup)
