@@ -578,6 +578,7 @@ def test_cli(tmp_path: Path, server: LiveServer) -> None:
     env = shell_env(server.url)
     printed = sh(page.next("diffstore collections create orders --manual"), tmp_path, env).splitlines()
     assert "committed generation g2 of orders" in printed
+    assert "started generation g3 of orders" in printed and "aborted generation g3 of orders" in printed
     log = [line for line in printed if line.startswith(("g2\t", "g1\t"))]
     assert [line.split("\t")[0] for line in log] == ["g2", "g1"]
     assert log[0].split("\t")[2] == "2 keys" and log[1].split("\t")[2:] == ["2 keys", "job=by-hand"]

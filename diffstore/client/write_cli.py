@@ -54,7 +54,14 @@ def add_commands(subparsers: Any) -> None:
     actions = generation.add_subparsers(dest="action", metavar="ACTION", required=True)
     parser = add_command(actions, "start", "open generation G of a manual collection")
     parser.add_argument("collection", metavar="COLLECTION")
-    parser.add_argument("generation", metavar="G", help="the new generation's id, above the current one")
+    parser.add_argument(
+        "generation",
+        metavar="G",
+        nargs="?",
+        help="the new generation's id, above the current one (default: the current id counted on by one, "
+        "of the same length: g1 after g0, 8 bytes ending in 01 after the empty start; past an open one, so "
+        "that is refused unless --abort-outdated)",
+    )
     parser.add_argument(
         "--abort-outdated",
         action="store_true",
@@ -136,10 +143,29 @@ def _report(args: argparse.Namespace, key: bytes, result: PutResult, done: str, 
 # --- the generation lifecycle ----------------------------------------------------------------------
 
 
+def next_generation_id(current: bytes) -> bytes:
+    """The smallest id of ``current``'s length above it (one more, read as a big-endian number), so that a
+    writer without its own numbering counts on from the current generation; after the empty start (or
+    an id of all 0xff bytes, which no id of its length is above) it grows: 8 bytes ending in 01, or
+    ``current`` followed by 00."""
+    if not current:
+        return (1).to_bytes(8, "big")
+    following = int.from_bytes(current, "big") + 1
+    if following >> (8 * len(current)):
+        return current + b"\x00"
+    return following.to_bytes(len(current), "big")
+
+
 def generation_start(args: argparse.Namespace) -> int:
-    generation_id = shell.parse(args.generation, "G")
     with client_of(args) as client:
-        client.collection(args.collection).start_generation(generation_id, abort_outdated=args.abort_outdated)
+        collection = client.collection(args.collection)
+        if args.generation is None:
+            current, open_id = collection.generation_state()
+            # past an open generation too: starting it again would quietly join another writer's generation
+            generation_id = next_generation_id(max(current, open_id or b""))
+        else:
+            generation_id = shell.parse(args.generation, "G")
+        collection.start_generation(generation_id, abort_outdated=args.abort_outdated)
     shown = shell.quote_empty(shell.show(generation_id))
     emit(
         args,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from diffstore.client import Client
+from diffstore.client.write_cli import next_generation_id
 
 from .conftest import DEADLINE_S, LiveServer
 from .test_commands import cli, run
@@ -76,6 +77,49 @@ def test_an_automatic_collection_commits_each_write(
     code, out, _ = run(capsys, server, "delete", "a", "k")
     assert code == 0 and out.startswith("deleted k in a (generation ")
     assert server.store.collection("a").get(b"k") is None  # committed when the command returned
+
+
+def test_generation_start_without_g_counts_on_from_the_current_id(
+    capsys: pytest.CaptureFixture[str], server: LiveServer
+) -> None:
+    assert run(capsys, server, "collections", "create", "n", "--manual")[0] == 0
+    # from the empty start: 8 bytes, the shape automatic collections use
+    assert run(capsys, server, "generation", "start", "n") == (
+        0,
+        "started generation base64:AAAAAAAAAAE= of n\n",
+        "",
+    )
+    assert run(capsys, server, "generation", "commit", "n")[0] == 0
+    assert (
+        run(capsys, server, "generation", "start", "n")[1] == "started generation base64:AAAAAAAAAAI= of n\n"
+    )
+    assert run(capsys, server, "generation", "abort", "n")[0] == 0
+    # after the writer's own ids: the same length, one more
+    assert run(capsys, server, "generation", "start", "n", "g1")[0] == 0
+    assert run(capsys, server, "generation", "commit", "n")[0] == 0
+    assert run(capsys, server, "generation", "start", "n")[1] == "started generation g2 of n\n"
+    assert server.store.collection("n").generation_state() == (b"g1", b"g2")
+
+
+def test_generation_start_without_g_refuses_while_one_is_open(server: LiveServer) -> None:
+    _manual_with_open(server)
+    before = _state(server)
+    done = cli("generation", "start", "m", "--url", server.url)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert _state(server) == before
+
+
+@pytest.mark.parametrize(
+    ("current", "following"),
+    [
+        (b"", b"\x00" * 7 + b"\x01"),
+        (b"g1", b"g2"),
+        (b"\x00\xff", b"\x01\x00"),
+        (b"\xff\xff", b"\xff\xff\x00"),
+    ],
+)
+def test_next_generation_id_is_the_least_id_above(current: bytes, following: bytes) -> None:
+    assert next_generation_id(current) == following and following > current
 
 
 def shell_bytes(text: str) -> bytes:
@@ -167,7 +211,7 @@ def test_refused_writes_are_one_line_and_change_nothing(
     "argv",
     [
         ["generation", "commit", "m", "--metadata", "novalue"],
-        ["generation", "start", "m"],
+        ["generation", "start"],
         ["readers", "move", "m", "r"],
         ["put", "m", "k"],
     ],
