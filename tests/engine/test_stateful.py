@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
@@ -71,11 +72,17 @@ class MColl:
     next_count: int = 0
     # SPEC §8: committed generation -> (distinct keys it wrote, the commit's metadata)
     commits: dict[bytes, tuple[int, dict[str, str] | None]] = field(default_factory=dict)
+    # SPEC §8: committed generation -> its commit time, for collections whose every commit is read off
+    # the store's clock (a manual collection's; automatic ones also commit on the background's clock)
+    clock: Callable[[], int] | None = None
+    commit_times: dict[bytes, int] = field(default_factory=dict)
 
     def committed(self, metadata: dict[str, str] | None = None) -> None:
         """The open generation becomes current (the caller opens the next one, if any)."""
         assert self.next is not None
         self.commits[self.next] = (len(self.records.get(self.next, {})), metadata)
+        if self.clock is not None:
+            self.commit_times[self.next] = self.clock()
         self.current = self.next
 
     def base(self, gen: bytes) -> dict[bytes, tuple[Value, bytes]]:
@@ -155,7 +162,9 @@ class StoreMachine(RuleBasedStateMachine):
             commit_delay_ms=10**9,
             max_generation_records=THRESHOLD,
             max_diff_generations=MAX_DIFF_GENERATIONS,
+            clock_ms=lambda: self.now_ms,
         )
+        self.now_ms = 1_700_000_000_000  # moved by the tick rule: several commits often share a millisecond
         self.store = Store.open(self.dir, config=self.config)
         self.model: dict[str, MColl] = {}
         for name in NAMES:
@@ -168,7 +177,12 @@ class StoreMachine(RuleBasedStateMachine):
     def _create(self, name: str) -> None:
         manual = name != NON_MANUAL
         self.store.create_collection(name, manual=manual)
-        self.model[name] = MColl(manual, b"" if manual else u64(0), None if manual else u64(1))
+        self.model[name] = MColl(
+            manual,
+            b"" if manual else u64(0),
+            None if manual else u64(1),
+            clock=(lambda: self.now_ms) if manual else None,
+        )
 
     def c(self, name: str):
         return self.store.collection(name)
@@ -551,6 +565,10 @@ class StoreMachine(RuleBasedStateMachine):
             other.readers = {r: v for r, v in other.readers.items() if v[0] != name}
         self._create(name)
 
+    @rule(ms=st.integers(0, 3))
+    def tick(self, ms: int) -> None:
+        self.now_ms += ms
+
     @rule()
     def reopen(self) -> None:
         self.store.close()
@@ -592,6 +610,30 @@ class StoreMachine(RuleBasedStateMachine):
             if half:
                 page, rest = self.c(name).history(before=ids[half - 1], limit=half)
                 assert page == infos[half : 2 * half] and rest == (len(infos) > 2 * half)
+
+    @invariant()
+    def commit_times_and_as_of_match(self) -> None:
+        """SPEC §8: a commit records the store clock's time; as of an instant means the newest generation
+        committed at or before it (asOfMs, fromAsOfMs, toAsOfMs and @time refs all resolve so); before the
+        first commit there is none."""
+        for name, m in self.model.items():
+            c = self.c(name)
+            infos, _ = c.history(limit=10**6)
+            timed = [(i.committed_at_ms, i.generation_id) for i in infos if i.committed_at_ms is not None]
+            if m.clock is not None:
+                assert {g: t for t, g in timed} == m.commit_times, name
+            # the newest commits' instants and the oldest one's (each step re-checks: all would be quadratic)
+            for instant in sorted({t + d for t, _ in timed[:3] + timed[-1:] for d in (-1, 0)}):
+                committed_by_then = [g for t, g in timed if t <= instant]
+                if not committed_by_then:
+                    with pytest.raises(NoSuchGeneration):
+                        c.generation_at(instant)
+                    continue
+                try:
+                    assert c.generation_at(instant) == max(committed_by_then), (name, instant)
+                except GenerationCollected:
+                    floor = self._floor(name)
+                    assert floor is not None and max(committed_by_then) < floor, (name, instant)
 
     @invariant()
     def reads_match_at_every_live_generation(self) -> None:
