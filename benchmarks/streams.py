@@ -29,11 +29,11 @@ from pathlib import Path
 from _harness import free_port, machine, stop, wait_for
 
 from diffstore.streams.client import StreamClient
-from diffstore.streams.consumer import StreamConsumer
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
 from diffstore.streams.records import Compression, RecordFlag, build_batch, encode_header, encode_records
 from diffstore.streams.sinks import EngineSink
+from diffstore.streams.subscriber import StreamSubscriber
 
 PAYLOAD = b"x" * 100
 
@@ -108,7 +108,7 @@ def fill_stream(client: StreamClient, stream: str, records: int, keys: int, roun
 def bench_bare_consumer(client: StreamClient, records: int, subscription: str) -> float:
     received = 0
     start = time.perf_counter()
-    with StreamConsumer(client, subscription) as consumer:
+    with StreamSubscriber(client, subscription) as consumer:
         while received < records:
             batch = consumer.poll(10)
             if batch is None:

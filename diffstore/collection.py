@@ -89,7 +89,7 @@ class Collection(Protocol):
         limit: int | None = None,
     ) -> PhantomChanges: ...
 
-    # --- leases (see diffstore.engine.leases and diffstore.leases) ---------------------------------
+    # --- leases (see diffstore.engine.leases and diffstore.lease_keeper) ---------------------------------
 
     def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> Lease: ...
 

@@ -15,7 +15,7 @@ A round:
    where the front has them) -- the records and the readers move in one storage transaction, or neither;
 5. on any failure :meth:`Round.abort` drops the generation if it is still the open one.
 
-A round may carry a lease's fencing token (:mod:`diffstore.leases`): its start, writes, commit and abort
+A round may carry a lease's fencing token (:mod:`diffstore.lease_keeper`): its start, writes, commit and abort
 are then refused with ``LeaseLost`` once another owner took the lease. The store makes that so whatever
 the ids (the open generation remembers the token it was started under, and a newer owner's start drops
 it, see :mod:`diffstore.engine.leases`), so the front must pass :attr:`Round.lease` on every write into

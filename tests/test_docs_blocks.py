@@ -291,7 +291,7 @@ def test_leases(server: LiveServer) -> None:
     first, listed = printed.splitlines()
     assert first.startswith("worker-2 stands by:") and "'worker-1'" in first
     assert listed == "[('writer', None, 1)]"
-    printed = run_python(local(page.next("from diffstore.leases import"), server.url), namespace)
+    printed = run_python(local(page.next("from diffstore.lease_keeper import"), server.url), namespace)
     assert printed.splitlines() == ["b'v2'"]
     page.done()
 
@@ -492,7 +492,7 @@ def test_streams(tmp_path: Path) -> None:
         run_python(here(page.next("from diffstore.streams.client import StreamClient")), namespace)
         run_python(here(page.next("from diffstore.streams.producer import")), namespace)
         assert namespace["record_id"].shard_id >= 0
-        printed = run_python(here(page.next("from diffstore.streams.consumer import")), namespace)
+        printed = run_python(here(page.next("from diffstore.streams.subscriber import")), namespace)
         keys, payloads = zip(*(line.split(" ", 1) for line in printed.splitlines()), strict=True)
         assert keys == ("customer-17", "customer-17")  # one key: its records in order
         # (a JSON record's fields come in no particular order)

@@ -38,7 +38,7 @@ checkpoint; a failure in any partition rolls the whole window back and replays i
 ``_pool.py``. The guarantee above holds unchanged.
 
 Standby consumers (``lease_ttl_ms=T``): any number of consumers of one checkpoint collection, exactly one
-active -- the holder of the collection's lease ``consumer`` (:mod:`diffstore.leases`), whose checkpoints
+active -- the holder of the collection's lease ``consumer`` (:mod:`diffstore.lease_keeper`), whose checkpoints
 carry the lease's fencing token, so a consumer that lost it never checkpoints again. A standby takes over
 within T + one poll of the active one's death and continues from the stored checkpoint.
 

@@ -6,7 +6,7 @@ or an embedded engine ``Store``; waiting when caught up uses the client's long p
 ``workers`` > 1 the data events go to a :class:`~diffstore.consumer._pool.WorkerPool` (partitioned by
 key, see :mod:`diffstore.consumer._partitions`) and the loop waits for its barrier before
 ``on_end_source``. With ``lease_ttl_ms`` the loop runs only while its
-:class:`~diffstore.leases.LeaseGuard` holds the checkpoint collection's lease ``consumer``, and every
+:class:`~diffstore.lease_keeper.LeaseGuard` holds the checkpoint collection's lease ``consumer``, and every
 checkpoint carries the lease's fencing token.
 """
 
@@ -43,7 +43,7 @@ from diffstore.consumer._window import (
 )
 from diffstore.engine.types import LeaseToken, ReaderUpdate
 from diffstore.errors import Conflict, InvalidRequest, LeaseLost
-from diffstore.leases import LeaseConfig, LeaseGuard
+from diffstore.lease_keeper import LeaseConfig, LeaseGuard
 
 # tasks queued or in flight per worker: enough to keep every worker busy while the next page is fetched,
 # few enough that a window's memory stays about one diff page
@@ -149,7 +149,7 @@ class Consumer:
             back (it is replayed; nothing is checkpointed). ``on_data_event`` must then be thread-safe.
         lease_ttl_ms: run as one of several consumers of the same checkpoint collection, exactly one
             active: the consumer delivers windows only while it holds the checkpoint collection's lease
-            ``consumer`` (kept by a :class:`~diffstore.leases.LeaseGuard` thread, renewed every ttl/3),
+            ``consumer`` (kept by a :class:`~diffstore.lease_keeper.LeaseGuard` thread, renewed every ttl/3),
             and each checkpoint carries its fencing token, so a consumer that lost the lease (paused
             past the ttl) can never checkpoint. A standby polls for the lease (every 250 ms, at most
             ttl/4) and takes over within ttl + one poll of the active consumer's death, from the stored

@@ -19,7 +19,7 @@ import orjson
 from diffstore import jobmetrics, logs, shell
 from diffstore.client import DEFAULT_URL, Client, Collection
 from diffstore.errors import InvalidRequest, NoSuchCollection, NotManual
-from diffstore.leases import DEFAULT_TTL_MS, LeaseConfig
+from diffstore.lease_keeper import DEFAULT_TTL_MS, LeaseConfig
 from diffstore.wire import decode_es, encode_es
 
 _log = logging.getLogger("diffstore.transform")

@@ -18,7 +18,7 @@ runner to commit — up to ``lease_seconds`` — instead of aborting it, so two 
 each other; if the other one commits first, this one's commit fails on the compare-and-set.
 
 High availability (``lease_ttl_ms``): runners of one target compete for the target's lease ``transform``
-(:mod:`diffstore.leases`); only its holder runs rounds, each carrying the lease's fencing token on
+(:mod:`diffstore.lease_keeper`); only its holder runs rounds, each carrying the lease's fencing token on
 generation/start and /commit (and its version in the generation id, see :mod:`diffstore.rounds`), so a
 runner that lost the lease — paused, cut off — commits nothing any more. The others stand by; when the
 holder dies, one of them acquires the lease within ttl + one poll and its first round starts with
@@ -40,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from diffstore.client import Collection, unreachable
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import Conflict, DiffstoreError, LeaseLost, NoSuchCollection
-from diffstore.leases import LeaseConfig, LeaseGuard
+from diffstore.lease_keeper import LeaseConfig, LeaseGuard
 from diffstore.rounds import Round, ensure_readers, source_reader
 from diffstore.spark._clients import new_client
 from diffstore.spark._ranges import by_key_range
@@ -131,7 +131,7 @@ class Transform:
             ``benchmarks/small_rounds.py``); a driver with the memory for it may set more.
         lease_ttl_ms: run as one of several runners of this target, exactly one active: rounds run only
             while this runner holds the target's lease ``transform`` (renewed every ttl/3 by a
-            :class:`~diffstore.leases.LeaseGuard` thread) and carry its fencing token; the others stand
+            :class:`~diffstore.lease_keeper.LeaseGuard` thread) and carry its fencing token; the others stand
             by in :meth:`run` and take over within ttl + one poll (at most 250 ms) of the active one's
             death. ``None`` (default): no lease; racing runners are still safe (compare-and-set), but
             nothing makes one of them wait.

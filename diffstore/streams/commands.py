@@ -253,12 +253,12 @@ def produce(args: argparse.Namespace) -> int:
 
 def consume(args: argparse.Namespace) -> int:
     """One line per record, acknowledged once printed: ``KEY<TAB>PAYLOAD`` (text) or a JSON object."""
-    from diffstore.streams.consumer import StreamConsumer
+    from diffstore.streams.subscriber import StreamSubscriber
 
     printed = 0
     with connected(args) as client:
         client.get_subscription(args.subscription)  # a missing subscription fails here, not in a retry loop
-        consumer = StreamConsumer(client, args.subscription)
+        consumer = StreamSubscriber(client, args.subscription)
         try:
             last = time.monotonic()
             while args.count is None or printed < args.count:

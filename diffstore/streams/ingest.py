@@ -7,22 +7,22 @@ window's records. A crash anywhere before the commit leaves C unchanged (the ope
 the next start) and the records unacked (they come again); a crash after the commit but before the acks is
 harmless: the records come again and are at or below the committed positions, so they are acked and skipped.
 
-Contiguous positions: a stored position says "every record of this shard up to here was applied", and a
-record at or below it is skipped; so a position must never pass a record that was not applied. After a
-start, a reconnect or an owner change (a paused or dead ingestor's shards move to the next one), the server
-may deliver a shard's newer batches before the older ones that were in flight to the previous consumer;
-committing them would move the position past the older ones, which would then be skipped: lost. The
-:class:`~diffstore.streams.window.WindowAccumulator` therefore holds, per shard, records above a frontier
-until they are known to follow it: within a batch by index, across batches by the subscription's committed
-position (GetSubscription's offsets, asked by :meth:`Ingestor._probe`: every record before that batch is
-acked, hence applied), and once the shard is in order for the current call: a record above its *mark* is
-here, the tail read ``recovery_hold_ms`` after the shard's first delivery on that call, by when the server
+Contiguous positions: a stored position says "every record of this shard up to here was applied", and a record
+at or below it is skipped; so a position must never pass a record that was not applied. After a start, a
+reconnect or an owner change (a paused or dead ingestor's shards move to the next one), the server may deliver
+a shard's newer batches before the older ones that were in flight to the previous consumer; committing them
+would move the position past the older ones, which would then be skipped: lost. The
+:class:`~diffstore.streams.ingest_window.WindowAccumulator` therefore holds, per shard, records above a
+frontier until they are known to follow it: within a batch by index, across batches by the subscription's
+committed position (GetSubscription's offsets, asked by :meth:`Ingestor._probe`: every record before that
+batch is acked, hence applied), and once the shard is in order for the current call: a record above its *mark*
+is here, the tail read ``recovery_hold_ms`` after the shard's first delivery on that call, by when the server
 has resent what was in flight elsewhere (``None`` = automatic: 0 for the embedded server, which resends at
 once on an owner change, ahead of newer batches; the subscription's ack timeout plus a second otherwise:
 HStreamDB resends only at the deadline). See that module for why this is enough.
 
 High availability (``lease_ttl_ms``): any number of ingestors may run on one subscription and collection.
-They compete for the lease ``ingest:<subscriptionId>`` of C (:mod:`diffstore.leases`): the holder is
+They compete for the lease ``ingest:<subscriptionId>`` of C (:mod:`diffstore.lease_keeper`): the holder is
 active, the others stand by -- without consuming, so the server hands every shard to the active one. Every
 round of the active one carries the lease's fencing token, so once its lease moved (it paused, or was cut
 off) nothing of it commits. When it loses the lease it stops consuming without acking its open window (the
@@ -45,13 +45,13 @@ from diffstore import shell
 from diffstore.engine.history import MAX_METADATA_BYTES
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import GenerationMismatch, LeaseLost, OutdatedGeneration
-from diffstore.leases import LeaseConfig, LeaseGuard
+from diffstore.lease_keeper import LeaseConfig, LeaseGuard
 from diffstore.rounds import Round, ensure_readers, shard_reader, shard_reader_target
 from diffstore.streams.client import StreamClient
-from diffstore.streams.consumer import ConsumerConfig, StreamConsumer
+from diffstore.streams.ingest_window import IngestWindow, WindowAccumulator
 from diffstore.streams.records import RecordFlag, RecordPosition, StreamRecord, compact_json
 from diffstore.streams.sinks import CollectionSink, PutItem
-from diffstore.streams.window import IngestWindow, WindowAccumulator
+from diffstore.streams.subscriber import StreamSubscriber, SubscriberConfig
 
 MapperResult = tuple[bytes | str, bytes | None] | Iterable[tuple[bytes | str, bytes | None]] | None
 Mapper = Callable[[StreamRecord], MapperResult]
@@ -112,7 +112,7 @@ class IngestConfig:
         lease_ttl_ms: keep the lease :func:`lease_name` of the collection with this ttl, so that
             several ingestors can run, one active and the others standby (see the module docstring);
             ``None`` (the default of the Python API): no lease, one ingestor. ``diffstore ingest`` keeps
-            one of :data:`diffstore.leases.DEFAULT_TTL_MS` (10 s) unless told otherwise.
+            one of :data:`diffstore.lease_keeper.DEFAULT_TTL_MS` (10 s) unless told otherwise.
         lease_owner: this ingestor's name in the lease (default: unique per process).
     """
 
@@ -121,7 +121,7 @@ class IngestConfig:
     window_ms: float = 500.0
     mapper: Mapper | None = None
     recovery_hold_ms: float | None = None
-    consumer: ConsumerConfig | None = None
+    consumer: SubscriberConfig | None = None
     lease_ttl_ms: int | None = None
     lease_owner: str | None = None
 
@@ -296,7 +296,7 @@ class Ingestor:
         """The loop of an active ingestor; with ``guard`` it returns early once the lease is lost."""
         accumulator = self._accumulator = self.prepare()
         probe_at, probed_at_stop = 0.0, False
-        consumer = StreamConsumer(self.client, self.config.subscription_id, self.config.consumer)
+        consumer = StreamSubscriber(self.client, self.config.subscription_id, self.config.consumer)
         writer = ThreadPoolExecutor(1, thread_name_prefix="ingest-writer")
         pending: tuple[Future[tuple[bytes, int]], IngestWindow] | None = None
         try:
@@ -361,7 +361,7 @@ class Ingestor:
         self,
         pending: tuple[Future[tuple[bytes, int]], IngestWindow],
         accumulator: WindowAccumulator,
-        consumer: StreamConsumer,
+        consumer: StreamSubscriber,
         on_commit: Callable[[CommitStats], None] | None,
     ) -> bool:
         """Acks a committed window and reports it; False when the lease was lost (nothing committed)."""

@@ -35,7 +35,7 @@ from diffstore import jobmetrics, logs, shell
 from diffstore.collection import Collection
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError
-from diffstore.leases import DEFAULT_TTL_MS, default_owner
+from diffstore.lease_keeper import DEFAULT_TTL_MS, default_owner
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
 from diffstore.streams.commands import CONNECT_TIMEOUT_S

@@ -7,6 +7,7 @@ import pytest
 from diffstore.engine.history import validate_metadata
 from diffstore.errors import InvalidRequest
 from diffstore.streams.ingest import default_mapper, load_mapper, map_records, window_metadata
+from diffstore.streams.ingest_window import WindowAccumulator
 from diffstore.streams.records import (
     RecordFlag,
     RecordId,
@@ -14,7 +15,6 @@ from diffstore.streams.records import (
     StreamRecord,
     python_to_struct_bytes,
 )
-from diffstore.streams.window import WindowAccumulator
 
 
 def rec(shard: int, batch: int, index: int, key: str = "k", payload: bytes = b"v") -> StreamRecord:

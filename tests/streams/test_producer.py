@@ -13,7 +13,6 @@ import pytest
 
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams.client import StreamClient, StreamError, StreamNotFound
-from diffstore.streams.consumer import StreamConsumer
 from diffstore.streams.producer import (
     AppendFuture,
     BatchBuffer,
@@ -31,6 +30,7 @@ from diffstore.streams.records import (
     encode_header,
     encode_keyed_records,
 )
+from diffstore.streams.subscriber import StreamSubscriber
 
 WAIT_S = 20.0
 
@@ -136,7 +136,7 @@ def client(stream_server: Any) -> Iterator[StreamClient]:
 
 def _read_all(client: StreamClient, subscription: str, count: int) -> list[StreamRecord]:
     records: list[StreamRecord] = []
-    with StreamConsumer(client, subscription) as consumer:
+    with StreamSubscriber(client, subscription) as consumer:
         deadline = time.monotonic() + WAIT_S
         while len(records) < count:
             assert time.monotonic() < deadline, f"got {len(records)} of {count} records"

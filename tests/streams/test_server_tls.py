@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
-from diffstore.streams.consumer import StreamConsumer
 from diffstore.streams.producer import BufferedProducer
 from diffstore.streams.server import ServerThread, StreamServerConfig
+from diffstore.streams.subscriber import StreamSubscriber
 
 WAIT_S = 20.0
 
@@ -64,7 +64,7 @@ def test_records_travel_over_tls(tls_server: ServerThread, certificate: tuple[Pa
                 producer.append(b"r%d" % i, key=f"k{i % 3}").result(WAIT_S): b"r%d" % i for i in range(50)
             }
         received = {}
-        with StreamConsumer(client, "sub") as consumer:
+        with StreamSubscriber(client, "sub") as consumer:
             deadline = time.monotonic() + WAIT_S
             while len(received) < len(sent):
                 assert time.monotonic() < deadline, f"got {len(received)} of {len(sent)}"

@@ -15,7 +15,7 @@ Invariants:
   (``redeliver_at_once``). Due resends go out before any new batch, so a new owner receives the shard
   in order: the records the previous owner did not ack, then the newer ones. (A server that resends only
   at the deadline, as HStreamDB does, hands the new owner newer batches first: the protocol allows it,
-  and an ingestor must be correct under it -- see :mod:`diffstore.streams.window`.)
+  and an ingestor must be correct under it -- see :mod:`diffstore.streams.ingest_window`.)
 - Acks are idempotent: acking an unknown, already-acked or never-delivered record changes nothing.
 - No new batch is sent while ``unacked >= max_unacked`` (so the bound can be passed by at most one batch).
 """

@@ -13,7 +13,7 @@ import pytest
 from diffstore import Store, StoreConfig
 from diffstore.engine.types import Lease, LeaseToken
 from diffstore.errors import GenerationMismatch, LeaseLost
-from diffstore.leases import Action, LeaseConfig, LeaseGuard, LeaseKeeper, default_owner
+from diffstore.lease_keeper import Action, LeaseConfig, LeaseGuard, LeaseKeeper, default_owner
 from diffstore.rounds import Round
 
 DEADLINE_S = 30.0

@@ -1,10 +1,11 @@
-"""A StreamingFetch consumer: decoded batches, explicit acks, reconnect with backoff.
+"""A subscriber, the client end of StreamingFetch (HStream calls it a consumer): decoded batches, explicit
+acks, reconnect with backoff.
 
 :class:`AckBook` is the pure bookkeeping (no sockets, time passed in): which delivered records are still
 unacked, which acks wait to be sent, and when a group of acks is due (by count or age). Acks are
 idempotent on the server, so acks pending at a reconnect are simply sent on the next call.
 
-:class:`StreamConsumer` is the thin I/O layer. One thread runs the call: it opens StreamingFetch on the node
+:class:`StreamSubscriber` is the thin I/O layer. One thread runs the call: it opens StreamingFetch on the node
 that LookupSubscription names, decodes every response into a :class:`ReceivedBatch` and queues it; the
 call's request iterator sends the first request and then the due acks. On a retryable failure (UNAVAILABLE,
 CANCELLED, ALREADY_EXISTS while the server still sees our previous call) it reconnects after an exponential
@@ -25,15 +26,15 @@ from diffstore.streams.records import RecordId, StreamRecord, decode_batch
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerConfig:
-    """Tuning of a :class:`StreamConsumer`.
+class SubscriberConfig:
+    """Tuning of a :class:`StreamSubscriber`.
 
     Attributes:
         consumer_name: the name the server sees (default: a random one per consumer).
         ack_batch_records: acks are sent as soon as this many wait ...
         ack_flush_ms: ... or when the oldest waiting ack is this old.
         reconnect_initial_ms / reconnect_max_ms: exponential backoff between reconnects.
-        queue_batches: decoded batches buffered ahead of :meth:`StreamConsumer.poll`.
+        queue_batches: decoded batches buffered ahead of :meth:`StreamSubscriber.poll`.
     """
 
     consumer_name: str | None = None
@@ -114,18 +115,18 @@ class AckBook:
         return len(self._pending)
 
 
-class ConsumerClosed(Exception):
-    """:meth:`StreamConsumer.poll` after the consumer stopped without an error."""
+class SubscriberClosed(Exception):
+    """:meth:`StreamSubscriber.poll` after the consumer stopped without an error."""
 
 
-class StreamConsumer:
+class StreamSubscriber:
     """Receives decoded batches of one subscription; the caller acks what it has finished with."""
 
     def __init__(
-        self, client: StreamClient, subscription_id: str, config: ConsumerConfig | None = None
+        self, client: StreamClient, subscription_id: str, config: SubscriberConfig | None = None
     ) -> None:
         self.subscription_id = subscription_id
-        self.config = config or ConsumerConfig()
+        self.config = config or SubscriberConfig()
         self.consumer_name = self.config.consumer_name or f"diffstore-{uuid.uuid4().hex[:12]}"
         self._client = client
         self._book = AckBook(self.config.ack_batch_records, self.config.ack_flush_ms)
@@ -150,11 +151,11 @@ class StreamConsumer:
             if self._fatal is not None:
                 raise self._fatal from None
             if self._stopping.is_set() and not self._thread.is_alive():
-                raise ConsumerClosed("consumer is closed") from None
+                raise SubscriberClosed("consumer is closed") from None
             return None
 
     def ack(self, ids: Iterable[RecordId]) -> None:
-        """Acknowledges records; they are sent in groups (see :class:`ConsumerConfig`)."""
+        """Acknowledges records; they are sent in groups (see :class:`SubscriberConfig`)."""
         with self._lock:
             self._book.ack(ids, time.monotonic())
             self._lock.notify_all()
@@ -176,7 +177,7 @@ class StreamConsumer:
             call.cancel()  # type: ignore[attr-defined]
             self._thread.join(timeout)
 
-    def __enter__(self) -> StreamConsumer:
+    def __enter__(self) -> StreamSubscriber:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from diffstore.streams.client import StreamClient, StreamNotFound
-from diffstore.streams.consumer import AckBook, ConsumerConfig, StreamConsumer
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
 from diffstore.streams.records import Compression, RecordId, StreamRecord
 from diffstore.streams.server import ServerThread, StreamServerConfig
+from diffstore.streams.subscriber import AckBook, StreamSubscriber, SubscriberConfig
 from tests.helpers import wait_until
 
 WAIT_S = 20.0
@@ -74,7 +74,7 @@ def _append(client: StreamClient, stream: str, payloads: list[bytes], key: str =
     return [f.result() for f in futures]
 
 
-def _poll_records(consumer: StreamConsumer, count: int, ack: bool) -> list[StreamRecord]:
+def _poll_records(consumer: StreamSubscriber, count: int, ack: bool) -> list[StreamRecord]:
     records: list[StreamRecord] = []
     deadline = time.monotonic() + WAIT_S
     while len(records) < count:
@@ -91,7 +91,7 @@ def test_consumer_decodes_acks_and_moves_the_committed_position(client: StreamCl
     client.create_stream("s", shard_count=2)
     client.create_subscription("sub", "s")
     ids = _append(client, "s", [b"p%d" % i for i in range(50)], key="k")
-    with StreamConsumer(client, "sub", ConsumerConfig(consumer_name="c1")) as consumer:
+    with StreamSubscriber(client, "sub", SubscriberConfig(consumer_name="c1")) as consumer:
         records = _poll_records(consumer, 50, ack=True)
         assert [r.payload for r in records] == [b"p%d" % i for i in range(50)]
         assert [r.record_id for r in records] == ids
@@ -109,7 +109,7 @@ def test_unacked_records_come_again_after_the_ack_timeout(client: StreamClient) 
     client.create_stream("s", shard_count=1)
     client.create_subscription("sub", "s", ack_timeout_s=2)  # 2 units = 100 ms on the test server
     ids = _append(client, "s", [b"a", b"b", b"c"])
-    with StreamConsumer(client, "sub") as consumer:
+    with StreamSubscriber(client, "sub") as consumer:
         first = _poll_records(consumer, 3, ack=False)
         assert [r.record_id for r in first] == ids
         consumer.ack([first[0].record_id, first[2].record_id])
@@ -123,7 +123,7 @@ def test_unacked_records_come_again_after_the_ack_timeout(client: StreamClient) 
 
 
 def test_missing_subscription_ends_the_consumer_with_not_found(client: StreamClient) -> None:
-    consumer = StreamConsumer(client, "missing")
+    consumer = StreamSubscriber(client, "missing")
     deadline = time.monotonic() + WAIT_S
     with pytest.raises(StreamNotFound):
         while time.monotonic() < deadline:
@@ -139,7 +139,8 @@ def test_consumer_reconnects_after_a_server_restart(stream_server_config: Stream
         client.create_stream("s", shard_count=1)
         client.create_subscription("sub", "s")
         _append(client, "s", [b"before"])
-        consumer = StreamConsumer(client, "sub", ConsumerConfig(reconnect_initial_ms=5, reconnect_max_ms=50))
+        config = SubscriberConfig(reconnect_initial_ms=5, reconnect_max_ms=50)
+        consumer = StreamSubscriber(client, "sub", config)
         try:
             assert [r.payload for r in _poll_records(consumer, 1, ack=True)] == [b"before"]
             first.stop()
@@ -190,7 +191,7 @@ def test_consumer_reads_what_the_official_client_appends(client: StreamClient, s
     )
     assert done.returncode == 0, done.stderr
     ids = [RecordId(*rid) for rid in json.loads(done.stdout)]
-    with StreamConsumer(client, "sub") as consumer:
+    with StreamSubscriber(client, "sub") as consumer:
         by_id = {r.record_id: r for r in _poll_records(consumer, len(ids), ack=True)}
     assert [by_id[i].payload for i in ids[:3]] == [b"raw-0", b"raw-1", b"str-0"]
     assert [by_id[i].partition_key for i in ids] == ["", "", "k1", "k2"]

@@ -48,7 +48,7 @@ from diffstore.errors import DiffstoreError, LeaseLost
 DEFAULT_TTL_MS = 10_000
 """The lease ttl of fronts that keep a lease when none is given (``diffstore ingest --lease-ttl-ms``)."""
 
-_log = logging.getLogger("diffstore.leases")
+_log = logging.getLogger("diffstore.lease_keeper")
 
 
 def default_owner() -> str:
