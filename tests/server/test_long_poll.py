@@ -148,7 +148,7 @@ def test_a_thousand_waiters_are_woken_by_one_commit(manual: Live) -> None:
                 for _ in range(count)
             ]
             await asyncio.to_thread(
-                wait_until, lambda: hub(manual).waiting("m") == count, 60.0, "1000 waiters"
+                wait_until, lambda: hub(manual).waiting("m") == count, 60.0, what="1000 waiters"
             )
             await asyncio.to_thread(commit, manual, "m", "1")
             return await asyncio.gather(*tasks)
