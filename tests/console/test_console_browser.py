@@ -97,11 +97,11 @@ def test_diff_of_many_items_is_paged(live: Live, page: Any) -> None:
     page.wait_for_selector("#diff tbody tr.added")
     assert page.locator("#diff tbody tr").count() == 200
     page.click("#next")
-    page.wait_for_function("document.querySelector('#diff tbody tr td.key').innerText === 'k00200'")
+    page.wait_for_function("document.querySelector('#diff tbody tr td.key')?.innerText === 'k00200'")
     assert page.locator("#diff tbody tr").count() == 200
     assert "page 2" in page.inner_text("#page")
     page.click("#prev")
-    page.wait_for_function("document.querySelector('#diff tbody tr td.key').innerText === 'k00000'")
+    page.wait_for_function("document.querySelector('#diff tbody tr td.key')?.innerText === 'k00000'")
 
 
 def test_browse_pages_jumps_and_shows_phantoms(live: Live, page: Any) -> None:
@@ -113,12 +113,12 @@ def test_browse_pages_jumps_and_shows_phantoms(live: Live, page: Any) -> None:
     assert rows(page, "#records tbody tr")[0] == ["k000", "new0"]
     assert page.locator("#records tbody tr").count() == 100
     page.click("#next")
-    page.wait_for_function("document.querySelector('#records tbody tr td').innerText === 'k100'")
+    page.wait_for_function("document.querySelector('#records tbody tr td')?.innerText === 'k100'")
     assert page.locator("#records tbody tr").count() == 50
     # as of an older generation
     page.fill("#generation", "g1")
     page.click("#browse-form button[type=submit]")
-    page.wait_for_function("document.querySelector('#records tbody tr td + td').innerText === 'old0'")
+    page.wait_for_function("document.querySelector('#records tbody tr td + td')?.innerText === 'old0'")
     # jump to a key (getKeysAround): the key is highlighted after the keys before it
     page.fill("#generation", "")
     page.fill("#jump", "k120")
@@ -137,7 +137,7 @@ def test_browse_pages_jumps_and_shows_phantoms(live: Live, page: Any) -> None:
     page.fill("#phantom", shell.show(es_bytes(phantom)))  # typed as the command line prints it
     page.fill("#generation", "g2")
     page.click("#browse-form button[type=submit]")
-    page.wait_for_function("document.querySelector('#records tbody tr td + td').innerText === 'ghost'")
+    page.wait_for_function("document.querySelector('#records tbody tr td + td')?.innerText === 'ghost'")
 
 
 def es_bytes(es_value: dict[str, str]) -> bytes:
@@ -182,11 +182,11 @@ def test_a_commit_updates_open_pages(live: Live, page: Any) -> None:
     commit(live, "m", "g1", {"a": "1"})
     page.goto(f"{live.url}/ui/")
     page.wait_for_selector("#collections tr[data-name='m']")
-    page.wait_for_function("document.getElementById('live-status').innerText.includes('live')")
+    page.wait_for_function("document.getElementById('live-status')?.innerText.includes('live')")
     commit(live, "m", "g2", {"a": "2"})
     _wait_live(
         page,
-        "document.querySelector(\"#collections tr[data-name='m'] td.generation code\").innerText === 'g2'",
+        "document.querySelector(\"#collections tr[data-name='m'] td.generation code\")?.innerText === 'g2'",
         "the new generation in the collections list",
     )
     page.goto(f"{live.url}/ui/#/browse/m")
@@ -211,7 +211,7 @@ def test_auto_commits_update_the_browse_page(live: Live, page: Any) -> None:
     live.ok("POST", "/collections/", {"collectionName": "auto", "isManual": False})
     page.goto(f"{live.url}/ui/#/browse/auto")
     page.wait_for_selector("#records tbody tr")
-    page.wait_for_function("document.getElementById('live-status').innerText.includes('live')")
+    page.wait_for_function("document.getElementById('live-status')?.innerText.includes('live')")
     live.ok("POST", "/collections/auto/put", {"item": {"key": es("k"), "value": es("v")}})
     _wait_live(
         page, "document.querySelector('#records tbody tr td')?.innerText === 'k'", "the auto-committed put"

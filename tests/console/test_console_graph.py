@@ -122,9 +122,9 @@ def test_loading_and_empty_states(live: Live, page: Any) -> None:
     assert "No collections yet" in page.inner_text("#graph")
     assert page.get_attribute("#graph", "aria-busy") == "false"
     # the page follows the store: a collection, then a reader
-    page.wait_for_function("document.getElementById('live-status').innerText.includes('live')")
+    page.wait_for_function("document.getElementById('live-status')?.innerText.includes('live')")
     live.ok("POST", "/collections/", {"collectionName": "A", "isManual": True})
-    page.wait_for_function("document.getElementById('graph').innerText.includes('No readers yet')")
+    page.wait_for_function("document.getElementById('graph')?.innerText.includes('No readers yet')")
     live.ok("POST", "/collections/", {"collectionName": "B", "isManual": True})
     _reader(live, "B", "from_a", "A")
     page.wait_for_selector("#graph svg path.edge[data-reader='from_a']", state="attached")

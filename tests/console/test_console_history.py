@@ -102,7 +102,7 @@ def test_history_lists_commits_with_times_and_links(
     page.go_back()
     page.wait_for_selector("#history tr[data-generation='g1']")
     page.click("#history tr[data-generation='g1'] a.to-lineage")
-    page.wait_for_function("document.getElementById('lineage-of').innerText.includes('g1')")
+    page.wait_for_function("document.getElementById('lineage-of')?.innerText.includes('g1')")
     assert "g=g1" in page.url
 
 
@@ -119,16 +119,16 @@ def test_history_pages_back_and_follows_commits(live: Live, clock: Clock, page: 
     assert [row[0] for row in _cells(page)] == ["g3", "g2"]
     assert "from=g1" in (page.get_attribute("#history tr[data-generation='g2'] a.to-diff", "href") or "")
     page.click("#older")
-    page.wait_for_function("document.querySelector('#history tbody tr').dataset.generation === 'g1'")
+    page.wait_for_function("document.querySelector('#history tbody tr')?.dataset.generation === 'g1'")
     assert "the oldest" in page.inner_text("#page") and page.is_disabled("#older")
     # the oldest commit's diff starts at the beginning
     assert "from=&" in (page.get_attribute("#history tr[data-generation='g1'] a.to-diff", "href") or "")
     page.click("#newer")
-    page.wait_for_function("document.querySelector('#history tbody tr').dataset.generation === 'g3'")
+    page.wait_for_function("document.querySelector('#history tbody tr')?.dataset.generation === 'g3'")
     # the newest page follows commits
-    page.wait_for_function("document.getElementById('live-status').innerText.includes('live')")
+    page.wait_for_function("document.getElementById('live-status')?.innerText.includes('live')")
     commit(live, "m", "g4", {"d": "4"})
-    page.wait_for_function("document.querySelector('#history tbody tr').dataset.generation === 'g4'")
+    page.wait_for_function("document.querySelector('#history tbody tr')?.dataset.generation === 'g4'")
     assert "g4" in page.inner_text("#banner")
 
 

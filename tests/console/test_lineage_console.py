@@ -47,10 +47,10 @@ def test_lineage_view_shows_the_tree_and_follows_commits(live: Live, page: Any) 
     assert "c1" in page.inner_text("#lineage-of")
 
     # the current generation's lineage follows the commits
-    page.wait_for_function("document.getElementById('live-status').innerText.includes('live')")
+    page.wait_for_function("document.getElementById('live-status')?.innerText.includes('live')")
     commit(live, "C", "c2", [("from_a", b"a2")])
     page.wait_for_function(
-        "document.getElementById('lineage-of').innerText.includes('c2')", timeout=DEADLINE_MS
+        "document.getElementById('lineage-of')?.innerText.includes('c2')", timeout=DEADLINE_MS
     )
     span = "#lineage li.source[data-reader='from_a'] > .span code"
     assert page.eval_on_selector_all(span, "cs => cs.map(c => c.innerText)") == ["a1", "a2"]
@@ -63,14 +63,14 @@ def test_lineage_view_shows_the_tree_and_follows_commits(live: Live, page: Any) 
     page.fill("#generation", "c1")
     page.select_option("#depth", "1")
     page.click("#lineage-form button[type=submit]")
-    page.wait_for_function("document.getElementById('lineage-of').innerText.includes('c1')")
+    page.wait_for_function("document.getElementById('lineage-of')?.innerText.includes('c1')")
     assert page.locator(f"#lineage li.source[data-reader='{SHARD}']").count() == 0
     assert "g=c1" in page.url and "depth=1" in page.url
 
     # a source links to its own lineage at the generation the reader moved to
     page.click("#lineage li.source[data-reader='from_a'] a")
     page.wait_for_function("location.hash.startsWith('#/lineage/A')")
-    page.wait_for_function("document.getElementById('lineage-of').innerText.includes('a1')")
+    page.wait_for_function("document.getElementById('lineage-of')?.innerText.includes('a1')")
     assert f"{SHARD} ← {STREAM}: none → {shell.show(P1)}" in page.inner_text("#lineage")
 
 
@@ -81,7 +81,7 @@ def test_lineage_view_says_when_a_commit_moved_nothing_or_is_collected(live: Liv
     live.ok("POST", "/collections/", {"collectionName": "empty", "isManual": True})
     commit(live, "empty", "e1", [])
     page.goto(f"{live.url}/ui/#/lineage/empty")
-    page.wait_for_function("document.getElementById('lineage').innerText.includes('moved no reader')")
+    page.wait_for_function("document.getElementById('lineage')?.innerText.includes('moved no reader')")
     # C's reader of A moves past a1: a1 is below A's minimum once 'keep' goes, so its lineage is collected
     live.ok("DELETE", "/collections/A/readers/keep")
     commit(live, "C", "c2", [("from_a", b"a2")])
