@@ -196,7 +196,7 @@ def _next_run(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, horiz
     key = cursor.key()
     if not key.startswith(meta.cid_prefix):
         return None
-    seq = layout.read_u64(key[4:])
+    seq = layout.seq_of_gen_key(key)
     return seq if seq <= horizon_seq else None
 
 

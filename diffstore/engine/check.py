@@ -152,7 +152,7 @@ class _Checker:
         if len(key) < 4:
             self.bad(table, f"row {key.hex()} is too short to name a collection")
             return None
-        cid = int.from_bytes(key[:4], "big")
+        cid = layout.cid_of_key(key)
         found = self.live.get(cid)
         if found is None and cid not in self.dropped:
             self.bad(
@@ -250,7 +250,7 @@ class _Checker:
             if len(key) != 12:
                 self.bad("gens", f"row {key.hex()} is not a collection id and a seq")
                 continue
-            seq = layout.read_u64(key[4:])
+            seq = layout.seq_of_gen_key(key)
             owner.gens[seq] = raw
             meta = owner.meta
             if seq > meta.generation_seq and seq != meta.next_seq:
@@ -267,9 +267,11 @@ class _Checker:
             owner = self._owner("gen_ids", key)
             if owner is None:
                 continue
-            if len(raw) != 8 or owner.gens.get(layout.read_u64(raw)) != key[4:]:
+            generation_id = layout.after_cid(key)
+            if len(raw) != 8 or owner.gens.get(layout.read_u64(raw)) != generation_id:
                 self.bad(
-                    "gens", f"{owner.meta.name!r}: generation id {text_form(key[4:])} has no matching seq row"
+                    "gens",
+                    f"{owner.meta.name!r}: generation id {text_form(generation_id)} has no matching seq row",
                 )
         for owner in self.live.values():
             meta, previous = owner.meta, None
@@ -349,13 +351,13 @@ class _Checker:
         for key, raw in self._rows("readers"):
             owner = self._owner("readers", key)
             if owner is None:
-                if int.from_bytes(key[:4], "big") in self.dropped:
+                if layout.cid_of_key(key) in self.dropped:
                     self.bad(
                         "readers",
-                        f"reader {_name(key[4:])!r} of a deleted collection was not deleted with it",
+                        f"reader {_scoped_name(key)!r} of a deleted collection was not deleted with it",
                     )
                 continue
-            name = key[4:].decode(errors="replace")
+            name = layout.after_cid(key).decode(errors="replace")
             try:
                 target, generation_id = msgpack.unpackb(raw, raw=False)
             except (ValueError, TypeError, msgpack.UnpackException) as exc:
@@ -465,7 +467,7 @@ class _Checker:
             if owner is None:
                 continue
             meta = owner.meta
-            seq = layout.read_u64(key[4:]) if len(key) == 12 else -1
+            seq = layout.seq_of_gen_key(key) if len(key) == 12 else -1
             if seq not in owner.gens or seq > meta.generation_seq:
                 self.bad("commits", f"{meta.name!r}: commit row {key.hex()} names no committed generation")
                 continue
@@ -628,10 +630,12 @@ class _Checker:
             try:
                 holder, version, expires, _ = layout.unpack_lease(raw)
             except (ValueError, TypeError, msgpack.UnpackException) as exc:
-                self.bad("leases", f"{owner.meta.name!r}: lease {_name(key[4:])!r} does not unpack ({exc})")
+                self.bad(
+                    "leases", f"{owner.meta.name!r}: lease {_scoped_name(key)!r} does not unpack ({exc})"
+                )
                 continue
             if version < 1 or (holder is None and expires != 0):
-                self.bad("leases", f"{owner.meta.name!r}: lease {_name(key[4:])!r} is inconsistent")
+                self.bad("leases", f"{owner.meta.name!r}: lease {_scoped_name(key)!r} is inconsistent")
 
     def _producers(self) -> None:
         for key, raw in self._rows("producers"):
@@ -640,7 +644,7 @@ class _Checker:
                 continue
             problem = producers.check_row(raw, owner.meta)
             if problem is not None:
-                self.bad("producers", f"{owner.meta.name!r}: producer {_name(key[4:])!r} {problem}")
+                self.bad("producers", f"{owner.meta.name!r}: producer {_scoped_name(key)!r} {problem}")
 
     def _phantoms(self) -> None:
         for key, raw in self._rows("phantom_ttl"):
@@ -688,6 +692,11 @@ def _key_text(form: bytes) -> str:
 
 def _name(raw: bytes) -> str:
     return raw.decode(errors="replace")
+
+
+def _scoped_name(key: bytes) -> str:
+    """The name in a collection-scoped key (a reader's, lease's or producer's)."""
+    return _name(layout.after_cid(key))
 
 
 def _is_text(raw: bytes) -> bool:

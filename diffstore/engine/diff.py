@@ -136,7 +136,7 @@ def resolve_range(
         counted = 0
         if cursor.set_range(layout.gen_key(prefix, count_from + 1)):
             for key in cursor.iternext(values=False):
-                seq = layout.read_u64(key[4:])
+                seq = layout.seq_of_gen_key(key)
                 if not key.startswith(prefix) or seq > to_seq:
                     break
                 counted += 1
@@ -157,7 +157,7 @@ def run_seqs(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, span: 
         for key in cursor.iternext(values=False):
             if not key.startswith(prefix):
                 break
-            seq = layout.read_u64(key[4:])
+            seq = layout.seq_of_gen_key(key)
             if seq > span.to_seq:
                 break
             seqs.append(seq)

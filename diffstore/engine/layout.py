@@ -155,6 +155,22 @@ def read_u64(raw: bytes) -> int:
     return int(_U64.unpack(raw)[0])
 
 
+def cid_of_key(key: bytes) -> int:
+    """The collection id that begins every collection-scoped key (records, gens, readers, leases, ...)."""
+    return int(_U32.unpack(key[:4])[0])
+
+
+def after_cid(key: bytes) -> bytes:
+    """What follows the collection id in a collection-scoped key: a reader's, lease's or producer's name,
+    a generation id (``gen_ids``), a big-endian seq (``gens``, ``commits``)."""
+    return key[4:]
+
+
+def seq_of_gen_key(key: bytes) -> int:
+    """The seq of a ``gens`` (or ``commits``) key."""
+    return int(_U64.unpack(key[4:12])[0])
+
+
 def key_form(key: bytes) -> bytes:
     """The order-preserving K of a user key (see the module docstring)."""
     if len(key) <= LONG_KEY_PREFIX:

@@ -201,7 +201,7 @@ def _has_generation(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta,
     if not cursor.set_range(layout.gen_key(meta.cid_prefix, low)):
         return False
     key = cursor.key()
-    return key.startswith(meta.cid_prefix) and layout.read_u64(key[4:]) < high
+    return key.startswith(meta.cid_prefix) and layout.seq_of_gen_key(key) < high
 
 
 def _moves_of_span(

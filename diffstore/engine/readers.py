@@ -12,6 +12,7 @@ beginning"): it is stored, listed and compared as null, so re-creating a reader 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import lmdb
 import msgpack
@@ -23,6 +24,14 @@ from diffstore.engine.types import UNSET, Reader, ReaderUpdate
 from diffstore.errors import BadVersion, InvalidRequest, NoSuchReader, ReaderExists
 
 MAX_READER_NAME = 255
+
+
+class TargetingReader(NamedTuple):
+    """A row of the ``targets`` reverse index: a reader (or hold) of ``owner_cid``'s collection."""
+
+    owner_cid: int
+    name: str
+    generation_id: bytes | None
 
 
 def normalize_generation(generation_id: bytes | None) -> bytes | None:
@@ -83,7 +92,7 @@ def list_readers(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta) -
             if not key.startswith(prefix):
                 break
             target, generation_id = msgpack.unpackb(raw, raw=False)
-            found.append(Reader(key[4:].decode(), target, normalize_generation(generation_id)))
+            found.append(Reader(layout.after_cid(key).decode(), target, normalize_generation(generation_id)))
     return found
 
 
@@ -180,23 +189,43 @@ def is_hold(name: str) -> bool:
     return name.startswith(HOLD_PREFIX)
 
 
-def _minimums(txn: lmdb.Transaction, tables: Tables, target: str) -> tuple[bytes | None, bytes | None]:
-    """(minimum over the readers, minimum over the holds) targeting ``target``; None: there is none."""
+def readers_targeting(txn: lmdb.Transaction, tables: Tables, target: str) -> list[TargetingReader]:
+    """Every reader (and hold) of any owner that targets ``target``, from the ``targets`` reverse index."""
     prefix = layout.target_prefix(target)
-    readers_min: bytes | None = None
-    holds_min: bytes | None = None
+    found: list[TargetingReader] = []
     cursor = txn.cursor(db=tables.targets)
     if cursor.set_range(prefix):
         for key, raw in cursor:
             if not key.startswith(prefix):
                 break
             name, generation_id = msgpack.unpackb(raw, raw=False)
-            generation_id = generation_id or b""
-            if is_hold(name):
-                if holds_min is None or generation_id < holds_min:
-                    holds_min = generation_id
-            elif readers_min is None or generation_id < readers_min:
-                readers_min = generation_id
+            owner_cid = layout.owner_of_target_key(key)
+            found.append(TargetingReader(owner_cid, name, normalize_generation(generation_id)))
+    return found
+
+
+def drop_readers_of(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:
+    """Deletes the readers ``meta``'s collection owns and every reader that targets it (the collection is
+    being deleted: a reader of a deleted collection would hold nothing and name nothing)."""
+    for reader in list_readers(txn, tables, meta):
+        delete_reader(txn, tables, meta, reader.name)
+    for targeting in readers_targeting(txn, tables, meta.name):
+        owner_prefix = layout.cid_bytes(targeting.owner_cid)
+        txn.delete(layout.reader_key(owner_prefix, targeting.name), db=tables.readers)
+        txn.delete(layout.target_key(meta.name, owner_prefix, targeting.name), db=tables.targets)
+
+
+def _minimums(txn: lmdb.Transaction, tables: Tables, target: str) -> tuple[bytes | None, bytes | None]:
+    """(minimum over the readers, minimum over the holds) targeting ``target``; None: there is none."""
+    readers_min: bytes | None = None
+    holds_min: bytes | None = None
+    for targeting in readers_targeting(txn, tables, target):
+        generation_id = targeting.generation_id or b""  # null counts as the beginning
+        if is_hold(targeting.name):
+            if holds_min is None or generation_id < holds_min:
+                holds_min = generation_id
+        elif readers_min is None or generation_id < readers_min:
+            readers_min = generation_id
     return readers_min, holds_min
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import lmdb
-import msgpack
 
 from diffstore.engine import history, layout
 from diffstore.engine.meta import CollectionMeta
-from diffstore.engine.readers import load_reader, readable_floor
+from diffstore.engine.readers import load_reader, readable_floor, readers_targeting
 from diffstore.engine.reads import require_known
 from diffstore.engine.refs import AsOf, Back, Current, Open, ReaderPosition, Ref
 from diffstore.engine.tables import Tables, check_not_collected, load_meta, validate_generation_id
@@ -91,16 +90,8 @@ def _reader_position(
         if reader is None or reader.collection != meta.name:
             raise NoSuchReader(f"collection {ref.owner!r} has no reader {ref.name!r} of {meta.name!r}")
         return reader.generation_id
-    found: dict[int, bytes | None] = {}
-    prefix = layout.target_prefix(meta.name)
-    cursor = txn.cursor(db=tables.targets)
-    if cursor.set_range(prefix):
-        for key, raw in cursor:
-            if not key.startswith(prefix):
-                break
-            name, generation_id = msgpack.unpackb(raw, raw=False)
-            if name == ref.name:
-                found[layout.owner_of_target_key(key)] = generation_id or None
+    targeting = readers_targeting(txn, tables, meta.name)
+    found = {reader.owner_cid: reader.generation_id for reader in targeting if reader.name == ref.name}
     if not found:
         raise NoSuchReader(f"no reader {ref.name!r} targets {meta.name!r}")
     if len(found) > 1:

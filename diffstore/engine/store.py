@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import lmdb
-import msgpack
 
 from diffstore.engine import background, layout, replication, storage
 from diffstore.engine.collection import Collection
@@ -41,6 +40,7 @@ from diffstore.engine.cursors import CursorCodec, CursorSecret
 from diffstore.engine.events import WriteEvent, WriteListener
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.priority import WriterFirst
+from diffstore.engine.readers import drop_readers_of
 from diffstore.engine.tables import (
     Tables,
     create_meta,
@@ -433,30 +433,7 @@ class Store:
                 replication.require_following(txn, tables)
             meta = load_meta(txn, tables, name)
             prefix = meta.cid_prefix
-            cursor = txn.cursor(db=tables.readers)
-            owned: list[tuple[bytes, str]] = []
-            if cursor.set_range(prefix):
-                for key in cursor.iternext(values=False):
-                    if not key.startswith(prefix):
-                        break
-                    owned.append((key, key[4:].decode()))
-            for key, reader_name in owned:
-                target = self._reader_target(txn, key)
-                txn.delete(key, db=tables.readers)
-                txn.delete(layout.target_key(target, prefix, reader_name), db=tables.targets)
-            targeting: list[bytes] = []
-            cursor = txn.cursor(db=tables.targets)
-            tprefix = layout.target_prefix(name)
-            if cursor.set_range(tprefix):
-                for key in cursor.iternext(values=False):
-                    if not key.startswith(tprefix):
-                        break
-                    targeting.append(key)
-            for key in targeting:
-                reader_name = msgpack.unpackb(txn.get(key, db=tables.targets), raw=False)[0]
-                owner = layout.cid_bytes(layout.owner_of_target_key(key))
-                txn.delete(layout.reader_key(owner, reader_name), db=tables.readers)
-                txn.delete(key, db=tables.targets)
+            drop_readers_of(txn, tables, meta)
             txn.delete(name.encode(), db=tables.collections)
             txn.delete(layout.auto_commit_due_key(name), db=tables.due)
             txn.delete(layout.gc_position_key(prefix), db=tables.due)
@@ -528,10 +505,6 @@ class Store:
         """Records how far a collection of the replica is behind (``/replica``, metrics)."""
         with self.write() as scope:
             replication.set_lag(scope.txn, self.tables, name, generations, unapplied_since_ms)
-
-    def _reader_target(self, txn: lmdb.Transaction, reader_key: bytes) -> str:
-        raw = txn.get(reader_key, db=self.tables.readers)
-        return str(msgpack.unpackb(raw, raw=False)[0]) if raw else ""
 
     # --- background work ----------------------------------------------------------------------------
 
