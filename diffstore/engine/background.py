@@ -10,42 +10,24 @@ minimum it has acted on (monotonic, stored in X's metadata, so reads below it an
 horizon, in order, and every key written there: all versions older than the key's newest version at
 or below the horizon are deleted, with their ``changes`` entries. That newest version (even a
 tombstone) stays, so reads at or above the horizon, and diffs from the very beginning, still work.
+
+The steps see the store only as a :class:`~diffstore.engine.access.StoreAccess` and change nothing of its
+own state (the GC positions and due times live in LMDB), so the store calls into this module and never
+the other way round.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol
 
 import lmdb
 
 from diffstore.engine import layout, lineage, writes
+from diffstore.engine.access import StoreAccess
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import gc_minimum
 from diffstore.engine.tables import Tables, load_meta, resolve_seq, save_meta
 from diffstore.errors import NoSuchCollection
-
-if TYPE_CHECKING:
-    from diffstore.engine.store import WriteScope
-    from diffstore.engine.types import StoreConfig
-
-
-class StoreAccess(Protocol):
-    """All background work sees of a :class:`~diffstore.engine.store.Store`: its transactions, tables and
-    configuration. It changes nothing of the store's own state (the GC positions and due times live in
-    LMDB), so the store calls into this module and never the other way round."""
-
-    @property
-    def config(self) -> StoreConfig: ...
-
-    @property
-    def tables(self) -> Tables: ...
-
-    def read(self) -> AbstractContextManager[lmdb.Transaction]: ...
-
-    def write(self) -> AbstractContextManager[WriteScope]: ...
-
 
 _ALL_TABLES_WITH_CID = (
     "gens",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import lmdb
 
@@ -30,6 +29,7 @@ from diffstore.engine import (
     revert,
     writes,
 )
+from diffstore.engine.access import StoreAccess, WriteScope
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import load_meta, save_meta
 from diffstore.engine.types import (
@@ -60,9 +60,6 @@ from diffstore.engine.types import (
 )
 from diffstore.errors import InvalidRequest, StorageError
 
-if TYPE_CHECKING:
-    from diffstore.engine.store import Store, WriteScope
-
 _ITER_PAGE = 1_000
 
 
@@ -71,7 +68,7 @@ class Collection:
 
     __slots__ = ("_store", "name")
 
-    def __init__(self, store: Store, name: str) -> None:
+    def __init__(self, store: StoreAccess, name: str) -> None:
         self._store = store
         self.name = name
 

@@ -20,16 +20,13 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
 
 import lmdb
 
 from diffstore.engine import layout
+from diffstore.engine.access import StoreAccess
 from diffstore.engine.cursors import REFERENCE_DIGEST_BYTES
 from diffstore.errors import CursorExpired
-
-if TYPE_CHECKING:
-    from diffstore.engine.store import Store
 
 INLINE_TOKEN_MAX = 2048
 """Tokens up to this many characters go to the client as they are (well within any URL limit)."""
@@ -44,7 +41,7 @@ def digest(token: bytes | str) -> bytes:
     return hashlib.blake2b(token, digest_size=REFERENCE_DIGEST_BYTES).digest()
 
 
-def shorten(store: Store, token: str | None) -> str | None:
+def shorten(store: StoreAccess, token: str | None) -> str | None:
     """``token`` itself when it is short enough, else a reference to it, stored (one write transaction)."""
     if token is None or len(token) <= INLINE_TOKEN_MAX:
         return token
@@ -70,7 +67,7 @@ def shorten(store: Store, token: str | None) -> str | None:
     return store.cursors.reference(token_digest)
 
 
-def _evict(txn: lmdb.Transaction, store: Store, entries: int, size: int) -> tuple[int, int]:
+def _evict(txn: lmdb.Transaction, store: StoreAccess, entries: int, size: int) -> tuple[int, int]:
     """Deletes the oldest tokens (never the newest) until the totals are within bounds; the new totals."""
     db = store.tables.cursors
     cursor = txn.cursor(db=db)
@@ -89,7 +86,7 @@ def _evict(txn: lmdb.Transaction, store: Store, entries: int, size: int) -> tupl
     return entries, max(size, 0)
 
 
-def expand(store: Store, token: str) -> str:
+def expand(store: StoreAccess, token: str) -> str:
     """The full token a reference names, or ``token`` itself when it is no reference.
 
     Raises:

@@ -29,12 +29,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import lmdb
 
 from diffstore.engine import background, layout, replication, storage
+from diffstore.engine.access import WriteScope
 from diffstore.engine.collection import Collection
 from diffstore.engine.cursors import CursorCodec, CursorSecret
 from diffstore.engine.events import WriteEvent, WriteListener
@@ -94,23 +95,6 @@ class StoreHealth:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(slots=True)
-class WriteScope:
-    """An open write transaction plus what to announce once it has committed."""
-
-    txn: lmdb.Transaction
-    commits: list[tuple[str, bytes]] = field(default_factory=list)
-    deletions: list[str] = field(default_factory=list)
-    # non-manual collections whose open generation got its first write (an automatic commit becomes
-    # due) or was committed at its threshold (the due commit is no more): applied to ``due`` in the txn
-    first_writes: list[str] = field(default_factory=list)
-    threshold_commits: list[str] = field(default_factory=list)
-    # counted for write listeners (see engine/events.py)
-    records_written: dict[str, int] = field(default_factory=dict)
-    gc_versions_removed: int = 0
-    phantom_records_purged: int = 0
 
 
 class Store:
