@@ -137,13 +137,15 @@ def diffstore_serve(
     quiet: bool = True,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
+    command: Sequence[str] | None = None,
 ) -> Iterator[Served]:
     """``diffstore serve --data DATA --port P EXTRA...`` in a child process, as users run it; yields once
-    ``/healthz`` answers (and ``ready(url)``, when given, holds), and stops it after."""
+    ``/healthz`` answers (and ``ready(url)``, when given, holds), and stops it after. ``command`` replaces
+    ``diffstore`` (e.g. a ``python -c`` driver for the server of another revision's tree)."""
     port = free_port()
     out = subprocess.DEVNULL if quiet else None
     process = subprocess.Popen(
-        [*diffstore_command(), "serve", "--data", str(data), "--port", str(port), *extra],
+        [*(command or diffstore_command()), "serve", "--data", str(data), "--port", str(port), *extra],
         stdout=out,
         stderr=out,
         cwd=cwd or ROOT,
@@ -154,6 +156,32 @@ def diffstore_serve(
         started = "diffstore serve to start"
         wait_for(lambda: healthy(url) and (ready is None or ready(url)), started, process=process)
         yield Served(url, port, process.pid)
+    finally:
+        stop(process)
+
+
+@contextmanager
+def streams_serve(data: Path, quiet: bool = False) -> Iterator[str]:
+    """``diffstore streams serve`` (the embedded HStream server) in a child process, its log dropped if
+    ``quiet``; yields its ``hstream://`` URL once it answers DescribeCluster, and stops it after."""
+    from diffstore.streams.client import StreamClient
+
+    port = free_port()
+    command = [
+        *diffstore_command(), "streams", "serve", "--data", str(data),
+        "--port", str(port), "--resend-tick", "0.05", "--assignment-interval", "0.05",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.DEVNULL if quiet else None)
+    url = f"hstream://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        with StreamClient(url) as client:
+            client.describe_cluster()
+        return True
+
+    try:
+        wait_for(answers, "diffstore streams serve to start", process=process)
+        yield url
     finally:
         stop(process)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import httpx
 import msgpack
-from _harness import free_port, healthy, machine, wait_for
+from _harness import diffstore_serve, machine
 
 from diffstore.wire import MSGPACK
 from diffstore.wire_items import decode_put_many, parse_items
@@ -83,45 +82,39 @@ def peak_rss_mib(pid: int) -> float:
 def measure_server(src: Path, bodies: list[bytes]) -> tuple[float, float, float, list[int]]:
     """A server from ``src``: idle peak RSS MiB, peak RSS MiB after the concurrent putManys, their wall
     time, their statuses."""
-    port = free_port()
+    # the server's own CLI only (not the whole ``diffstore`` command), as older revisions' trees have it
     driver = (
         "import argparse, sys; from diffstore.server.cli import add_commands; p = argparse.ArgumentParser();"
         " add_commands(p.add_subparsers()); a = p.parse_args(); sys.exit(a.func(a))"
     )
-    with tempfile.TemporaryDirectory() as data:
-        env = {**os.environ, "PYTHONPATH": str(src)}
-        env.pop("DIFFSTORE_TOKEN", None)
-        args = [sys.executable, "-c", driver, "serve", "--data", data, "--port", str(port)]
-        quiet = subprocess.DEVNULL
-        process = subprocess.Popen(args, env=env, cwd=src, stdout=quiet, stderr=quiet)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with httpx.Client(base_url=url, timeout=600) as http:
-                wait_for(lambda: healthy(url), f"the server from {src} to start", process=process)
-                for i in range(len(bodies)):
-                    http.post("/collections/", json={"collectionName": f"c{i}", "isManual": False})
-                idle = peak_rss_mib(process.pid)
-                statuses: list[int] = [0] * len(bodies)
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    env.pop("DIFFSTORE_TOKEN", None)
+    with (
+        tempfile.TemporaryDirectory() as data,
+        diffstore_serve(Path(data), cwd=src, env=env, command=[sys.executable, "-c", driver]) as served,
+        httpx.Client(base_url=served.url, timeout=600) as http,
+    ):
+        for i in range(len(bodies)):
+            http.post("/collections/", json={"collectionName": f"c{i}", "isManual": False})
+        idle = peak_rss_mib(served.pid)
+        statuses: list[int] = [0] * len(bodies)
 
-                def send(i: int) -> None:
-                    with httpx.Client(base_url=url, timeout=600) as client:
-                        response = client.post(
-                            f"/collections/c{i}/putMany",
-                            content=bodies[i],
-                            headers={"content-type": "application/msgpack"},
-                        )
-                        statuses[i] = response.status_code
+        def send(i: int) -> None:
+            with httpx.Client(base_url=served.url, timeout=600) as client:
+                response = client.post(
+                    f"/collections/c{i}/putMany",
+                    content=bodies[i],
+                    headers={"content-type": "application/msgpack"},
+                )
+                statuses[i] = response.status_code
 
-                threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
-                started = time.perf_counter()
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                return idle, peak_rss_mib(process.pid), time.perf_counter() - started, statuses
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return idle, peak_rss_mib(served.pid), time.perf_counter() - started, statuses
 
 
 def main() -> None:

@@ -17,16 +17,12 @@ share the interpreter lock with the code measured.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from _harness import free_port, machine, stop, wait_for
+from _harness import machine, streams_serve
 
 from diffstore.streams.client import StreamClient
 from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor
@@ -36,30 +32,6 @@ from diffstore.streams.sinks import EngineSink
 from diffstore.streams.subscriber import StreamSubscriber
 
 PAYLOAD = b"x" * 100
-
-
-@contextlib.contextmanager
-def stream_server(data_dir: Path, quiet: bool = False) -> Iterator[str]:
-    """``diffstore streams serve`` in a subprocess on a free port (its log dropped if ``quiet``); yields
-    its URL."""
-    port = free_port()
-    command = [
-        sys.executable, "-m", "diffstore.cli", "streams", "serve", "--data", str(data_dir),
-        "--port", str(port), "--resend-tick", "0.05", "--assignment-interval", "0.05",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.DEVNULL if quiet else None)
-    url = f"hstream://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        with StreamClient(url) as client:
-            client.describe_cluster()
-        return True
-
-    try:
-        wait_for(answers, "diffstore streams serve to start", 30.0, process=process)
-        yield url
-    finally:
-        stop(process, 30.0)
 
 
 def bench_producer(client: StreamClient, records: int, batch: int, round_no: int) -> tuple[float, float]:
@@ -150,7 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     print(machine())
     only = set(args.only.split(","))
-    with tempfile.TemporaryDirectory() as tmp, stream_server(Path(tmp) / "hstream") as url:
+    with tempfile.TemporaryDirectory() as tmp, streams_serve(Path(tmp) / "hstream") as url:
         with StreamClient(url) as client:
             n, batch, m = args.records, args.batch, args.ingest_records
             if "producer" in only:

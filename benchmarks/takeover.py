@@ -34,8 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from _harness import machine
-from streams import stream_server
+from _harness import machine, streams_serve
 
 from diffstore import Store, StoreConfig
 from diffstore.streams.client import StreamClient
@@ -180,7 +179,7 @@ def main() -> None:
     print(machine())
     print("(a shared, noisy machine: read the ratios; figures vary between runs)")
     with tempfile.TemporaryDirectory() as tmp:
-        with stream_server(Path(tmp) / "hstream", quiet=True) as url:
+        with streams_serve(Path(tmp) / "hstream", quiet=True) as url:
             with StreamClient(url) as client:
                 client.create_stream("s", shard_count=2)
                 client.create_subscription("sub", "s")
