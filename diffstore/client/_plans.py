@@ -53,6 +53,38 @@ def diff_items(name: str, request: DiffSpec) -> Plan[DiffItem]:
         page = yield _calls.diff_page(name, _with(request, start=page.to_generation_id, to=target), None)
 
 
+def net_diff_items(name: str, request: DiffSpec) -> Plan[DiffItem]:
+    """Like :func:`diff_items`, but each changed key once, from its value at ``from`` to its value at the
+    target, as a person reading ``diffstore diff`` expects. A range the server answers in one span is
+    streamed page by page; a range it splits (more generations than a page covers) is composed in memory,
+    one entry per changed key, and yielded in key order (keys changed and changed back are left out)."""
+    target = request.to_generation_id
+    if target is None:
+        target = (yield _calls.collection_state(name)).generation_id
+    page = yield _calls.diff_page(name, _with(request, to=target), None)
+    if page.to_generation_id == target or page.from_generation_id == page.to_generation_id:
+        while True:
+            yield from page.items
+            if page.cursor is None:
+                return
+            page = yield _calls.diff_page(name, request, page.cursor)
+    composed: dict[bytes, tuple[bytes | None, bytes | None]] = {}
+    while True:
+        for item in page.items:
+            earlier = composed.get(item.key)
+            composed[item.key] = (item.from_value if earlier is None else earlier[0], item.to_value)
+        if page.cursor is not None:
+            page = yield _calls.diff_page(name, request, page.cursor)
+            continue
+        if page.to_generation_id == target or page.from_generation_id == page.to_generation_id:
+            break
+        page = yield _calls.diff_page(name, _with(request, start=page.to_generation_id, to=target), None)
+    for key in sorted(composed):
+        from_value, to_value = composed[key]
+        if from_value != to_value:
+            yield DiffItem(key, from_value, to_value)
+
+
 def _with(request: DiffSpec, to: bytes | None, start: bytes | None = None) -> DiffSpec:
     """The same diff with another target, and (to continue a split range) another start."""
     if start is None:

@@ -24,11 +24,11 @@ from typing import Any, Protocol
 import orjson
 
 from diffstore import shell
-from diffstore.client import _calls
+from diffstore.client import _calls, _plans
 from diffstore.client._sync import Client
 from diffstore.client._transport import DEFAULT_URL
 from diffstore.engine import refs
-from diffstore.engine.types import DiffItem, Record, ResolvedRef
+from diffstore.engine.types import DiffItem, DiffSpec, Record, ResolvedRef
 from diffstore.errors import BadRequest, Gone, InvalidRequest, NotFound, StorageError
 
 PROTOCOL_DOC = "docs/protocol.md"
@@ -373,11 +373,17 @@ def diff(args: argparse.Namespace) -> int:
     "deleted"}``), counted as the pages arrive."""
     with client_of(args) as client:
         collection = client.collection(args.collection)
-        items = collection.diff(
-            from_generation_id=resolve_generation(collection, args.from_generation, "--from"),
-            to_generation_id=resolve_generation(collection, args.to_generation, "--to"),
-            from_reader=args.from_reader,
+        request = DiffSpec.of(
+            resolve_generation(collection, args.from_generation, "--from"),
+            resolve_generation(collection, args.to_generation, "--to"),
+            args.from_reader,
+            include_intermediate=False,
+            from_key=None,
+            to_key=None,
+            limit=None,
         )
+        # each key once, from --from to --to, also over a range the server answers in several spans
+        items = _plans.drive(_plans.net_diff_items(collection.name, request), client.execute)
         if args.stat:
             counts = diff_stat(items)
             text = ", ".join(f"{count} {kind}" for kind, count in counts.items())
@@ -394,8 +400,7 @@ def _change_line(item: DiffItem) -> tuple[dict[str, Any], str]:
 
 
 def diff_stat(items: Iterable[DiffItem]) -> dict[str, int]:
-    """How many of ``items`` insert, update and delete a key: the lines ``diffstore diff`` would print
-    (a key changed in two spans of a long range, paged by the server, counts in each)."""
+    """How many of ``items`` insert, update and delete a key: the lines ``diffstore diff`` prints."""
     counts = {"inserted": 0, "updated": 0, "deleted": 0}
     for item in items:
         if item.from_value is None:
