@@ -5,8 +5,9 @@ A primary and a replica (``diffstore serve --replica-of``), each its own process
 machine.
 
 - **Wake-up**: a long poll on the replica (``generationId/stream``) waits while a 1,000-change generation is
-  committed on the primary; latency = the poll's answer - the commit's answer. Baseline, in the same run: the
-  same long poll on the primary itself. Goal: replica p99 <= 50 ms.
+  committed on the primary; latency = the poll's answer - the commit's answer (the goal's measure: replica
+  p99 <= 50 ms). A poll on the primary itself is woken before the commit's answer reaches its client, so
+  for the baseline ratio both are also measured from the moment the commit request is sent.
 - **Throughput**: a writer commits small generations (``--records`` records each) on the primary as fast as
   it can for ``--seconds``; the replica's applied records per second over the same span (from the start of the
   writes until it has applied the last one), with the lag (``GET /replica``) sampled every 0.5 s. Baseline:
@@ -62,6 +63,7 @@ def wake_up(primary: Served, replica: Served, trials: int) -> None:
     with Client(primary.url) as p:
         a = p.create_collection("wake", manual=True)
         latencies: dict[str, list[float]] = {"primary": [], "replica": []}
+        from_sent: dict[str, list[float]] = {"primary": [], "replica": []}
         n = 0
         for trial in range(trials * 2):
             where = "replica" if trial % 2 else "primary"
@@ -90,20 +92,28 @@ def wake_up(primary: Served, replica: Served, trials: int) -> None:
                 g = b"%08d" % n
                 a.start_generation(g)
                 a.put_many([(k, v + g) for k, v in items], generation_id=g)
+                sent = time.perf_counter()
                 a.commit_generation(g)
                 committed = time.perf_counter()
                 thread.join()
             latencies[where].append((answered[0] - committed) * 1000)
+            from_sent[where].append((answered[0] - sent) * 1000)
     for where in ("primary", "replica"):
         values = latencies[where]
         print(
             f"wake-up {where:8s}: p50 {statistics.median(values):6.1f} ms"
             f"  p99 {percentile(values, 0.99):6.1f} ms"
-            f"  max {max(values):6.1f} ms  ({len(values)} commits of 1,000 changes)"
+            f"  max {max(values):6.1f} ms after the commit's answer"
+            f"; p99 {percentile(from_sent[where], 0.99):6.1f} ms after the commit was sent"
+            f"  ({len(values)} commits of 1,000 changes)"
         )
-    base = percentile(latencies["primary"], 0.99)
-    rep = percentile(latencies["replica"], 0.99)
-    print(f"wake-up replica p99 / primary p99: {rep / base:.2f}x (goal: replica p99 <= 50 ms: {rep <= 50})")
+    base = percentile(from_sent["primary"], 0.99)
+    rep = percentile(from_sent["replica"], 0.99)
+    goal = percentile(latencies["replica"], 0.99)
+    print(
+        f"wake-up p99 from the commit sent, replica / primary: {rep / base:.2f}x"
+        f" (goal: replica p99 <= 50 ms after the commit's answer: {goal:.1f} ms, {goal <= 50})"
+    )
 
 
 def throughput(primary: Served, replica: Served, seconds: float, records: int) -> None:
