@@ -62,17 +62,15 @@ def net_diff_items(name: str, request: DiffSpec) -> Plan[DiffItem]:
     if target is None:
         target = (yield _calls.collection_state(name)).generation_id
     page = yield _calls.diff_page(name, _with(request, to=target), None)
-    if page.to_generation_id == target or page.from_generation_id == page.to_generation_id:
-        while True:
-            yield from page.items
-            if page.cursor is None:
-                return
-            page = yield _calls.diff_page(name, request, page.cursor)
+    split = page.to_generation_id != target and page.from_generation_id != page.to_generation_id
     composed: dict[bytes, tuple[bytes | None, bytes | None]] = {}
     while True:
-        for item in page.items:
-            earlier = composed.get(item.key)
-            composed[item.key] = (item.from_value if earlier is None else earlier[0], item.to_value)
+        if split:
+            for item in page.items:
+                earlier = composed.get(item.key)
+                composed[item.key] = (item.from_value if earlier is None else earlier[0], item.to_value)
+        else:
+            yield from page.items
         if page.cursor is not None:
             page = yield _calls.diff_page(name, request, page.cursor)
             continue
