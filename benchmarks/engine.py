@@ -31,6 +31,7 @@ same load); the medians are printed, and the load average at the start and the e
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import os
 import shutil
@@ -101,15 +102,15 @@ def layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
 
 
 def bulk_rounds(root: Path, n: int, rounds: int) -> tuple[list[float], ...]:
-    """(ours, raw, floor) seconds per round, each round on empty stores, and raw / ours and raw / floor CPU
+    """(ours, raw, floor) seconds per round, each round on empty stores; raw / ours and raw / floor CPU
     time per round (``time.process_time``: what the fsyncs leave out, which dominate the wall time on a
-    loaded machine).
+    loaded machine); and the seconds of our final commit (inside ``ours``) per round.
 
     Batch by batch, raw putmulti, then the "layout floor" (raw putmultis, in append mode, of the very rows
     our layout stores, built before the clock starts: what LMDB alone costs for them), then put_many of the
     same batch: on a shared machine all three see the same load.
     """
-    ours, raw, floor, cpu_ratios, floor_cpu_ratios = [], [], [], [], []
+    ours, raw, floor, cpu_ratios, floor_cpu_ratios, commits = [], [], [], [], [], []
     for index in range(rounds):
         env = lmdb.open(str(root / f"raw{index}"), map_size=1 << 36, max_dbs=2)
         db = env.open_db(b"t")
@@ -140,7 +141,8 @@ def bulk_rounds(root: Path, n: int, rounds: int) -> tuple[list[float], ...]:
                 ours_cpu += end_cpu - floored_cpu
             start = time.perf_counter()
             coll.commit_generation(b"g0001")
-            ours_s += time.perf_counter() - start
+            commits.append(time.perf_counter() - start)
+            ours_s += commits[-1]
         env.close()
         floor_env.close()
         for name in (f"raw{index}", f"floor{index}", f"bulk{index}"):
@@ -150,7 +152,7 @@ def bulk_rounds(root: Path, n: int, rounds: int) -> tuple[list[float], ...]:
         floor.append(floor_s)
         cpu_ratios.append(raw_cpu / ours_cpu)
         floor_cpu_ratios.append(raw_cpu / floor_cpu)
-    return ours, raw, floor, cpu_ratios, floor_cpu_ratios
+    return ours, raw, floor, cpu_ratios, floor_cpu_ratios, commits
 
 
 def change_keys(coll_name: str, store: Store, generation_id: bytes, indices: list[int]) -> None:
@@ -268,12 +270,14 @@ def raw_scan_once(store: Store, count: int) -> float:
         return time.perf_counter() - start
 
 
-def read_floor(store: Store, name: str, generation_id: bytes, count: int) -> tuple[float, float]:
-    """The least any diff over this layout must read per changed key, iterated at C level with nothing
-    built and nothing compared: (its entry in the ``changes`` run of the generation and its two versions
-    in ``records``, adjacent here -- the keyed way; only the two versions -- the scan)."""
+def read_floor(store: Store, name: str, generation_id: bytes, count: int) -> tuple[float, float, float]:
+    """The least any diff over this layout must read per changed key, iterated with nothing built and
+    nothing compared: (its entry in the ``changes`` run of the generation and its two versions in
+    ``records``, adjacent here -- the keyed way; only the two versions -- the scan; the same two consumed
+    by a C-level loop, ``collections.deque``, as the compiled scan consumes them: what py-lmdb's iterator
+    alone costs any loop, a tuple and two bytes objects per record, with no Python step per record)."""
 
-    def once() -> tuple[float, float]:
+    def once() -> tuple[float, float, float]:
         with store.read() as txn:
             meta = load_meta(txn, store.tables, name)
             run = layout.change_prefix(meta.cid_prefix, resolve_seq(txn, store.tables, meta, generation_id))
@@ -287,7 +291,10 @@ def read_floor(store: Store, name: str, generation_id: bytes, count: int) -> tup
             read += sum(1 for _ in itertools.islice(records.iternext(), 2 * count))
             end = time.perf_counter()
             assert read == 3 * count
-            return end - start, end - middle
+            records.set_range(meta.cid_prefix)
+            c_start = time.perf_counter()
+            collections.deque(itertools.islice(records.iternext(), 2 * count), maxlen=0)
+            return end - start, end - middle, time.perf_counter() - c_start
 
     return once()
 
@@ -376,12 +383,13 @@ def main() -> None:
     print(f"hot loops: {accel}; load average {load_average()}")
     try:
         if "bulk" in only:
-            ours, raw, floor, cpu_ratios, floor_cpu_ratios = bulk_rounds(root, n, rounds)
+            ours, raw, floor, cpu_ratios, floor_cpu_ratios, commits = bulk_rounds(root, n, rounds)
             ratios = [r / o for o, r in zip(ours, raw, strict=True)]
             print(
                 f"bulk load       {n / median(ours):12,.0f} rec/s   "
                 f"raw putmulti {n / median(raw):12,.0f} rec/s   ratio {median(ratios):.2f} "
-                f"(goal >= 0.8; rounds {rounds_of(ratios)})"
+                f"(goal >= 0.8; rounds {rounds_of(ratios)}; the final commit of the {n:,}-key generation"
+                f" {fmt_ms(median(commits))} of it)"
             )
             floor_ratios = [r / f for f, r in zip(floor, raw, strict=True)]
             print(
@@ -515,14 +523,15 @@ def diff_figures(store: Store, n: int, rounds: int) -> list[Row]:
     for lo in range(0, through, BATCH):
         coll.put_many([(key(i), value(i, 1)) for i in range(lo, lo + BATCH)], generation_id=b"2")
     coll.commit_generation(b"2")
-    diffs, scans, made, keyed_floors, scan_floors = [], [], [], [], []
+    diffs, scans, made, keyed_floors, scan_floors, c_floors = [], [], [], [], [], []
     for _ in range(max(7, rounds)):  # each figure beside the others, each round: they see the same load
         diffs.append(diff_once(store, "through", b"1", b"2"))
         scans.append(raw_scan_once(store, through))
         made.append(item_floor(store, "through", through))
-        keyed_floor, scan_floor = read_floor(store, "through", b"2", through)
+        keyed_floor, scan_floor, c_floor = read_floor(store, "through", b"2", through)
         keyed_floors.append(keyed_floor)
         scan_floors.append(scan_floor)
+        c_floors.append(c_floor)
     ratios = [s / d for d, s in zip(diffs, scans, strict=True)]
     ratio = statistics.median(ratios)
     print(
@@ -533,11 +542,14 @@ def diff_figures(store: Store, n: int, rounds: int) -> list[Row]:
     median = statistics.median
     keyed_ratio = median([s / f for f, s in zip(keyed_floors, scans, strict=True)])
     scan_ratio = median([s / f for f, s in zip(scan_floors, scans, strict=True)])
+    c_ratio = median([s / f for f, s in zip(c_floors, scans, strict=True)])
     print(
         f"  read floor    {through / median(keyed_floors):12,.0f} items/s   only reading the 3 entries the"
         f" keyed way needs per changed key (change, old and new version): ratio {keyed_ratio:.2f} to the raw"
         f" scan; the 2 the scan needs (old and new version) {through / median(scan_floors):,.0f} items/s:"
-        f" ratio {scan_ratio:.2f}"
+        f" ratio {scan_ratio:.2f}; the same 2 consumed by a C-level loop, as the compiled scan consumes"
+        f" them (py-lmdb's tuple and two bytes per record, nothing built) {through / median(c_floors):,.0f}"
+        f" items/s: ratio {c_ratio:.2f}"
     )
     made_ratios = [s / m for m, s in zip(made, scans, strict=True)]
     print(
@@ -549,7 +561,8 @@ def diff_figures(store: Store, n: int, rounds: int) -> list[Row]:
         Row(
             f"diff throughput ({through:,} changed keys)",
             f"{through / statistics.median(diffs):,.0f} items/s",
-            f"cursor scan {through / statistics.median(scans):,.0f} rec/s (read floor {scan_ratio:.2f}x)",
+            f"cursor scan {through / statistics.median(scans):,.0f} rec/s (read floor {scan_ratio:.2f}x,"
+            f" C-level {c_ratio:.2f}x)",
             ratio,
             ">= 0.5",
             ratio >= 0.5,

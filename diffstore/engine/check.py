@@ -17,7 +17,7 @@ The invariants, table by table (a ``cid`` is *live* when a ``collections`` row h
   open (no record of an aborted or unknown generation), its value decodes, a long key's form matches
   the key it holds, and ``changes`` has its row.
 - ``changes``: every row has its record; the open generation's rows number at least one and at most
-  ``next_count`` when it has writes, none when it has not.
+  ``next_count`` when it has writes, none when it has not, and exactly ``next_keys`` when that is known.
 - ``readers``/``targets``: each reader row of a live collection has its reverse row with the same data
   and back; a reader targets a collection of this store, or a stream (a ``scheme://`` target).
 - ``due``: an automatic-commit row names a live automatic collection; a GC position names a live
@@ -343,6 +343,12 @@ class _Checker:
                     "collections",
                     f"{meta.name!r}: the open generation counts {meta.next_count} writes but holds"
                     f" {owner.open_changes} keys",
+                )
+            if meta.next_keys is not None and meta.next_keys != owner.open_changes:
+                self.bad(
+                    "collections",
+                    f"{meta.name!r}: the open generation counts {meta.next_keys} keys but holds"
+                    f" {owner.open_changes}",
                 )
 
     # --- readers ----------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ happened. A store written before this row existed has none for its old generatio
 and metadata read as None (unknown), never as a guess.
 
 ``changedKeys`` counts the distinct keys the generation wrote (its ``changes`` rows: a key written twice
-into one generation counts once, a tombstone counts as a change). Counting reads those rows once at
-commit, a cost that follows the generation's writes.
+into one generation counts once, a tombstone counts as a change). The writes count them as they add the
+rows (``CollectionMeta.next_keys``), so a commit costs the same whatever it commits; only an open
+generation written before that count was kept has its rows read once at commit.
 
 The rows go with their collection (the purge of a dropped collection removes every row of its cid); GC
 of old versions keeps them, as it keeps the generations themselves (they stay listed, reads there 410).
@@ -82,7 +83,7 @@ def record(
     """Writes the commit row of generation ``seq`` (being committed in ``txn``).
 
     ``now_ms`` None: the wall clock (callers pass their store config's clock); ``changed`` None:
-    counted here.
+    counted here (the open generation's ``next_keys``, when known, is that count).
     """
     at_ms = wall_clock_ms() if now_ms is None else now_ms
     count = changed_keys(txn, tables, meta, seq) if changed is None else changed

@@ -17,7 +17,9 @@ class CollectionMeta:
 
     ``generation``/``generation_seq`` is the current committed generation; ``next``/``next_seq`` the open
     one (None for a manual collection between generations). ``last_seq`` is the highest seq ever handed
-    out. ``next_count`` counts writes into the open generation (auto-commit threshold). ``gc_horizon`` is
+    out. ``next_count`` counts writes into the open generation (auto-commit threshold), ``next_keys`` the
+    distinct keys they wrote (its ``changes`` rows: the commit records it without reading them; None:
+    unknown, a row written before it was kept, so the commit counts them). ``gc_horizon`` is
     the highest reader minimum the GC has acted on: reads below it answer ``generationCollected``;
     ``gc_done_seq`` the last generation whose garbage is gone. ``next_lease`` is the fencing token the
     open generation was started under (None: none, or no open generation): writes, the commit and the
@@ -37,12 +39,16 @@ class CollectionMeta:
     gc_done_seq: int = -1
     phantom_counter: int = 0
     next_lease: LeaseToken | None = None
+    next_keys: int | None = 0
 
     @property
     def cid_prefix(self) -> bytes:
         return layout.cid_bytes(self.cid)
 
     def with_(self, **changes: Any) -> CollectionMeta:
+        if changes.get("next_count") == 0 and "next_keys" not in changes:
+            # no writes in the open generation (a new one, or one emptied): no keys either
+            changes["next_keys"] = 0
         return replace(self, **changes)
 
     def pack(self) -> bytes:
@@ -60,6 +66,7 @@ class CollectionMeta:
                 self.gc_done_seq,
                 self.phantom_counter,
                 None if self.next_lease is None else [self.next_lease.name, self.next_lease.version],
+                self.next_keys,
             ],
             use_bin_type=True,
         )
@@ -69,6 +76,8 @@ class CollectionMeta:
         fields = msgpack.unpackb(raw, raw=False)
         if len(fields) > 11 and fields[11] is not None:  # rows written before leases fenced have 11
             fields[11] = LeaseToken(fields[11][0], fields[11][1])
+        if len(fields) < 13:  # written before next_keys: the open generation's keys are not counted yet
+            fields[11:] = [fields[11] if len(fields) > 11 else None, None if fields[7] else 0]
         return cls(name, *fields)
 
 

@@ -200,7 +200,7 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
     lineage.record(txn, tables, meta, moves)
     assert meta.next_seq is not None
     if step.recorded:  # the primary's time and metadata; its changed keys: the records it sent (one a key)
-        history.record(txn, tables, meta, meta.next_seq, step.committed_at_ms, step.metadata)
+        history.record(txn, tables, meta, meta.next_seq, step.committed_at_ms, step.metadata, meta.next_keys)
     meta = _commit(txn, tables, meta)
     if step.floor and step.previous is None and step.records:
         meta = meta.with_(gc_horizon=meta.generation)

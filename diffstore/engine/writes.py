@@ -127,7 +127,7 @@ def commit_generation(
     moves = readers.apply_updates(txn, tables, meta, updates)
     lineage.record(txn, tables, meta, moves)  # the open generation's moves, in the same transaction
     assert meta.next_seq is not None
-    history.record(txn, tables, meta, meta.next_seq, now_ms, metadata)
+    history.record(txn, tables, meta, meta.next_seq, now_ms, metadata, meta.next_keys)
     meta = meta.with_(
         generation=meta.next,
         generation_seq=meta.next_seq,
@@ -169,7 +169,7 @@ def commit_automatic(
 ) -> CollectionMeta:
     """Commits a non-manual collection's open generation and opens the one after it."""
     assert meta.next is not None and meta.next_seq is not None
-    history.record(txn, tables, meta, meta.next_seq, now_ms)
+    history.record(txn, tables, meta, meta.next_seq, now_ms, changed=meta.next_keys)
     seq = meta.next_seq + 1
     meta = meta.with_(
         generation=meta.next,
@@ -292,20 +292,25 @@ def _put_rows(
     first_key: bytes,
     count: int,
     ascending: bool,
-) -> None:
+    overwrite: bool = True,
+) -> int:
     """``putmulti`` of ``count`` rows (each call of ``rows``: a new pass over them), in LMDB's append mode
-    when they ascend past the table's last key.
+    when they ascend past the table's last key; returns how many it added (without ``overwrite``: the rows
+    whose key was not there yet).
 
     That is a bulk load of sorted new keys into the newest collection: append mode skips the B-tree
     descent per row and fills pages whole. Both checks hold in this transaction (``ascending`` is
     the caller's): a row that is not past the last key would be skipped silently by append mode.
     """
+    appended = 0
     if ascending and (not cursor.last() or cursor.key() < first_key):
-        _, added = cursor.putmulti(rows(), append=True)
-        if added == count:
-            return
+        _, appended = cursor.putmulti(rows(), append=True, overwrite=overwrite)
+        if appended == count:
+            return count
         # cannot happen after the checks; the plain put rewrites the rows added (same values) and the rest
-    cursor.putmulti(rows())
+        # (without ``overwrite`` it leaves the rows added, which it does not count again)
+    _, added = cursor.putmulti(rows(), overwrite=overwrite)
+    return int(added) + (0 if overwrite else int(appended))
 
 
 def _sorted_rows(meta: CollectionMeta, items: Iterable[PutItem], plain: bool) -> SortedRows | None:
@@ -410,8 +415,9 @@ def put_many(
     if fast is not None:
         count = len(fast)
         _put_rows(txn.cursor(db=tables.records), fast.records, fast.first_record_key, count, True)
-        _put_rows(txn.cursor(db=tables.changes), fast.changes, fast.first_change_key, count, True)
-        return _written(txn, tables, meta, target, count, max_generation_records, now_ms)
+        changes = txn.cursor(db=tables.changes)
+        keys = _put_rows(changes, fast.changes, fast.first_change_key, count, True, overwrite=False)
+        return _written(txn, tables, meta, target, count, keys, max_generation_records, now_ms)
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
     if batch.longest <= layout.LONG_KEY_PREFIX:  # of the items given: ``kept`` holds no longer key
@@ -434,14 +440,15 @@ def put_many(
         count,
         ascending,
     )
-    _put_rows(
+    keys = _put_rows(
         txn.cursor(db=tables.changes),
         lambda: zip(change_keys, itertools.repeat(b"")),
         change_keys[0],
         count,
         ascending,
+        overwrite=False,  # a key already written into this generation keeps its row, and is not counted
     )
-    return _written(txn, tables, meta, target, count, max_generation_records, now_ms)
+    return _written(txn, tables, meta, target, count, keys, max_generation_records, now_ms)
 
 
 def _written(
@@ -450,13 +457,16 @@ def _written(
     meta: CollectionMeta,
     target: bytes,
     count: int,
+    keys: int,
     max_generation_records: int,
     now_ms: int | None,
 ) -> tuple[CollectionMeta, PutResult, bool]:
-    """Counts ``count`` records written into the open generation ``target`` (committing it when a
-    non-manual one reaches ``max_generation_records``): put_many's answer."""
+    """Counts ``count`` records written into the open generation ``target``, ``keys`` of them of keys it
+    had not written yet (committing it when a non-manual one reaches ``max_generation_records``):
+    put_many's answer."""
     first_write = meta.next_count == 0
-    meta = meta.with_(next_count=meta.next_count + count)
+    known = meta.next_keys
+    meta = meta.with_(next_count=meta.next_count + count, next_keys=None if known is None else known + keys)
     if not meta.manual and meta.next_count >= max_generation_records:
         meta = commit_automatic(txn, tables, meta, now_ms)
         save_meta(txn, tables, meta)

@@ -165,6 +165,10 @@ def _open_count_wrong(txn: lmdb.Transaction, tables: Tables) -> None:
     save_meta(txn, tables, load_meta(txn, tables, "B").with_(next_count=0))
 
 
+def _open_keys_wrong(txn: lmdb.Transaction, tables: Tables) -> None:
+    save_meta(txn, tables, load_meta(txn, tables, "B").with_(next_keys=5))
+
+
 def _row_of_no_collection(txn: lmdb.Transaction, tables: Tables) -> None:
     txn.put(layout.gen_key(layout.cid_bytes(9999), 0), b"", db=tables.gens)
 
@@ -221,6 +225,7 @@ DAMAGE: list[tuple[Damage, str]] = [
     (_short_producer_row, "producer 'p' holds 7 bytes"),
     (_phantom_without_expiry, "without expiry"),
     (_open_count_wrong, "the open generation counts 0 writes but holds 1 keys"),
+    (_open_keys_wrong, "'B': the open generation counts 5 keys but holds 1"),
     (_row_of_no_collection, "collection #9999, which is neither live nor deleted"),
     (_commit_row_missing, "commits: 'B': committed generation 2 (#2) has no commit row"),
     (_commit_row_of_open_generation, "commits: 'B': commit row 000000020000000000000004 names no committed"),
