@@ -10,12 +10,13 @@ DataFrame as local data (``createDataFrame`` of an Arrow table: already in memor
 Otherwise the pages are dropped and the diff is read by Spark tasks as before — at most
 ``local_diff_max_rows`` + one page read twice for a large round.
 
-A round whose every diff was read this way is a small round through and through: its lookups run on the
-driver (the keys collected — no Spark job at all when Spark folded their plan into a local relation —,
-their values fetched with ``getMany``, handed back as local data, which Spark then joins by broadcast),
-and its result is collected to the driver (``toArrow``) and written with putMany from here into the
-round's open generation, instead of by a Python data source write (planning processes, tasks, a commit
-process: about a second even for a handful of rows). The result of a small round is assumed to be small
+A round whose every diff was read this way is a small round through and through: its sources' lookups
+run on the driver (the keys collected — no Spark job at all when Spark folded their plan into a local
+relation —, their values fetched with ``getMany``, handed back as local data, which Spark then joins by
+broadcast), the target's lookup in the result's own job (:func:`small_round_lookup`), and its result is
+collected to the driver (``toArrow``) and written with putMany from here into the round's open
+generation, instead of by a Python data source write (planning processes, tasks, a commit process: about
+a second even for a handful of rows). The result of a small round is assumed to be small
 too — a job that turns a few changes into millions of rows should set ``local_diff_max_rows=0``.
 
 While a small round runs, the session plans its queries for small data (:data:`SMALL_ROUND_CONF`, restored
@@ -38,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from diffstore.client import Collection
 from diffstore.errors import InvalidRequest
 from diffstore.spark.lookup import GET_MANY_KEYS, get_many
-from diffstore.spark.plan import Lookup, Pinned, RoundContext, RoundPlan, SourceRange, pinned_alias
+from diffstore.spark.plan import TARGET, Lookup, Pinned, RoundContext, RoundPlan, SourceRange, pinned_alias
 from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_SCHEMA
 
 PAGE_ROWS = 10_000
@@ -140,5 +141,25 @@ def driver_lookup(
                 fetch(chunk)
         columns = [pa.array(wanted, pa.binary()), pa.array([found.get(k) for k in wanted], pa.binary())]
         return spark.createDataFrame(pa.Table.from_arrays(columns, names=["key", "value"]), LOOKUP_SCHEMA)
+
+    return lookup
+
+
+def small_round_lookup(driver: Lookup, executors: Lookup) -> Lookup:
+    """A small round's ``lookup``: the sources' on the ``driver``, :data:`~diffstore.spark.plan.TARGET`'s
+    by the ``executors`` in the job that computes the result.
+
+    A source's keys are usually picked from the local diffs by projections and filters, which Spark
+    folds into local data: the driver collects them without a job. The target's keys are usually the
+    result's own (the totals a round changes, computed by a join and an aggregation of everything
+    else), and its values join the result last: collected on the driver, those keys would cost the
+    whole computation once for the lookup and once more for the result (two jobs of the same join,
+    and a broadcast job more). Left in the plan, the target's lookup reads its keys from the result's
+    own aggregation (Spark reuses the exchange), so the round runs one job for the result. Measured
+    with ``benchmarks/small_rounds.py`` (docs/spark.md).
+    """
+
+    def lookup(alias: str, keys: DataFrame) -> DataFrame:
+        return (executors if alias == TARGET else driver)(alias, keys)
 
     return lookup

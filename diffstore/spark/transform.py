@@ -66,6 +66,7 @@ from diffstore.spark.small_rounds import (
     driver_lookup,
     read_small_diff,
     session_conf,
+    small_round_lookup,
     write_small_result,
 )
 from diffstore.spark.source import check_writable, describe_failure, put_partition, reader_updates
@@ -282,16 +283,23 @@ class Transform:
             reader = reader.option("splitKeys", encode_split_keys(cuts))
         return reader.load()
 
-    def _lookup(self, plan: RoundPlan, cuts: list[bytes]) -> Lookup:
-        """``lookup`` run by executors: each task reads the values of one key range's keys."""
+    def _lookup(self, plan: RoundPlan, cuts: list[bytes] | None) -> Lookup:
+        """``lookup`` run by executors: each task reads the values of one key range's keys (``cuts``),
+        or with ``cuts=None`` of the keys its partition holds after a ``distinct`` (a small round's
+        :data:`TARGET` lookup, see :func:`~diffstore.spark.small_rounds.small_round_lookup`)."""
         pinned = pinned_lookups(plan, self.target)
 
         def lookup(alias: str, keys: DataFrame) -> DataFrame:
             where = pinned_alias(pinned, alias)
-            # Each task looks up the keys of one of the round's key ranges (routed by an expression,
-            # not repartitionByRange, whose sampling job would evaluate the upstream plan once more):
-            # a task's sorted keys are then dense in its range and each record is read once.
-            ranged = by_key_range(keys.select("key"), "key", cuts).sortWithinPartitions("key")
+            if cuts is None:
+                # equal keys in one partition (each looked up once), with no shuffle of its own when
+                # the keys come out of an aggregation by them, as a result's keys do
+                ranged = keys.select("key").distinct().sortWithinPartitions("key")
+            else:
+                # Each task looks up the keys of one of the round's key ranges (routed by an expression,
+                # not repartitionByRange, whose sampling job would evaluate the upstream plan once more):
+                # a task's sorted keys are then dense in its range and each record is read once.
+                ranged = by_key_range(keys.select("key"), "key", cuts).sortWithinPartitions("key")
             return ranged.mapInArrow(
                 lookup_partition(self.url, self.codec, where.collection, where.generation_id, self.token),
                 LOOKUP_SCHEMA,
@@ -353,8 +361,9 @@ class Transform:
 
         Its diffs are local relations (an empty diff too, from an empty Arrow table: Spark's optimizer
         then drops the joins with it), nothing is observed or checkpointed (the sizes are known), the
-        lookups run on the driver with ``getMany`` and the result is collected and written from here:
-        the only Spark jobs are those of the lookups' keys and of the result.
+        sources' lookups run on the driver with ``getMany``, the target's in the result's own job, and
+        the result is collected and written from here: the only Spark jobs are those of the sources'
+        lookups' keys (none when Spark folds them into local data) and of the result.
         """
         empty = DIFF_ARROW.empty_table()
         tables = {s.alias: t if (t := local.get(s.alias)) is not None else empty for s in plan.sources}
@@ -362,7 +371,10 @@ class Transform:
         self.event("read", generation=plan.generation_id, rows_read=rows_read)
         with session_conf(self.spark, self.small_round_conf):
             diffs = {alias: self.spark.createDataFrame(t, DIFF_SCHEMA) for alias, t in tables.items()}
-            lookup = driver_lookup(self.spark, self.handle, pinned_lookups(plan, self.target))
+            lookup = small_round_lookup(
+                driver_lookup(self.spark, self.handle, pinned_lookups(plan, self.target)),
+                self._lookup(plan, None),
+            )
             result = self.fn(self.spark, diffs, lookup).select("key", "value")
             return rows_read, write_small_result(self, plan, result)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,8 +64,8 @@ def test_a_small_round_refused_after_a_first_put_batch_leaves_the_target_untouch
 def test_a_small_round_with_one_source_unchanged_and_deletes(
     spark: Any, server_url: str, store: Store, names: dict[str, str]
 ) -> None:
-    """B's diff is empty (a local relation with no rows), A's holds updates and a delete; the lookups
-    (of B for A's users, of the target for the totals) run on the driver with getMany."""
+    """B's diff is empty (a local relation with no rows), A's holds updates and a delete; B's lookup for
+    A's users runs on the driver with getMany, the target's for the totals in the result's job."""
     from helpers_spark import load_example_job
 
     job = load_example_job()
@@ -149,3 +150,47 @@ def test_a_small_diff_is_read_in_pages_up_to_the_limit(
         assert small_rounds.read_small_diff(transform, SourceRange("a", names["A"], first, last)) is not None
     finally:
         transform.close()
+
+
+def test_a_small_round_computes_the_result_once_for_the_target_lookup_and_the_write(
+    spark: Any, server_url: str, store: Store, names: dict[str, str], tmp_path: Path
+) -> None:
+    """The target's lookup reads the keys of the result's own aggregation in the result's job: each changed
+    row goes through the user's computation once per round, not once for the lookup's keys and once more
+    for the result (the old driver-side lookup of the target: 6 evaluations, then 8)."""
+    from diffstore.spark import TARGET
+
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    commit_items(store, names["A"], [(b"u1", b"DE"), (b"u2", b"FR"), (b"u3", b"DE")])
+    calls = tmp_path / "calls"
+    calls.touch()
+
+    @F.udf("binary")
+    def counted(value: bytes | None) -> bytes | None:
+        with open(calls, "a") as out:  # one line per evaluation, from Spark's Python worker
+            out.write("x\n")
+        return value
+
+    def fn(spark_: Any, diffs: dict[str, DataFrame], lookup: Any) -> DataFrame:
+        users = diffs["a"].select(counted("toValue").alias("country"))
+        # the keys keep the whole aggregation (a filter on its values, like the example's `delta != 0`):
+        # Spark computes it once for both
+        counts = users.groupBy("country").agg(F.count("*").alias("n")).where(F.col("n") > 0)
+        before = lookup(TARGET, counts.select(F.col("country").alias("key")))
+        old = F.coalesce(before["value"].cast("string").cast("long"), F.lit(0))
+        return counts.join(before, counts["country"] == before["key"], "left").select(
+            F.col("country").alias("key"), (old + F.col("n")).cast("string").cast("binary").alias("value")
+        )
+
+    transform = Transform(spark, server_url, names["C"], {"a": names["A"]}, fn)
+    try:
+        (first,) = transform.run()
+        assert calls.read_text().count("x") == 3
+        commit_items(store, names["A"], [(b"u4", b"FR")])
+        (second,) = transform.run()
+        assert calls.read_text().count("x") == 4
+    finally:
+        transform.close()
+    assert first.rows_written == 2 and second.rows_written == 1
+    assert snapshot(store, names["C"]) == {b"DE": b"2", b"FR": b"2"}
