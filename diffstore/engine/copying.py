@@ -1,21 +1,28 @@
-"""LMDB's compacting copy of a store into a file, paced so that the store's writers keep their disk.
+"""LMDB's compacting copy of a store into a file, paced by its effect on the store's writers.
 
 ``mdb_env_copyfd2`` with ``MDB_CP_COMPACT`` reads the store in one read transaction and writes its live
 pages, packed, as fast as the disk takes them. A writer of the store meanwhile commits with a flush to disk
-per commit, and each flush waits behind the copy's writes queued at the device: measured here
-(benchmarks/backup.py), a writer kept a third of its commit rate while an unpaced copy ran.
+per commit, and each flush waits for the copy's writes that reached the device before it: measured here
+(benchmarks/backup.py), a writer kept 0.14-0.35x of its commit rate beside an unpaced copy.
 
 So the copy goes through a pipe (LMDB writes into it from a thread, giving up the GIL) and this module
 writes it into the file a chunk at a time, with ``O_DIRECT`` where the file system takes it (as
 ``mdb_env_copy2`` does: no gigabytes of dirty pages for the kernel to write back behind the writers'
-flushes, no store pages pushed out of the page cache). While the store's writers are committing (LMDB's
-last transaction id moved in the last second), it waits after each chunk so that the copy keeps the
-disk busy at most ``disk_share`` of the time; while nobody commits, it writes at full speed. A chunk is
-1 MiB, so a writer's flush waits behind one chunk at most.
+flushes, no store pages pushed out of the page cache). A chunk is 1 MiB.
+
+While nobody commits (LMDB's last transaction id did not move in the last second), the copy runs at full
+speed. While writers commit, :class:`_Pacer` writes chunks evenly spaced at a byte rate, in turns of a few
+seconds, and after each turn stops the copy for a moment to measure the writers' commit rate without it:
+the rate goes up while the writers kept ``1 - disk_share`` of their commit rate in the turn, down when they
+did not. The cost of a chunk to a writer is not its write time: an ``O_DIRECT`` write returns once the
+device's write cache holds it, and the writer's next flush pays for it. Pacing by write time (the
+previous design) let the copy run as if unpaced on a quiet disk (the writer kept 0.14x) and slowed it to
+36 MB/s on a busy one; pacing by the writers' own commit rate measures what is to be kept.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import mmap
@@ -29,17 +36,22 @@ import lmdb
 Progress = Callable[[int, int], None]
 """Called with (bytes copied so far, bytes expected in all: an estimate) while a copy runs."""
 
-DISK_SHARE = 0.1
-"""The share of the time a backup's copy keeps the disk busy by default while the store's writers commit.
-Measured on a quiet machine (benchmarks/backup.py, load 2.5): a writer of durable commits kept 0.14x of its
-rate beside a copy paced at 0.5 (the copy's writes land in the device's cache at once, so they take little
-time, and each of the writer's flushes then pays for flushing them), 0.74x at 0.1, the copy writing 36 MB/s
-meanwhile."""
+DISK_SHARE = 0.3
+"""The share of the store's commit rate a backup may take by default while writers commit (they keep 0.7x
+of it, and more: the measuring pauses are theirs). 1 is full speed."""
 
 _CHUNK = 1 << 20  # a multiple of every page size; a writer's flush waits behind one chunk at most
 _PIPE_BYTES = 1 << 20
 _REPORT_S = 0.1
 _BUSY_S = 1.0
+_START_RATE = 64e6  # bytes/s: a fraction of a disk's speed; found in a few turns either way
+_MIN_RATE, _MAX_RATE = 1e6, 1e10
+_UP, _DOWN = 1.4, 0.7  # the most a turn moves the rate either way
+_BURST_S = 0.05  # a copy that fell behind its rate (a slow read) catches up this much at once
+_TURN_S, _MAX_TURN_S = 3.0, 6.0
+_PAUSE_S, _MAX_PAUSE_S, _PAUSE_STEP_S = 0.5, 2.0, 0.01
+_PAUSES = 3  # the writers' rate without the copy: over this many pauses
+_ENOUGH = 20  # commits counted in a turn or a pause for a rate worth comparing (else it waits longer)
 _ALIGN = 4096  # O_DIRECT writes must be whole blocks
 
 
@@ -73,7 +85,7 @@ def copy_to_file(
     worker = threading.Thread(target=copy, name="diffstore-copy", daemon=True)
     worker.start()
     direct = _direct(fd)
-    committing = _commits_of(env)
+    pacer = _Pacer(env, disk_share)
     chunk = mmap.mmap(-1, _CHUNK)  # page-aligned memory, as O_DIRECT needs
     view = memoryview(chunk)
     written = filled = 0
@@ -86,7 +98,8 @@ def copy_to_file(
             filled += got
             if filled < _CHUNK:
                 continue
-            written += _write(fd, view, filled, disk_share if committing() else 1.0)
+            written += _write(fd, view, filled)
+            pacer.wrote(filled)
             filled = 0
             if progress is not None and time.monotonic() - reported >= _REPORT_S:
                 reported = time.monotonic()
@@ -94,7 +107,7 @@ def copy_to_file(
         if filled:
             if direct and filled % _ALIGN:  # LMDB writes whole pages; should it not, write the rest cached
                 fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~direct)
-            written += _write(fd, view, filled, disk_share)
+            written += _write(fd, view, filled)
     finally:
         os.close(reading)  # on a failure here, the copy's next write fails and its read transaction ends
         worker.join()
@@ -107,19 +120,73 @@ def copy_to_file(
     return written
 
 
-def _commits_of(env: lmdb.Environment) -> Callable[[], bool]:
-    """A function telling whether the store committed a transaction in the last :data:`_BUSY_S` seconds
-    (a writer committing a few times a second counts as committing between its commits too)."""
-    last_txnid, last_seen = env.info()["last_txnid"], float("-inf")
+def next_rate(rate: float, with_copy: float, without: float, keep: float) -> float:
+    """The copy's next byte rate: up while the writers kept ``keep`` of their commit rate ``without`` the
+    copy (their rate in the last pauses) in the turn just run at ``rate`` (``with_copy`` commits/s), down
+    when they did not."""
+    # in proportion to the miss (a noisy turn near the goal moves the rate a little), within bounds
+    factor = _UP if without <= 0 else min(_UP, max(_DOWN, with_copy / without / keep))
+    return min(_MAX_RATE, max(_MIN_RATE, rate * factor))
 
-    def committing() -> bool:
-        nonlocal last_txnid, last_seen
-        txnid, now = env.info()["last_txnid"], time.monotonic()
-        if txnid != last_txnid:
-            last_txnid, last_seen = txnid, now
-        return now - last_seen < _BUSY_S
 
-    return committing
+class _Pacer:
+    """Paces the copy by its effect on the store's writers: their commit rate.
+
+    While nobody commits, the copy runs at full speed. While writers commit, the copy runs at a byte rate
+    (evenly spaced chunks) in turns with short pauses; each pause measures the writers' commit rate
+    without the copy, each turn with it; the rate goes up while the writers keep ``1 - disk_share`` of
+    their rate and down when they do not."""
+
+    def __init__(self, env: lmdb.Environment, disk_share: float) -> None:
+        self.env = env
+        self.keep = 1 - disk_share
+        self.rate = _START_RATE
+        self.txnid = self._txnid()
+        self.last_commit = float("-inf")
+        self.turn_start = time.monotonic()
+        self.turn_txnid = self.txnid
+        self.next_at = 0.0
+        self.pauses: collections.deque[tuple[int, float]] = collections.deque(maxlen=_PAUSES)
+
+    def _txnid(self) -> int:
+        return int(self.env.info()["last_txnid"])
+
+    def wrote(self, length: int) -> None:
+        if self.keep <= 0:
+            return
+        now = time.monotonic()
+        txnid = self._txnid()
+        if txnid != self.txnid:
+            self.txnid, self.last_commit = txnid, now
+        if now - self.last_commit >= _BUSY_S:  # nobody commits: full speed, a fresh turn when they do
+            self.turn_start, self.turn_txnid, self.next_at = now, txnid, now
+            return
+        self.next_at = max(self.next_at, now - _BURST_S) + length / self.rate
+        if self.next_at > now:
+            time.sleep(self.next_at - now)
+        now = time.monotonic()
+        commits = self.txnid - self.turn_txnid
+        if now - self.turn_start < _TURN_S or (commits < _ENOUGH and now - self.turn_start < _MAX_TURN_S):
+            return
+        with_copy = commits / (now - self.turn_start)
+        self.rate = next_rate(self.rate, with_copy, self._pause(), self.keep)
+        self.turn_start, self.turn_txnid = time.monotonic(), self._txnid()
+        self.next_at = self.turn_start
+
+    def _pause(self) -> float:
+        """Waits with the copy stopped until the writers commit enough (or long enough); returns their
+        rate over the last few pauses (the rate without the copy moves slowly; one pause is a small
+        sample)."""
+        started, first = time.monotonic(), self._txnid()
+        while True:
+            time.sleep(_PAUSE_STEP_S)
+            now, txnid = time.monotonic(), self._txnid()
+            if (now - started >= _PAUSE_S and txnid - first >= _ENOUGH) or now - started >= _MAX_PAUSE_S:
+                self.txnid = txnid
+                if txnid != first:
+                    self.last_commit = now
+                self.pauses.append((txnid - first, now - started))
+                return sum(c for c, _ in self.pauses) / sum(t for _, t in self.pauses)
 
 
 def _direct(fd: int) -> int:
@@ -134,12 +201,9 @@ def _direct(fd: int) -> int:
     return direct
 
 
-def _write(fd: int, view: memoryview, length: int, disk_share: float) -> int:
-    started = time.perf_counter()
+def _write(fd: int, view: memoryview, length: int) -> int:
     done = 0
     while done < length:
         with view[done:length] as part:
             done += os.write(fd, part)
-    if disk_share < 1:
-        time.sleep((time.perf_counter() - started) * (1 / disk_share - 1))
     return length

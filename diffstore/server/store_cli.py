@@ -51,8 +51,8 @@ def add_commands(subparsers: Any) -> None:
         type=_share,
         default=None,
         metavar="SHARE",
-        help="with --data: the share of the time the copy keeps the disk busy writing, so that the store's"
-        " writers keep theirs (default 0.1; 1: full speed)",
+        help="with --data: the share of the store's commit rate the copy may take while writers commit;"
+        " it measures their rate with and without it and paces itself (default 0.3; 1: full speed)",
     )
     parser.add_argument("out", metavar="OUT", help="the directory to write (must not exist, or be empty)")
     parser.set_defaults(func=_backup)

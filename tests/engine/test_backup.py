@@ -194,3 +194,19 @@ def test_a_paced_copy_is_lmdbs_compacting_copy_byte_for_byte(tmp_path: Path) -> 
     assert seen[-1] == (written, written)
     with pytest.raises(ValueError, match="disk_share"):
         copying.copy_to_file(opened.env, 0, 1, None, 0)
+
+
+def test_the_copy_speeds_up_while_writers_keep_their_share_and_slows_down_when_they_do_not() -> None:
+    keep = 0.7
+    up = copying.next_rate(50e6, with_copy=71, without=100, keep=keep)
+    down = copying.next_rate(50e6, with_copy=69, without=100, keep=keep)
+    assert down < 50e6 < up
+    assert copying.next_rate(50e6, with_copy=0, without=0, keep=keep) > 50e6  # nobody committed: no cost seen
+    rate = 50e6
+    for _ in range(200):  # bounded both ways: never stopped, never unlimited
+        rate = copying.next_rate(rate, with_copy=0, without=100, keep=keep)
+    assert rate > 0
+    low = rate
+    for _ in range(200):
+        rate = copying.next_rate(rate, with_copy=100, without=100, keep=keep)
+    assert low < rate < float("inf")
