@@ -260,6 +260,10 @@ class TcpProxy:
             await asyncio.gather(
                 self._pump(client_reader, server, link), self._pump(server_reader, client, link)
             )
+        except asyncio.CancelledError:
+            # close() cancels the links' tasks; asyncio's done-callback of a connection handler asks a
+            # cancelled one for its exception and logs the CancelledError as unhandled: end it quietly
+            return
         finally:
             self._links.discard(link)
             link.abort()

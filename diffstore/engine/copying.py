@@ -33,6 +33,8 @@ from collections.abc import Callable
 
 import lmdb
 
+from diffstore.engine import crashpoints
+
 Progress = Callable[[int, int], None]
 """Called with (bytes copied so far, bytes expected in all: an estimate) while a copy runs."""
 
@@ -101,6 +103,8 @@ def copy_to_file(
             written += _write(fd, view, filled)
             pacer.wrote(filled)
             filled = 0
+            if written == _CHUNK:  # the first chunk is written, the read transaction open: under way
+                crashpoints.reached("copy-midway")
             if progress is not None and time.monotonic() - reported >= _REPORT_S:
                 reported = time.monotonic()
                 progress(written, max(expected, written))

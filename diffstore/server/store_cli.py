@@ -154,10 +154,12 @@ def _backup_from_server(
             try:
                 return backup.receive(response.iter_bytes(_CHUNK), out, expected, progress)
             except httpx.HTTPError as exc:
+                # not chained: diffstore.cli reads a StorageError caused by httpx as "cannot reach the
+                # server", while this one was reached and broke off midway, leaving OUT to delete
                 raise StorageError(
                     f"the backup stream from {url} broke off ({type(exc).__name__}: {exc}); {out} is left"
                     " marked unfinished: delete it and take the backup again"
-                ) from exc
+                ) from None
     except httpx.HTTPError as exc:  # the server cannot be reached: diffstore.cli says so in one line
         raise StorageError(str(exc) or type(exc).__name__) from exc
 

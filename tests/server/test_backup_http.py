@@ -1,11 +1,14 @@
 """``GET /backup`` and ``diffstore backup --url``: a real server over a store that another process keeps
 committing to; the backup is one committed state, check passes on it, and a server on it serves. Bad
-URLs and tokens are one line with nothing written."""
+URLs and tokens are one line with nothing written. A link that delays, stalls and is cut midway
+(tests.faults.TcpProxy) ends the backup in one line with OUT refused, the source unchanged, and a retry
+whole."""
 
 from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +24,8 @@ from diffstore.engine import check, crashpoints, storage
 from diffstore.errors import StorageError
 from diffstore.server import ServerConfig
 from tests.engine.test_backup import acknowledged, snapshot_of, spawn_writer, stop
+from tests.engine.test_backup_crash import assert_refused
+from tests.faults import TcpProxy
 from tests.helpers import wait_until
 from tests.server.conftest import live_server
 
@@ -158,3 +163,58 @@ def test_a_backup_over_http_killed_midway_leaves_out_refused(tmp_path: Path) -> 
             with pytest.raises(StorageError, match="unfinished backup"):
                 Store.open(out)
         assert live.ok("GET", "/collections/A")["isManual"]  # the server never noticed
+
+
+def test_a_backup_over_a_link_that_delays_then_stalls_and_is_cut_fails_in_one_line_and_a_retry_works(
+    tmp_path: Path,
+) -> None:
+    with live_server(tmp_path / "s") as live, TcpProxy(live.url.removeprefix("http://")) as proxy:
+        c = live.store.create_collection("A")
+        c.start_generation(b"1")
+        c.put_many([(b"k%06d" % i, os.urandom(500)) for i in range(20_000)], generation_id=b"1")
+        c.commit_generation(b"1")
+        before = [(r.key, r.value) for r in c.query()]
+        url = f"http://{proxy.address}"
+        out = tmp_path / "out"
+        proxy.delay(20)  # each 64 KiB waits 20 ms: the copy of ~10 MB takes seconds
+        backup = subprocess.Popen(
+            [sys.executable, "-m", "diffstore", "backup", "--url", url, str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            copy = out / storage.DATA_FILE
+            wait_until(
+                lambda: backup.poll() is not None or copy.exists() and copy.stat().st_size >= 1 << 20,
+                DEADLINE_S,
+                what="a MiB of the backup through the slow link",
+            )
+            assert backup.poll() is None, "the backup ended before the link was cut"
+            proxy.stall()  # the link hangs midway...
+            wait_until(lambda: proxy.held > 0, DEADLINE_S, what="bytes held by the stalled link")
+            assert backup.poll() is None  # ... and the backup waits on it
+            proxy.cut()  # then it breaks (and refuses new connections)
+            stdout, stderr = backup.communicate(timeout=DEADLINE_S)
+        finally:
+            if backup.poll() is None:
+                backup.kill()
+            backup.communicate()
+        line = one_line(subprocess.CompletedProcess(backup.args, backup.returncode, stdout, stderr))
+        assert "broke off" in line and "take the backup again" in line, line
+        assert_refused(out)  # check, serve and Store.open refuse the half copy, in one line
+        assert [(r.key, r.value) for r in c.query()] == before  # the source is unchanged...
+        assert live.ok("GET", "/collections/A")["generationId"]  # ... and still served
+        wait_until(
+            lambda: not any(t.name == "diffstore-backup-stream" for t in threading.enumerate()),
+            DEADLINE_S,
+            what="the server's copy to end with its client gone",
+        )
+        proxy.accept()
+        proxy.passing()
+        shutil.rmtree(out)  # as the error says: delete it and take the backup again
+        done = cli("backup", "--url", url, str(out))
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert check.check_directory(out).ok
+    with Store.open(out) as restored:
+        assert [(r.key, r.value) for r in restored.collection("A").query()] == before
