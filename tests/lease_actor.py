@@ -32,6 +32,8 @@ from typing import Any
 from diffstore.collection import Collection
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError
+from tests.faults import TcpProxy, paused
+from tests.helpers import wait_until
 
 
 def _fencing(cmd: dict[str, Any]) -> dict[str, LeaseToken]:
@@ -123,9 +125,18 @@ class Actor:
         return answer
 
     def ask(self, op: str, **fields: Any) -> dict[str, Any]:
+        self.send(op, **fields)
+        return self._answer()
+
+    def send(self, op: str, **fields: Any) -> None:
+        """Sends a command without waiting for its answer (read it with :meth:`answer`): a command the
+        actor carries out once resumed, or whose request a stalled link holds."""
         assert self.process.stdin is not None
         self.process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
         self.process.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        """The answer to the oldest command sent and not yet answered."""
         return self._answer()
 
     def ok(self, op: str, **fields: Any) -> dict[str, Any]:
@@ -165,6 +176,17 @@ def _fenced(actor: Actor, owner: str, version: int, op: str, **fields: Any) -> N
     assert "error" not in answer, (op, answer)
 
 
+def take_over(b: Actor, v1: int) -> int:
+    """B stands by until the lease ``w`` (at version ``v1``) expires, then takes it: the new version."""
+    deadline = time.monotonic() + TAKEOVER_DEADLINE_S
+    while "version" not in (taken := b.ask("acquire", name="w", owner="B", ttl=60_000)):
+        assert taken == {"error": "leaseLost"} and time.monotonic() < deadline, taken
+        time.sleep(0.05)
+    v2: int = taken["version"]
+    assert v2 == v1 + 1
+    return v2
+
+
 def play_takeover(a: Actor, b: Actor) -> None:
     """The sequence of issue 25 (item 2) with two writers that use the same generation id.
 
@@ -178,12 +200,7 @@ def play_takeover(a: Actor, b: Actor) -> None:
     _fenced(a, "A", v1, "put", g="1", key="a-early", value="A")
     assert a.ok("get", key="a-early", g="1") == {"value": "A"}
     # A stalls; B stands by until the lease expires, then takes it
-    deadline = time.monotonic() + TAKEOVER_DEADLINE_S
-    while "version" not in (taken := b.ask("acquire", name="w", owner="B", ttl=60_000)):
-        assert taken == {"error": "leaseLost"} and time.monotonic() < deadline, taken
-        time.sleep(0.05)
-    v2 = taken["version"]
-    assert v2 == v1 + 1
+    v2 = take_over(b, v1)
     b.ok("start", g="1", abort=True, lease=["w", v2])
     assert b.ok("get", key="a-early", g="1") == {"value": None}  # A's generation was dropped, not adopted
     b.ok("put", g="1", key="b", value="B", lease=["w", v2])
@@ -209,6 +226,89 @@ def play_takeover(a: Actor, b: Actor) -> None:
     b.ok("commit", g="1", lease=["w", v2])
     assert a.ok("state") == {"current": "1", "next": None}
     assert [a.ok("get", key=key)["value"] for key in ("a-early", "a-late", "b")] == [None, None, "B"]
+
+
+def _b_works_on(b: Actor, v2: int) -> dict[str, Any]:
+    """B, holding the lease at ``v2``, drops A's generation ``1``, commits its own ``1`` and opens ``2``;
+    the state it leaves (A must change none of it)."""
+    b.ok("start", g="1", abort=True, lease=["w", v2])
+    b.ok("put", g="1", key="b", value="B", lease=["w", v2])
+    b.ok("commit", g="1", lease=["w", v2])
+    b.ok("start", g="2", lease=["w", v2])
+    b.ok("put", g="2", key="b2", value="B2", lease=["w", v2])
+    return b.ok("state")
+
+
+def _a_is_fenced_out(a: Actor, b: Actor, v1: int, before: dict[str, Any]) -> None:
+    """Every write, commit, abort, start and renewal of A with its old lease is ``leaseLost`` and changes
+    nothing; then B's data is whole and B's commit publishes it."""
+    old = ["w", v1]
+    for op, fields in [
+        ("put", {"g": "1", "key": "a-late", "value": "A", "lease": old}),
+        ("commit", {"g": "1", "lease": old}),
+        ("put", {"g": "2", "key": "b2", "value": "A", "lease": old}),
+        ("put", {"g": "2", "key": "a-late", "value": "A", "lease": old}),
+        ("commit", {"g": "2", "lease": old}),
+        ("abort", {"g": "2", "lease": old}),
+        ("start", {"g": "3", "abort": True, "lease": old}),
+        ("renew", {"name": "w", "owner": "A", "version": v1}),
+    ]:
+        assert a.ask(op, **fields) == {"error": "leaseLost"}, (op, fields)
+        assert b.ok("state") == before
+    assert [b.ok("get", key=key, g="1")["value"] for key in ("a-early", "a-late", "b")] == [None, None, "B"]
+    assert [b.ok("get", key=key, g="2")["value"] for key in ("a-late", "b", "b2")] == [None, "B", "B2"]
+    b.ok("commit", g="2", lease=["w", b.ok("renew", name="w", owner="B", version=v1 + 1)["version"]])
+    assert a.ok("state") == {"current": "2", "next": None}
+    assert [a.ok("get", key=key)["value"] for key in ("a-early", "a-late", "b", "b2")] == [
+        None,
+        None,
+        "B",
+        "B2",
+    ]
+
+
+def play_paused_takeover(a: Actor, b: Actor) -> None:
+    """A pauses (SIGSTOP) between two writes of its generation, with its next write already decided (sent,
+    carried out once it runs again); B takes the lease over meanwhile, commits and opens a generation. A,
+    resumed, goes on as if nothing happened: its pending write and everything after is ``leaseLost``,
+    and B's data is whole (issue 25: leases under pauses)."""
+    v1 = a.ok("acquire", name="w", owner="A", ttl=TAKEOVER_TTL_MS)["version"]
+    _fenced(a, "A", v1, "start", g="1", abort=True)
+    _fenced(a, "A", v1, "put", g="1", key="a-early", value="A")
+    with paused(a.process):
+        a.send("put", g="1", key="a-late", value="A", lease=["w", v1])  # its next write, carried out later
+        v2 = take_over(b, v1)
+        before = _b_works_on(b, v2)
+    assert a.answer() == {"error": "leaseLost"}
+    assert b.ok("state") == before
+    _a_is_fenced_out(a, b, v1, before)
+
+
+def play_takeover_over_a_stalled_link(a: Actor, b: Actor, link: TcpProxy) -> None:
+    """A reaches the server through ``link``. Its write hangs in the stalled link while its lease expires
+    and B takes over; released, the write arrives late and is ``leaseLost``. Its commit then hangs in the
+    link and the link is cut: A's client reports the server unreachable (``storageError``), and A's retry
+    is ``leaseLost``. Nothing of A lands; B's data is whole (issue 25: leases under link faults)."""
+    v1 = a.ok("acquire", name="w", owner="A", ttl=TAKEOVER_TTL_MS)["version"]
+    _fenced(a, "A", v1, "start", g="1", abort=True)
+    _fenced(a, "A", v1, "put", g="1", key="a-early", value="A")
+    link.stall()
+    a.send("put", g="1", key="a-late", value="A", lease=["w", v1])
+    wait_until(lambda: link.held > 0, TAKEOVER_DEADLINE_S, what="A's write held by the stalled link")
+    v2 = take_over(b, v1)
+    before = _b_works_on(b, v2)
+    link.passing()  # A's write arrives, after the takeover
+    assert a.answer() == {"error": "leaseLost"}
+    assert b.ok("state") == before
+    link.stall()
+    a.send("commit", g="1", lease=["w", v1])
+    wait_until(lambda: link.held > 0, TAKEOVER_DEADLINE_S, what="A's commit held by the stalled link")
+    link.cut()
+    assert a.answer() == {"error": "storageError"}  # the request never reached the server
+    link.accept()
+    link.passing()
+    assert b.ok("state") == before
+    _a_is_fenced_out(a, b, v1, before)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError, GenerationMismatch, LeaseLost, OutdatedGeneration
 from tests.engine.conftest import StoreFactory
 from tests.helpers import ManualClock
-from tests.lease_actor import Actor, play_takeover
+from tests.lease_actor import Actor, play_paused_takeover, play_takeover
 
 
 def gen(n: int) -> bytes:
@@ -364,3 +364,13 @@ def test_a_fenced_out_process_changes_nothing_whatever_ids_it_uses(tmp_path: Pat
         store.create_collection("c", manual=True)
     with Actor(["--data", str(path)], "c") as a, Actor(["--data", str(path)], "c") as b:
         play_takeover(a, b)
+
+
+def test_an_owner_paused_between_its_writes_changes_nothing_after_resuming(tmp_path: Path) -> None:
+    """A real pause (SIGSTOP) of the owner process between its writes, B taking over meanwhile: resumed, A's
+    pending write and every later one is ``leaseLost``; B's committed and open data are whole."""
+    path = tmp_path / "store"
+    with Store.open(path, StoreConfig(background=False)) as store:
+        store.create_collection("c", manual=True)
+    with Actor(["--data", str(path)], "c") as a, Actor(["--data", str(path)], "c") as b:
+        play_paused_takeover(a, b)

@@ -1,7 +1,8 @@
 """Fencing of the open generation over HTTP (issue 25, item 2): put, putMany, commit and abort into a
 generation started under a lease must carry that lease (``lease: {name, version}``), and a start under a
 newer version drops it. Refusals are 409 ``leaseLost`` with nothing changed; two client processes play the
-issue's owner change against one server (:func:`tests.lease_actor.play_takeover`)."""
+issue's owner change against one server (:func:`tests.lease_actor.play_takeover`), with the first owner
+paused (SIGSTOP) or behind a link that stalls and is cut (tests.faults)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,14 @@ from typing import Any
 import msgpack
 import pytest
 
+from tests.faults import TcpProxy
 from tests.helpers import ManualClock
-from tests.lease_actor import Actor, play_takeover
+from tests.lease_actor import (
+    Actor,
+    play_paused_takeover,
+    play_takeover,
+    play_takeover_over_a_stalled_link,
+)
 
 from .conftest import Live, es, live_server
 
@@ -121,3 +128,19 @@ def test_two_client_processes_play_the_owner_change(tmp_path: Path) -> None:
         live.ok("POST", "/collections/", {"collectionName": "c", "isManual": True})
         with Actor(["--url", live.url], "c") as a, Actor(["--url", live.url], "c") as b:
             play_takeover(a, b)
+
+
+def test_an_owner_paused_between_its_writes_changes_nothing_after_resuming(tmp_path: Path) -> None:
+    with live_server(tmp_path / "data") as live:
+        live.ok("POST", "/collections/", {"collectionName": "c", "isManual": True})
+        with Actor(["--url", live.url], "c") as a, Actor(["--url", live.url], "c") as b:
+            play_paused_takeover(a, b)
+
+
+def test_an_owner_behind_a_link_that_stalls_then_is_cut_changes_nothing(tmp_path: Path) -> None:
+    """A's HTTP traffic goes through a TcpProxy: a write held in the stalled link past the takeover arrives
+    late and is refused; a commit held and then cut is unreachable, and its retry refused."""
+    with live_server(tmp_path / "data") as live, TcpProxy(live.url.removeprefix("http://")) as link:
+        live.ok("POST", "/collections/", {"collectionName": "c", "isManual": True})
+        with Actor(["--url", f"http://{link.address}"], "c") as a, Actor(["--url", live.url], "c") as b:
+            play_takeover_over_a_stalled_link(a, b, link)
