@@ -1,6 +1,7 @@
 """Small transform rounds in a warm session: seconds per round over 10, 1,000 and 10,000 changed records.
 
-    python benchmarks/small_rounds.py [--records 100000] [--rounds 3] [--sizes 10,1000,10000] [--remote sc://…]
+    python benchmarks/small_rounds.py [--records 100000] [--rounds 3] [--sizes 10,1000,10000]
+                                      [--connect | --remote sc://…]
 
 Setup (untimed): ``diffstore serve`` in a child process (as in production: the server does not share
 the driver's interpreter); A (user → country) and B (user → amount) hold ``--records`` users each; the
@@ -23,7 +24,14 @@ the check that finds C caught up), the load average, and how soon a watching run
 commit to a source. Also timed: the small-round path with the session's settings left alone
 (``small_round_conf={}``: adaptive execution on, the session's shuffle partitions), the ratio saying what
 :data:`~diffstore.spark.small_rounds.SMALL_ROUND_CONF` buys. Goal: <= 0.4 s for <= 1,000 changes.
-The machine is shared and noisy: compare ratios, not single runs.
+Also counted (classic session): the Spark jobs and stages a small round runs (a job group per round,
+read from ``statusTracker``) — each costs Spark's per-job planning and scheduling whatever its size.
+
+``--connect`` then stops the local session, starts a Spark Connect server from pyspark's own ``bin/``
+(``spark-submit --class …SparkConnectServer``, ``local[2]``, the settings of the tests' server) and times
+the small-round path through it over the same collections: the ratio Connect / classic per size (goal
+<= 2x). The two run one after the other (a process holds one kind of session), so the load average of
+each is printed with it. The machine is shared and noisy: compare ratios, not single runs.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
-from _harness import diffstore_serve, machine  # noqa: E402
+from _harness import diffstore_serve, load_average, machine  # noqa: E402
 from job import country_totals  # noqa: E402
 
 from diffstore.client import Client  # noqa: E402
@@ -144,6 +152,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per size and mode (median)")
     parser.add_argument("--sizes", default="10,1000,10000", help="changed records per round")
     parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="after the local session's rounds, time the small-round path through a Spark Connect server "
+        "started here (pyspark's own bin/) and print the ratio to the local session's",
+    )
+    parser.add_argument(
         "--remote",
         metavar="sc://HOST:PORT",
         help="run the rounds through this Spark Connect server instead of a local session (its Python "
@@ -192,13 +206,23 @@ def main() -> int:
             commit(client, "A", [(user((i * 7919 + step) % n), COUNTRIES[step % 8]) for i in range(changes)])
             return before
 
+        jobs: dict[int, list[tuple[int, int]]] = {}
+        tracker = None if args.remote else spark.sparkContext.statusTracker()
+
         def timed_round(mode: str, changes: int) -> float:
             change(changes)
             phases.clear()
+            group = f"round-{step}-{mode}"
+            if tracker is not None:
+                spark.sparkContext.setJobGroup(group, group)
             t = time.perf_counter()
             rounds = transforms[mode].run()
             elapsed = time.perf_counter() - t
             assert len(rounds) == 1, rounds
+            if tracker is not None and mode == "small":
+                ids = tracker.getJobIdsForGroup(group)
+                stages = sum(len(info.stageIds) for j in ids if (info := tracker.getJobInfo(j)) is not None)
+                jobs.setdefault(changes, []).append((len(ids), stages))
             if mode == "small":
                 at = dict(phases)
                 breakdown.setdefault(changes, []).append(
@@ -216,6 +240,8 @@ def main() -> int:
             for mode in transforms:
                 timed_round(mode, 10)
         breakdown.clear()
+        jobs.clear()
+        classic_small: dict[int, float] = {}
         print(f"{n:,} users in A and B; country_totals; server in a child process; median of {args.rounds}")
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared)")
         for changes in (int(s) for s in args.sizes.split(",")):
@@ -235,15 +261,67 @@ def main() -> int:
             )
             parts = {k: statistics.median(p[k] for p in breakdown[changes]) for k in breakdown[changes][0]}
             print("          small-round path: " + ", ".join(f"{k} {v:.2f}s" for k, v in parts.items()))
+            if changes in jobs:
+                counted = sorted(set(jobs[changes]))
+                print(
+                    "          Spark jobs (stages) per small round: "
+                    + ", ".join(f"{j} ({st})" for j, st in counted)
+                )
+            classic_small[changes] = small
         latency = watch_latency(spark, url, client)
         print(f"--watch: {latency:.0f} ms from a commit to B (the second source) to the next round's plan")
         print("  (median of 5; goal <= 100 ms)")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for transform in transforms.values():
             transform.close()
-        client.close()
         spark.stop()
+        if args.connect and not args.remote:
+            connect_rounds(Path(tmp), url, client, change, classic_small, args.sizes, args.rounds)
+        client.close()
     return 0
+
+
+def connect_rounds(
+    work: Path,
+    url: str,
+    client: Client,
+    change: Any,
+    classic: dict[int, float],
+    sizes: str,
+    rounds: int,
+) -> None:
+    """The small-round path through a Spark Connect server (``local[2]``) started from pyspark's own
+    ``bin/`` as the tests start theirs; prints seconds per round and the ratio to ``classic``."""
+    sys.path.insert(0, str(ROOT / "tests" / "spark"))
+    from clusters import connect_server
+
+    from diffstore.spark import Transform, connect_session
+
+    with connect_server(work / "connect", "local[2]") as served:
+        spark = connect_session(served.remote, "diffstore-bench-small-rounds-connect")
+        transform = Transform(
+            spark, url, "C", {"a": "A", "b": "B"}, country_totals, local_diff_max_rows=10_000
+        )
+        transform.run()  # catch up with the local session's last rounds
+
+        def timed(changes: int) -> float:
+            change(changes)
+            t = time.perf_counter()
+            assert len(transform.run()) == 1
+            return time.perf_counter() - t
+
+        for _ in range(3):  # warm the server's session and Python workers
+            timed(10)
+        print(f"Spark Connect (local[2] server, same collections); load average {load_average()}")
+        for changes in (int(s) for s in sizes.split(",")):
+            median = statistics.median(timed(changes) for _ in range(rounds))
+            print(
+                f"{changes:>7,} changes: small-round path through Connect {median:6.2f}s   "
+                f"local session {classic[changes]:6.2f}s   ratio {median / classic[changes]:.2f}x "
+                f"(goal <= 2x; load average {load_average()})"
+            )
+        transform.close()
+        spark.stop()
 
 
 if __name__ == "__main__":
