@@ -16,7 +16,7 @@ import pytest
 from diffstore import Store, StoreConfig
 from diffstore.engine import writes
 from diffstore.errors import StorageError
-from tests.helpers import close_pipes
+from tests.helpers import close_pipes, wait_until
 
 WORKER = Path(__file__).with_name("proc_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,14 +43,6 @@ def result(proc: subprocess.Popen[str]) -> object:
 
 def gen(n: int) -> bytes:
     return n.to_bytes(8, "big")
-
-
-def wait_for(condition: object, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not before the deadline")
-        time.sleep(0.005)
 
 
 def test_two_processes_racing_the_lifecycle_of_one_manual_collection(tmp_path: Path) -> None:
@@ -106,7 +98,7 @@ def test_a_non_manual_collection_written_by_several_processes(tmp_path: Path) ->
         c = store.collection("n")
         keys = {b"p%d-%05d" % (me, i) for me in range(3) for i in range(count)} | {b"seq"}
         # the last writes of each process were left due when it exited: this store's worker commits them
-        wait_for(lambda: {r.key for r in c.query()} == keys, "every write committed")
+        wait_until(lambda: {r.key for r in c.query()} == keys, DEADLINE_S, what="every write committed")
         current = int.from_bytes(c.generation_id, "big")
         # every generation was committed once: none is empty, and every write is in exactly one of them
         seen: list[bytes] = []
@@ -122,7 +114,7 @@ def test_writes_left_due_by_a_process_that_exited_are_committed_by_another(tmp_p
     with Store.open(path, StoreConfig(background=True, commit_delay_ms=1, gc_interval_ms=20)) as store:
         c = store.create_collection("n", manual=False)
         assert result(spawn("write_pending", path)) == "done"
-        wait_for(lambda: c.get(b"left") is not None, "the left-behind write committed")
+        wait_until(lambda: c.get(b"left") is not None, DEADLINE_S, what="the left-behind write committed")
         assert c.generation_id == gen(1)
 
 
@@ -155,7 +147,11 @@ def test_a_dead_process_reader_slot_is_cleared(tmp_path: Path) -> None:
         holder.wait(DEADLINE_S)
         close_pipes(holder)
         # its snapshot would keep every page freed since from being reused, so the file would only grow
-        wait_for(lambda: str(holder.pid) not in store.env.readers(), "the dead reader's slot cleared")
+        wait_until(
+            lambda: str(holder.pid) not in store.env.readers(),
+            DEADLINE_S,
+            what="the dead reader's slot cleared",
+        )
         assert store.stale_readers_cleared >= 1
 
 
@@ -178,6 +174,7 @@ def test_a_failing_automatic_commit_is_retried_and_reported(
         bad.put(b"k", b"v")
         good.put(b"k", b"v")
         assert store.health().ok
+        start = time.monotonic()  # the failure's backoff (50 ms) is counted from after this
         store.run_background_once()
         # the other collection due in the same pass was committed; the failed one is kept, and reported
         assert good.generation_id == gen(1)
@@ -185,7 +182,8 @@ def test_a_failing_automatic_commit_is_retried_and_reported(
         health = store.health()
         assert not health.ok and health.auto_commit_failures == 1
         assert "bad" in (health.reason or "") and "MDB_MAP_FULL" in (health.reason or "")
-        store.run_background_once()  # within the backoff: not tried again
+        # within the backoff, however long the checks above took on a loaded machine: not tried again
+        store.run_background_once(start)
         assert store.health().auto_commit_failures == 1
         store.run_background_once(time.monotonic() + 60)  # after the backoff: fails again
         assert store.health().auto_commit_failures == 2 and bad.generation_id == gen(0)
