@@ -10,7 +10,6 @@ variable), so the suites run in a child pytest whose ``spark`` fixture is the Co
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from conftest import REMOTE_ENV
 from helpers_spark import commit_items, load_example_job, snapshot
 
 from diffstore import Store
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "spark_a_plus_b"
@@ -86,10 +86,7 @@ def test_a_connect_server_that_is_down_is_one_line(
 ) -> None:
     for name in names.values():
         store.create_collection(name, manual=True)
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    remote = f"sc://127.0.0.1:{port}"
+    remote = f"sc://127.0.0.1:{free_port()}"  # a port nothing listens on
     done = subprocess.run(
         _command(server_url, remote, names), cwd=EXAMPLE, capture_output=True, text=True, timeout=120
     )
