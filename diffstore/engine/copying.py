@@ -11,13 +11,13 @@ writes it into the file a chunk at a time, with ``O_DIRECT`` where the file syst
 flushes, no store pages pushed out of the page cache). A chunk is 1 MiB.
 
 While nobody commits (LMDB's last transaction id did not move in the last second), the copy runs at full
-speed. While writers commit, :class:`_Pacer` writes chunks evenly spaced at a byte rate, in turns of a few
-seconds, and after each turn stops the copy for a moment to measure the writers' commit rate without it:
-the rate goes up while the writers kept ``1 - disk_share`` of their commit rate in the turn, down when they
-did not. The cost of a chunk to a writer is not its write time: an ``O_DIRECT`` write returns once the
-device's write cache holds it, and the writer's next flush pays for it. Pacing by write time (the
-previous design) let the copy run as if unpaced on a quiet disk (the writer kept 0.14x) and slowed it to
-36 MB/s on a busy one; pacing by the writers' own commit rate measures what is to be kept.
+speed. While writers commit, :class:`_Pacer` writes chunks evenly spaced at a byte rate, in turns of a
+second or two, and after every other turn stops the copy for a moment to measure the writers' commit rate
+without it: the rate goes up while the writers kept ``1 - disk_share`` of their commit rate in the turn,
+down when they did not. The cost of a chunk to a writer is not its write time: an ``O_DIRECT`` write
+returns once the device's write cache holds it, and the writer's next flush pays for it. Pacing by write
+time (the previous design) let the copy run as if unpaced on a quiet disk (the writer kept 0.14x) and
+slowed it to 36 MB/s on a busy one; pacing by the writers' own commit rate measures what is to be kept.
 """
 
 from __future__ import annotations
@@ -48,11 +48,12 @@ _REPORT_S = 0.1
 _BUSY_S = 1.0
 _START_RATE = 64e6  # bytes/s: a fraction of a disk's speed; found in a few turns either way
 _MIN_RATE, _MAX_RATE = 1e6, 1e10
-_UP, _DOWN = 1.4, 0.7  # the most a turn moves the rate either way
+_UP, _DOWN = 2.0, 0.7  # the most a turn moves the rate either way
 _BURST_S = 0.05  # a copy that fell behind its rate (a slow read) catches up this much at once
-_TURN_S, _MAX_TURN_S = 3.0, 6.0
+_TURN_S, _MAX_TURN_S = 1.5, 4.0
 _PAUSE_S, _MAX_PAUSE_S, _PAUSE_STEP_S = 0.5, 2.0, 0.01
 _PAUSES = 3  # the writers' rate without the copy: over this many pauses
+_PAUSE_EVERY = 2  # turns: a pause after every other one (the rate without the copy moves slowly)
 _ENOUGH = 20  # commits counted in a turn or a pause for a rate worth comparing (else it waits longer)
 _ALIGN = 4096  # O_DIRECT writes must be whole blocks
 
@@ -128,8 +129,9 @@ def next_rate(rate: float, with_copy: float, without: float, keep: float) -> flo
     """The copy's next byte rate: up while the writers kept ``keep`` of their commit rate ``without`` the
     copy (their rate in the last pauses) in the turn just run at ``rate`` (``with_copy`` commits/s), down
     when they did not."""
-    # in proportion to the miss (a noisy turn near the goal moves the rate a little), within bounds
-    factor = _UP if without <= 0 else min(_UP, max(_DOWN, with_copy / without / keep))
+    # by the square of the miss (a noisy turn near the goal moves the rate a little, a copy far below what
+    # the writers spare doubles its rate per turn), within bounds
+    factor = _UP if without <= 0 else min(_UP, max(_DOWN, (with_copy / without / keep) ** 2))
     return min(_MAX_RATE, max(_MIN_RATE, rate * factor))
 
 
@@ -151,6 +153,7 @@ class _Pacer:
         self.turn_txnid = self.txnid
         self.next_at = 0.0
         self.pauses: collections.deque[tuple[int, float]] = collections.deque(maxlen=_PAUSES)
+        self.turns = 0
 
     def _txnid(self) -> int:
         return int(self.env.info()["last_txnid"])
@@ -173,14 +176,15 @@ class _Pacer:
         if now - self.turn_start < _TURN_S or (commits < _ENOUGH and now - self.turn_start < _MAX_TURN_S):
             return
         with_copy = commits / (now - self.turn_start)
-        self.rate = next_rate(self.rate, with_copy, self._pause(), self.keep)
+        self.turns += 1
+        pause = self.turns % _PAUSE_EVERY == 1 or not self.pauses
+        self.rate = next_rate(self.rate, with_copy, self._pause() if pause else self._without(), self.keep)
         self.turn_start, self.turn_txnid = time.monotonic(), self._txnid()
         self.next_at = self.turn_start
 
     def _pause(self) -> float:
         """Waits with the copy stopped until the writers commit enough (or long enough); returns their
-        rate over the last few pauses (the rate without the copy moves slowly; one pause is a small
-        sample)."""
+        rate over the last few pauses (one pause is a small sample)."""
         started, first = time.monotonic(), self._txnid()
         while True:
             time.sleep(_PAUSE_STEP_S)
@@ -190,7 +194,10 @@ class _Pacer:
                 if txnid != first:
                     self.last_commit = now
                 self.pauses.append((txnid - first, now - started))
-                return sum(c for c, _ in self.pauses) / sum(t for _, t in self.pauses)
+                return self._without()
+
+    def _without(self) -> float:
+        return sum(c for c, _ in self.pauses) / sum(t for _, t in self.pauses)
 
 
 def _direct(fd: int) -> int:
