@@ -25,6 +25,7 @@ from diffstore import Store
 from diffstore.engine.types import Reader
 from diffstore.errors import LeaseLost
 from diffstore.spark.transform import LEASE_NAME, Transform
+from tests.helpers import wait_until
 
 pytest.importorskip("pyspark")
 
@@ -70,16 +71,6 @@ def events(stderr: Path) -> list[str]:
     return found
 
 
-def wait_for(condition, what: str, deadline_s: float) -> None:  # type: ignore[no-untyped-def]
-    import time
-
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_a_standby_runner_takes_over_after_kill_9_mid_round(
     tmp_path: Path, server_url: str, store: Store, names: dict[str, str]
 ) -> None:
@@ -115,22 +106,26 @@ def test_a_standby_runner_takes_over_after_kill_9_mid_round(
         for err in files
     ]  # fmt: skip
     try:
-        wait_for(lambda: "holding" in log.read_text(), "the active runner inside its round", SPARK_START_S)
+        wait_until(
+            lambda: "holding" in log.read_text(), SPARK_START_S, 0.05, "the active runner inside its round"
+        )
         victim_pid = int(log.read_text().split()[1])
         victim = next(i for i, p in enumerate(procs) if p.pid == victim_pid)
         survivor = 1 - victim
-        wait_for(lambda: "standby" in events(stderr[survivor]), "the other runner standing by", SPARK_START_S)
+        wait_until(
+            lambda: "standby" in events(stderr[survivor]), SPARK_START_S, 0.05, "the other runner standing by"
+        )
         assert "active" not in events(stderr[survivor])
         assert store.collection(c).generation_state()[1] is not None  # mid-round: its generation is open
         procs[victim].send_signal(signal.SIGKILL)
         procs[victim].wait(30)
         hold.unlink()
         reader = [Reader("from_a", a, g1)]
-        wait_for(lambda: store.collection(c).readers() == reader, "the survivor's round", ROUND_S)
+        wait_until(lambda: store.collection(c).readers() == reader, ROUND_S, 0.05, "the survivor's round")
         g2 = append(b"e2;", keys[::2])
         g3 = append(b"e3;", keys[1::3])
         reader = [Reader("from_a", a, g3)]
-        wait_for(lambda: store.collection(c).readers() == reader, "the next rounds", ROUND_S)
+        wait_until(lambda: store.collection(c).readers() == reader, ROUND_S, 0.05, "the next rounds")
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -174,7 +169,7 @@ def test_a_runner_that_lost_its_lease_mid_round_commits_nothing(
                 return False
             return True
 
-        wait_for(steal, "the lease to expire and move", 30)
+        wait_until(steal, 30, 0.05, "the lease to expire and move")
         return diffs["a"].select("key", "toValue").withColumnRenamed("toValue", "value")
 
     transform = Transform(

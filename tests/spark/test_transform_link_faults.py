@@ -30,11 +30,11 @@ from transform_runners import (
     last_state,
     names_of,
     running,
-    wait_for,
 )
 
 from diffstore import Store
 from tests.faults import TcpProxy
+from tests.helpers import wait_until
 
 pytest.importorskip("pyspark")
 
@@ -48,24 +48,32 @@ def fault_in_round(runners: Runners, proxies: list[TcpProxy], fault: str) -> tup
     the fault began."""
     active, stderr = runners.active(), runners.stderr
     done = names_of(stderr[active]).count("round committed")  # a round of its own first: its version shows
-    wait_for(
-        lambda: names_of(stderr[active]).count("round committed") > done, "the active runner's round", ROUND_S
+    wait_until(
+        lambda: names_of(stderr[active]).count("round committed") > done,
+        ROUND_S,
+        0.05,
+        "the active runner's round",
     )
     holding = runners.log.read_text().count("holding")
     runners.hold.touch()
-    wait_for(lambda: runners.log.read_text().count("holding") > holding, "a held round", ROUND_S)
+    wait_until(lambda: runners.log.read_text().count("holding") > holding, ROUND_S, 0.05, "a held round")
     taken = names_of(stderr[1 - active]).count("active")
     before = len(events(stderr[active]))
     getattr(proxies[active], fault)()
     runners.hold.unlink()
-    wait_for(
-        lambda: names_of(stderr[1 - active]).count("active") > taken, "the standby to take over", ROUND_S
+    wait_until(
+        lambda: names_of(stderr[1 - active]).count("active") > taken,
+        ROUND_S,
+        0.05,
+        "the standby to take over",
     )
     if fault == "stall":
         proxies[active].passing()
     else:
         proxies[active].accept()
-    wait_for(lambda: last_state(stderr[active]) != "active", f"the {fault} runner to stand by", ROUND_S)
+    wait_until(
+        lambda: last_state(stderr[active]) != "active", ROUND_S, 0.05, f"the {fault} runner to stand by"
+    )
     return active, before
 
 
@@ -92,13 +100,14 @@ def test_runners_behind_stalled_cut_and_slow_links_apply_every_change_once(
                 done = names_of(stderr[active]).count("round committed")
                 taken = names_of(stderr[1 - active]).count("active")
                 proxies[active].delay(DELAY_MS)
-                wait_for(
+                wait_until(
                     lambda: (
                         names_of(stderr[active]).count("round committed") > done
                         or names_of(stderr[1 - active]).count("active") > taken
                     ),
-                    "a round over the slow link, or a takeover",
                     ROUND_S,
+                    0.05,
+                    "a round over the slow link, or a takeover",
                 )
                 proxies[active].passing()
                 heads = finish_writing(store, writer, names)

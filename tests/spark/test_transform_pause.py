@@ -23,11 +23,11 @@ from transform_runners import (
     last_state,
     names_of,
     running,
-    wait_for,
 )
 
 from diffstore import Store
 from tests.faults import paused
+from tests.helpers import wait_until
 
 pytest.importorskip("pyspark")
 
@@ -45,14 +45,16 @@ def pause_until_taken_over(
     """
     if hold is None:
         done = names_of(mine).count("round committed")
-        wait_for(lambda: names_of(mine).count("round committed") > done, "the active runner's round", ROUND_S)
+        wait_until(
+            lambda: names_of(mine).count("round committed") > done, ROUND_S, 0.05, "the active runner's round"
+        )
     taken = names_of(other).count("active")
     with paused(proc, group=True):
         if hold is not None:
             hold.unlink()
-        wait_for(lambda: names_of(other).count("active") > taken, "the standby to take over", ROUND_S)
+        wait_until(lambda: names_of(other).count("active") > taken, ROUND_S, 0.05, "the standby to take over")
         before = len(events(mine))
-    wait_for(lambda: last_state(mine) != "active", "the resumed runner to stand by", ROUND_S)
+    wait_until(lambda: last_state(mine) != "active", ROUND_S, 0.05, "the resumed runner to stand by")
     return before
 
 

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from helpers_spark import commit_items, snapshot
 
 from diffstore import Store
 from diffstore.engine.types import Reader
+from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TTL_MS = 3000  # generous: a loaded machine must not delay renewals past it
@@ -83,14 +83,6 @@ def events(stderr: Path) -> list[dict[str, object]]:
 
 def names_of(stderr: Path) -> list[str]:
     return [str(e.get("event")) for e in events(stderr)]
-
-
-def wait_for(condition, what: str, deadline_s: float) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def last_state(stderr: Path) -> str | None:
@@ -169,10 +161,12 @@ class Runners:
     def held_runner(self) -> int:
         """Waits until the active runner holds its first round and the other stands by; which one holds."""
         log, stderr = self.log, self.stderr
-        wait_for(lambda: "holding" in log.read_text(), "the active runner inside its round", SPARK_START_S)
+        wait_until(
+            lambda: "holding" in log.read_text(), SPARK_START_S, 0.05, "the active runner inside its round"
+        )
         held = next(i for i, p in enumerate(self.procs) if p.pid == int(log.read_text().split()[1]))
         other = stderr[1 - held]
-        wait_for(lambda: "standby" in names_of(other), "the other runner standing by", SPARK_START_S)
+        wait_until(lambda: "standby" in names_of(other), SPARK_START_S, 0.05, "the other runner standing by")
         return held
 
     def active(self) -> int:
@@ -209,7 +203,9 @@ def finish_writing(store: Store, writer: SourceWriter, names: dict[str, str]) ->
     assert writer.error is None, writer.error
     heads = [Reader("from_a", names["A"], store.collection(names["A"]).generation_id),
              Reader("from_b", names["B"], store.collection(names["B"]).generation_id)]  # fmt: skip
-    wait_for(lambda: store.collection(names["C"]).readers() == heads, "the target to catch up", ROUND_S)
+    wait_until(
+        lambda: store.collection(names["C"]).readers() == heads, ROUND_S, 0.05, "the target to catch up"
+    )
     return heads
 
 
