@@ -12,15 +12,15 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import tomllib
 import venv
 from pathlib import Path
 
 import httpx
+
+from tests.helpers import free_port, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 300.0
@@ -111,9 +111,7 @@ def test_the_wheel_installs_without_extras_for_embedded_use_and_serves_with_its_
     )
     assert with_server.returncode == 0, with_server.stdout + with_server.stderr
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [str(fresh / "bin" / "diffstore"), "serve", "--data", str(tmp_path / "data"), "--port", str(port)]
         + ["--workers", "1"],
@@ -123,17 +121,18 @@ def test_the_wheel_installs_without_extras_for_embedded_use_and_serves_with_its_
         env=env,
         cwd=tmp_path,  # not the checkout: only the installed package is importable
     )
-    try:
-        deadline = time.monotonic() + 60
-        answer = None
-        while answer is None:
-            assert server.poll() is None, server.communicate()[1]
-            assert time.monotonic() < deadline, "diffstore serve did not answer /healthz"
-            try:
-                answer = httpx.get(f"http://127.0.0.1:{port}/healthz")
-            except httpx.TransportError:
-                time.sleep(0.1)
+
+    def healthy() -> bool:
+        assert server.poll() is None, server.communicate()[1]
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{port}/healthz")
+        except httpx.TransportError:
+            return False  # not listening yet
         assert answer.status_code == 200 and answer.json()["ok"] is True
+        return True
+
+    try:
+        wait_until(healthy, 60, 0.1, "diffstore serve to answer /healthz")
         _spark_without_pyspark(fresh, tmp_path, env)
     finally:
         server.send_signal(signal.SIGINT)
