@@ -5,6 +5,7 @@ Real processes, a real uvicorn (in-process or ``diffstore serve``) on free ports
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -22,7 +23,7 @@ from diffstore.engine.types import StoreConfig
 from diffstore.engine.wakeup import Wakeup
 from diffstore.server import ServerConfig
 from diffstore.server.app import create_app
-from tests.helpers import close_pipes, free_port, wait_until
+from tests.helpers import close_pipes, free_port, serving, wait_until
 
 from .conftest import live_server
 from .test_cli import DRIVER, server_rx_queue, wait_healthy
@@ -277,33 +278,18 @@ def test_a_committer_marks_a_peer_whose_queue_is_full_and_the_peer_sees_it_once(
 def test_two_servers_over_one_store_are_both_woken_by_another_process(tmp_path: Path) -> None:
     """One loop reads the store's notices; the other server's hub hears them from that loop's thread."""
     data = tmp_path / "data"
-    with Store.open(data, StoreConfig(background=False)) as store:
+    with Store.open(data, StoreConfig(background=False)) as store, contextlib.ExitStack() as running:
         store.create_collection("m", manual=True)
-        servers, threads, ports = [], [], []
-        for _ in range(2):
-            port = free_port()
-            app = create_app(store, ServerConfig(port=port))
-            server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-            thread = threading.Thread(target=server.run, daemon=True)
-            thread.start()
-            servers.append(server)
-            threads.append(thread)
-            ports.append(port)
-        try:
-            for server in servers:
-                wait_until(lambda: server.started, timeout=DEADLINE_S, what="the server to start")  # noqa: B023
-            polls = [long_poll(port, "m", "") for port in ports]
-            hubs = [server.config.app.state.hub for server in servers]
-            wait_until(
-                lambda: all(hub.waiting("m") == 1 for hub in hubs),
-                timeout=DEADLINE_S,
-                what="both polls to wait",
-            )
-            commit_elsewhere(data, "m", "1")
-            for poll in polls:
-                assert answer(poll).endswith(b'{"generationId":{"value":"1"}}')
-        finally:
-            for server in servers:
-                server.should_exit = True
-            for thread in threads:
-                thread.join(timeout=DEADLINE_S)
+        servers = [
+            uvicorn.Server(uvicorn.Config(create_app(store, ServerConfig()), log_level="warning"))
+            for _ in range(2)
+        ]
+        urls = [running.enter_context(serving(server)) for server in servers]
+        polls = [long_poll(int(url.rsplit(":", 1)[1]), "m", "") for url in urls]
+        hubs = [server.config.app.state.hub for server in servers]
+        wait_until(
+            lambda: all(hub.waiting("m") == 1 for hub in hubs), timeout=DEADLINE_S, what="both polls to wait"
+        )
+        commit_elsewhere(data, "m", "1")
+        for poll in polls:
+            assert answer(poll).endswith(b'{"generationId":{"value":"1"}}')
