@@ -47,7 +47,7 @@ from diffstore.engine.types import LeaseToken
 from diffstore.errors import GenerationMismatch, LeaseLost, OutdatedGeneration
 from diffstore.lease_keeper import LeaseConfig, LeaseGuard
 from diffstore.rounds import Round, ensure_readers, shard_reader, shard_reader_target
-from diffstore.streams.client import StreamClient
+from diffstore.streams.client import StreamClient, StreamUnavailable
 from diffstore.streams.ingest_window import IngestWindow, WindowAccumulator
 from diffstore.streams.records import RecordFlag, RecordPosition, StreamRecord, compact_json
 from diffstore.streams.sinks import CollectionSink, PutItem
@@ -403,13 +403,19 @@ class Ingestor:
 
     def _probe(self, accumulator: WindowAccumulator, now: float) -> None:
         """Tells ``accumulator`` what the server says of the shards whose records it holds: the tail of
-        those just delivered on a new call (their mark), and the subscription's committed positions."""
-        for shard_id in accumulator.marks_needed(now):
-            tail = self.client.get_tail_record_id(self.stream_name, shard_id)
-            accumulator.set_mark(shard_id, tail.position, now)
-        if accumulator.held:
-            offsets = self.client.get_subscription(self.config.subscription_id).offsets
-            accumulator.certify({offset.shardId: offset.batchId for offset in offsets}, now)
+        those just delivered on a new call (their mark), and the subscription's committed positions.
+
+        A question the server cannot answer now (the link broke, UNAVAILABLE) is asked again at the next
+        probe: the held records wait meanwhile, as the consumer's call reconnects by itself."""
+        try:
+            for shard_id in accumulator.marks_needed(now):
+                tail = self.client.get_tail_record_id(self.stream_name, shard_id)
+                accumulator.set_mark(shard_id, tail.position, now)
+            if accumulator.held:
+                offsets = self.client.get_subscription(self.config.subscription_id).offsets
+                accumulator.certify({offset.shardId: offset.batchId for offset in offsets}, now)
+        except StreamUnavailable as exc:
+            _log.warning("asking the streams server about held records failed, asking again: %s", exc)
 
     def _add_shards(self, shard_ids: list[int]) -> None:
         """Position readers for shards that appeared after :meth:`prepare` (added to the stream while

@@ -53,9 +53,10 @@ REPO = HERE.parents[1]
 class Ingestors:
     """The ingestor processes of one test and their commit lines (read by one thread per process)."""
 
-    def __init__(self, url: str, destination: list[str]) -> None:
+    def __init__(self, url: str, destination: list[str], options: tuple[str, ...] = ()) -> None:
         self.url = url
         self.destination = destination
+        self.options = options  # more ingest flags
         self.alive: dict[int, subprocess.Popen[str]] = {}
         self.lines: queue.Queue[tuple[int, dict[str, Any]]] = queue.Queue()
         self.all: list[subprocess.Popen[str]] = []
@@ -67,7 +68,7 @@ class Ingestors:
             sys.executable, "-m", "diffstore.streams.ingest_cli", "--hstream", self.url, "--subscription",
             "sub", "--collection", "C", *self.destination, "--create-collection", "--window-records", "500",
             "--window-ms", "30", "--mapper", "ingest_helpers:tracing_mapper", "--log-commits",
-            "--lease-ttl-ms", str(LEASE_TTL_MS),
+            "--lease-ttl-ms", str(LEASE_TTL_MS), *self.options,
         ]  # fmt: skip
         path = [str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))

@@ -13,14 +13,16 @@ At the end:
   previous one left it;
 - the generations carry non-decreasing lease versions: the resumed former owner committed nothing.
 
-Runs against an embedded store shared by both processes (``--data``) and a diffstore server (``--url``). (The
-orders of a server that resends only at the ack deadline, newer batches first, are fed to the frontier in
-tests/streams/test_ingest_window.py.)
+Runs against an embedded store shared by both processes (``--data``) and a diffstore server (``--url``), and
+against a streams server that resends only at the ack deadline, newer batches first, as HStreamDB does (the
+orders such a server may deliver are also fed to the frontier in tests/streams/test_ingest_window.py and
+test_ingest_window_property.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import random
 import threading
@@ -42,10 +44,15 @@ from diffstore.rounds import COUNTER_BYTES
 from diffstore.streams.client import StreamClient
 from diffstore.streams.producer import BufferedProducer, ProducerConfig
 from diffstore.streams.records import RecordId
+from diffstore.streams.server import ServerThread, StreamServerConfig
 from tests.faults import TcpProxy, paused
 from tests.helpers import wait_until
 
 PAUSES = 3
+ACK_TIMEOUT_UNITS = 60  # the subscription's ack timeout, in the server's units (the fixture's: 50 ms)
+# Each takeover costs a recovery hold (ack timeout + 1 s) on such a server: a lease that flaps under load
+# (the HA tests' 800 ms) would restart it again and again
+LEASE_TTL_MS = 5000
 KEYS = 40
 WAIT_S = 90.0
 
@@ -191,7 +198,27 @@ def test_pauses_with_a_slow_and_cut_network_to_the_streams_server(stream_server:
         run_pauses(stream_server, tmp_path, "url", proxy)
 
 
-def run_pauses(stream_server: Any, tmp_path: Path, kind: str, proxy: TcpProxy | None) -> None:
+def test_pauses_against_a_server_that_resends_only_at_the_ack_deadline(
+    stream_server_config: StreamServerConfig, tmp_path: Path
+) -> None:
+    """The same, against the embedded server in HStreamDB's order: a moved shard's unacked records are
+    resent only when their ack deadline passes, after the new owner got the shard's newer batches
+    (``redeliver_at_once=False``). The ingestors are told to hold each shard for what HStreamDB needs,
+    the subscription's ack timeout plus a second (``--recovery-hold-ms``: the embedded server is
+    recognised, and would get none)."""
+    config = dataclasses.replace(stream_server_config, redeliver_at_once=False)
+    hold_ms = int(ACK_TIMEOUT_UNITS * config.ack_timeout_unit * 1000) + 1000
+    server = ServerThread(config).start()
+    try:
+        options = ("--recovery-hold-ms", str(hold_ms), "--lease-ttl-ms", str(LEASE_TTL_MS))
+        run_pauses(server, tmp_path, "url", None, options)
+    finally:
+        server.stop()
+
+
+def run_pauses(
+    stream_server: Any, tmp_path: Path, kind: str, proxy: TcpProxy | None, options: tuple[str, ...] = ()
+) -> None:
     with (
         target_collection(kind, tmp_path) as (destination, collection, between_writes),
         StreamClient(stream_server.url) as client,
@@ -199,7 +226,7 @@ def run_pauses(stream_server: Any, tmp_path: Path, kind: str, proxy: TcpProxy | 
         client.create_stream("s", shard_count=2)
         # 60 "seconds" = 3 s at the fixture's unit: records in flight to the stopped ingestor are not resent
         # before the standby has taken over and committed newer ones
-        client.create_subscription("sub", "s", ack_timeout_s=60, max_unacked_records=20_000)
+        client.create_subscription("sub", "s", ack_timeout_s=ACK_TIMEOUT_UNITS, max_unacked_records=20_000)
         url = stream_server.url
         if proxy is not None:
             for shard in client.list_shards("s"):
@@ -207,7 +234,7 @@ def run_pauses(stream_server: Any, tmp_path: Path, kind: str, proxy: TcpProxy | 
             # the server now tells every client to dial the proxy
             stream_server.server._servicer.advertise("127.0.0.1", proxy.port)
             url = f"hstream://{proxy.address}"
-        ingestors = Ingestors(url, destination)
+        ingestors = Ingestors(url, destination, options)
         producer = Producer(client)
         try:
             first = ingestors.start()
