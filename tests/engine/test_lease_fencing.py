@@ -344,7 +344,7 @@ def test_a_collection_row_written_before_fencing_covered_writes_still_opens(tmp_
         with store.write() as scope:
             raw = scope.txn.get(b"c", db=store.tables.collections)
             fields = msgpack.unpackb(raw)
-            assert len(fields) == 12 and fields[11] is None
+            assert len(fields) == 13 and fields[11] is None  # next_lease, then next_keys (a later field)
             scope.txn.put(b"c", msgpack.packb(fields[:11], use_bin_type=True), db=store.tables.collections)
     with Store.open(path, StoreConfig(background=False)) as store:
         c = store.collection("c")
