@@ -45,6 +45,11 @@ def show_opt(data: bytes | None) -> str | None:
     return None if data is None else show(data)
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 key``, ``2 keys``: a count and its noun, in the plural unless the count is one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def quote_empty(text: str) -> str:
     """``""`` for the empty text form (the empty generation id), so a line still shows it; the shell reads
     ``""`` back as the empty string."""

@@ -551,7 +551,7 @@ def test_backups(tmp_path: Path, server: LiveServer) -> None:
     with contextlib.chdir(tmp_path):  # the page's store goes in the working directory
         run_python(page.next("from diffstore import Store"), {})
     printed = sh(page.next("diffstore backup --data data/ backup-1"), tmp_path, env)
-    assert "1 open generations of manual collections" in printed
+    assert "1 open generation of manual collections" in printed
     assert "backup-1: every invariant holds" in printed
     sh(local(page.next("diffstore backup --url http://127.0.0.1:3030 backup-2"), server.url), tmp_path, env)
     assert (tmp_path / "backup-2" / "data.mdb").exists()

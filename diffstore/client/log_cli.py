@@ -161,7 +161,7 @@ def to_text(
             else f"{_local(info.committed_at_ms)} ({ago(now_ms - info.committed_at_ms)})",
             "-"
             if info.changed_keys is None
-            else f"{info.changed_keys} key{'' if info.changed_keys == 1 else 's'}",
+            else shell.counted(info.changed_keys, "key"),
             " ".join(f"{key}={value}" for key, value in sorted((info.metadata or {}).items())),
             _moves_text(moves),
         ]

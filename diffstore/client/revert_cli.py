@@ -89,7 +89,7 @@ def run_revert(args: argparse.Namespace) -> int:
         }
         sys.stdout.write(orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE).decode())
     else:
-        keys = f"{result.changed_keys} key{'' if result.changed_keys == 1 else 's'}"
+        keys = shell.counted(result.changed_keys, "key")
         sys.stdout.write(
             f"reverted {args.collection} to {shell.show(to_generation)}: {keys} changed in generation "
             f"{generation}"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from diffstore.errors import InvalidRequest, StorageError, Unauthorized, error_from_code
+from diffstore.shell import counted
 
 _CHUNK = 1 << 20
 # what GET /backup answers with (server/routes/backup.py, not imported: it pulls in FastAPI)
@@ -99,12 +100,14 @@ def _backup(args: argparse.Namespace) -> int:
             raise InvalidRequest("--disk-share paces a copy from the data directory: use it with --data")
         else:
             result = _backup_from_server(args.url, args.token, out, progress)
+    left_out = (
+        f"{counted(result.open_generations_left_out, 'open generation')} of manual collections (as if"
+        f" aborted), the records of {counted(result.open_generations_emptied, 'open automatic generation')},"
+        f" {counted(result.phantoms_left_out, 'phantom record')}"
+    )
     print(
         f"backed up a {result.kind.value} into {out}: {result.bytes:,} bytes,"
-        f" {result.collections} collections;"
-        f" left out: {result.open_generations_left_out} open generations of manual collections (as if"
-        f" aborted), the records of {result.open_generations_emptied} open automatic generations,"
-        f" {result.phantoms_left_out} phantom records"
+        f" {counted(result.collections, 'collection')}; left out: {left_out}"
     )
     return 0
 
