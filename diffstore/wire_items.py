@@ -118,9 +118,7 @@ def parse_items(raw: list[Any], codec: Codec) -> list[PutItem]:
     if fast is not None:
         return fast
     return [
-        parse_item(
-            {"key": item[0], "value": item[1]} if type(item) is tuple else item, codec, f"items[{i}]"
-        )
+        parse_item({"key": item[0], "value": item[1]} if type(item) is tuple else item, codec, f"items[{i}]")
         for i, item in enumerate(raw)
     ]
 

@@ -159,9 +159,7 @@ def to_text(
             "-"
             if info.committed_at_ms is None
             else f"{_local(info.committed_at_ms)} ({ago(now_ms - info.committed_at_ms)})",
-            "-"
-            if info.changed_keys is None
-            else shell.counted(info.changed_keys, "key"),
+            "-" if info.changed_keys is None else shell.counted(info.changed_keys, "key"),
             " ".join(f"{key}={value}" for key, value in sorted((info.metadata or {}).items())),
             _moves_text(moves),
         ]

@@ -265,6 +265,7 @@ def test_wait_for_change_works_inside_a_running_event_loop(client: Client) -> No
         )
 
     assert asyncio.run(inside_a_loop()) == (True, False)
+
     # the poll that lost the race (L1, unchanged) ends within a slice: no thread is left behind
     def polls_left() -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t.name.startswith("wait:")]

@@ -186,8 +186,9 @@ def test_the_checkpoint_waits_until_every_partition_finished(store: Store) -> No
     thread.start()
     try:
         wait_until(
-            lambda: {e[2] for e in recorder.data()} == set(others)
-            and ("enter", "A", slow) in recorder.events,
+            lambda: (
+                {e[2] for e in recorder.data()} == set(others) and ("enter", "A", slow) in recorder.events
+            ),
             what="every other key done while the slow one runs",
         )
         assert ("end_source", "A", 0) not in recorder.events and recorder.active == 1

@@ -45,9 +45,7 @@ def test_if_not_present_sees_uncommitted_writes_of_same_generation(coll) -> None
 
 
 def test_if_not_present_per_item_in_put_many(coll) -> None:
-    coll.put_many(
-        [(b"a", b"no", True), (b"b", b"yes", True), (b"c", b"plain", False)], generation_id=b"3"
-    )
+    coll.put_many([(b"a", b"no", True), (b"b", b"yes", True), (b"c", b"plain", False)], generation_id=b"3")
     coll.put_many([(b"c", b"no"), (b"d", b"yes")], generation_id=b"3", if_not_present=True)
     coll.commit_generation(b"3")
     assert as_dict(coll) == {b"a": b"1", b"b": b"yes", b"c": b"plain", b"d": b"yes"}

@@ -369,8 +369,17 @@ def test_a_reachable_host_without_a_token_is_refused_in_one_line(tmp_path: Path,
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("::1", True), ("[::1]", True),
-     ("0.0.0.0", False), ("::", False), ("192.0.2.1", False), ("example.org", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.0.2.1", False),
+        ("example.org", False),
+    ],
 )
 def test_which_hosts_count_as_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback

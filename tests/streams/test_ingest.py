@@ -37,9 +37,7 @@ def client(stream_server: Any) -> Iterator[StreamClient]:
         yield stream_client
 
 
-def test_stop_commits_the_open_window(
-    client: StreamClient, tmp_path: Path
-) -> None:
+def test_stop_commits_the_open_window(client: StreamClient, tmp_path: Path) -> None:
     client.create_stream("s", shard_count=2)
     client.create_subscription("sub", "s")
     ids = produce(client, "s", [(f"k{i}", b"v%d" % i) for i in range(10)])
@@ -246,9 +244,7 @@ def test_cli_ingests_and_stops_cleanly_on_sigterm(
             assert collection.next_generation_id is None
 
 
-def test_shard_split_mid_ingest_is_ingested_exactly_once(
-    client: StreamClient, tmp_path: Path
-) -> None:
+def test_shard_split_mid_ingest_is_ingested_exactly_once(client: StreamClient, tmp_path: Path) -> None:
     client.create_stream("grow", shard_count=1)
     client.create_subscription("sub", "grow")
     (first,) = client.list_shards("grow")

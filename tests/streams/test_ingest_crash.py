@@ -39,6 +39,8 @@ ROUNDS = 12
 WAIT_S = 60.0
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+
+
 def _start_ingestor(url: str, data_dir: Path) -> subprocess.Popen[str]:
     command = [
         sys.executable, "-m", "diffstore.streams.ingest_cli", "--hstream", url, "--subscription", "sub",

@@ -50,6 +50,8 @@ LEASE_TTL_MS = 800
 WAIT_S = 90.0
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+
+
 class Ingestors:
     """The ingestor processes of one test and their commit lines (read by one thread per process)."""
 

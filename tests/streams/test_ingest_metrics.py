@@ -49,9 +49,7 @@ def test_ingest_serves_its_metrics_and_logs_json(stream_server: Any, tmp_path: P
             produce(client, "s", [(f"k{i}", b"%d" % i) for i in range(100)])
             pipeline = frozenset({("subscription", "sub"), ("collection", "C")})
             done = wait_until(
-                lambda: (
-                    (s := _samples(port)).get(("diffstore_ingest_records_total", pipeline)) == 100 and s
-                ),
+                lambda: (s := _samples(port)).get(("diffstore_ingest_records_total", pipeline)) == 100 and s,
                 60,
                 what="the 100 records to be counted",
             )
