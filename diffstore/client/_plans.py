@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from diffstore.client import _calls
 from diffstore.client._calls import Call
-from diffstore.engine.types import DiffItem, DiffSpec, Record
+from diffstore.engine.types import DiffItem, DiffPage, DiffSpec, Record
 from diffstore.wire_requests import QueryRequest
 
 T = TypeVar("T")
@@ -39,18 +39,11 @@ def query_records(name: str, request: QueryRequest) -> Plan[Record]:
 
 def diff_items(name: str, request: DiffSpec) -> Plan[DiffItem]:
     """Every item of a diff up to a pinned target (the current generation when no ``to`` is given)."""
-    target = request.to_generation_id
-    if target is None:
-        target = (yield _calls.collection_state(name)).generation_id
-    page = yield _calls.diff_page(name, _with(request, to=target), None)
-    while True:
+    target = yield from _target(name, request)
+    page: DiffPage | None = yield _calls.diff_page(name, _with(request, to=target), None)
+    while page is not None:
         yield from page.items
-        if page.cursor is not None:
-            page = yield _calls.diff_page(name, request, page.cursor)
-            continue
-        if page.to_generation_id == target or page.from_generation_id == page.to_generation_id:
-            return
-        page = yield _calls.diff_page(name, _with(request, start=page.to_generation_id, to=target), None)
+        page = yield from _following_page(name, request, page, target)
 
 
 def net_diff_items(name: str, request: DiffSpec) -> Plan[DiffItem]:
@@ -58,29 +51,46 @@ def net_diff_items(name: str, request: DiffSpec) -> Plan[DiffItem]:
     target, as a person reading ``diffstore diff`` expects. A range the server answers in one span is
     streamed page by page; a range it splits (more generations than a page covers) is composed in memory,
     one entry per changed key, and yielded in key order (keys changed and changed back are left out)."""
-    target = request.to_generation_id
-    if target is None:
-        target = (yield _calls.collection_state(name)).generation_id
-    page = yield _calls.diff_page(name, _with(request, to=target), None)
-    split = page.to_generation_id != target and page.from_generation_id != page.to_generation_id
+    target = yield from _target(name, request)
+    first: DiffPage = yield _calls.diff_page(name, _with(request, to=target), None)
+    split = first.to_generation_id != target and first.from_generation_id != first.to_generation_id
+    page: DiffPage | None = first
     composed: dict[bytes, tuple[bytes | None, bytes | None]] = {}
-    while True:
+    while page is not None:
         if split:
             for item in page.items:
                 earlier = composed.get(item.key)
                 composed[item.key] = (item.from_value if earlier is None else earlier[0], item.to_value)
         else:
             yield from page.items
-        if page.cursor is not None:
-            page = yield _calls.diff_page(name, request, page.cursor)
-            continue
-        if page.to_generation_id == target or page.from_generation_id == page.to_generation_id:
-            break
-        page = yield _calls.diff_page(name, _with(request, start=page.to_generation_id, to=target), None)
+        page = yield from _following_page(name, request, page, target)
     for key in sorted(composed):
         from_value, to_value = composed[key]
         if from_value != to_value:
             yield DiffItem(key, from_value, to_value)
+
+
+def _target(name: str, request: DiffSpec) -> Generator[Call[Any], Any, bytes]:
+    """The generation a diff runs to: the one asked for, else the collection's current one (pinned once)."""
+    if request.to_generation_id is not None:
+        return request.to_generation_id
+    state = yield _calls.collection_state(name)
+    return bytes(state.generation_id)
+
+
+def _following_page(
+    name: str, request: DiffSpec, page: DiffPage, target: bytes
+) -> Generator[Call[Any], Any, DiffPage | None]:
+    """The page after ``page``: through its cursor, else from the generation it reached when the server
+    split the range; None once ``target`` is reached (or the server reports no progress, from == to)."""
+    following: DiffPage
+    if page.cursor is not None:
+        following = yield _calls.diff_page(name, request, page.cursor)
+    elif page.to_generation_id == target or page.from_generation_id == page.to_generation_id:
+        return None
+    else:
+        following = yield _calls.diff_page(name, _with(request, start=page.to_generation_id, to=target), None)
+    return following
 
 
 def _with(request: DiffSpec, to: bytes | None, start: bytes | None = None) -> DiffSpec:
