@@ -34,7 +34,6 @@ CHUNK = 5_000
 """Keys per range query: with dense keys one page (the server's maximum is 10,000 items)."""
 
 
-
 SPARSE_RECORDS = 4
 """Records per wanted key above which point reads beat paging through the range (see the module doc)."""
 
