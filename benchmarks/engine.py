@@ -7,10 +7,13 @@ Figures (N records of ``key-%012d`` with 100-byte values; issue 31's table is pr
   small generation  start + put_many(1,000 keys spread evenly over N, every N/1000-th) + commit, durable,
                     vs one durable raw putmulti of the same keys into an N-key table   goal ratio <= 1.3
                     (and its floors: LMDB alone writing our rows for it -- records and changes, two B-tree
-                    inserts per key -- in one durable transaction, and in the three the engine's API takes)
+                    inserts per key -- in one durable transaction, and in the three the engine's API takes;
+                    and the same for the "packed layout": records, plus one changes row per ~2 KB of the
+                    batch's sorted key forms -- one insert per key)
   bulk load         put_many of N sorted records (10k batches, one generation) vs raw putmulti of the same
                     records, each round on empty stores                                goal ratio >= 0.8
-                    (and the "layout floor": LMDB alone storing the rows our layout needs, built beforehand)
+                    (and the "layout floor": LMDB alone storing the rows our layout needs, built beforehand;
+                    the "packed floor": the same for the packed layout's rows)
   diff throughput   diff over 100k changed keys vs a raw cursor scan of 100k records   goal ratio >= 0.5
                     (and the "read floor" and "item floor", below)
   diff scaling      diff of 1,000 changed keys spread evenly over N keys vs over 10k keys (each collection's
@@ -101,58 +104,102 @@ def layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
     return records, changes
 
 
-def bulk_rounds(root: Path, n: int, rounds: int) -> tuple[list[float], ...]:
-    """(ours, raw, floor) seconds per round, each round on empty stores; raw / ours and raw / floor CPU
-    time per round (``time.process_time``: what the fsyncs leave out, which dominate the wall time on a
-    loaded machine); and the seconds of our final commit (inside ``ours``) per round.
+PACKED_CHUNK = 1800  # bytes of key forms per packed row: key and value stay in one 4 KiB page's node
 
-    Batch by batch, raw putmulti, then the "layout floor" (raw putmultis, in append mode, of the very rows
-    our layout stores, built before the clock starts: what LMDB alone costs for them), then put_many of the
-    same batch: on a shared machine all three see the same load.
+
+def packed_layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
+    """The rows of the packed layout (designed in benchmarks/RESULTS.md, issue 31; not the engine's):
+    ``records`` as now, and instead of a ``changes`` row per key, one row per ~2 KB of the batch's sorted
+    key forms -- ``cid | seq | first form -> (u16 length, form)...`` -- so one B-tree insert per key."""
+    cid = layout.cid_bytes(1)
+    records = [(layout.record_key(cid, layout.key_form(k), seq), layout.encode_value(k, v)) for k, v in batch]
+    forms = sorted(layout.key_form(k) for k, _ in batch)
+    packed: Rows = []
+    chunk: list[bytes] = []
+    size = 0
+    for form in forms:
+        if chunk and size + 2 + len(form) > PACKED_CHUNK:
+            packed.append((layout.change_key(cid, seq, chunk[0]), b"".join(chunk)))
+            chunk, size = [], 0
+        chunk.append(len(form).to_bytes(2, "big") + form)
+        size += 2 + len(form)
+    if chunk:
+        packed.append((layout.change_key(cid, seq, chunk[0][2:]), b"".join(chunk)))
+    return records, packed
+
+
+@dataclass
+class BulkRounds:
+    """Per round, each on empty stores: seconds of each way to load the N records, and raw's CPU time
+    (``time.process_time``: what the fsyncs leave out, which dominate the wall time on a loaded machine)
+    over each way's."""
+
+    ours: list[float] = field(default_factory=list)
+    raw: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)  # our layout's rows
+    packed: list[float] = field(default_factory=list)  # the packed layout's rows
+    cpu_ratios: list[float] = field(default_factory=list)
+    floor_cpu_ratios: list[float] = field(default_factory=list)
+    packed_cpu_ratios: list[float] = field(default_factory=list)
+    commits: list[float] = field(default_factory=list)  # our final commit (inside ``ours``)
+
+
+def bulk_rounds(root: Path, n: int, rounds: int) -> BulkRounds:
+    """Batch by batch, raw putmulti, then the "layout floor" (raw putmultis, in append mode, of the very rows
+    our layout stores, built before the clock starts: what LMDB alone costs for them), then the same for
+    the packed layout's rows, then put_many of the same batch: on a shared machine all four see the same
+    load.
     """
-    ours, raw, floor, cpu_ratios, floor_cpu_ratios, commits = [], [], [], [], [], []
+    figures = BulkRounds()
     for index in range(rounds):
         env = lmdb.open(str(root / f"raw{index}"), map_size=1 << 36, max_dbs=2)
         db = env.open_db(b"t")
         floor_env = lmdb.open(str(root / f"floor{index}"), map_size=1 << 36, max_dbs=2)
         floor_records, floor_changes = floor_env.open_db(b"records"), floor_env.open_db(b"changes")
+        packed_env = lmdb.open(str(root / f"packed{index}"), map_size=1 << 36, max_dbs=2)
+        packed_records, packed_changes = packed_env.open_db(b"records"), packed_env.open_db(b"changes")
         path = root / f"bulk{index}"
         with Store.open(path, StoreConfig(background=False)) as store:
             coll = store.create_collection("big", manual=True)
             coll.start_generation(b"g0001")
-            ours_s = raw_s = floor_s = ours_cpu = raw_cpu = floor_cpu = 0.0
+            seconds = [0.0] * 4  # raw, floor, packed, ours
+            cpus = [0.0] * 4
             for batch in batches(n):
                 record_rows, change_rows = layout_rows(batch)
-                start, cpu = time.perf_counter(), time.process_time()
+                _, packed_rows = packed_layout_rows(batch)
+                marks = [(time.perf_counter(), time.process_time())]
                 with env.begin(write=True) as txn:
                     txn.cursor(db=db).putmulti(batch)
-                middle, middle_cpu = time.perf_counter(), time.process_time()
+                marks.append((time.perf_counter(), time.process_time()))
                 with floor_env.begin(write=True) as txn:
                     txn.cursor(db=floor_records).putmulti(record_rows, append=True)
                     txn.cursor(db=floor_changes).putmulti(change_rows, append=True)
-                floored, floored_cpu = time.perf_counter(), time.process_time()
+                marks.append((time.perf_counter(), time.process_time()))
+                with packed_env.begin(write=True) as txn:
+                    txn.cursor(db=packed_records).putmulti(record_rows, append=True)
+                    txn.cursor(db=packed_changes).putmulti(packed_rows, append=True)
+                marks.append((time.perf_counter(), time.process_time()))
                 coll.put_many(batch, generation_id=b"g0001")
-                end, end_cpu = time.perf_counter(), time.process_time()
-                raw_s += middle - start
-                floor_s += floored - middle
-                ours_s += end - floored
-                raw_cpu += middle_cpu - cpu
-                floor_cpu += floored_cpu - middle_cpu
-                ours_cpu += end_cpu - floored_cpu
+                marks.append((time.perf_counter(), time.process_time()))
+                for way in range(4):
+                    seconds[way] += marks[way + 1][0] - marks[way][0]
+                    cpus[way] += marks[way + 1][1] - marks[way][1]
             start = time.perf_counter()
             coll.commit_generation(b"g0001")
-            commits.append(time.perf_counter() - start)
-            ours_s += commits[-1]
-        env.close()
-        floor_env.close()
-        for name in (f"raw{index}", f"floor{index}", f"bulk{index}"):
+            figures.commits.append(time.perf_counter() - start)
+            seconds[3] += figures.commits[-1]
+        for opened in (env, floor_env, packed_env):
+            opened.close()
+        for name in (f"raw{index}", f"floor{index}", f"packed{index}", f"bulk{index}"):
             shutil.rmtree(root / name)
-        ours.append(ours_s)
-        raw.append(raw_s)
-        floor.append(floor_s)
-        cpu_ratios.append(raw_cpu / ours_cpu)
-        floor_cpu_ratios.append(raw_cpu / floor_cpu)
-    return ours, raw, floor, cpu_ratios, floor_cpu_ratios, commits
+        figures.raw.append(seconds[0])
+        figures.floor.append(seconds[1])
+        figures.packed.append(seconds[2])
+        figures.ours.append(seconds[3])
+        figures.floor_cpu_ratios.append(cpus[0] / cpus[1])
+        figures.packed_cpu_ratios.append(cpus[0] / cpus[2])
+        figures.cpu_ratios.append(cpus[0] / cpus[3])
+    return figures
 
 
 def change_keys(coll_name: str, store: Store, generation_id: bytes, indices: list[int]) -> None:
@@ -177,6 +224,8 @@ class SmallGenerations:
     raw: list[float] = field(default_factory=list)  # one raw putmulti of the same pairs
     floor_one: list[float] = field(default_factory=list)  # our rows, one transaction
     floor_three: list[float] = field(default_factory=list)  # our rows, three transactions
+    packed_one: list[float] = field(default_factory=list)  # the packed layout's rows, one transaction
+    packed_three: list[float] = field(default_factory=list)  # the packed layout's rows, three transactions
     ours_cpu: list[float] = field(default_factory=list)
     floor_three_cpu: list[float] = field(default_factory=list)
     raw_cpu: list[float] = field(default_factory=list)
@@ -189,26 +238,35 @@ def small_generations(root: Path, store: Store, name: str, n: int, rounds: int) 
     the "layout floors": LMDB alone writing the rows our layout needs for them (records: cid | K | seq ->
     01 value, and changes: cid | seq | K, built beforehand) into tables holding the same N keys' rows, in
     one durable transaction, and in three (a metadata row, the rows, a metadata row: the transactions
-    of start_generation, put_many and commit_generation).
+    of start_generation, put_many and commit_generation); and the same for the packed layout's rows
+    (:func:`packed_layout_rows`), in tables of their own.
     """
     raw_env = lmdb.open(str(root / "small-raw"), map_size=1 << 36, max_dbs=2)
     raw_db = raw_env.open_db(b"t")
     floor_env = lmdb.open(str(root / "small-floor"), map_size=1 << 36, max_dbs=4)
     floor_records, floor_changes = floor_env.open_db(b"records"), floor_env.open_db(b"changes")
     floor_meta = floor_env.open_db(b"meta")
+    packed_env = lmdb.open(str(root / "small-packed"), map_size=1 << 36, max_dbs=4)
+    packed_records, packed_changes = packed_env.open_db(b"records"), packed_env.open_db(b"changes")
+    packed_meta = packed_env.open_db(b"meta")
     for batch in batches(n):
         record_rows, change_rows = layout_rows(batch)
+        _, packed_rows = packed_layout_rows(batch)
         with raw_env.begin(write=True) as txn:
             txn.cursor(db=raw_db).putmulti(batch, append=True)
         with floor_env.begin(write=True) as txn:
             txn.cursor(db=floor_records).putmulti(record_rows, append=True)
             txn.cursor(db=floor_changes).putmulti(change_rows, append=True)
+        with packed_env.begin(write=True) as txn:
+            txn.cursor(db=packed_records).putmulti(record_rows, append=True)
+            txn.cursor(db=packed_changes).putmulti(packed_rows, append=True)
     coll = store.collection(name)
     figures = SmallGenerations()
     for r in range(rounds):
         items = [(key(i), value(i, r + 1)) for i in spread(n, r + 1)]
         # seqs 2.. for the one-transaction floor, then others for the three-transaction one: new rows each
         one_rows, three_rows = layout_rows(items, 2 + 2 * r), layout_rows(items, 3 + 2 * r)
+        packed_one, packed_three = packed_layout_rows(items, 2 + 2 * r), packed_layout_rows(items, 3 + 2 * r)
         gen = b"g1%05d" % r
 
         start, cpu = time.perf_counter(), time.process_time()
@@ -234,6 +292,22 @@ def small_generations(root: Path, store: Store, name: str, n: int, rounds: int) 
         figures.floor_three.append(time.perf_counter() - start)
         figures.floor_three_cpu.append(time.process_time() - cpu)
 
+        start = time.perf_counter()
+        with packed_env.begin(write=True) as txn:
+            txn.cursor(db=packed_records).putmulti(packed_one[0])
+            txn.cursor(db=packed_changes).putmulti(packed_one[1], append=True)
+        figures.packed_one.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        with packed_env.begin(write=True) as txn:
+            txn.put(b"meta", gen + b"open", db=packed_meta)
+        with packed_env.begin(write=True) as txn:
+            txn.cursor(db=packed_records).putmulti(packed_three[0])
+            txn.cursor(db=packed_changes).putmulti(packed_three[1], append=True)
+        with packed_env.begin(write=True) as txn:
+            txn.put(b"meta", gen + b"committed", db=packed_meta)
+        figures.packed_three.append(time.perf_counter() - start)
+
         start, cpu = time.perf_counter(), time.process_time()
         coll.start_generation(gen)
         middle = time.perf_counter()
@@ -243,10 +317,10 @@ def small_generations(root: Path, store: Store, name: str, n: int, rounds: int) 
         figures.ours.append(time.perf_counter() - start)
         figures.ours_cpu.append(time.process_time() - cpu)
         figures.put_many.append(put_done - middle)
-    raw_env.close()
-    floor_env.close()
-    shutil.rmtree(root / "small-raw")
-    shutil.rmtree(root / "small-floor")
+    for opened in (raw_env, floor_env, packed_env):
+        opened.close()
+    for name in ("small-raw", "small-floor", "small-packed"):
+        shutil.rmtree(root / name)
     return figures
 
 
@@ -383,7 +457,9 @@ def main() -> None:
     print(f"hot loops: {accel}; load average {load_average()}")
     try:
         if "bulk" in only:
-            ours, raw, floor, cpu_ratios, floor_cpu_ratios, commits = bulk_rounds(root, n, rounds)
+            bulk = bulk_rounds(root, n, rounds)
+            ours, raw, floor, commits = bulk.ours, bulk.raw, bulk.floor, bulk.commits
+            cpu_ratios, floor_cpu_ratios = bulk.cpu_ratios, bulk.floor_cpu_ratios
             ratios = [r / o for o, r in zip(ours, raw, strict=True)]
             print(
                 f"bulk load       {n / median(ours):12,.0f} rec/s   "
@@ -395,6 +471,13 @@ def main() -> None:
             print(
                 f"  layout floor  {n / median(floor):12,.0f} rec/s   LMDB alone writing our rows (records and"
                 f" changes, built beforehand): ratio {median(floor_ratios):.2f} to raw putmulti"
+            )
+            packed_ratios = [r / p for p, r in zip(bulk.packed, raw, strict=True)]
+            print(
+                f"  packed floor  {n / median(bulk.packed):12,.0f} rec/s   LMDB alone writing the rows of the"
+                f" packed layout (records, and one changes row per ~2 KB of a batch's sorted key forms, built"
+                f" beforehand): ratio {median(packed_ratios):.2f} to raw putmulti (rounds"
+                f" {rounds_of(packed_ratios)}; CPU {1 / median(bulk.packed_cpu_ratios):.2f}x raw's)"
             )
             print(
                 f"  CPU time      put_many used {1 / median(cpu_ratios):.2f}x the CPU time of raw putmulti"
@@ -465,6 +548,14 @@ def small_figures(root: Path, store: Store, n: int, small_rounds: int) -> Row:
         f" two B-tree inserts per key) in one durable transaction: ratio {median(one):.2f} to raw putmulti;"
         f" in three (start, put, commit) {fmt_ms(median(small.floor_three))}: ratio {median(three):.2f}"
         f" (CPU time ratio {median(three_cpu):.2f})"
+    )
+    packed_one = [f / r for f, r in zip(small.packed_one, small.raw, strict=True)]
+    packed_three = [f / r for f, r in zip(small.packed_three, small.raw, strict=True)]
+    print(
+        f"  packed floor  {fmt_ms(median(small.packed_one))} LMDB alone writing the packed layout's rows"
+        f" (records, and one changes row per ~2 KB of the batch's sorted key forms) in one durable"
+        f" transaction: ratio {median(packed_one):.2f} to raw putmulti; in three"
+        f" {fmt_ms(median(small.packed_three))}: ratio {median(packed_three):.2f}"
     )
     return Row(
         "small generation: start + put_many(1,000 spread keys) + commit",
