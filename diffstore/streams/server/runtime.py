@@ -22,8 +22,41 @@ from .subscription import ConsumerExists, Delivery, Position, StoredBatch, Subsc
 
 logger = logging.getLogger(__name__)
 
-# Serialized StreamingFetchResponses (see ``codec.fetch_response``); None ends the call.
-Outbound = asyncio.Queue[bytes | None]
+
+class Outbound:
+    """One consumer's responses (serialized StreamingFetchResponses, see ``codec.fetch_response``) waiting
+    for its StreamingFetch call to send them, and the batches they hold.
+
+    A consumer that stops reading (paused, or behind a stalled link) keeps its shards until it leaves, and
+    each ack deadline resends its unacked batches to it: queued behind the copies it never took, they would
+    pile up a copy per deadline, without bound. A resend of a batch whose earlier copy still waits here is
+    dropped instead; the consumer gets that copy when it reads again."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[tuple[tuple[int, int] | None, bytes | None]] = asyncio.Queue()
+        self._waiting: set[tuple[int, int]] = set()
+
+    def holds(self, batch: tuple[int, int]) -> bool:
+        """Whether a copy of ``batch`` (shard id, batch id) is waiting to be sent."""
+        return batch in self._waiting
+
+    def put(self, batch: tuple[int, int], response: bytes) -> None:
+        self._waiting.add(batch)
+        self._queue.put_nowait((batch, response))
+
+    def end(self) -> None:
+        """Ends the call once the responses before it are sent."""
+        self._queue.put_nowait((None, None))
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+    async def get(self) -> bytes | None:
+        """The next response to send; None: the call ends."""
+        batch, response = await self._queue.get()
+        if batch is not None:
+            self._waiting.discard(batch)
+        return response
 
 
 class SubscriptionStore(Protocol):
@@ -96,7 +129,7 @@ class SubscriptionRuntime:
             self.state.join(info.name)
         except ConsumerExists as exc:
             raise AlreadyExists(f"consumer {info.name} already attached to {self.subscription_id}") from exc
-        queue: Outbound = asyncio.Queue()
+        queue = Outbound()
         self._queues[info.name] = queue
         self._consumers[info.name] = info
         self.notify()
@@ -126,7 +159,7 @@ class SubscriptionRuntime:
         subscription's are dropped by the store)."""
         self.closed = True
         for queue in self._queues.values():
-            queue.put_nowait(None)
+            queue.end()
         self._task.cancel()
         try:
             await self._task
@@ -140,10 +173,11 @@ class SubscriptionRuntime:
         deliveries = self.state.poll(now, self._store, self._config.max_batches_per_poll)
         for delivery in deliveries:
             queue = self._queues.get(delivery.consumer)
-            if queue is None:
+            batch = (delivery.shard_id, delivery.batch.batch_id)
+            if queue is None or (delivery.resend and queue.holds(batch)):
                 continue
             try:
-                queue.put_nowait(response_for(delivery))
+                queue.put(batch, response_for(delivery))
             except InvalidArgument as exc:
                 # Skipped as if acked, so that the committed position moves past it: resending a batch
                 # that cannot be decoded would fail forever and hold the whole shard back.

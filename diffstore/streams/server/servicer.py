@@ -27,7 +27,7 @@ from . import codec
 from .appender import GroupAppender
 from .config import StreamServerConfig
 from .errors import FailedPrecondition, InvalidArgument, ResourceNotFound, StreamServerError, abort
-from .runtime import ConsumerInfo, SubscriptionRuntime
+from .runtime import ConsumerInfo, Outbound, SubscriptionRuntime
 from .store import MAX_NAME_LENGTH, AppendItem, StreamInfo, StreamStore, SubscriptionInfo, check_identifier
 from .subscription import SubscriptionState
 
@@ -369,7 +369,7 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
     async def _read_acks(
         requests: AsyncIterator[pb.StreamingFetchRequest | Undecodable],
         runtime: SubscriptionRuntime,
-        queue: Any,
+        queue: Outbound,
         refused: list[InvalidArgument],
     ) -> None:
         """Applies the acks of later requests; an undecodable one ends the call (``refused``)."""
@@ -380,4 +380,4 @@ class HStreamServicer(pb_grpc.HStreamApiServicer):
                     return
                 runtime.ack(list(request.ackIds))
         finally:
-            queue.put_nowait(None)
+            queue.end()
