@@ -21,9 +21,11 @@ generation committed before it: an ISO time (without a zone: local time) or a sp
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +38,8 @@ from diffstore.engine.types import GenerationInfo, LineageSource
 from diffstore.errors import GenerationCollected, InvalidRequest
 
 _PAGE = 1000
+_LINEAGE_REQUESTS = 8
+"""Lineage requests in flight at once: one per listed generation, so a long listing waits on round trips."""
 _UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
@@ -98,17 +102,18 @@ def run_log(args: argparse.Namespace) -> int:
         # the smallest id above START: the listing includes START itself
         before = None if start is None else start + b"\x00"
         done = False
-        while not done and len(found) < args.limit:
-            page, more = collection.history(before, limit=min(_PAGE, args.limit - len(found)))
-            for info in page:
-                if args.since is not None and (info.committed_at_ms or 0) < args.since:
-                    done = True
+        with ThreadPoolExecutor(_LINEAGE_REQUESTS, thread_name_prefix="diffstore-log") as lineage:
+            while not done and len(found) < args.limit:
+                page, more = collection.history(before, limit=min(_PAGE, args.limit - len(found)))
+                listed = page
+                if args.since is not None:
+                    listed = list(itertools.takewhile(lambda i: (i.committed_at_ms or 0) >= args.since, page))
+                    done = len(listed) < len(page)
+                found.extend(listed)
+                moved.extend(lineage.map(lambda info: _moves(collection, info), listed))
+                if not more or not page:
                     break
-                found.append(info)
-                moved.append(_moves(collection, info))
-            if not more or not page:
-                break
-            before = page[-1].generation_id
+                before = page[-1].generation_id
     now_ms = time.time_ns() // 1_000_000
     if args.format == "json":
         for info, moves in zip(found, moved, strict=True):
