@@ -49,7 +49,7 @@ import lmdb
 from _harness import machine
 
 from diffstore import Store, StoreConfig
-from diffstore.engine import layout
+from diffstore.engine import changes, layout
 from diffstore.engine.tables import load_meta, resolve_seq
 from diffstore.engine.types import DiffItem
 
@@ -346,7 +346,7 @@ def raw_scan_once(store: Store, count: int) -> float:
 
 def read_floor(store: Store, name: str, generation_id: bytes, count: int) -> tuple[float, float, float]:
     """The least any diff over this layout must read per changed key, iterated with nothing built and
-    nothing compared: (its entry in the ``changes`` run of the generation and its two versions in
+    nothing compared: (its entry in the run of the generation (engine/changes.py) and its two versions in
     ``records``, adjacent here -- the keyed way; only the two versions -- the scan; the same two consumed
     by a C-level loop, ``collections.deque``, as the compiled scan consumes them: what py-lmdb's iterator
     alone costs any loop, a tuple and two bytes objects per record, with no Python step per record)."""
@@ -354,11 +354,10 @@ def read_floor(store: Store, name: str, generation_id: bytes, count: int) -> tup
     def once() -> tuple[float, float, float]:
         with store.read() as txn:
             meta = load_meta(txn, store.tables, name)
-            run = layout.change_prefix(meta.cid_prefix, resolve_seq(txn, store.tables, meta, generation_id))
+            seq = resolve_seq(txn, store.tables, meta, generation_id)
             start = time.perf_counter()
-            changes = txn.cursor(db=store.tables.changes)
-            changes.set_range(run)
-            read = sum(1 for _ in itertools.islice(changes.iternext(values=False), count))
+            forms = changes.forms(txn, store.tables, meta.cid_prefix, seq)
+            read = sum(1 for _ in itertools.islice(forms, count))
             middle = time.perf_counter()
             records = txn.cursor(db=store.tables.records)
             records.set_range(meta.cid_prefix)

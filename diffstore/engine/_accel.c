@@ -8,7 +8,11 @@
  *       The rows of ``records`` and ``changes`` for a put of (key, value) pairs whose keys are short and
  *       strictly ascend (so none repeats), as layout.py's short_rows builds them: a SortedRows whose
  *       records() and changes() iterate them (keys and values as bytearrays). None when the items are
- *       not such a list (the general path takes them).
+ *       not such a list (the general path takes them). Its chunks(limit) are the same keys' packed rows
+ *       of ``change_chunks`` (layout.chunk_rows).
+ *
+ *   unpack_forms(raw)
+ *       The key forms of a ``change_chunks`` value, as layout.unpack_forms reads them.
  *
  *   DiffScan(records_iter, from_seq, to_bound, stop, from_key, to_key, after_key, idle_limit, item_type, empty)
  *       An iterator of the diff items that diff.py's forward scan yields from the same records iterator;
@@ -197,9 +201,71 @@ static PyObject *sorted_rows_records(SortedRows *self, PyObject *unused) { retur
 static PyObject *sorted_rows_changes(SortedRows *self, PyObject *unused) { return rows_iter(self, 1); }
 static Py_ssize_t sorted_rows_length(SortedRows *self) { return PyList_GET_SIZE(self->items); }
 
+/* The packed rows of ``change_chunks`` for the items (layout.chunk_rows builds the same): a list of
+ * (change_prefix | first form, (u16 length | form)...) pairs, each value holding at most ``limit`` bytes
+ * of forms (at least one form). */
+static PyObject *sorted_rows_chunks(SortedRows *self, PyObject *args) {
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "n:chunks", &limit)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(self->items);
+    PyObject *result = PyList_New(0);
+    if (result == NULL) return NULL;
+    /* forms are at most 2 * LONG_KEY_PREFIX + 2 bytes: a buffer of limit + one form never overflows */
+    Py_ssize_t capacity = limit + 2 * LONG_KEY_PREFIX + 4;
+    char *buffer = PyMem_Malloc((size_t)capacity);
+    if (buffer == NULL) {
+        Py_DECREF(result);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t used = 0, first = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        Py_ssize_t form_length = 0;
+        const char *k = NULL;
+        Py_ssize_t kl = 0;
+        if (i < n) {
+            PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(self->items, i), 0);
+            k = PyBytes_AS_STRING(key);
+            kl = PyBytes_GET_SIZE(key);
+            form_length = escaped_length(k, kl) + 2;
+        }
+        if (used > 0 && (i == n || used + 2 + form_length > limit)) { /* the chunk is full: its row */
+            PyObject *first_key = PyTuple_GET_ITEM(PyList_GET_ITEM(self->items, first), 0);
+            const char *fk = PyBytes_AS_STRING(first_key);
+            Py_ssize_t fl = PyBytes_GET_SIZE(first_key);
+            PyObject *row_key = PyBytes_FromStringAndSize(NULL, row_key_length(self, 1, fk, fl));
+            PyObject *row_value = PyBytes_FromStringAndSize(buffer, used);
+            PyObject *row = NULL;
+            if (row_key != NULL && row_value != NULL) {
+                row_key_into(self, 1, fk, fl, PyBytes_AS_STRING(row_key));
+                row = PyTuple_Pack(2, row_key, row_value);
+            }
+            Py_XDECREF(row_key);
+            Py_XDECREF(row_value);
+            if (row == NULL || PyList_Append(result, row) < 0) {
+                Py_XDECREF(row);
+                PyMem_Free(buffer);
+                Py_DECREF(result);
+                return NULL;
+            }
+            Py_DECREF(row);
+            used = 0;
+            first = i;
+        }
+        if (i == n) break;
+        buffer[used] = (char)(form_length >> 8);
+        buffer[used + 1] = (char)(form_length & 0xff);
+        char *end = escape_into(buffer + used + 2, k, kl);
+        end[0] = end[1] = 0;
+        used += 2 + form_length;
+    }
+    PyMem_Free(buffer);
+    return result;
+}
+
 static PyMethodDef sorted_rows_methods[] = {
     {"records", (PyCFunction)sorted_rows_records, METH_NOARGS, "an iterator of the rows of ``records``"},
     {"changes", (PyCFunction)sorted_rows_changes, METH_NOARGS, "an iterator of the rows of ``changes``"},
+    {"chunks", (PyCFunction)sorted_rows_chunks, METH_VARARGS, "the packed rows of ``change_chunks``"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -609,9 +675,44 @@ static PyTypeObject DiffScanType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- unpack_forms -------------------------------------------------------------------------------- */
+
+/* The forms of a ``change_chunks`` value, (u16 length | form)...: a list of bytes. ValueError when a
+ * length runs past the end (layout.unpack_forms: the same list, or IndexError / a shorter last form). */
+static PyObject *unpack_forms(PyObject *module, PyObject *raw) {
+    if (!PyBytes_CheckExact(raw)) {
+        PyErr_SetString(PyExc_TypeError, "unpack_forms takes bytes");
+        return NULL;
+    }
+    const unsigned char *at = (const unsigned char *)PyBytes_AS_STRING(raw);
+    const unsigned char *end = at + PyBytes_GET_SIZE(raw);
+    PyObject *forms = PyList_New(0);
+    if (forms == NULL) return NULL;
+    while (at < end) {
+        if (end - at < 2) goto bad;
+        Py_ssize_t length = ((Py_ssize_t)at[0] << 8) | at[1];
+        at += 2;
+        if (end - at < length) goto bad;
+        PyObject *form = PyBytes_FromStringAndSize((const char *)at, length);
+        if (form == NULL || PyList_Append(forms, form) < 0) {
+            Py_XDECREF(form);
+            Py_DECREF(forms);
+            return NULL;
+        }
+        Py_DECREF(form);
+        at += length;
+    }
+    return forms;
+bad:
+    Py_DECREF(forms);
+    PyErr_SetString(PyExc_ValueError, "a change_chunks value that does not unpack");
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"sorted_short_rows", sorted_short_rows, METH_VARARGS,
      "The records and changes rows of sorted short (key, value) pairs, or None."},
+    {"unpack_forms", unpack_forms, METH_O, "The key forms of a change_chunks value (layout.unpack_forms)."},
     {NULL, NULL, 0, NULL},
 };
 

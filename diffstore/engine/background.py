@@ -22,7 +22,7 @@ import time
 
 import lmdb
 
-from diffstore.engine import layout, lineage, writes
+from diffstore.engine import changes, layout, lineage, writes
 from diffstore.engine.access import StoreAccess
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import gc_minimum
@@ -35,6 +35,7 @@ _ALL_TABLES_WITH_CID = (
     "gen_ids",
     "records",
     "changes",
+    "change_chunks",
     "phantoms",
     "phantom_ttl",
     "readers",
@@ -197,21 +198,18 @@ def _collect_run(
     the run is done; and how many versions it removed. Idempotent, so a crash only repeats work.
     """
     prefix = meta.cid_prefix
-    run = layout.change_prefix(prefix, seq)
-    changes = txn.cursor(db=tables.changes)
     records = txn.cursor(db=tables.records)
     forms: list[bytes] = []
     removed = 0
-    if changes.set_range(run + start_form):
-        for key in changes.iternext(values=False):
-            if not key.startswith(run):
-                break
-            form = key[len(run) :]
-            if form == start_form and start_form:
-                continue
-            forms.append(form)
-            if len(forms) >= batch:
-                break
+    for form in changes.forms(txn, tables, prefix, seq, start_form):
+        if form == start_form and start_form:
+            continue
+        forms.append(form)
+        if len(forms) >= batch:
+            break
+    # the forms leave the runs of the generations whose versions go, one pass per run (a chunk is
+    # rewritten once for all the forms it loses)
+    gone: dict[int, list[bytes]] = {}
     for form in forms:
         head = prefix + form
         if records.set_range(head + layout.u64(horizon_seq + 1)):
@@ -228,8 +226,10 @@ def _collect_run(
             stale.append(layout.read_u64(key[-8:]))
         for old in stale:
             txn.delete(layout.record_key(prefix, form, old), db=tables.records)
-            txn.delete(layout.change_key(prefix, old, form), db=tables.changes)
+            gone.setdefault(old, []).append(form)
         removed += len(stale)
+    for old, forms_gone in gone.items():
+        changes.remove(txn, tables, prefix, old, forms_gone)
     return (forms[-1] if len(forms) >= batch else None), removed
 
 

@@ -43,6 +43,7 @@ import lmdb
 
 from diffstore.engine import (
     background,
+    changes,
     copying,
     crashpoints,
     files,
@@ -232,9 +233,7 @@ def settle(txn: lmdb.Transaction, tables: Tables) -> tuple[int, int, int, int]:
 def _has_records(txn: lmdb.Transaction, tables: Tables, cid_prefix: bytes, seq: int | None) -> bool:
     if seq is None:
         return False
-    run = layout.change_prefix(cid_prefix, seq)
-    cursor = txn.cursor(db=tables.changes)
-    return bool(cursor.set_range(run)) and cursor.key().startswith(run)
+    return changes.any_written(txn, tables, cid_prefix, seq)
 
 
 def _drop_auto_commit_countdowns(txn: lmdb.Transaction, tables: Tables) -> None:

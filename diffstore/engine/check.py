@@ -15,9 +15,11 @@ The invariants, table by table (a ``cid`` is *live* when a ``collections`` row h
   generation is committed (seq <= current) or the open one; the current and open ones are registered.
 - ``records``: every row's cid is live or dropped; for a live one its seq is registered and committed or
   open (no record of an aborted or unknown generation), its value decodes, a long key's form matches
-  the key it holds, and ``changes`` has its row.
-- ``changes``: every row has its record; the open generation's rows number at least one and at most
-  ``next_count`` when it has writes, none when it has not, and exactly ``next_keys`` when that is known.
+  the key it holds, and its generation's run (``changes`` or ``change_chunks``) holds its key.
+- ``changes``, ``change_chunks``: every entry has its record; a chunk holds ascending forms from its
+  first, overlaps no other chunk of its generation, and none of its forms also has a ``changes`` row; the
+  open generation's entries number at least one and at most ``next_count`` when it has writes, none when
+  it has not, and exactly ``next_keys`` when that is known.
 - ``readers``/``targets``: each reader row of a live collection has its reverse row with the same data
   and back; a reader targets a collection of this store, or a stream (a ``scheme://`` target).
 - ``due``: an automatic-commit row names a live automatic collection; a GC position names a live
@@ -121,6 +123,7 @@ class _Checker:
         self.live: dict[int, _Collection] = {}  # cid -> collection
         self.names: set[str] = set()
         self.dropped: set[int] = set()
+        self._chunk_cache: dict[bytes, tuple[bytes, bytes, frozenset[bytes]]] = {}
 
     def run(self) -> None:
         self._collections()
@@ -314,7 +317,9 @@ class _Checker:
             problem = _record_value_problem(form, raw)
             if problem is not None:
                 self.bad("records", f"{meta.name!r}: record {_key_text(form)} #{seq}: {problem}")
-            if self.txn.get(layout.change_key(meta.cid_prefix, seq, form), db=self.tables.changes) is None:
+            if self.txn.get(
+                layout.change_key(meta.cid_prefix, seq, form), db=self.tables.changes
+            ) is None and not self._chunked(layout.change_prefix(meta.cid_prefix, seq), form):
                 self.bad(
                     "changes",
                     f"{meta.name!r}: record {_key_text(form)} #{seq} is missing from its generation's index",
@@ -332,6 +337,62 @@ class _Checker:
             if seq == meta.next_seq:
                 owner.open_changes += 1
             owner.changes[seq] = owner.changes.get(seq, 0) + 1
+        previous: tuple[bytes, bytes] | None = None  # the run and last form of the chunk before
+        for key, raw in self._rows("change_chunks"):
+            owner = self._owner("change_chunks", key)
+            if owner is None:
+                continue
+            meta = owner.meta
+            if len(key) < 12 + 2:
+                self.bad("change_chunks", f"{meta.name!r}: row {key.hex()} is too short")
+                continue
+            seq, first = layout.split_change_key(key)
+            run = key[:12]
+            forms = _unpacked(raw)
+            if not forms or forms[0] != first or any(a >= b for a, b in zip(forms, forms[1:], strict=False)):
+                self.bad(
+                    "change_chunks",
+                    f"{meta.name!r}: chunk {_key_text(first)} #{seq} does not hold ascending forms from its"
+                    " first",
+                )
+                continue
+            if previous is not None and previous[0] == run and previous[1] >= first:
+                self.bad(
+                    "change_chunks", f"{meta.name!r}: chunk {_key_text(first)} #{seq} overlaps the one before"
+                )
+            previous = (run, forms[-1])
+            for form in forms:
+                if (
+                    self.txn.get(layout.record_key(meta.cid_prefix, form, seq), db=self.tables.records)
+                    is None
+                ):
+                    self.bad(
+                        "change_chunks", f"{meta.name!r}: index entry {_key_text(form)} #{seq} has no record"
+                    )
+                if self.txn.get(run + form, db=self.tables.changes) is not None:
+                    self.bad(
+                        "change_chunks",
+                        f"{meta.name!r}: {_key_text(form)} #{seq} is in a chunk and has a changes row too",
+                    )
+            if seq == meta.next_seq:
+                owner.open_changes += len(forms)
+            owner.changes[seq] = owner.changes.get(seq, 0) + len(forms)
+
+    def _chunked(self, run: bytes, form: bytes) -> bool:
+        """Whether a chunk of ``run`` holds ``form``. Records come in key order, a generation's forms
+        ascending: the last chunk read of each run is kept (memory: a chunk per generation)."""
+        cached = self._chunk_cache.get(run)
+        if cached is None or not cached[0] <= form <= cached[1]:
+            cursor = self.txn.cursor(db=self.tables.change_chunks)
+            if not cursor.set_range(run + form) or cursor.key() != run + form:
+                if not (cursor.prev() if cursor.key() else cursor.last()) or not cursor.key().startswith(run):
+                    return False
+            forms = _unpacked(bytes(cursor.value()))
+            if not forms:
+                return False
+            cached = (forms[0], forms[-1], frozenset(forms))
+            self._chunk_cache[run] = cached
+        return form in cached[2]
 
     def _open_counts(self) -> None:
         for owner in self.live.values():
@@ -687,6 +748,14 @@ def check_directory(path: Path, on_problem: Callable[[Problem], None] | None = N
             raise storage.storage_error(
                 exc, path, files.MAP_SIZE, writing=False, doing="check failed"
             ) from exc
+
+
+def _unpacked(raw: bytes) -> list[bytes]:
+    """The forms of a chunk's value, [] when it does not unpack."""
+    try:
+        return layout.unpack_forms(raw)
+    except ValueError:
+        return []
 
 
 def _key_text(form: bytes) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import lmdb
 
-from diffstore.engine import layout
+from diffstore.engine import changes, layout
 from diffstore.engine.cursors import CursorCodec, DiffCursor
 from diffstore.engine.layout import decode_value
 from diffstore.engine.meta import CollectionMeta
@@ -169,57 +169,10 @@ def changed_forms(
 ) -> Iterator[bytes]:
     """The key forms written in any of ``seqs``, ascending, each once."""
     if len(seqs) == 1:
-        run = layout.change_prefix(prefix, seqs[0])
-        cursor = txn.cursor(db=tables.changes)
-        if not cursor.set_range(run + lower):
-            return iter(())
-        stop = run + upper if upper is not None else layout.next_prefix(run)
-        keys = cursor.iternext(values=False)
-        if stop is not None:
-            # C-level iterators only: a single generation's keys are the hottest loop of a diff
-            keys = itertools.takewhile(stop.__gt__, keys)
-        return map(operator.itemgetter(slice(len(run), None)), keys)
-    return _merged_forms(txn, tables, prefix, seqs, lower, upper)
-
-
-def _merged_forms(
-    txn: lmdb.Transaction, tables: Tables, prefix: bytes, seqs: list[int], lower: bytes, upper: bytes | None
-) -> Iterator[bytes]:
-    # One shared cursor re-seeks each run; the heap holds one form per run, nothing more.
-    cursor = txn.cursor(db=tables.changes)
-    heap: list[tuple[bytes, int]] = []
-
-    def advance(run: bytes, start: bytes, inclusive: bool) -> bytes | None:
-        if not cursor.set_range(run + start):
-            return None
-        key = cursor.key()
-        if not inclusive and key == run + start and not cursor.next():
-            return None
-        key = cursor.key()
-        if not key.startswith(run):
-            return None
-        form: bytes = key[len(run) :]
-        if upper is not None and form >= upper:
-            return None
-        return form
-
-    runs = [layout.change_prefix(prefix, seq) for seq in seqs]
-    for index, run in enumerate(runs):
-        form = advance(run, lower, True)
-        if form is not None:
-            heap.append((form, index))
-    heapq.heapify(heap)
-    last: bytes | None = None
-    while heap:
-        form, index = heap[0]
-        if form != last:
-            yield form
-            last = form
-        following = advance(runs[index], form, False)
-        if following is None:
-            heapq.heappop(heap)
-        else:
-            heapq.heapreplace(heap, (following, index))
+        return changes.forms(txn, tables, prefix, seqs[0], lower, upper)
+    # a k-way merge: the heap holds one form per run, nothing more
+    runs = [changes.forms(txn, tables, prefix, seq, lower, upper) for seq in seqs]
+    return map(operator.itemgetter(0), itertools.groupby(heapq.merge(*runs)))
 
 
 def iter_items(

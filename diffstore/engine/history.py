@@ -18,14 +18,13 @@ of old versions keeps them, as it keeps the generations themselves (they stay li
 
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 from collections.abc import Iterator
 
 import lmdb
 
-from diffstore.engine import layout
+from diffstore.engine import changes, layout
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import Tables
 from diffstore.engine.types import GenerationInfo, wall_clock_ms
@@ -58,17 +57,7 @@ def validate_metadata(metadata: object) -> dict[str, str] | None:
 
 def changed_keys(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int) -> int:
     """How many distinct keys generation ``seq`` wrote."""
-    run = layout.change_prefix(meta.cid_prefix, seq)
-    cursor = txn.cursor(db=tables.changes)
-    if not cursor.set_range(run):
-        return 0
-    keys = cursor.iternext(values=False)
-    stop = layout.next_prefix(run)
-    if stop is not None:
-        keys = itertools.takewhile(stop.__gt__, keys)
-    # C-level iterators only (every commit counts its generation's keys): the last of the numbered keys
-    last = collections.deque(enumerate(keys, 1), maxlen=1)
-    return last[0][0] if last else 0
+    return changes.count(txn, tables, meta.cid_prefix, seq)
 
 
 def record(

@@ -30,7 +30,8 @@ Named tables (sub-databases)::
                                                         written by the commit of generation seq (a store
                                                         older than this row has none: time unknown)
     records      cid | K | seq(u64)                  -> record value (below)
-    changes      cid | seq(u64) | K                  -> b""        keys written in a generation
+    changes      cid | seq(u64) | K                  -> b""        keys written in a generation, one row each
+    change_chunks cid | seq(u64) | K1                -> (len(u16) K)...  keys written in a generation, packed
     phantoms     cid | phantom(u64) | K              -> msgpack [[generation id, record value], ...]
     phantom_ttl  cid | phantom(u64)                  -> expiry, unix ms (u64)
     readers      cid | reader name(utf-8)            -> msgpack [target name, generation id | None]
@@ -48,6 +49,17 @@ Named tables (sub-databases)::
                  "promoted"                          -> unix ms(u64)  promoted: a primary since then
                  "applied"                           -> u64  primary generations applied, ever
                  "lag" | name(utf-8)                 -> msgpack [lag generations, unapplied since ms | None]
+
+Which keys a generation wrote (its *run*) is the union of its ``changes`` rows and its ``change_chunks``
+rows. A chunk holds sorted key forms (at most ``CHUNK_BYTES`` of them, K1 its first), and the chunks of a
+generation never overlap: a write whose sorted forms all lie above every form the generation holds yet (a
+bulk load, a new generation's first batch) appends chunks -- one B-tree insert per ~100 keys instead of
+one per key -- and any other write adds a ``changes`` row per key the generation does not hold yet.
+Stores written before ``change_chunks`` existed hold ``changes`` rows only and are read as they are
+(engine/changes.py reads both forms; a key is in at most one of them). Reading a chunk::
+
+    run = cid | seq                       rows of the run: set_range(run | K) and the row before it
+    value = 00 12 "key-000000000001" 00 00   00 12 "key-000000000002" 00 00  ...
 
 Background work lives in ``due`` rather than in a process's memory, so that any process that opens the
 directory can do it, and each item is taken (read, done, deleted) inside one write transaction: done once.
@@ -137,6 +149,7 @@ TABLES = (
     b"cursors",
     b"replica",
     b"commits",
+    b"change_chunks",
 )
 
 TOMBSTONE = b""
@@ -312,6 +325,57 @@ def change_key(cid_prefix: bytes, seq: int, form: bytes) -> bytes:
 
 def split_change_key(raw: bytes) -> tuple[int, bytes]:
     return int(_U64.unpack(raw[4:12])[0]), raw[12:]
+
+
+# --- change_chunks: cid | seq | K1 -> (len(u16) K)... ------------------------------------------------
+
+CHUNK_BYTES = 1800  # of packed forms per row: its key and value fit one node of a 4 KiB page
+_U16 = struct.Struct(">H")
+
+
+def pack_forms(forms: Iterable[bytes]) -> bytes:
+    """A chunk's value: each form after its u16 length."""
+    return b"".join(_U16.pack(len(form)) + form for form in forms)
+
+
+def unpack_forms(raw: bytes) -> list[bytes]:
+    """The forms of a chunk's value, in order (compiled: ``_accel.unpack_forms``, read per keyed diff).
+
+    Raises:
+        ValueError: ``raw`` does not unpack (a length runs past its end).
+    """
+    accel = ACCEL
+    if accel is not None:
+        return accel.unpack_forms(raw)
+    forms = []
+    at, end = 0, len(raw)
+    while at < end:
+        if end - at < 2:
+            raise ValueError("a change_chunks value that does not unpack")
+        length = (raw[at] << 8) | raw[at + 1]
+        if end - at - 2 < length:
+            raise ValueError("a change_chunks value that does not unpack")
+        forms.append(raw[at + 2 : at + 2 + length])
+        at += 2 + length
+    return forms
+
+
+def chunk_rows(cid_prefix: bytes, seq: int, forms: Iterable[bytes]) -> list[tuple[bytes, bytes]]:
+    """The ``change_chunks`` rows of ascending ``forms`` written in ``seq``: each value at most
+    ``CHUNK_BYTES`` of packed forms (the compiled ``SortedRows.chunks`` builds the same)."""
+    run = change_prefix(cid_prefix, seq)
+    rows: list[tuple[bytes, bytes]] = []
+    chunk: list[bytes] = []
+    used = 0
+    for form in forms:
+        if chunk and used + 2 + len(form) > CHUNK_BYTES:
+            rows.append((run + chunk[0], pack_forms(chunk)))
+            chunk, used = [], 0
+        chunk.append(form)
+        used += 2 + len(form)
+    if chunk:
+        rows.append((run + chunk[0], pack_forms(chunk)))
+    return rows
 
 
 # --- generations -------------------------------------------------------------------------------

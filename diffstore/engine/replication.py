@@ -26,7 +26,7 @@ import itertools
 import lmdb
 import msgpack
 
-from diffstore.engine import history, layout, leases, lineage, readers, writes
+from diffstore.engine import changes, history, layout, leases, lineage, readers, writes
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -340,24 +340,18 @@ def generation_records(
     if hold is not None and readers.load_reader(txn, tables, meta, hold) is None:
         raise NoSuchReader(f"collection {meta.name!r} has no reader {hold!r}")
     seq = layout.read_u64(raw_seq)
-    run = layout.change_prefix(meta.cid_prefix, seq)
-    start = run + layout.key_form(from_key) if from_key is not None else run
+    lower = layout.key_form(from_key) if from_key is not None else b""
     found: list[tuple[bytes, bytes | None]] = []
     next_key: bytes | None = None
-    cursor = txn.cursor(db=tables.changes)
-    if cursor.set_range(start):
-        for change in cursor.iternext(values=False):
-            if not change.startswith(run):
-                break
-            form = change[len(run) :]
-            raw = txn.get(layout.record_key(meta.cid_prefix, form, seq), db=tables.records)
-            if raw is None:  # cannot happen above the floor; a row without its record is skipped
-                continue
-            key = layout.key_of(form, raw)
-            if len(found) == limit:
-                next_key = key
-                break
-            found.append((key, layout.decode_value(raw)))
+    for form in changes.forms(txn, tables, meta.cid_prefix, seq, lower):
+        raw = txn.get(layout.record_key(meta.cid_prefix, form, seq), db=tables.records)
+        if raw is None:  # cannot happen above the floor; a row without its record is skipped
+            continue
+        key = layout.key_of(form, raw)
+        if len(found) == limit:
+            next_key = key
+            break
+        found.append((key, layout.decode_value(raw)))
     if from_key is not None:
         return GenerationRecords(found, next_key)
     return GenerationRecords(

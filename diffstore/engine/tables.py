@@ -43,6 +43,7 @@ class Tables:
     cursors: lmdb._Database
     replica: lmdb._Database
     commits: lmdb._Database
+    change_chunks: lmdb._Database
     # The engine's only in-memory caches. Each is keyed by what it was computed from, as read from LMDB in
     # the transaction that uses it, so a hit is right whichever process changed the store meanwhile
     # (see docs/process-model.md):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import lmdb
 import msgpack
 
-from diffstore.engine import history, layout, leases, lineage, producers, readers
+from diffstore.engine import changes, history, layout, leases, lineage, producers, readers
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -60,18 +60,16 @@ def drop_open_generation(txn: lmdb.Transaction, tables: Tables, meta: Collection
 
 def drop_open_records(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:
     """Deletes the records written into the open generation (and their index rows); it stays registered."""
-    assert meta.next_seq is not None
+    seq = meta.next_seq
+    assert seq is not None
     prefix = meta.cid_prefix
-    run = layout.change_prefix(prefix, meta.next_seq)
-    cursor = txn.cursor(db=tables.changes)
     records = txn.cursor(db=tables.records)
-    if cursor.set_range(run):
-        while cursor.key().startswith(run):
-            form = cursor.key()[len(run) :]
-            if records.set_key(layout.record_key(prefix, form, meta.next_seq)):
-                records.delete()
-            if not cursor.delete():
-                break
+
+    def drop_record(form: bytes) -> None:
+        if records.set_key(layout.record_key(prefix, form, seq)):
+            records.delete()
+
+    changes.drop(txn, tables, prefix, seq, drop_record)
 
 
 def start_generation(
@@ -415,8 +413,17 @@ def put_many(
     if fast is not None:
         count = len(fast)
         _put_rows(txn.cursor(db=tables.records), fast.records, fast.first_record_key, count, True)
-        changes = txn.cursor(db=tables.changes)
-        keys = _put_rows(changes, fast.changes, fast.first_change_key, count, True, overwrite=False)
+        rows = fast  # for the closure: mypy does not narrow ``fast`` inside it
+        keys = _index_keys(
+            txn,
+            tables,
+            run,
+            count,
+            fast.first_change_key,
+            lambda: rows.chunks(layout.CHUNK_BYTES),
+            fast.changes,
+            True,
+        )
         return _written(txn, tables, meta, target, count, keys, max_generation_records, now_ms)
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
@@ -440,15 +447,65 @@ def put_many(
         count,
         ascending,
     )
-    keys = _put_rows(
-        txn.cursor(db=tables.changes),
+    start = len(run)
+    keys = _index_keys(
+        txn,
+        tables,
+        run,
+        count,
+        change_keys[0] if ascending or count == 1 else min(change_keys),
+        lambda: layout.chunk_rows(
+            prefix, seq, [key[start:] for key in (change_keys if ascending else sorted(change_keys))]
+        ),
         lambda: zip(change_keys, itertools.repeat(b"")),
-        change_keys[0],
+        ascending,
+    )
+    return _written(txn, tables, meta, target, count, keys, max_generation_records, now_ms)
+
+
+def _index_keys(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    run: bytes,
+    count: int,
+    first_key: bytes | bytearray,
+    chunks: Callable[[], list[tuple[bytes, bytes]]],
+    rows: Callable[[], Iterable[tuple[bytes | bytearray, bytes]]],
+    ascending: bool,
+) -> int:
+    """Adds ``count`` distinct keys just written into the open generation to its run (``changes.py``):
+    as chunks when they all lie above every key the run holds (a bulk load, a generation's first
+    write: one B-tree insert per ~100 keys), else as a ``changes`` row each (``rows``: each call a new pass;
+    ``first_key``: the lowest of their keys). Returns how many of them the run did not hold yet."""
+    last = changes.last_key(txn, tables, run)
+    if last is None or first_key > last:
+        packed = chunks()
+        _put_rows(txn.cursor(db=tables.change_chunks), lambda: packed, packed[0][0], len(packed), True)
+        return count
+    if changes.has_chunks(txn, tables, run):
+        # the chunks may hold some of them already: those get no row of their own (a key is in one form)
+        keys = [bytes(key) for key, _ in rows()]
+        start = len(run)
+        held = changes.held_in_chunks(txn, tables, run, [key[start:] for key in keys])
+        fresh = [key for key in keys if key[start:] not in held]
+        if not fresh:
+            return 0
+        return _put_rows(
+            txn.cursor(db=tables.changes),
+            lambda: zip(fresh, itertools.repeat(b"")),
+            min(fresh),
+            len(fresh),
+            ascending,
+            overwrite=False,
+        )
+    return _put_rows(
+        txn.cursor(db=tables.changes),
+        rows,
+        first_key if isinstance(first_key, bytes) else bytes(first_key),
         count,
         ascending,
         overwrite=False,  # a key already written into this generation keeps its row, and is not counted
     )
-    return _written(txn, tables, meta, target, count, keys, max_generation_records, now_ms)
 
 
 def _written(

@@ -81,11 +81,36 @@ def test_sorted_rows_are_the_general_rows(
         assert [key for key, _ in records] == [layout.record_key(prefix, form, seq) for form in forms]
         assert [value for _, value in records] == [layout.encode_value(k, v) for k, v in items]
         assert [key for key, _ in changes] == [layout.change_key(prefix, seq, form) for form in forms]
+        for limit in (layout.CHUNK_BYTES, 1, 40):  # one form per chunk, a few, ~100
+            assert got.chunks(limit) == _chunk_rows(prefix, seq, forms, limit)
         # rows kept by the consumer are never filled anew (putmulti keeps none: the rows are then reused)
         kept = list(got.records())
         assert [(bytes(key), bytes(value)) for key, value in kept] == records
         keys_kept = [key for key, _ in got.changes()]
         assert [bytes(key) for key in keys_kept] == [key for key, _ in changes]
+
+
+@settings(max_examples=200, deadline=None)
+@given(forms=st.lists(st.binary(max_size=420), max_size=20), cut=st.integers(0, 50))
+def test_chunk_values_unpack_the_same_compiled_and_in_python(forms: list[bytes], cut: int) -> None:
+    raw = layout.pack_forms(forms)
+    assert layout.unpack_forms(raw) == forms
+    with python_only():
+        assert layout.unpack_forms(raw) == forms
+    if cut and len(raw) > cut:  # cut short: both refuse it, or both read the same shorter list
+        results = []
+        for context in (contextlib.nullcontext(), python_only()):
+            with context:
+                try:
+                    results.append(layout.unpack_forms(raw[:-cut]))
+                except ValueError:
+                    results.append(None)
+        assert results[0] == results[1]
+
+
+def _chunk_rows(prefix: bytes, seq: int, forms: list[bytes], limit: int) -> list[tuple[bytes, bytes]]:
+    with mock.patch.object(layout, "CHUNK_BYTES", limit):
+        return layout.chunk_rows(prefix, seq, forms)
 
 
 @pytest.mark.parametrize(

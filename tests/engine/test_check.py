@@ -109,6 +109,43 @@ def _index_row_without_record(txn: lmdb.Transaction, tables: Tables) -> None:
     txn.put(layout.change_key(prefix, seq, layout.key_form(b"nothing")), b"", db=tables.changes)
 
 
+def _current_chunk(txn: lmdb.Transaction, tables: Tables) -> tuple[bytes, list[bytes]]:
+    """The run of A's current generation and the forms of its chunk of k0..k9 (written by one put_many)."""
+    prefix, seq = _meta(txn, tables, "A")
+    run = layout.change_prefix(prefix, seq)
+    raw = txn.get(run + layout.key_form(b"k0"), db=tables.change_chunks)
+    assert raw is not None
+    return run, layout.unpack_forms(raw)
+
+
+def _chunk_entry_without_record(txn: lmdb.Transaction, tables: Tables) -> None:
+    run, _ = _current_chunk(txn, tables)
+    form = layout.key_form(b"zzz")
+    txn.put(run + form, layout.pack_forms([form]), db=tables.change_chunks)
+
+
+def _record_missing_from_its_chunk(txn: lmdb.Transaction, tables: Tables) -> None:
+    run, forms = _current_chunk(txn, tables)
+    kept = [form for form in forms if form != layout.key_form(b"k5")]
+    txn.put(run + kept[0], layout.pack_forms(kept), db=tables.change_chunks)
+
+
+def _overlapping_chunks(txn: lmdb.Transaction, tables: Tables) -> None:
+    run, _ = _current_chunk(txn, tables)
+    form = layout.key_form(b"k7")
+    txn.put(run + form, layout.pack_forms([form]), db=tables.change_chunks)
+
+
+def _key_in_both_forms(txn: lmdb.Transaction, tables: Tables) -> None:
+    run, _ = _current_chunk(txn, tables)
+    txn.put(run + layout.key_form(b"k6"), b"", db=tables.changes)
+
+
+def _chunk_that_does_not_unpack(txn: lmdb.Transaction, tables: Tables) -> None:
+    run, _ = _current_chunk(txn, tables)
+    txn.put(run + layout.key_form(b"zzzz"), b"\x00\x09zzzz", db=tables.change_chunks)
+
+
 def _unregistered_current_generation(txn: lmdb.Transaction, tables: Tables) -> None:
     prefix, seq = _meta(txn, tables, "A")
     txn.delete(layout.gen_key(prefix, seq), db=tables.gens)
@@ -216,6 +253,11 @@ def _cursor_under_another_digest(txn: lmdb.Transaction, tables: Tables) -> None:
 DAMAGE: list[tuple[Damage, str]] = [
     (_record_of_unknown_generation, "records: 'A': a record of unregistered generation #77"),
     (_index_row_without_record, "has no record"),
+    (_chunk_entry_without_record, "change_chunks: 'A': index entry key zzz #3 has no record"),
+    (_record_missing_from_its_chunk, "changes: 'A': record key k5 #3 is missing from its generation's index"),
+    (_overlapping_chunks, "change_chunks: 'A': chunk key k7 #3 overlaps the one before"),
+    (_key_in_both_forms, "change_chunks: 'A': key k6 #3 is in a chunk and has a changes row too"),
+    (_chunk_that_does_not_unpack, "change_chunks: 'A': chunk key zzzz #3 does not hold ascending forms"),
     (_unregistered_current_generation, "its current generation 3 is not registered"),
     (_reader_without_reverse_row, "reader 'from_a': its reverse index row is missing"),
     (_reader_of_nothing, "targets 'ghost', neither a collection"),

@@ -187,6 +187,7 @@ def test_abort_drops_records_and_next(store: Store) -> None:
     after = raw_state(store)
     assert after["records"] == before["records"]
     assert after["changes"] == before["changes"]
+    assert after["change_chunks"] == before["change_chunks"]
     # the same id can be opened again and starts empty
     c.start_generation(b"2")
     assert as_dict(c, generation_id=b"2") == {b"a": b"1"}
