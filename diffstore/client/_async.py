@@ -470,8 +470,11 @@ class AsyncCollection:
         readers. With ``hold``: ``NoSuchReader`` unless the collection holds that reader."""
         return await self._run(_calls.generation_records(self.name, generation_id, from_key, limit, hold))
 
-    async def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
-        return await self._run(_calls.splits(self.name, count, generation_id))
+    async def splits(
+        self, count: int, generation_id: bytes | None = None, from_generation_id: bytes | None = None
+    ) -> list[bytes]:
+        """See :meth:`diffstore.client.Collection.splits`."""
+        return await self._run(_calls.splits(self.name, count, generation_id, from_generation_id))
 
     # --- readers -------------------------------------------------------------------------------
 

@@ -185,10 +185,18 @@ def producer_last_seq_no(name: str, producer_id: str) -> Call[int]:
     return Call("GET", collection_path(name, "producers", producer_id), parse)
 
 
-def splits(name: str, count: int, generation_id: bytes | None) -> Call[list[bytes]]:
+def splits(
+    name: str, count: int, generation_id: bytes | None, from_generation_id: bytes | None = None
+) -> Call[list[bytes]]:
+    """``from_generation_id``: cut the keys changed in (from, generation] instead of those visible."""
     params = {"count": str(count)}
-    if generation_id is not None:
-        params |= _generation_param(generation_id)
+    ids = {"generationId": generation_id, "fromGenerationId": from_generation_id}
+    given = {name: value for name, value in ids.items() if value is not None}
+    utf8 = all(v.isascii() and v.decode("ascii").isprintable() for v in given.values())
+    for param, value in given.items():
+        params[param] = value.decode("ascii") if utf8 else base64.b64encode(value).decode("ascii")
+    if given:
+        params["generationIdEncoding"] = "utf8" if utf8 else "base64"
 
     def parse(obj: Any, codec: Codec) -> list[bytes]:
         return [codec.parse_es(k, "keys[]") for k in Fields(obj, codec, "response").array("keys")]

@@ -516,8 +516,12 @@ class Collection:
         readers. With ``hold``: ``NoSuchReader`` unless the collection holds that reader."""
         return self._run(_calls.generation_records(self.name, generation_id, from_key, limit, hold))
 
-    def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
-        return self._run(_calls.splits(self.name, count, generation_id))
+    def splits(
+        self, count: int, generation_id: bytes | None = None, from_generation_id: bytes | None = None
+    ) -> list[bytes]:
+        """Up to ``count - 1`` keys cutting the keys visible at ``generation_id`` (default: the current
+        one) into near-equal ranges; with ``from_generation_id``, the keys changed in (from, generation]."""
+        return self._run(_calls.splits(self.name, count, generation_id, from_generation_id))
 
     # --- readers -------------------------------------------------------------------------------
 

@@ -419,12 +419,18 @@ class Collection:
             point = reads.read_point(txn, self._store.tables, meta, generation_id, phantom_id)
             return reads.keys_around(txn, self._store.tables, point, key, limit, require_key_existence)
 
-    def splits(self, count: int, generation_id: bytes | None = None) -> list[bytes]:
-        """Up to ``count - 1`` keys cutting the keys visible at ``generation_id`` into near-equal ranges."""
+    def splits(
+        self, count: int, generation_id: bytes | None = None, from_generation_id: bytes | None = None
+    ) -> list[bytes]:
+        """Up to ``count - 1`` keys cutting the keys visible at ``generation_id`` into near-equal ranges; with
+        ``from_generation_id``, the keys changed in (from, generation] instead -- the diff's, at the cost of
+        its changes rather than a pass over the collection."""
         with self._store.page_read() as txn:
-            meta = load_meta(txn, self._store.tables, self.name)
-            point = reads.read_point(txn, self._store.tables, meta, generation_id, None)
-            return reads.splits(txn, self._store.tables, point, count)
+            tables = self._store.tables
+            meta = load_meta(txn, tables, self.name)
+            if from_generation_id is not None:
+                return diff.diff_splits(txn, tables, meta, from_generation_id, generation_id, count)
+            return reads.splits(txn, tables, reads.read_point(txn, tables, meta, generation_id, None), count)
 
     # --- diffs ---------------------------------------------------------------------------------
 

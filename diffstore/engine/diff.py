@@ -34,6 +34,7 @@ from diffstore.engine.cursors import CursorCodec, DiffCursor
 from diffstore.engine.layout import decode_value
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import load_reader, readable_floor
+from diffstore.engine.reads import cached_cuts, check_split_count, even_cuts
 from diffstore.engine.tables import (
     Tables,
     check_not_collected,
@@ -162,6 +163,33 @@ def run_seqs(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, span: 
                 break
             seqs.append(seq)
     return seqs
+
+
+def diff_splits(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    from_generation_id: bytes,
+    to_generation_id: bytes | None,
+    count: int,
+) -> list[bytes]:
+    """Up to ``count - 1`` ascending keys cutting the keys changed in (from, to] into near-equal ranges:
+    the key ranges parallel readers of that diff split it by.
+
+    One pass over the generations' ``changes`` runs: it costs what the diff's changes number, where cutting
+    the keys visible at ``to`` (:func:`~diffstore.engine.reads.splits`) reads the whole collection.
+
+    Raises:
+        InvalidRequest, NoSuchGeneration, GenerationCollected: as the diff of that range would.
+    """
+    check_split_count(count)
+    span = resolve_range(txn, tables, meta, from_generation_id, to_generation_id, None)
+
+    def cut() -> list[bytes]:
+        forms = changed_forms(txn, tables, meta.cid_prefix, run_seqs(txn, tables, meta, span), b"", None)
+        return even_cuts(map(layout.cut_key_of_form, forms), count)
+
+    return cached_cuts(tables, (meta.cid, span.from_seq, span.to_seq, count), cut)
 
 
 def changed_forms(

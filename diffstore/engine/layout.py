@@ -206,6 +206,14 @@ def short_key_of_form(form: bytes) -> bytes:
     return form[:-2].replace(b"\x00\xff", b"\x00")
 
 
+def cut_key_of_form(form: bytes) -> bytes:
+    """A key at or below every key that K stands for, above those of every lower K: the key itself for a
+    short K, the prefix its group shares for a long one (where to cut a key range at K)."""
+    if _LONG_MARK in form:
+        return form[: form.index(_LONG_MARK)].replace(b"\x00\xff", b"\x00")
+    return short_key_of_form(form)
+
+
 def encode_value(key: bytes, value: bytes | None) -> bytes:
     if len(key) <= LONG_KEY_PREFIX:
         return TOMBSTONE if value is None else b"\x01" + value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+from collections.abc import Callable, Iterable
 
 import lmdb
 
@@ -250,22 +251,28 @@ def keys_around(
 
 
 def splits(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, count: int) -> list[bytes]:
-    """Up to ``count - 1`` ascending keys cutting the keys visible at ``point`` into near-equal ranges.
-
-    One pass over the visible keys keeps every ``stride``-th key with its position, doubling the stride
-    whenever the sample reaches ``8 * count`` keys; memory stays within that whatever the collection's
-    size, and each cut is the sampled key nearest its ideal position.
-    """
-    if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= 1024:
-        raise InvalidRequest("count must be within 2..1024")
+    """Up to ``count - 1`` ascending keys cutting the keys visible at ``point`` into near-equal ranges
+    (:func:`even_cuts`: one pass over them)."""
+    check_split_count(count)
     meta = point.meta
     cacheable = point.phantom is None and point.seq <= meta.generation_seq  # committed: never changes
+    key = (meta.cid, point.seq, count) if cacheable else None
+    return cached_cuts(tables, key, lambda: _cut_visible_keys(txn, tables, point, count))
+
+
+def check_split_count(count: int) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= 1024:
+        raise InvalidRequest("count must be within 2..1024")
+
+
+def cached_cuts(tables: Tables, key: tuple[int, ...] | None, cut: Callable[[], list[bytes]]) -> list[bytes]:
+    """The cuts kept under ``key`` in the store's cache, else ``cut()`` (kept, unless ``key`` is None:
+    cuts of something that may still change)."""
     cache = tables.splits_cache
-    key = (meta.cid, point.seq, count)
-    if cacheable and key in cache:
+    if key is not None and key in cache:
         return list(cache[key])
-    cuts = _cut_visible_keys(txn, tables, point, count)
-    if cacheable:
+    cuts = cut()
+    if key is not None:
         if len(cache) >= _SPLITS_CACHE_SIZE:
             cache.clear()
         cache[key] = list(cuts)
@@ -276,11 +283,23 @@ _SPLITS_CACHE_SIZE = 256
 
 
 def _cut_visible_keys(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, count: int) -> list[bytes]:
+    visible = (
+        key
+        for key, raw, _ in in_key_order(visible_stream(txn, tables, point))
+        if raw and raw[0] != 2  # else a tombstone: not a visible key
+    )
+    return even_cuts(visible, count)
+
+
+def even_cuts(keys: Iterable[bytes], count: int) -> list[bytes]:
+    """Up to ``count - 1`` of ascending ``keys`` that cut them into near-equal ranges, in one pass.
+
+    Every ``stride``-th key is kept with its position, the stride doubling whenever the sample reaches
+    ``8 * count`` keys: memory stays within that whatever the number of keys, and each cut is the sampled
+    key nearest its ideal position."""
     stride, seen = 1, 0
     sample: list[tuple[int, bytes]] = []
-    for key, raw, _ in in_key_order(visible_stream(txn, tables, point)):
-        if not raw or raw[0] == 2:  # a tombstone: not a visible key
-            continue
+    for key in keys:
         if seen % stride == 0:
             sample.append((seen, key))
             if len(sample) >= 8 * count:

@@ -50,10 +50,11 @@ class Tables:
     # (name, stored row) -> its CollectionMeta: rows are immutable values, so a hit is always right, and
     # every operation loads its collection's row first (unpacking it is most of a point read's cost)
     meta_cache: dict[tuple[str, bytes], CollectionMeta] = field(default_factory=dict, compare=False)
-    # (cid, seq, count) -> split keys of a committed generation: what it shows never changes (cids and seqs
-    # are never reused, GC keeps what generations at or above its horizon show), and a split pass reads
-    # every visible key (parallel readers ask for the same cuts again and again)
-    splits_cache: dict[tuple[int, int, int], list[bytes]] = field(default_factory=dict, compare=False)
+    # (cid, seq, count) -> split keys of a committed generation, (cid, from seq, to seq, count) -> those of
+    # the keys changed between two: what they show never changes (cids and seqs are never reused, GC keeps
+    # what generations at or above its horizon show), and a split pass reads every key it cuts (parallel
+    # readers ask for the same cuts again and again)
+    splits_cache: dict[tuple[int, ...], list[bytes]] = field(default_factory=dict, compare=False)
     # (cid, after seq) -> (up to seq, n): n committed generations of cid have a seq in (after, up to]. Those
     # rows never change while a reader stands at ``after`` (GC keeps every generation above the lowest
     # reader), so a reader's lag is counted once and then only over the generations committed since

@@ -96,11 +96,17 @@ def ranges_of(cuts: list[bytes]) -> list[KeyRange]:
     return [KeyRange(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
-def key_ranges(client: Client, collection: str, count: int, generation_id: bytes) -> list[KeyRange]:
-    """Cuts a collection into up to ``count`` key ranges with the server's ``/splits``."""
+def key_ranges(client: Client, collection: str, count: int, pinned: PinnedRange) -> list[KeyRange]:
+    """Up to ``count`` key ranges with the server's ``/splits``: of the keys visible at the pinned
+    generation for a snapshot, of the keys changed in the pinned range for a diff (cutting those costs what
+    the diff does, not what the collection holds)."""
     if count < 2:
         return [KeyRange(None, None)]
-    return ranges_of(client.collection(collection).splits(count, generation_id))
+    handle = client.collection(collection)
+    if pinned.is_diff:
+        from_generation_id = pinned.from_generation_id or b""
+        return ranges_of(handle.splits(count, pinned.to_generation_id, from_generation_id=from_generation_id))
+    return ranges_of(handle.splits(count, pinned.to_generation_id))
 
 
 def _batch(schema: pa.Schema, *columns: list[bytes | None]) -> pa.RecordBatch:
@@ -172,9 +178,7 @@ class DiffstoreReader(DataSourceReader):
             if options.split_keys is not None:
                 self.ranges = ranges_of(list(options.split_keys))
             else:
-                self.ranges = key_ranges(
-                    client, connection.collection, options.partitions, self.pinned.to_generation_id
-                )
+                self.ranges = key_ranges(client, connection.collection, options.partitions, self.pinned)
 
     def partitions(self) -> list[InputPartition]:
         return list(self.ranges)

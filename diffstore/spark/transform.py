@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,9 +121,9 @@ class Transform:
         on_event: called with ``(event, details)`` at every step (progress display, tests).
         materialize_diffs: read each diff once into executor storage (``localCheckpoint``) before
             ``fn`` sees it, instead of once per use.
-        splits_max_age_s: how long a source's key ranges (``/splits``, a scan of the whole
-            collection on the server) are reused by later rounds; they only balance the work, any
-            cut points give the same result. 0 asks the server every round.
+        splits_max_age_s: deprecated, without effect (a round's key ranges cut the keys its diff
+            changed, which costs the server what the diff does; they were cut over the whole
+            collection and reused for this long).
         token: bearer token of a token-protected server (driver and executors send it).
         local_diff_max_rows: a source's diff with at most this many changes (read in pages of up to
             10,000) is read on the driver and handed to Spark as local data, instead of by Spark tasks
@@ -162,7 +163,7 @@ class Transform:
         poll_timeout_ms: int = 10_000,
         on_event: EventHook | None = None,
         materialize_diffs: bool = True,
-        splits_max_age_s: float = 600.0,
+        splits_max_age_s: float | None = None,
         token: str | None = None,
         local_diff_max_rows: int = 5_000,
         lease_ttl_ms: int | None = None,
@@ -183,8 +184,12 @@ class Transform:
         )
         self._on_event = on_event
         self.materialize_diffs = materialize_diffs
-        self.splits_max_age_s = splits_max_age_s
-        self._splits: dict[str, tuple[float, list[bytes]]] = {}
+        if splits_max_age_s is not None:
+            warnings.warn(
+                "splits_max_age_s has no effect: a round's key ranges cut the keys its diff changed",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.token = token
         self.local_diff_max_rows = local_diff_max_rows
         self.lease = None if lease_ttl_ms is None else LeaseConfig(LEASE_NAME, ttl_ms=lease_ttl_ms)
@@ -248,19 +253,18 @@ class Transform:
         return round_, RoundPlan(round_.generation_id, round_.base_generation_id, ranges, round_.lease)
 
     def _cuts(self, plan: RoundPlan) -> list[bytes]:
-        """The key ranges of this round: ``/splits`` of its first non-empty source at its range's end.
+        """The key ranges of this round: ``/splits`` of the keys its first non-empty source's diff changed.
 
-        That source's diff is read by these ranges, and every lookup is partitioned by them too.
+        That source's diff is read by these ranges, and every lookup is partitioned by them too (its keys
+        come from the diffs). The server cuts the diff's changed keys, so this costs what the diff does
+        (a cut of the keys visible at the range's end read the whole collection: seconds per million keys).
         """
         source = next((s for s in plan.sources if not s.empty), None)
         if source is None or self.partitions < 2:
             return []
-        cached = self._splits.get(source.collection)
-        if cached is not None and time.monotonic() - cached[0] < self.splits_max_age_s:
-            return cached[1]
-        cuts = self.handle(source.collection).splits(self.partitions, source.to_generation_id)
-        self._splits[source.collection] = (time.monotonic(), cuts)
-        return cuts
+        return self.handle(source.collection).splits(
+            self.partitions, source.to_generation_id, from_generation_id=source.from_generation_id or b""
+        )
 
     def _diff_frame(self, source: SourceRange, cuts: list[bytes] | None) -> DataFrame:
         """The diff of one source over its pinned range (no server call at all when it is empty)."""

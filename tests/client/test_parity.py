@@ -67,6 +67,8 @@ def scenario(store: Any) -> list[Any]:
     out.append(c.keys_around(b"\x05\x01", 3))
     out.append(c.keys_around(b"\x05\x05", 2, require_key_existence=False))
     out.append(c.splits(3))
+    out.append(c.splits(2, from_generation_id=b"\x00"))  # the keys changed since the first generation
+    out.append(c.splits(2, b"\x00\x02", from_generation_id=b""))
     c.start_generation(b"\x00\x04")
     c.put(b"\x00\x01", b"open", generation_id=b"\x00\x04")
     out.append(c.revert(b"\x00\x01", generation_id=b"\x00\x04"))

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from diffstore import DiffItem, Store, StoreConfig
-from diffstore.errors import InvalidRequest, NoSuchCursor, NoSuchGeneration
+from diffstore.errors import GenerationCollected, InvalidRequest, NoSuchCursor, NoSuchGeneration
 
-from .util import as_dict, commit, raw_state
+from .util import as_dict, commit, raw_state, run_background
 
 
 def triples(items):
@@ -333,6 +333,61 @@ def test_splits_of_tiny_collection_and_bad_count(store: Store) -> None:
     for count in (0, 1, 1025, True):
         with pytest.raises(InvalidRequest):
             c.splits(count)
+
+
+def test_splits_of_a_diff_cut_its_changed_keys_into_near_equal_ranges(split_coll) -> None:
+    """With ``from_generation_id`` the cuts are of the keys changed in (from, to], not of the collection: a
+    few changes spread over it are cut evenly, as parallel readers of that diff need."""
+    changed = SPLIT_KEYS[::10] + [b"zz%03d" % i for i in range(100)]  # 100 spread, 100 new at the end
+    commit(split_coll, b"2", [(k, b"w") for k in changed])
+    commit(split_coll, b"3", [(b"other", b"v")])  # after the range: not cut
+    for count in (2, 4, 7):
+        cuts = split_coll.splits(count, generation_id=b"2", from_generation_id=b"1")
+        assert len(cuts) == count - 1 and set(cuts) <= set(changed)
+        bounds = [0, *(changed.index(k) for k in cuts), len(changed)]
+        sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        assert max(sizes) <= 2 * min(sizes), sizes
+    # the visible keys' cuts of the same generation fall elsewhere: 1,100 keys, the new ones a tenth
+    assert split_coll.splits(2, generation_id=b"2") != split_coll.splits(2, b"2", from_generation_id=b"1")
+    assert split_coll.splits(2, from_generation_id=b"2") == []  # (2, 3]: one changed key
+    whole = split_coll.splits(3, from_generation_id=b"1")  # to: the current one
+    assert whole == split_coll.splits(3, b"3", from_generation_id=b"1")
+    assert split_coll.splits(3, b"3", from_generation_id=b"") == split_coll.splits(3, b"3")  # since the start
+    assert split_coll.splits(4, b"1", from_generation_id=b"1") == []  # an empty range
+
+
+def test_splits_of_a_diff_refuse_what_the_diff_refuses(store: Store) -> None:
+    c = store.create_collection("s", manual=True)
+    for g in (b"1", b"2", b"3"):
+        commit(c, g, [(b"k", g)])
+    with pytest.raises(InvalidRequest):
+        c.splits(4, b"1", from_generation_id=b"2")  # from above to
+    with pytest.raises(NoSuchGeneration):
+        c.splits(4, b"9", from_generation_id=b"1")
+    for count in (0, 1, 1025):
+        with pytest.raises(InvalidRequest):
+            c.splits(count, from_generation_id=b"1")
+    c.create_reader("self", generation_id=b"3")
+    run_background(store)
+    with pytest.raises(GenerationCollected):
+        c.splits(4, from_generation_id=b"1")
+
+
+def test_splits_of_a_diff_cut_long_keys_at_their_shared_prefix(store: Store) -> None:
+    c = store.create_collection("s", manual=True)
+    long_keys = [b"m" * 200 + b"%03d" % i for i in range(50)]  # one group: the same 200-byte prefix
+    commit(c, b"1", [])
+    shorts = [b"a%03d" % i for i in range(25)] + [b"z%03d" % i for i in range(25)]
+    commit(c, b"2", [(k, b"v") for k in shorts + long_keys])
+    cuts = c.splits(2, b"2", from_generation_id=b"1")
+    assert cuts == [b"m" * 200]  # the middle falls in the group: cut below all of it, at its prefix
+    bounds = [None, *cuts, None]
+    seen = [
+        item.key
+        for i in range(len(bounds) - 1)
+        for item in c.diff(b"1", b"2", from_key=bounds[i], to_key=bounds[i + 1])
+    ]
+    assert sorted(seen) == seen and len(seen) == 100  # every changed key in exactly one range
 
 
 # --- long keys -------------------------------------------------------------------------------------

@@ -163,6 +163,28 @@ def test_splits(filled: Live) -> None:
     filled.fail("GET", "/collections/m/splits", params=bad, status=400, code="invalidEncoding")
 
 
+def test_splits_of_a_diff(filled: Live) -> None:
+    """``fromGenerationId`` cuts the keys changed in (from, generationId]: generation 2 changed k00..k05."""
+    c = filled.store.collection("m")
+    params = {"count": 3, "generationId": "2", "fromGenerationId": "1"}
+    cuts = keys([{"key": k} for k in filled.ok("GET", "/collections/m/splits", params=params)["keys"]])
+    assert cuts == c.splits(3, b"2", from_generation_id=b"1") and len(cuts) == 2
+    assert set(cuts) <= {b"k%02d" % i for i in range(6)}
+    params = {"count": 3, "fromGenerationId": "MQ==", "generationIdEncoding": "base64"}  # "1", to the current
+    assert filled.ok("GET", "/collections/m/splits", params=params)["keys"] == [
+        {"value": k.decode()} for k in cuts
+    ]
+    before = c.diff_page(b"1", b"2")
+    for params, status, code in [
+        ({"count": 3, "generationId": "1", "fromGenerationId": "2"}, 400, "invalidRequest"),  # from above to
+        ({"count": 3, "generationId": "9", "fromGenerationId": "1"}, 404, "noSuchGeneration"),
+        ({"count": 1, "fromGenerationId": "1"}, 400, "invalidRequest"),
+        ({"count": 3, "fromGenerationId": "!", "generationIdEncoding": "base64"}, 400, "invalidEncoding"),
+    ]:
+        filled.fail("GET", "/collections/m/splits", params=params, status=status, code=code)
+    assert c.diff_page(b"1", b"2") == before and c.generation_id == b"2"  # nothing changed
+
+
 def test_cursor_expired(filled: Live) -> None:
     from tests.helpers import wait_until
 

@@ -1,4 +1,5 @@
-"""``splits``: keys that cut a collection into near-equal ranges, for parallel readers."""
+"""``splits``: keys that cut a collection (or the keys a diff changed) into near-equal ranges, for parallel
+readers."""
 
 from __future__ import annotations
 
@@ -20,14 +21,19 @@ async def splits(
     c: str,
     count: int = Query(ge=2, le=1024),
     generationId: str | None = Query(None),  # noqa: N803 -- the wire's name
+    fromGenerationId: str | None = Query(None),  # noqa: N803
     generationIdEncoding: Literal["utf8", "base64"] = Query("utf8"),  # noqa: N803
 ) -> Response:
-    generation_id = None
+    generation_id = from_generation_id = None
     if generationId is not None:
         generation_id = decode_es({"value": generationId, "encoding": generationIdEncoding}, "generationId")
+    if fromGenerationId is not None:
+        from_generation_id = decode_es(
+            {"value": fromGenerationId, "encoding": generationIdEncoding}, "fromGenerationId"
+        )
 
     def work(x: Exchange) -> Body:
-        keys = x.store.collection(c).splits(count, generation_id=generation_id)
+        keys = x.store.collection(c).splits(count, generation_id, from_generation_id)
         return {"keys": [x.out.es(k) for k in keys]}
 
     return await handle(request, work)
