@@ -66,6 +66,7 @@ from diffstore.spark.small_rounds import (
     SMALL_ROUND_CONF,
     driver_lookup,
     read_small_diff,
+    read_small_target,
     session_conf,
     small_round_lookup,
     write_small_result,
@@ -375,9 +376,12 @@ class Transform:
         self.event("read", generation=plan.generation_id, rows_read=rows_read)
         with session_conf(self.spark, self.small_round_conf):
             diffs = {alias: self.spark.createDataFrame(t, DIFF_SCHEMA) for alias, t in tables.items()}
+            pinned = pinned_lookups(plan, self.target)
             lookup = small_round_lookup(
-                driver_lookup(self.spark, self.handle, pinned_lookups(plan, self.target)),
+                self.spark,
+                driver_lookup(self.spark, self.handle, pinned),
                 self._lookup(plan, None),
+                lambda: read_small_target(self.handle, pinned[TARGET]),
             )
             result = self.fn(self.spark, diffs, lookup).select("key", "value")
             return rows_read, write_small_result(self, plan, result)

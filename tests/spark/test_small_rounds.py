@@ -194,3 +194,64 @@ def test_a_small_round_computes_the_result_once_for_the_target_lookup_and_the_wr
         transform.close()
     assert first.rows_written == 2 and second.rows_written == 1
     assert snapshot(store, names["C"]) == {b"DE": b"2", b"FR": b"2"}
+
+
+@pytest.mark.parametrize("target_max_rows", [1_000, 2])
+def test_a_small_targets_lookup_is_local_data_and_a_larger_ones_is_read_by_executors(
+    spark: Any,
+    server_url: str,
+    store: Store,
+    names: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    target_max_rows: int,
+) -> None:
+    """A target of at most ``TARGET_LOCAL_MAX_ROWS`` records is read whole on the driver and its lookup is
+    a join with local data (no Python worker: no ``MapInArrow`` in the plan); a larger one is looked up by
+    executors. Either way the lookup answers every requested key once, null where the target has none,
+    and the rounds agree with a recomputation. (Before, every small round's target lookup ran
+    ``mapInArrow``.)"""
+    from helpers_spark import load_example_job
+
+    from diffstore.spark import TARGET, small_rounds
+
+    monkeypatch.setattr(small_rounds, "TARGET_LOCAL_MAX_ROWS", target_max_rows)
+    job = load_example_job()
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    commit_items(store, names["A"], [(b"u1", b"DE"), (b"u2", b"FR"), (b"u3", b"DE"), (b"u4", b"JP")])
+    commit_items(store, names["B"], [(b"u1", b"5"), (b"u2", b"7"), (b"u3", b"11"), (b"u4", b"2")])
+    plans: list[str] = []
+    answers: list[dict[bytes, bytes | None]] = []
+
+    def fn(spark_: Any, diffs: dict[str, DataFrame], lookup: Any) -> DataFrame:
+        def spied(alias: str, keys: DataFrame) -> DataFrame:
+            found = lookup(alias, keys)
+            if alias == TARGET:
+                capsys.readouterr()
+                found.explain()
+                plans.append(capsys.readouterr().out)
+                rows = found.collect()
+                answers.append({bytes(r[0]): None if r[1] is None else bytes(r[1]) for r in rows})
+                assert len(answers[-1]) == len(rows)  # each key once
+            return found
+
+        return job.country_totals(spark_, diffs, spied)  # type: ignore[no-any-return]
+
+    transform = Transform(spark, server_url, names["C"], {"a": names["A"], "b": names["B"]}, fn)
+    try:
+        transform.run()  # the first round: C was empty
+        commit_items(store, names["A"], [(b"u2", b"DE"), (b"u4", b"BR")])
+        transform.run()
+    finally:
+        transform.close()
+    assert answers == [
+        {b"DE": None, b"FR": None, b"JP": None},
+        {b"DE": b"16", b"FR": b"7", b"JP": b"2", b"BR": None},
+    ]
+    local = target_max_rows >= 3  # C holds 3 records before the second round
+    assert ("MapInArrow" in plans[1]) is not local, plans[1]
+    assert "MapInArrow" not in plans[0]  # an empty target: nothing to read
+    assert snapshot(store, names["C"]) == job.recompute(
+        snapshot(store, names["A"]), snapshot(store, names["B"])
+    )
