@@ -7,7 +7,7 @@
  *   sorted_short_rows(items, record_prefix, record_suffix, change_prefix)
  *       The rows of ``records`` and ``changes`` for a put of (key, value) pairs whose keys are short and
  *       strictly ascend (so none repeats), as layout.py's short_rows builds them: a SortedRows whose
- *       records() and changes() iterate them (keys and values as bytearrays). None when the items are
+ *       records() and changes() iterate them (keys and values as bytes). None when the items are
  *       not such a list (the general path takes them). Its chunks(limit) are the same keys' packed rows
  *       of ``change_chunks`` (layout.chunk_rows).
  *
@@ -94,7 +94,7 @@ typedef struct {
 } SortedRows;
 
 /* One pass over SortedRows' items, one row per step. Like ``zip``, it hands out the same row tuple again
- * -- its key and value bytearrays filled anew -- when nobody but the iterator holds the row or what is
+ * -- its key and value bytes filled anew in place -- when nobody but the iterator holds the row or what is
  * in it any more: putmulti copies each row into LMDB before it asks for the next one, so a batch
  * allocates (and frees) no object per row. Anything kept by the consumer is never written again. */
 typedef struct {
@@ -296,25 +296,41 @@ static void row_iter_dealloc(RowIter *self) {
 
 /* Whether nothing but the row (or the iterator) holds ``object``: with the GIL, no other thread can take
  * a reference while we hold it, and a holder always owns one (py-lmdb's putmulti holds the row it got
- * while it copies the row, buffers exported hold their bytearray). */
+ * while it copies the row, buffers exported hold their bytes). */
 #ifdef Py_GIL_DISABLED
 #define SOLELY_OURS(object) 0
 #else
 #define SOLELY_OURS(object) (Py_REFCNT(object) == 1)
 #endif
 
-/* ``slot`` of the row as a bytearray of ``length`` bytes: the one there when only the row holds it */
+/* A bytes object's content changes under it: drop the hash CPython may have cached for the old one
+ * (the field is deprecated for readers of bytes, not for their maker). */
+static void forget_hash(PyObject *bytes) {
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    ((PyBytesObject *)bytes)->ob_shash = -1;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
+
+/* ``slot`` of the row as bytes of ``length``: the one there when only the row holds it and it has that
+ * length (filled anew in place), else a new one. Bytes, not bytearrays: py-lmdb reads bytes directly,
+ * anything else through the buffer protocol (a GetBuffer and a ReleaseBuffer per key and per value). */
 static char *row_buffer(PyObject *row, Py_ssize_t slot, Py_ssize_t length) {
     PyObject *buffer = PyTuple_GET_ITEM(row, slot);
-    if (buffer != NULL && PyByteArray_CheckExact(buffer) && SOLELY_OURS(buffer)) {
-        if (PyByteArray_GET_SIZE(buffer) != length && PyByteArray_Resize(buffer, length) < 0) return NULL;
-        return PyByteArray_AS_STRING(buffer);
+    if (buffer != NULL && PyBytes_CheckExact(buffer) && SOLELY_OURS(buffer) && PyBytes_GET_SIZE(buffer) == length &&
+        length > 1) { /* never a shared singleton (b"", one byte) */
+        forget_hash(buffer);
+        return PyBytes_AS_STRING(buffer);
     }
-    PyObject *fresh = PyByteArray_FromStringAndSize(NULL, length);
+    PyObject *fresh = PyBytes_FromStringAndSize(NULL, length);
     if (fresh == NULL) return NULL;
     PyTuple_SET_ITEM(row, slot, fresh);
     Py_XDECREF(buffer);
-    return PyByteArray_AS_STRING(fresh);
+    return PyBytes_AS_STRING(fresh);
 }
 
 static PyObject *row_iter_next(RowIter *self) {

@@ -298,7 +298,7 @@ def sorted_short_rows(cid_prefix: bytes, seq: int, items: object) -> _accel.Sort
     ascend (a bulk load of sorted keys: no key repeats, no lookup to make); else None.
 
     The rows are those :func:`short_rows` builds for the same items (tests/engine/test_accel.py), built
-    as ``putmulti`` asks for them, into the same row and bytearrays again once it let go of them: no
+    as ``putmulti`` asks for them, into the same row and bytes again once it let go of them: no
     object per row.
     """
     accel = ACCEL
