@@ -6,14 +6,14 @@
 Figures (N records of ``key-%012d`` with 100-byte values; issue 31's table is printed at the end):
   small generation  start + put_many(1,000 keys spread evenly over N, every N/1000-th) + commit, durable,
                     vs one durable raw putmulti of the same keys into an N-key table   goal ratio <= 1.3
-                    (and its floors: LMDB alone writing our rows for it -- records and changes, two B-tree
-                    inserts per key -- in one durable transaction, and in the three the engine's API takes;
-                    and the same for the "packed layout": records, plus one changes row per ~2 KB of the
-                    batch's sorted key forms -- one insert per key)
+                    (and its floors: LMDB alone writing the rows the engine writes for it -- records, and
+                    its keys packed ~100 to a change_chunks row -- in one durable transaction, and in the
+                    three the engine's API takes; and the same for the per-key layout stores used before
+                    change_chunks: records and a changes row per key, two B-tree inserts per key)
   bulk load         put_many of N sorted records (10k batches, one generation) vs raw putmulti of the same
                     records, each round on empty stores                                goal ratio >= 0.8
-                    (and the "layout floor": LMDB alone storing the rows our layout needs, built beforehand;
-                    the "packed floor": the same for the packed layout's rows)
+                    (and the "packed floor": LMDB alone storing the rows the engine writes, built
+                    beforehand; the "per-key floor": the same for the per-key layout's rows)
   diff throughput   diff over 100k changed keys vs a raw cursor scan of 100k records   goal ratio >= 0.5
                     (and the "read floor" and "item floor", below)
   diff scaling      diff of 1,000 changed keys spread evenly over N keys vs over 10k keys (each collection's
@@ -96,36 +96,22 @@ Rows = list[tuple[bytes, bytes]]
 
 
 def layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
-    """The rows our layout writes for a batch of short keys in a collection's generation ``seq``:
-    ``records`` (cid | K | seq -> 01 value) and ``changes`` (cid | seq | K -> b"")."""
+    """The rows of the per-key layout (stores written before ``change_chunks``) for a batch of short keys in
+    a collection's generation ``seq``: ``records`` (cid | K | seq -> 01 value) and ``changes`` (cid | seq |
+    K -> b"")."""
     cid = layout.cid_bytes(1)
     records = [(layout.record_key(cid, layout.key_form(k), seq), layout.encode_value(k, v)) for k, v in batch]
     changes = [(layout.change_key(cid, seq, layout.key_form(k)), b"") for k, _ in batch]
     return records, changes
 
 
-PACKED_CHUNK = 1800  # bytes of key forms per packed row: key and value stay in one 4 KiB page's node
-
-
 def packed_layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
-    """The rows of the packed layout (designed in benchmarks/RESULTS.md, issue 31; not the engine's):
-    ``records`` as now, and instead of a ``changes`` row per key, one row per ~2 KB of the batch's sorted
-    key forms -- ``cid | seq | first form -> (u16 length, form)...`` -- so one B-tree insert per key."""
+    """The rows the engine writes for a batch of short keys appended to a generation (layout.py):
+    ``records``, and the batch's sorted key forms packed into ``change_chunks`` rows -- one B-tree insert
+    per ~100 keys instead of a ``changes`` row per key."""
     cid = layout.cid_bytes(1)
     records = [(layout.record_key(cid, layout.key_form(k), seq), layout.encode_value(k, v)) for k, v in batch]
-    forms = sorted(layout.key_form(k) for k, _ in batch)
-    packed: Rows = []
-    chunk: list[bytes] = []
-    size = 0
-    for form in forms:
-        if chunk and size + 2 + len(form) > PACKED_CHUNK:
-            packed.append((layout.change_key(cid, seq, chunk[0]), b"".join(chunk)))
-            chunk, size = [], 0
-        chunk.append(len(form).to_bytes(2, "big") + form)
-        size += 2 + len(form)
-    if chunk:
-        packed.append((layout.change_key(cid, seq, chunk[0][2:]), b"".join(chunk)))
-    return records, packed
+    return records, layout.chunk_rows(cid, seq, sorted(layout.key_form(k) for k, _ in batch))
 
 
 @dataclass
@@ -136,8 +122,8 @@ class BulkRounds:
 
     ours: list[float] = field(default_factory=list)
     raw: list[float] = field(default_factory=list)
-    floor: list[float] = field(default_factory=list)  # our layout's rows
-    packed: list[float] = field(default_factory=list)  # the packed layout's rows
+    floor: list[float] = field(default_factory=list)  # the per-key layout's rows
+    packed: list[float] = field(default_factory=list)  # the rows the engine writes (packed)
     cpu_ratios: list[float] = field(default_factory=list)
     floor_cpu_ratios: list[float] = field(default_factory=list)
     packed_cpu_ratios: list[float] = field(default_factory=list)
@@ -145,10 +131,10 @@ class BulkRounds:
 
 
 def bulk_rounds(root: Path, n: int, rounds: int) -> BulkRounds:
-    """Batch by batch, raw putmulti, then the "layout floor" (raw putmultis, in append mode, of the very rows
-    our layout stores, built before the clock starts: what LMDB alone costs for them), then the same for
-    the packed layout's rows, then put_many of the same batch: on a shared machine all four see the same
-    load.
+    """Batch by batch, raw putmulti, then the "per-key floor" (raw putmultis, in append mode, of the rows
+    the per-key layout stores, built before the clock starts: what LMDB alone costs for them), then the
+    same for the rows the engine writes (the "packed floor"), then put_many of the same batch: on a shared
+    machine all four see the same load.
     """
     figures = BulkRounds()
     for index in range(rounds):
@@ -222,10 +208,10 @@ class SmallGenerations:
     ours: list[float] = field(default_factory=list)  # start + put_many + commit
     put_many: list[float] = field(default_factory=list)  # put_many alone
     raw: list[float] = field(default_factory=list)  # one raw putmulti of the same pairs
-    floor_one: list[float] = field(default_factory=list)  # our rows, one transaction
-    floor_three: list[float] = field(default_factory=list)  # our rows, three transactions
-    packed_one: list[float] = field(default_factory=list)  # the packed layout's rows, one transaction
-    packed_three: list[float] = field(default_factory=list)  # the packed layout's rows, three transactions
+    floor_one: list[float] = field(default_factory=list)  # the per-key layout's rows, one transaction
+    floor_three: list[float] = field(default_factory=list)  # the per-key layout's rows, three transactions
+    packed_one: list[float] = field(default_factory=list)  # the engine's rows, one transaction
+    packed_three: list[float] = field(default_factory=list)  # the engine's rows, three transactions
     ours_cpu: list[float] = field(default_factory=list)
     floor_three_cpu: list[float] = field(default_factory=list)
     raw_cpu: list[float] = field(default_factory=list)
@@ -468,26 +454,28 @@ def main() -> None:
             )
             floor_ratios = [r / f for f, r in zip(floor, raw, strict=True)]
             print(
-                f"  layout floor  {n / median(floor):12,.0f} rec/s   LMDB alone writing our rows (records and"
-                f" changes, built beforehand): ratio {median(floor_ratios):.2f} to raw putmulti"
+                f"  per-key floor {n / median(floor):12,.0f} rec/s   LMDB alone writing the per-key layout's"
+                f" rows (records, and a changes row per key, built beforehand): ratio"
+                f" {median(floor_ratios):.2f} to raw putmulti"
             )
             packed_ratios = [r / p for p, r in zip(bulk.packed, raw, strict=True)]
             print(
-                f"  packed floor  {n / median(bulk.packed):12,.0f} rec/s   LMDB alone writing the rows of the"
-                f" packed layout (records, and one changes row per ~2 KB of a batch's sorted key forms, built"
-                f" beforehand): ratio {median(packed_ratios):.2f} to raw putmulti (rounds"
+                f"  packed floor  {n / median(bulk.packed):12,.0f} rec/s   LMDB alone writing the rows the"
+                f" engine writes (records, and a batch's sorted key forms packed ~100 to a change_chunks row,"
+                f" built beforehand): ratio {median(packed_ratios):.2f} to raw putmulti (rounds"
                 f" {rounds_of(packed_ratios)}; CPU {1 / median(bulk.packed_cpu_ratios):.2f}x raw's)"
             )
             print(
                 f"  CPU time      put_many used {1 / median(cpu_ratios):.2f}x the CPU time of raw putmulti"
                 f" (ratio {median(cpu_ratios):.2f}; the fsyncs, which dominate a loaded machine, left out);"
-                f" the layout floor {1 / median(floor_cpu_ratios):.2f}x"
+                f" the packed floor {1 / median(bulk.packed_cpu_ratios):.2f}x, the per-key floor"
+                f" {1 / median(floor_cpu_ratios):.2f}x"
             )
             table.append(
                 Row(
                     "bulk load, sorted keys",
                     f"{n / median(ours):,.0f} rec/s",
-                    f"putmulti {n / median(raw):,.0f} rec/s (layout floor {median(floor_ratios):.2f}x)",
+                    f"putmulti {n / median(raw):,.0f} rec/s (packed floor {median(packed_ratios):.2f}x)",
                     median(ratios),
                     ">= 0.8",
                     median(ratios) >= 0.8,
@@ -543,23 +531,25 @@ def small_figures(root: Path, store: Store, n: int, small_rounds: int) -> Row:
     three = [f / r for f, r in zip(small.floor_three, small.raw, strict=True)]
     three_cpu = [f / r for f, r in zip(small.floor_three_cpu, small.raw_cpu, strict=True)]
     print(
-        f"  layout floor  {fmt_ms(median(small.floor_one))} LMDB alone writing our rows (records and changes:"
-        f" two B-tree inserts per key) in one durable transaction: ratio {median(one):.2f} to raw putmulti;"
+        f"  per-key floor {fmt_ms(median(small.floor_one))} LMDB alone writing the per-key layout's rows"
+        f" (records and changes: two B-tree inserts per key) in one durable transaction: ratio"
+        f" {median(one):.2f} to raw putmulti;"
         f" in three (start, put, commit) {fmt_ms(median(small.floor_three))}: ratio {median(three):.2f}"
         f" (CPU time ratio {median(three_cpu):.2f})"
     )
     packed_one = [f / r for f, r in zip(small.packed_one, small.raw, strict=True)]
     packed_three = [f / r for f, r in zip(small.packed_three, small.raw, strict=True)]
     print(
-        f"  packed floor  {fmt_ms(median(small.packed_one))} LMDB alone writing the packed layout's rows"
-        f" (records, and one changes row per ~2 KB of the batch's sorted key forms) in one durable"
+        f"  packed floor  {fmt_ms(median(small.packed_one))} LMDB alone writing the rows the engine writes"
+        f" (records, and the batch's sorted key forms packed into change_chunks rows) in one durable"
         f" transaction: ratio {median(packed_one):.2f} to raw putmulti; in three"
         f" {fmt_ms(median(small.packed_three))}: ratio {median(packed_three):.2f}"
     )
     return Row(
         "small generation: start + put_many(1,000 spread keys) + commit",
         f"{fmt_ms(median(small.ours))} (put_many {fmt_ms(median(small.put_many))})",
-        f"one durable putmulti {fmt_ms(median(small.raw))} (layout floor, 3 txns: {median(three):.2f}x)",
+        f"one durable putmulti {fmt_ms(median(small.raw))}"
+        f" (packed floor, 3 txns: {median(packed_three):.2f}x)",
         median(ratios),
         "<= 1.3",
         median(ratios) <= 1.3,
