@@ -27,6 +27,14 @@ commit to a source. Also timed: the small-round path with the session's settings
 Also counted (classic session): the Spark jobs and stages a small round runs (a job group per round,
 read from ``statusTracker``) — each costs Spark's per-job planning and scheduling whatever its size.
 
+Also timed, as the floor Spark itself sets for this job's shape on this machine: the **bare Spark
+floor**, the same ``country_totals`` over the same small inputs already in the session as local
+DataFrames (A's diff of the round, B's empty diff, B's amounts of A's changed users, C's totals; made
+untimed with ``createDataFrame``, no diffstore at all), collected with ``toArrow`` under
+``SMALL_ROUND_CONF``. Printed beside the small round with the ratio round / floor, and split as the
+round's job is: ``fn`` (building its DataFrames; in the round also the lookups) and the result
+(``toArrow``; in the round also the putMany).
+
 ``--connect`` then stops the local session, starts a Spark Connect server from pyspark's own ``bin/``
 (``spark-submit --class …SparkConnectServer``, ``local[2]``, the settings of the tests' server) and times
 the small-round path through it over the same collections: the ratio Connect / classic per size (goal
@@ -144,6 +152,56 @@ def bare_http_round(client: Client, since: bytes, target_counter: int) -> float:
     return time.perf_counter() - started
 
 
+def floor_inputs(client: Client, since: bytes) -> dict[str, Any]:
+    """What a round of A's changes since ``since`` works on, as Arrow tables: A's diff, B's (empty) diff,
+    B's amounts of A's changed users, C's totals (the lookups' answers, every key each needs)."""
+    import pyarrow as pa
+
+    from diffstore.spark.lookup import get_many
+    from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_ARROW
+
+    a, b, c = client.collection("A"), client.collection("B"), client.collection("C")
+    page = a.diff_page_columns(since, limit=10_000)
+    columns = (page.keys, page.from_values, page.to_values)
+    diff_a = pa.Table.from_arrays([pa.array(list(col), pa.binary()) for col in columns], schema=DIFF_ARROW)
+    keys = sorted(page.keys)
+    amounts: dict[bytes, bytes] = {}
+    get_many(b, b.generation_id, keys, amounts)
+    totals = c.query_page_columns(c.generation_id, limit=10_000)
+
+    def lookup_table(ks: list[bytes], vs: list[bytes | None]) -> pa.Table:
+        columns = [pa.array(ks, pa.binary()), pa.array(vs, pa.binary())]
+        return pa.Table.from_arrays(columns, schema=LOOKUP_ARROW)
+
+    return {
+        "a": diff_a,
+        "b": DIFF_ARROW.empty_table(),
+        "lookup a": lookup_table([], []),
+        "lookup b": lookup_table(keys, [amounts.get(k) for k in keys]),
+        "lookup target": lookup_table(list(totals.keys), list(totals.values)),
+    }
+
+
+def spark_floor(spark: Any, tables: dict[str, Any]) -> tuple[float, float]:
+    """The bare Spark floor of one round: ``country_totals`` over ``tables`` made local DataFrames
+    (untimed), its result collected with ``toArrow``; returns (seconds of fn, seconds of toArrow)."""
+    from diffstore.spark import TARGET
+    from diffstore.spark.schemas import DIFF_SCHEMA, LOOKUP_SCHEMA
+    from diffstore.spark.small_rounds import SMALL_ROUND_CONF, session_conf
+
+    with session_conf(spark, SMALL_ROUND_CONF):
+        diffs = {alias: spark.createDataFrame(tables[alias], DIFF_SCHEMA) for alias in ("a", "b")}
+        answers = {
+            alias: spark.createDataFrame(tables[f"lookup {name}"], LOOKUP_SCHEMA)
+            for alias, name in (("a", "a"), ("b", "b"), (TARGET, "target"))
+        }
+        started = time.perf_counter()
+        result = country_totals(spark, diffs, lambda alias, keys: answers[alias]).select("key", "value")
+        built = time.perf_counter()
+        result.toArrow()
+        return built - started, time.perf_counter() - built
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -185,9 +243,18 @@ def main() -> int:
             phases.append((event, time.perf_counter()))
 
         sources = {"a": "A", "b": "B"}
+        fn_seconds: list[float] = []
+
+        def timed_fn(spark_: Any, diffs: Any, lookup: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return country_totals(spark_, diffs, lookup)
+            finally:
+                fn_seconds.append(time.perf_counter() - started)
+
         transforms = {
             "small": Transform(
-                spark, url, "C", sources, country_totals, on_event=on_event, local_diff_max_rows=10_000
+                spark, url, "C", sources, timed_fn, on_event=on_event, local_diff_max_rows=10_000
             ),
             "old": Transform(spark, url, "C", sources, country_totals, local_diff_max_rows=0),
             # the small-round path with the session's own settings (AQE, shuffle partitions) left alone
@@ -212,6 +279,7 @@ def main() -> int:
         def timed_round(mode: str, changes: int) -> float:
             change(changes)
             phases.clear()
+            fn_seconds.clear()
             group = f"round-{step}-{mode}"
             if tracker is not None:
                 spark.sparkContext.setJobGroup(group, group)
@@ -230,6 +298,7 @@ def main() -> int:
                         "plan+start": at["started"] - t,
                         "diff pages": at["read"] - at["started"],
                         "job (fn, lookups, write)": at["written"] - at["read"],
+                        "of the job fn with its lookups": sum(fn_seconds),
                         "commit": at["committed"] - at["written"],
                         "caught-up check": at["caught_up"] - at["committed"],
                     }
@@ -246,11 +315,14 @@ def main() -> int:
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared)")
         for changes in (int(s) for s in args.sizes.split(",")):
             times: dict[str, list[float]] = {"small": [], "old": [], "untuned": [], "bare": []}
+            floor_parts: list[tuple[float, float]] = []
             for _ in range(args.rounds):
                 for mode in transforms:  # alternate, so that load changes hit both alike
                     times[mode].append(timed_round(mode, changes))
                 since = change(changes)
                 times["bare"].append(bare_http_round(client, since, 1_000_000 + step))
+                if not args.remote:
+                    floor_parts.append(spark_floor(spark, floor_inputs(client, since)))
             small, old, untuned, bare = (
                 statistics.median(times[m]) for m in ("small", "old", "untuned", "bare")
             )
@@ -261,6 +333,15 @@ def main() -> int:
             )
             parts = {k: statistics.median(p[k] for p in breakdown[changes]) for k in breakdown[changes][0]}
             print("          small-round path: " + ", ".join(f"{k} {v:.2f}s" for k, v in parts.items()))
+            if floor_parts:
+                floor = statistics.median(f + r for f, r in floor_parts)
+                built, collected = (statistics.median(p[i] for p in floor_parts) for i in (0, 1))
+                print(
+                    "          bare Spark floor (country_totals over local DataFrames + toArrow) "
+                    f"{floor:.2f}s "
+                    f"(fn {built:.2f}s, toArrow {collected:.2f}s): small round / floor {small / floor:.2f}x"
+                    + ("   -- the floor itself is above the 0.4 s goal" if floor > 0.4 else "")
+                )
             if changes in jobs:
                 counted = sorted(set(jobs[changes]))
                 print(
