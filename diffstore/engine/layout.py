@@ -337,7 +337,8 @@ def split_change_key(raw: bytes) -> tuple[int, bytes]:
 
 # --- change_chunks: cid | seq | K1 -> (len(u16) K)... ------------------------------------------------
 
-CHUNK_BYTES = 1800  # of packed forms per row: its key and value fit one node of a 4 KiB page
+CHUNK_BYTES = 1500  # of packed forms per row: with the longest first form (418 bytes) key and value
+# still fit one node of a 4 KiB page (at most 2,038 bytes), no overflow page
 _U16 = struct.Struct(">H")
 
 

@@ -176,3 +176,17 @@ def test_new_writes_into_a_generation_of_the_old_layout_count_each_key_once(tmp_
             report = check.check(txn, store.tables)
         assert report.ok, report.problems
         assert report.rows["changes"] > 0 and report.rows["change_chunks"] > 0
+
+
+def test_chunks_of_the_longest_keys_stay_in_their_pages(tmp_path: Path) -> None:
+    """A chunk whose first form is a long key's (418 bytes) still fits a node of its page: no chunk takes
+    an overflow page of its own (fails with 1,800 bytes of forms per chunk)."""
+    with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
+        coll = store.create_collection("c", manual=True)
+        coll.start_generation(b"1")
+        coll.put_many([(b"\x00" * 200 + b"%04d" % i, b"v") for i in range(200)], generation_id=b"1")
+        coll.commit_generation(b"1")
+        with store.env.begin() as txn:
+            stat = txn.stat(store.tables.change_chunks)
+            assert stat["entries"] > 1 and stat["overflow_pages"] == 0
+        assert len(list(coll.diff(from_generation_id=b"", to_generation_id=b"1"))) == 200
