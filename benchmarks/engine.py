@@ -7,7 +7,7 @@ Figures (N records of ``key-%012d`` with 100-byte values; issue 31's table is pr
   small generation  start + put_many(1,000 keys spread evenly over N, every N/1000-th) + commit, durable,
                     vs one durable raw putmulti of the same keys into an N-key table   goal ratio <= 1.3
                     (and its floors: LMDB alone writing the rows the engine writes for it -- records, and
-                    its keys packed ~100 to a change_chunks row -- in one durable transaction, and in the
+                    its keys packed ~75 to a change_chunks row -- in one durable transaction, and in the
                     three the engine's API takes; and the same for the per-key layout stores used before
                     change_chunks: records and a changes row per key, two B-tree inserts per key)
   bulk load         put_many of N sorted records (10k batches, one generation) vs raw putmulti of the same
@@ -108,7 +108,7 @@ def layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
 def packed_layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
     """The rows the engine writes for a batch of short keys appended to a generation (layout.py):
     ``records``, and the batch's sorted key forms packed into ``change_chunks`` rows -- one B-tree insert
-    per ~100 keys instead of a ``changes`` row per key."""
+    per ~75 keys instead of a ``changes`` row per key."""
     cid = layout.cid_bytes(1)
     records = [(layout.record_key(cid, layout.key_form(k), seq), layout.encode_value(k, v)) for k, v in batch]
     return records, layout.chunk_rows(cid, seq, sorted(layout.key_form(k) for k, _ in batch))
@@ -461,7 +461,7 @@ def main() -> None:
             packed_ratios = [r / p for p, r in zip(bulk.packed, raw, strict=True)]
             print(
                 f"  packed floor  {n / median(bulk.packed):12,.0f} rec/s   LMDB alone writing the rows the"
-                f" engine writes (records, and a batch's sorted key forms packed ~100 to a change_chunks row,"
+                f" engine writes (records, and a batch's sorted key forms packed ~75 to a change_chunks row,"
                 f" built beforehand): ratio {median(packed_ratios):.2f} to raw putmulti (rounds"
                 f" {rounds_of(packed_ratios)}; CPU {1 / median(bulk.packed_cpu_ratios):.2f}x raw's)"
             )

@@ -1,9 +1,10 @@
 """The index of the keys each generation wrote (its *run*), read and trimmed in both its forms.
 
 A run is the union of its ``changes`` rows (one per key) and its ``change_chunks`` rows (sorted key forms
-packed ~100 to a row; the chunks of a run never overlap, and a key is in at most one of the two forms):
-see layout.py. Stores written before chunks existed hold ``changes`` rows only; everything here reads
-both, so such a store needs no migration. Writes choose the form (writes.py: chunks where they append).
+packed up to 1,500 bytes to a row, ~75 keys of 16 bytes; the chunks of a run never overlap, and a key is
+in at most one of the two forms): see layout.py. Stores written before chunks existed hold ``changes``
+rows only; everything here reads both, so such a store needs no migration. Writes choose the form
+(writes.py: chunks where they append).
 """
 
 from __future__ import annotations

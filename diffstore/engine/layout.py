@@ -53,8 +53,9 @@ Named tables (sub-databases)::
 Which keys a generation wrote (its *run*) is the union of its ``changes`` rows and its ``change_chunks``
 rows. A chunk holds sorted key forms (at most ``CHUNK_BYTES`` of them, K1 its first), and the chunks of a
 generation never overlap: a write whose sorted forms all lie above every form the generation holds yet (a
-bulk load, a new generation's first batch) appends chunks -- one B-tree insert per ~100 keys instead of
-one per key -- and any other write adds a ``changes`` row per key the generation does not hold yet.
+bulk load, a new generation's first batch) appends chunks -- one B-tree insert per ~75 keys of 16 bytes
+instead of one per key -- and any other write adds a ``changes`` row per key the generation does not hold
+yet.
 Stores written before ``change_chunks`` existed hold ``changes`` rows only and are read as they are
 (engine/changes.py reads both forms; a key is in at most one of them). Reading a chunk::
 

@@ -475,8 +475,8 @@ def _index_keys(
 ) -> int:
     """Adds ``count`` distinct keys just written into the open generation to its run (``changes.py``):
     as chunks when they all lie above every key the run holds (a bulk load, a generation's first
-    write: one B-tree insert per ~100 keys), else as a ``changes`` row each (``rows``: each call a new pass;
-    ``first_key``: the lowest of their keys). Returns how many of them the run did not hold yet."""
+    write: one B-tree insert per ~75 short keys), else as a ``changes`` row each (``rows``: each call a
+    new pass; ``first_key``: the lowest of their keys). Returns how many of them the run did not hold yet."""
     last = changes.last_key(txn, tables, run)
     if last is None or first_key > last:
         packed = chunks()
