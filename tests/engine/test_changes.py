@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import uuid
 from pathlib import Path
 from unittest import mock
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from diffstore import Store, StoreConfig
-from diffstore.engine import check, layout
+from diffstore.engine import changes, check, layout
 
 from .util import as_dict, run_background
 
@@ -190,3 +193,90 @@ def test_chunks_of_the_longest_keys_stay_in_their_pages(tmp_path: Path) -> None:
             stat = txn.stat(store.tables.change_chunks)
             assert stat["entries"] > 1 and stat["overflow_pages"] == 0
         assert len(list(coll.diff(from_generation_id=b"", to_generation_id=b"1"))) == 200
+
+
+# --- engine/changes.py against a model: a run's forms split at random into rows and chunks ---------------
+
+_FORMS = st.lists(st.binary(max_size=3).map(layout.key_form), unique=True, max_size=40)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    run_forms=_FORMS,
+    neighbour_forms=_FORMS,
+    split=st.lists(st.integers(0, 3), min_size=40, max_size=40),
+    bounds=st.tuples(st.binary(max_size=3), st.none() | st.binary(max_size=3)),
+    removed=st.sets(st.integers(0, 39), max_size=12),
+    pure=st.booleans(),
+)
+def test_a_run_reads_and_loses_forms_as_the_set_it_stands_for(
+    tmp_path: Path,
+    run_forms: list[bytes],
+    neighbour_forms: list[bytes],
+    split: list[int],
+    bounds: tuple[bytes, bytes | None],
+    removed: set[int],
+    pure: bool,
+) -> None:
+    """Forms of generation 5 as ``changes`` rows (split 0) or in chunks (a new chunk where split is 1, the
+    chunk before going on otherwise), beside generations 4 and 6 holding other forms in both forms: every
+    read gives the set's answer, and removing forms leaves the set without them and chunks that still
+    ascend and do not overlap."""
+    prefix = layout.cid_bytes(3)
+    run = layout.change_prefix(prefix, 5)
+    forms = sorted(run_forms)
+    lower, upper = layout.key_form(bounds[0]), None if bounds[1] is None else layout.key_form(bounds[1])
+    with (
+        python_only(pure),  # chunks unpacked by the accelerator or by the pure-Python twin
+        Store.open(tmp_path / f"s{uuid.uuid4().hex}", StoreConfig(background=False)) as store,
+    ):
+        tables = store.tables
+        with store.write() as scope:
+            txn = scope.txn
+            for seq in (4, 6):  # neighbours: half rows, half one chunk
+                neighbours = sorted(neighbour_forms)
+                for form in neighbours[::2]:
+                    txn.put(layout.change_key(prefix, seq, form), b"", db=tables.changes)
+                if neighbours[1::2]:
+                    txn.put(
+                        layout.change_key(prefix, seq, neighbours[1]),
+                        layout.pack_forms(neighbours[1::2]),
+                        db=tables.change_chunks,
+                    )
+            chunk: list[bytes] = []
+            chunks: list[list[bytes]] = []
+            for form, how in zip(forms, split, strict=False):
+                if how == 0:
+                    txn.put(run + form, b"", db=tables.changes)
+                    continue
+                if how == 1 or not chunk:
+                    chunk = []
+                    chunks.append(chunk)
+                chunk.append(form)
+            for held in chunks:
+                txn.put(run + held[0], layout.pack_forms(held), db=tables.change_chunks)
+        with store.env.begin() as txn:
+            expected = [f for f in forms if f >= lower and (upper is None or f < upper)]
+            assert list(changes.forms(txn, tables, prefix, 5, lower, upper)) == expected
+            assert changes.count(txn, tables, prefix, 5) == len(forms)
+            assert changes.any_written(txn, tables, prefix, 5) == bool(forms)
+            assert changes.last_key(txn, tables, run) == (run + forms[-1] if forms else None)
+            in_chunks = {form for held in chunks for form in held}
+            probes = forms + [layout.key_form(b"\xff\xff\xff\xff"), layout.key_form(b"")]
+            assert changes.held_in_chunks(txn, tables, run, probes) == in_chunks
+        gone = [forms[i] for i in removed if i < len(forms)] + [layout.key_form(b"\xfe" * 4)]
+        with store.write() as scope:
+            changes.remove(scope.txn, tables, prefix, 5, gone)
+        with store.env.begin() as txn:
+            kept = [f for f in forms if f not in gone]
+            assert list(changes.forms(txn, tables, prefix, 5)) == kept
+            for seq in (4, 6):
+                assert list(changes.forms(txn, tables, prefix, seq)) == sorted(neighbour_forms)
+            left = [
+                layout.unpack_forms(raw)
+                for key, raw in txn.cursor(db=tables.change_chunks)
+                if key[:12] == run
+            ]
+            assert all(held and held == sorted(held) for held in left)
+            assert all(a[-1] < b[0] for a, b in zip(left, left[1:], strict=False))
+            assert all(txn.get(run + held[0], db=tables.change_chunks) is not None for held in left)
