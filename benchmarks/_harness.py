@@ -61,6 +61,20 @@ def ratio_line(name: str, ours: float, baseline: float, unit: str, goal: str = "
     return f"{text} ({goal})" if goal else text
 
 
+def round_phases(phases: list[tuple[str, float]], started: float, read: str, job: str) -> dict[str, float]:
+    """Where a transform round's seconds went, from its ``on_event`` times (event, perf_counter) since
+    ``started``: planning and starting it, reading its diffs (``read`` names that phase), the job (``job``),
+    the commit and the check that finds the target caught up."""
+    at = dict(phases)
+    return {
+        "plan+start": at["started"] - started,
+        read: at["read"] - at["started"],
+        job: at["written"] - at["read"],
+        "commit": at["committed"] - at["written"],
+        "caught-up check": at["caught_up"] - at["committed"],
+    }
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from _harness import machine  # noqa: E402
+from _harness import machine, round_phases  # noqa: E402
 from job import country_totals  # noqa: E402
 from small_rounds import COUNTRIES, server, user  # noqa: E402
 
@@ -153,14 +153,7 @@ def main() -> int:
                 t = time.perf_counter()
                 rounds = transform.run()
                 incremental = time.perf_counter() - t
-                at = dict(phases)
-                breakdown = {
-                    "plan+start": at["started"] - t,
-                    "diffs read": at["read"] - at["started"],
-                    "job (fn, lookups, write)": at["written"] - at["read"],
-                    "commit": at["committed"] - at["written"],
-                    "caught-up check": at["caught_up"] - at["committed"],
-                }
+                breakdown = round_phases(phases, t, "diffs read", "job (fn, lookups, write)")
                 assert len(rounds) == 1, rounds
                 t = time.perf_counter()
                 expected = recompute()

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "spark_a_plus_b"))
 
-from _harness import diffstore_serve, load_average, machine  # noqa: E402
+from _harness import diffstore_serve, load_average, machine, round_phases  # noqa: E402
 from job import country_totals  # noqa: E402
 from small_rounds import BATCH, COUNTRIES, user  # noqa: E402
 
@@ -118,14 +118,9 @@ def main() -> int:
         t = time.perf_counter()
         rounds = transform.run()
         diffstore_s = time.perf_counter() - t
-        at = dict(phases)
-        where = {
-            "plan+start": at["started"] - t,
-            "diff read by Spark tasks + checkpoint": at["read"] - at["started"],
-            "job (lookups, aggregation, putMany tasks)": at["written"] - at["read"],
-            "commit": at["committed"] - at["written"],
-            "caught-up check": at["caught_up"] - at["committed"],
-        }
+        where = round_phases(
+            phases, t, "diff read by Spark tasks + checkpoint", "job (lookups, aggregation, putMany tasks)"
+        )
         assert len(rounds) == 1 and rounds[0].rows_read["a"] in (n, None), rounds
 
         tables = {
