@@ -11,7 +11,7 @@ stored with the transform's readers at A's and B's generations (what a first rou
 Timed, in the same warm SparkSession, alternately ``--repeat`` times (each time over a fresh change):
 
 * incremental: ``Transform.run()`` with the example's ``country_totals`` — one round over A's diff (read by
-  Spark tasks when above 10,000 changes, else on the driver), B's amounts of the changed users looked up
+  Spark tasks when above ``--local-diff-max-rows`` changes, else on the driver: a small round), B's amounts of the changed users looked up
   at the round's pinned generation, C's changes written and committed exactly once;
 * recompute: ``spark.read.parquet`` of A and B, join, ``groupBy(country).sum(amount)``, collected.
 
@@ -83,8 +83,8 @@ def main() -> int:
     parser.add_argument(
         "--local-diff-max-rows",
         type=int,
-        default=5_000,
-        help="Transform's local_diff_max_rows: diffs up to this size are read on the driver (a small round)",
+        default=20_000,
+        help="Transform's local_diff_max_rows (its default): diffs up to this size are read on the driver",
     )
     args = parser.parse_args()
     print(machine())
@@ -146,7 +146,7 @@ def main() -> int:
                 step += 1
                 moved = [(i * 7919 + step * 104_729) % n for i in range(changes)]
                 for i in moved:
-                    countries[i] = COUNTRIES[(COUNTRIES.index(countries[i]) + 1 + step) % len(COUNTRIES)]
+                    countries[i] = COUNTRIES[(COUNTRIES.index(countries[i]) + 1 + step % 7) % len(COUNTRIES)]
                 load(client, "A", b"g%07d" % (step + 2), [(keys[i], countries[i]) for i in moved])
                 write_parquet(parquet / "A.parquet", keys, "country", countries, pa.binary())
                 phases.clear()

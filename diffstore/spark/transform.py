@@ -129,9 +129,9 @@ class Transform:
         local_diff_max_rows: a source's diff with at most this many changes (read in pages of up to
             10,000) is read on the driver and handed to Spark as local data, instead of by Spark tasks
             that are then checkpointed: small rounds skip two Spark jobs per source. 0 turns it off.
-            The default, 5,000, is below where Spark's parallel tasks caught up before small rounds
-            planned for small data (at 10,000 changes both paths took about as long in
-            ``benchmarks/small_rounds.py``); a driver with the memory for it may set more.
+            The default, 20,000, is below where Spark's parallel tasks catch up (a round of 10,000 /
+            20,000 / 50,000 changes took 1.6x / 1.4x / 1.2x less time as a small round, of 100,000 more:
+            ``benchmarks/RESULTS.md``); a driver with the memory for it may set more.
         lease_ttl_ms: run as one of several runners of this target, exactly one active: rounds run only
             while this runner holds the target's lease ``transform`` (renewed every ttl/3 by a
             :class:`~diffstore.lease_keeper.LeaseGuard` thread) and carry its fencing token; the others stand
@@ -166,7 +166,7 @@ class Transform:
         materialize_diffs: bool = True,
         splits_max_age_s: float | None = None,
         token: str | None = None,
-        local_diff_max_rows: int = 5_000,
+        local_diff_max_rows: int = 20_000,
         lease_ttl_ms: int | None = None,
         job: str | None = None,
         small_round_conf: Mapping[str, str] = SMALL_ROUND_CONF,
@@ -368,7 +368,7 @@ class Transform:
         then drops the joins with it), nothing is observed or checkpointed (the sizes are known), the
         sources' lookups run on the driver with ``getMany``, the target's in the result's own job, and
         the result is collected and written from here: the only Spark jobs are those of the sources'
-        lookups' keys (none when Spark folds them into local data) and of the result.
+        lookups' keys (none for keys Spark's optimizer finds empty) and of the result.
         """
         empty = DIFF_ARROW.empty_table()
         tables = {s.alias: t if (t := local.get(s.alias)) is not None else empty for s in plan.sources}
@@ -379,7 +379,7 @@ class Transform:
             pinned = pinned_lookups(plan, self.target)
             lookup = small_round_lookup(
                 self.spark,
-                driver_lookup(self.spark, self.handle, pinned),
+                driver_lookup(self.spark, self.handle, pinned, sum(len(t) for t in tables.values())),
                 self._lookup(plan, None),
                 lambda: read_small_target(self.handle, pinned[TARGET]),
             )

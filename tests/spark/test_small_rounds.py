@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from diffstore import Store
 from diffstore.spark import Transform, TransformError
-from diffstore.spark.small_rounds import PUT_BATCH
+from diffstore.spark.small_rounds import EXCLUDED_RULES, PUT_BATCH
 
 TOO_LONG_KEY = b"\xff" * (1 << 24)  # one byte over the longest key: the server refuses the putMany holding it
 
@@ -92,34 +92,45 @@ def test_a_small_round_with_one_source_unchanged_and_deletes(
 def test_a_small_round_plans_for_small_data_and_restores_the_session(
     spark: Any, server_url: str, store: Store, names: dict[str, str]
 ) -> None:
-    """During a small round the session runs without adaptive execution, with one shuffle partition; the
-    user's settings are back afterwards, after a failed round too."""
+    """During a small round the session runs without adaptive execution, with one shuffle partition and
+    without folding projections into local data (``ConvertToLocalRelation``, added to the optimizer rules
+    the user excluded); the user's settings are back afterwards, after a failed round too."""
     keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
+
+    def current(session: Any) -> tuple[str | None, ...]:
+        return (*(session.conf.get(key) for key in keys), session.conf.get(EXCLUDED_RULES, None))
+
+    users_rule = "org.apache.spark.sql.catalyst.optimizer.ReorderJoin"
+    folding = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
     for name in names.values():
         store.create_collection(name, manual=True)
     commit_items(store, names["A"], [(b"a1", b"x")])
     seen: list[tuple[str, ...]] = []
 
     def fn(spark_: Any, diffs: dict[str, DataFrame], lookup: Any) -> DataFrame:
-        seen.append(tuple(spark_.conf.get(key) for key in keys))
+        seen.append(current(spark_))
         if len(seen) > 1:
             raise RuntimeError("the second round fails")
         return diffs["a"].select("key", F.col("toValue").alias("value"))
 
-    before = tuple(spark.conf.get(key) for key in keys)
+    before = current(spark)
+    assert before[2] is None
     spark.conf.set("spark.sql.shuffle.partitions", "3")
+    spark.conf.set(EXCLUDED_RULES, users_rule)
     transform = Transform(spark, server_url, names["C"], {"a": names["A"]}, fn, max_attempts=1)
     try:
         assert len(transform.run()) == 1
-        assert tuple(spark.conf.get(key) for key in keys) == (before[0], "3")
+        assert current(spark) == (before[0], "3", users_rule)
         commit_items(store, names["A"], [(b"a2", b"y")])
+        spark.conf.unset(EXCLUDED_RULES)
         with pytest.raises(TransformError, match="second round"):
             transform.run()
-        assert tuple(spark.conf.get(key) for key in keys) == (before[0], "3")
+        assert current(spark) == (before[0], "3", None)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", before[1])
+        spark.conf.unset(EXCLUDED_RULES)
         transform.close()
-    assert seen == [("false", "1"), ("false", "1")]
+    assert seen == [("false", "1", f"{users_rule},{folding}"), ("false", "1", folding)]
     assert snapshot(store, names["C"]) == {b"a1": b"x"}
 
 
