@@ -11,8 +11,9 @@ stored with the transform's readers at A's and B's generations (what a first rou
 Timed, in the same warm SparkSession, alternately ``--repeat`` times (each time over a fresh change):
 
 * incremental: ``Transform.run()`` with the example's ``country_totals`` — one round over A's diff (read by
-  Spark tasks when above ``--local-diff-max-rows`` changes, else on the driver: a small round), B's amounts of the changed users looked up
-  at the round's pinned generation, C's changes written and committed exactly once;
+  Spark tasks when above ``--local-diff-max-rows`` changes, else on the driver: a small round), B's
+  amounts of the changed users looked up at the round's pinned generation, C's changes written and
+  committed exactly once;
 * recompute: ``spark.read.parquet`` of A and B, join, ``groupBy(country).sum(amount)``, collected.
 
 Both answers are checked equal. Prints each round's breakdown (plan and start; the diffs read — on the
