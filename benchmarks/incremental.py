@@ -146,8 +146,9 @@ def main() -> int:
             for turn in range(args.repeat + 1):  # the first of each warms the session; not counted
                 step += 1
                 moved = [(i * 7919 + step * 104_729) % n for i in range(changes)]
+                shift = 1 + step % (len(COUNTRIES) - 1)  # never a multiple of len(COUNTRIES): a real move
                 for i in moved:
-                    countries[i] = COUNTRIES[(COUNTRIES.index(countries[i]) + 1 + step % 7) % len(COUNTRIES)]
+                    countries[i] = COUNTRIES[(COUNTRIES.index(countries[i]) + shift) % len(COUNTRIES)]
                 load(client, "A", b"g%07d" % (step + 2), [(keys[i], countries[i]) for i in moved])
                 write_parquet(parquet / "A.parquet", keys, "country", countries, pa.binary())
                 phases.clear()
