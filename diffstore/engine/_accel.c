@@ -21,6 +21,10 @@
  *       An iterator of the diff items that diff.py's forward scan yields from the same records iterator;
  *       when it stops early, ``handed`` is the key form where the keyed way takes over (else None).
  *
+ *   query_scan(records_iter, seq_limit, stop, from_key, to_key, after_key, count, record_type, known, names)
+ *       Up to ``count`` records of the query page that reads.py's loop builds from the same records
+ *       iterator (no phantom), and the key form where that loop takes over (a long key), or None.
+ *
  * See layout.py's docstring for the layout these loops read and write.
  *
  * ``SOURCE`` is the digest of this file that setup.py passed to the build: layout.py does not use a build
@@ -718,6 +722,183 @@ static PyTypeObject DiffScanType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- query_scan ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject *list, *record_type, *known, *names;
+    PyObject *from_key, *to_key, *after_key;
+    PyObject *last_name; /* the name of last_seq: most records of a page share a generation */
+    unsigned long long last_seq;
+    PyObject *handed;
+    int done;
+} QueryPageState;
+
+static unsigned long long read_u64(const char *s) {
+    unsigned long long v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | (unsigned char)s[i];
+    return v;
+}
+
+/* The generation id of ``seq``: known[seq], else names(seq) (which caches it in known). */
+static PyObject *name_of(QueryPageState *st, unsigned long long seq) {
+    if (st->last_name != NULL && st->last_seq == seq) return st->last_name;
+    PyObject *number = PyLong_FromUnsignedLongLong(seq);
+    if (number == NULL) return NULL;
+    PyObject *name = PyDict_GetItemWithError(st->known, number);
+    if (name != NULL) {
+        Py_INCREF(name);
+    } else if (!PyErr_Occurred()) {
+        name = PyObject_CallOneArg(st->names, number);
+    }
+    Py_DECREF(number);
+    if (name == NULL) return NULL;
+    Py_XSETREF(st->last_name, name);
+    st->last_seq = seq;
+    return name;
+}
+
+/* Adds the record of a finished head (its visible version ``raw`` of ``seq``) to the page, or stops the
+ * scan: at a long key (handed over) or at ``to_key``. -1: an error. */
+static int emit_record(QueryPageState *st, const char *head, Py_ssize_t head_length, PyObject *raw,
+                       unsigned long long seq) {
+    Py_ssize_t size = PyBytes_GET_SIZE(raw);
+    if (size == 0) return 0; /* the tombstone of a short key */
+    const char *r = PyBytes_AS_STRING(raw);
+    if ((unsigned char)r[0] != 1) { /* a long key: its group is sorted the Python way */
+        st->done = 1;
+        st->handed = PyBytes_FromStringAndSize(head + 4, head_length - 4);
+        return st->handed == NULL ? -1 : 0;
+    }
+    const char *s = head + 4;
+    Py_ssize_t n = head_length - 6; /* head[4:-2] */
+    if (n < 0) n = 0;
+    PyObject *key = PyBytes_FromStringAndSize(NULL, n);
+    if (key == NULL) return -1;
+    char *out = PyBytes_AS_STRING(key);
+    Py_ssize_t length = 0;
+    for (Py_ssize_t i = 0; i < n; i++) { /* .replace(b"\x00\xff", b"\x00") */
+        out[length++] = s[i];
+        if (s[i] == 0 && i + 1 < n && (unsigned char)s[i + 1] == 0xff) i++;
+    }
+    if (length != n && _PyBytes_Resize(&key, length) < 0) return -1;
+    const char *k = PyBytes_AS_STRING(key);
+    PyObject *b = st->after_key;
+    int skip = b != Py_None && compare_bytes(k, length, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) <= 0;
+    b = st->from_key;
+    skip = skip || (b != Py_None && compare_bytes(k, length, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) < 0);
+    b = st->to_key;
+    if (!skip && b != Py_None && compare_bytes(k, length, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) >= 0) {
+        st->done = 1;
+        skip = 1;
+    }
+    if (skip) {
+        Py_DECREF(key);
+        return 0;
+    }
+    PyObject *value = PyBytes_FromStringAndSize(r + 1, size - 1);
+    PyObject *name = value ? name_of(st, seq) : NULL;
+    PyObject *record = name ? ((PyTypeObject *)st->record_type)->tp_alloc((PyTypeObject *)st->record_type, 3)
+                            : NULL;
+    if (record == NULL) {
+        Py_DECREF(key);
+        Py_XDECREF(value);
+        return -1;
+    }
+    Py_INCREF(name);
+    PyTuple_SET_ITEM(record, 0, key);
+    PyTuple_SET_ITEM(record, 1, value);
+    PyTuple_SET_ITEM(record, 2, name);
+    int failed = PyList_Append(st->list, record);
+    Py_DECREF(record);
+    return failed;
+}
+
+static PyObject *query_scan(PyObject *module, PyObject *args) {
+    PyObject *it, *seq_limit, *stop, *from_key, *to_key, *after_key, *record_type, *known, *names;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "OSSOOOnOOO:query_scan", &it, &seq_limit, &stop, &from_key, &to_key, &after_key,
+                          &count, &record_type, &known, &names))
+        return NULL;
+    if (!PyIter_Check(it) || PyBytes_GET_SIZE(seq_limit) != 8 || !PyType_Check(record_type) ||
+        !PyType_IsSubtype((PyTypeObject *)record_type, &PyTuple_Type) || !PyDict_CheckExact(known) ||
+        !PyCallable_Check(names)) {
+        PyErr_SetString(PyExc_TypeError, "query_scan: bad arguments");
+        return NULL;
+    }
+    PyObject *bounds[3] = {from_key, to_key, after_key};
+    for (int i = 0; i < 3; i++) {
+        if (bounds[i] != Py_None && !PyBytes_CheckExact(bounds[i])) {
+            PyErr_SetString(PyExc_TypeError, "query_scan: a key bound is bytes or None");
+            return NULL;
+        }
+    }
+    QueryPageState st = {PyList_New(0), record_type, known, names, from_key, to_key, after_key, NULL, 0, NULL, 0};
+    if (st.list == NULL) return NULL;
+    const char *limit = PyBytes_AS_STRING(seq_limit);
+    char head[MAX_RECORD_KEY + 1];
+    Py_ssize_t head_length = 0;
+    PyObject *best = NULL; /* the head's visible version (owned), or NULL */
+    unsigned long long best_seq = 0;
+    while (!st.done && PyList_GET_SIZE(st.list) < count) {
+        PyObject *pair = PyIter_Next(it);
+        if (pair == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            break;
+        }
+        PyObject *record_key, *raw;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyBytes_CheckExact(record_key = PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_CheckExact(raw = PyTuple_GET_ITEM(pair, 1)) || PyBytes_GET_SIZE(record_key) < 12 ||
+            PyBytes_GET_SIZE(record_key) > MAX_RECORD_KEY) {
+            Py_DECREF(pair);
+            PyErr_SetString(PyExc_ValueError, "query_scan: not a records row");
+            goto fail;
+        }
+        const char *k = PyBytes_AS_STRING(record_key);
+        Py_ssize_t kl = PyBytes_GET_SIZE(record_key), fl = kl - 8;
+        if (compare_bytes(k, kl, PyBytes_AS_STRING(stop), PyBytes_GET_SIZE(stop)) >= 0) {
+            Py_DECREF(pair);
+            break;
+        }
+        if (head_length == 0 || fl != head_length || memcmp(k, head, (size_t)fl) != 0) { /* a new head */
+            if (best != NULL) {
+                int failed = emit_record(&st, head, head_length, best, best_seq);
+                Py_CLEAR(best);
+                if (failed) {
+                    Py_DECREF(pair);
+                    goto fail;
+                }
+                if (st.done) {
+                    Py_DECREF(pair);
+                    break;
+                }
+            }
+            memcpy(head, k, (size_t)fl);
+            head_length = fl;
+        }
+        if (memcmp(k + fl, limit, 8) <= 0) { /* visible at the read point: the latest such wins */
+            Py_INCREF(raw);
+            Py_XSETREF(best, raw);
+            best_seq = read_u64(k + fl);
+        }
+        Py_DECREF(pair);
+    }
+    if (best != NULL && !st.done && PyList_GET_SIZE(st.list) < count) { /* the last head */
+        int failed = emit_record(&st, head, head_length, best, best_seq);
+        if (failed) goto fail;
+    }
+    Py_XDECREF(best);
+    Py_XDECREF(st.last_name);
+    PyObject *handed = st.handed ? st.handed : Py_NewRef(Py_None);
+    return Py_BuildValue("(NN)", st.list, handed);
+fail:
+    Py_XDECREF(best);
+    Py_XDECREF(st.last_name);
+    Py_XDECREF(st.handed);
+    Py_DECREF(st.list);
+    return NULL;
+}
+
 /* ---- unpack_forms -------------------------------------------------------------------------------- */
 
 /* The forms of a ``change_chunks`` value, (u16 length | form)...: a list of bytes. ValueError when a
@@ -755,6 +936,7 @@ bad:
 static PyMethodDef methods[] = {
     {"sorted_short_rows", sorted_short_rows, METH_VARARGS,
      "The records and changes rows of sorted short (key, value) pairs, or None."},
+    {"query_scan", query_scan, METH_VARARGS, "Records of a query page from a records iterator (see reads.py)."},
     {"unpack_forms", unpack_forms, METH_O, "The key forms of a change_chunks value (layout.unpack_forms)."},
     {NULL, NULL, 0, NULL},
 };

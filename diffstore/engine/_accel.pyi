@@ -1,6 +1,7 @@
 """Type hints of the optional compiled accelerator (_accel.c); see layout.ACCEL."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 SOURCE: str
 """sha256 of the _accel.c this was built from (setup.py passes it; layout.py compares)."""
@@ -22,6 +23,18 @@ def sorted_short_rows(
     items: object, record_prefix: bytes, record_suffix: bytes, change_prefix: bytes
 ) -> SortedRows | None: ...
 def unpack_forms(raw: bytes) -> list[bytes]: ...
+def query_scan(
+    records: Iterator[tuple[bytes, bytes]],
+    seq_limit: bytes,
+    stop: bytes,
+    from_key: bytes | None,
+    to_key: bytes | None,
+    after_key: bytes | None,
+    count: int,
+    record_type: type[tuple[object, ...]],
+    known: dict[Any, bytes],
+    names: Callable[[int], bytes],
+) -> tuple[list[Any], bytes | None]: ...
 
 class DiffScan:
     def __init__(

@@ -78,8 +78,9 @@ Record values::
     03 len(u24) key value        value of a long key
 
 The hottest per-record loops that build or read these rows -- the rows of a bulk load of sorted short
-keys, and the diff's forward scan of ``records`` -- have a compiled twin in ``_accel.c``, used when it
-was built (``ACCEL``; None: the pure-Python code here and in diff.py runs, with the same results).
+keys, the diff's forward scan of ``records`` and a query page's -- have a compiled twin in ``_accel.c``,
+used when it was built (``ACCEL``; None: the pure-Python code here and in diff.py runs, with the same
+results).
 """
 
 from __future__ import annotations

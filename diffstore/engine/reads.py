@@ -23,6 +23,7 @@ from diffstore.engine.tables import (
 from diffstore.engine.types import MAX_GET_MANY_KEYS, GetResult, KeysAround, QueryPage, Record
 from diffstore.engine.visibility import (
     ReadPoint,
+    compiled_records,
     in_key_order,
     live_phantom,
     lower_form,
@@ -169,12 +170,28 @@ def query_page(
         point = read_point(txn, tables, meta, generation_id, phantom_id)
         after = None
     lower = lower_form(after if after is not None else from_key)
-    stream = in_key_order(visible_stream(txn, tables, point, lower, upper_form(to_key)))
+    upper = upper_form(to_key)
     names = _GenerationNames(txn, tables, meta)
     named = names.known
     items: list[Record] = []
-    bounded = after is not None or from_key is not None or to_key is not None
     more = False
+    compiled = compiled_records(
+        txn, tables, point, lower, upper, (from_key, to_key, after), limit + 1, Record, names, named
+    )
+    if compiled is not None:
+        items, handed = compiled
+        if len(items) > limit:
+            more = True
+            del items[limit:]
+        if more or handed is None:
+            return QueryPage(
+                point.generation_id,
+                items,
+                _token(cursors, meta, point, phantom_id, to_key, limit, items, more),
+            )
+        lower = handed  # a long key: its group is put in key order below
+    stream = in_key_order(visible_stream(txn, tables, point, lower, upper))
+    bounded = after is not None or from_key is not None or to_key is not None
     for key, raw, gen in stream:
         if bounded:
             if (after is not None and key <= after) or (from_key is not None and key < from_key):
@@ -193,15 +210,28 @@ def query_page(
         if name is None:
             name = names(gen)
         items.append(_new_record((key, value, name)))
-    token = None
-    if more:
-        # no from_key: the resume key is above it (a token carrying fewer keys stays shorter)
-        token = cursors.encode(
-            QueryCursor(
-                meta.cid, point.generation_id, point.seq, phantom_id, None, to_key, limit, items[-1].key
-            )
-        )
-    return QueryPage(point.generation_id, items, token)
+    return QueryPage(
+        point.generation_id, items, _token(cursors, meta, point, phantom_id, to_key, limit, items, more)
+    )
+
+
+def _token(
+    cursors: CursorCodec,
+    meta: CollectionMeta,
+    point: ReadPoint,
+    phantom_id: bytes | None,
+    to_key: bytes | None,
+    limit: int,
+    items: list[Record],
+    more: bool,
+) -> str | None:
+    """The cursor of the page after ``items`` (None: this page is the last)."""
+    if not more:
+        return None
+    # no from_key: the resume key is above it (a token carrying fewer keys stays shorter)
+    return cursors.encode(
+        QueryCursor(meta.cid, point.generation_id, point.seq, phantom_id, None, to_key, limit, items[-1].key)
+    )
 
 
 def pinned_seq_exists(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int) -> bool:

@@ -11,8 +11,9 @@ Streams are in *key form* order; :func:`in_key_order` restores the true order in
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import lmdb
 import msgpack
@@ -149,6 +150,50 @@ def _base_stream(
                 skip_form = form
                 yield form, cursor.value(), seq
         found = cursor.prev()
+
+
+def compiled_records(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    point: ReadPoint,
+    lower: bytes,
+    upper: bytes | None,
+    bounds: tuple[bytes | None, bytes | None, bytes | None],
+    count: int,
+    record_type: type,
+    names: Callable[[int], bytes],
+    known: dict[Any, bytes],
+) -> tuple[list[Any], bytes | None] | None:
+    """Up to ``count`` visible records of keys in [lower, upper) and ``bounds`` (from_key, to_key,
+    after_key), built by the compiled accelerator, and the key form where the key-order stream must take
+    over (a long key), or None when the scan finished; None when there is no accelerator or the read has a
+    phantom (the streams above serve those). A record's generation is ``known[seq]``, else ``names(seq)``.
+
+    The compiled twin of :func:`visible_stream` with :func:`in_key_order` and the query page's loop over
+    them (``reads.query_page``), for short keys: the same records, the same stop at ``to_key``."""
+    accel = layout.ACCEL
+    if accel is None or point.phantom is not None:
+        return None
+    if point.seq < 0:
+        return [], None
+    prefix = point.meta.cid_prefix
+    cursor = txn.cursor(db=tables.records)
+    if not cursor.set_range(prefix + lower):
+        return [], None
+    stop = prefix + upper if upper is not None else (layout.next_prefix(prefix) or _ABOVE_EVERY_KEY)
+    from_key, to_key, after_key = bounds
+    return accel.query_scan(
+        cursor.iternext(),
+        layout.u64(point.seq),
+        stop,
+        from_key,
+        to_key,
+        after_key,
+        count,
+        record_type,
+        known,
+        names,
+    )
 
 
 def _phantom_stream(

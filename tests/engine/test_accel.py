@@ -26,7 +26,7 @@ from hypothesis import given, settings
 
 from diffstore import Store, StoreConfig
 from diffstore.engine import layout
-from diffstore.engine.types import DiffItem
+from diffstore.engine.types import DiffItem, Record
 
 from .util import raw_state
 
@@ -251,6 +251,87 @@ def test_stores_and_diffs_are_the_same_without_the_accelerator(
                 assert len(list(diffs(slow, ids, bounds))) == len(compiled)
 
 
+def queries(store: Store, ids: list[bytes], bounds: tuple[bytes | None, bytes | None]) -> Iterator[object]:
+    """Every query of the manual collection at each of its generations (and the current one), whole and
+    in pages of 1 and 3, within ``bounds`` and not, and with its phantom (the general path)."""
+    coll = store.collection("m")
+    from_key, to_key = bounds
+    for at in [None, *ids]:
+        yield list(coll.query(at))
+        yield list(coll.query(at, from_key=from_key, to_key=to_key))
+        for limit in (1, 3):
+            page = coll.query_page(at, from_key=from_key, to_key=to_key, limit=limit)
+            pages = [page]
+            while page.cursor is not None:
+                page = coll.query_page(cursor=page.cursor)
+                pages.append(page)
+            yield [(p.generation_id, p.items, p.cursor is None) for p in pages]
+    yield list(coll.query(ids[-1], phantom_id=(1).to_bytes(8, "big")))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    history=st.lists(generation, min_size=1, max_size=4),
+    bounds=st.tuples(st.none() | keys, st.none() | keys),
+)
+def test_queries_are_the_same_without_the_accelerator(
+    history: list[list[tuple[list[tuple[bytes, bytes | None]], str]]],
+    bounds: tuple[bytes | None, bytes | None],
+) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        config = StoreConfig(background=False, max_generation_records=7, clock_ms=lambda: 1_000_000)
+        with Store.open(Path(root) / "s", config) as store:
+            ids = apply(store, history)
+            compiled = list(queries(store, ids, bounds))
+            with python_only():
+                assert list(queries(store, ids, bounds)) == compiled
+            assert all(type(record) is Record for result in compiled[:2] for record in result)  # type: ignore[attr-defined]
+
+
+def test_a_query_hands_over_at_a_long_key_and_pages_on(tmp_path: Path) -> None:
+    """Short keys, then a group of long keys whose forms sort by hash, then short keys again; pages that
+    end before, inside and after the group; versions above the read point and tombstones skipped."""
+    with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
+        coll = store.create_collection("c", manual=True)
+        first = [(b"A%03d" % i, b"1") for i in range(20)] + [(LONG + b"%d" % i, b"l%d" % i) for i in range(9)]
+        first += [(b"z\x00%d" % i, b"z") for i in range(5)]
+        coll.start_generation(b"1")
+        coll.put_many(first, generation_id=b"1")
+        coll.commit_generation(b"1")
+        coll.start_generation(b"2")
+        coll.put_many([(b"A%03d" % i, None if i % 3 else b"2") for i in range(20)], generation_id=b"2")
+        coll.commit_generation(b"2")
+        expected = {b"1": sorted(first), b"2": sorted((k, v) for k, v in first if not k.startswith(b"A"))}
+        expected[b"2"] = sorted(expected[b"2"] + [(b"A%03d" % i, b"2") for i in range(0, 20, 3)])
+        accel = layout.ACCEL
+        assert accel is not None
+        handed: list[object] = []
+        compiled_scan = accel.query_scan
+
+        def scan(*args: object) -> object:
+            answer = compiled_scan(*args)
+            handed.append(answer[1])
+            return answer
+
+        for at, want in expected.items():
+            for limit in (1, 4, 7, 25, 100):
+                got = []
+                with mock.patch.object(accel, "query_scan", scan):
+                    page = coll.query_page(at, limit=limit)
+                    got += page.items
+                    while page.cursor is not None:
+                        page = coll.query_page(cursor=page.cursor)
+                        got += page.items
+                assert [(r.key, r.value) for r in got] == want
+                with python_only():
+                    assert list(coll.query(at)) == got
+                assert {r.generation_id for r in got} <= {b"1", b"2"}
+        # every page ran compiled; those that reached the group handed it over
+        long_forms = [h for h in handed if h is not None]
+        assert long_forms and all(isinstance(h, bytes) and layout.is_long_form(h) for h in long_forms)
+        assert None in handed  # and pages that ended before it did not
+
+
 def test_a_sparse_diff_hands_over_to_the_keyed_way_and_back(tmp_path: Path) -> None:
     """Runs of unchanged keys longer than the scan's idle limit, long keys amid short ones, 00 bytes."""
     with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
@@ -303,6 +384,8 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
             unfinished = coll.diff(b"", b"2")
             next(unfinished)
             unfinished.close()  # type: ignore[attr-defined]
+            assert sum(1 for _ in coll.query(b"2")) > 1000  # pages that run into the long keys
+            assert len(coll.query_page(b"1", from_key=b"k00100", to_key=b"k01000", limit=50).items) == 50
 
         for _ in range(3):
             work()
@@ -331,11 +414,29 @@ def test_the_scan_refuses_what_is_not_a_records_iterator() -> None:
         accel.DiffScan(iter([]), b"", b"", b"", "a str bound", None, None, 8, DiffItem, ())  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         accel.DiffScan(iter([]), b"", b"", b"", None, None, None, 8, dict, ())  # type: ignore[arg-type]
+    known: dict[int, bytes] = {}
+    query = (b"\x00" * 8, b"\xff", None, None, None, 8, Record, known, known.get)
+    with pytest.raises(ValueError, match="not a records row"):
+        accel.query_scan(iter([(b"short", b"")]), *query)
+    with pytest.raises(ValueError, match="not a records row"):
+        accel.query_scan(iter([[b"\x00" * 20, b""]]), *query)  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        accel.query_scan(iter([]), b"\x00" * 7, *query[1:])  # a seq is 8 bytes
+    with pytest.raises(TypeError):
+        accel.query_scan(
+            iter([]), b"\x00" * 8, b"\xff", "a str bound", None, None, 8, Record, known, known.get
+        )
+    with pytest.raises(TypeError):
+        accel.query_scan(iter([]), *query[:6], dict, known, known.get)  # type: ignore[arg-type]
 
 
 # --- reference counts, reuse of rows, the scan as a Python object ---------------------------------------
 
 SCAN_ARGS = (b"\x00" * 8, b"\x00" * 7 + b"\x02", b"\xff", None, None, None, 8, DiffItem, ())
+
+
+NAMES = {2: b"g2"}
+QUERY_ARGS = (b"\x00" * 7 + b"\x02", b"\xff", None, None, None, 1000, Record, NAMES, NAMES.__getitem__)
 
 
 def records_rows(count: int) -> list[tuple[bytes, bytes]]:
@@ -356,7 +457,19 @@ def test_the_compiled_loops_leave_the_reference_counts_of_their_inputs_as_they_w
     items = [(b"k%04d" % i, None if i % 5 == 0 else b"v%d" % i) for i in range(500)]
     prefix, suffix, change = b"\x00\x00\x00\x07", b"\x00" * 7 + b"\x01", b"\x00\x00\x00\x07" + b"\x00" * 8
     records = records_rows(300)
-    watched = [items, prefix, suffix, change, records, DiffItem, *SCAN_ARGS[:3]]
+    watched = [
+        items,
+        prefix,
+        suffix,
+        change,
+        records,
+        DiffItem,
+        *SCAN_ARGS[:3],
+        *QUERY_ARGS[:2],
+        Record,
+        NAMES,
+        NAMES[2],
+    ]
     watched += [part for item in items for part in item if part is not None]  # None: shared by all
     watched += [part for row in records for part in row]
     before = [sys.getrefcount(thing) for thing in watched]
@@ -373,6 +486,13 @@ def test_the_compiled_loops_leave_the_reference_counts_of_their_inputs_as_they_w
         stopped = accel.DiffScan(iter(records), *SCAN_ARGS)
         next(stopped)
         del scan, stopped
+        page, handed = accel.query_scan(iter(records), *QUERY_ARGS)
+        assert len(page) == 300 and handed is None and page[0] == (b"k000", b"new0", b"g2")
+        page, handed = accel.query_scan(
+            iter(records), QUERY_ARGS[0], b"\x00\x00\x00\x01k100", *QUERY_ARGS[2:]
+        )
+        assert [record.value for record in page] == [b"new%d" % i for i in range(100)]
+        del page
     assert [sys.getrefcount(thing) for thing in watched] == before
 
 
