@@ -34,7 +34,7 @@ from diffstore.engine.cursors import CursorCodec, DiffCursor
 from diffstore.engine.layout import decode_value
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import load_reader, readable_floor
-from diffstore.engine.reads import cached_cuts, check_split_count, even_cuts
+from diffstore.engine.reads import cached_cuts, check_split_count, even_form_cuts
 from diffstore.engine.tables import (
     Tables,
     check_not_collected,
@@ -187,7 +187,7 @@ def diff_splits(
 
     def cut() -> list[bytes]:
         forms = changed_forms(txn, tables, meta.cid_prefix, run_seqs(txn, tables, meta, span), b"", None)
-        return even_cuts(map(layout.cut_key_of_form, forms), count)
+        return even_form_cuts(forms, count)
 
     return cached_cuts(tables, (meta.cid, span.from_seq, span.to_seq, count), cut)
 

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from diffstore import DiffItem, Store, StoreConfig
+from diffstore.engine import layout
+from diffstore.engine.reads import even_cuts, even_form_cuts
 from diffstore.errors import GenerationCollected, InvalidRequest, NoSuchCursor, NoSuchGeneration
 
 from .util import as_dict, commit, raw_state, run_background
@@ -354,6 +356,24 @@ def test_splits_of_a_diff_cut_its_changed_keys_into_near_equal_ranges(split_coll
     assert whole == split_coll.splits(3, b"3", from_generation_id=b"1")
     assert split_coll.splits(3, b"3", from_generation_id=b"") == split_coll.splits(3, b"3")  # since the start
     assert split_coll.splits(4, b"1", from_generation_id=b"1") == []  # an empty range
+
+
+LONG_PREFIX = b"p" * layout.LONG_KEY_PREFIX
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.sets(
+        st.binary(max_size=4) | st.builds(lambda tail: LONG_PREFIX + tail, st.binary(min_size=1, max_size=3)),
+        max_size=120,
+    ),
+    count=st.integers(2, 40),
+)
+def test_cutting_forms_picks_the_keys_cutting_their_keys_picks(keys: set[bytes], count: int) -> None:
+    """A diff's cuts come from its key forms, only the picked ones turned into keys (long keys of one group
+    share a prefix: its forms sort by hash, and all cut at that prefix)."""
+    forms = sorted(layout.key_form(key) for key in keys)
+    assert even_form_cuts(iter(forms), count) == even_cuts(map(layout.cut_key_of_form, forms), count)
 
 
 def test_splits_of_a_diff_refuse_what_the_diff_refuses(store: Store) -> None:
