@@ -19,10 +19,10 @@ of a collection's keys were paged through record by record.)
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from diffstore.client import Collection
 from diffstore.errors import InvalidRequest
@@ -45,27 +45,39 @@ PROBE = 1_024
 ones, at a tenth of a full page's cost; pages then grow fourfold while they pay."""
 
 
-def fetch(collection: Collection, generation_id: bytes, chunk: list[bytes]) -> dict[bytes, bytes]:
-    """The records of ascending, distinct ``chunk`` present at ``generation_id``."""
-    found: dict[bytes, bytes] = {}
+def fetch(collection: Collection, generation_id: bytes, chunk: pa.Array) -> pa.Array:
+    """The values at ``generation_id`` of ascending, distinct, non-null keys ``chunk`` (a binary array): a
+    binary array aligned with it, null where a key is absent. The pages' records are matched with the
+    chunk's keys by Arrow (a hash of a page's keys), not key by key in Python."""
+    page_keys: list[bytes] = []
+    page_values: list[bytes] = []
     start, end = 0, len(chunk)
-    limit = min(PROBE, 2 * len(chunk) + 16)
-    wanted = set(chunk)
+    last = chunk[end - 1].as_py() if end else b""
+    limit = min(PROBE, 2 * end + 16)
+    rest: list[bytes] = []
     while start < end:
         if end - start == 1:
-            get_many(collection, generation_id, chunk[start:], found)
+            rest = [last]
             break
-        page = collection.query_page_columns(generation_id, None, chunk[start], chunk[-1] + b"\0", limit)
-        found.update((k, v) for k, v in zip(page.keys, page.values, strict=True) if k in wanted)
+        page = collection.query_page_columns(generation_id, None, chunk[start].as_py(), last + b"\0", limit)
+        page_keys += page.keys
+        page_values += page.values
         if page.cursor is None or not page.keys:
             break  # the page reached the end of the chunk's range: the keys it did not hold are absent
-        resolved = bisect.bisect_right(chunk, page.keys[-1], start)
+        # the chunk is sorted: the keys at or below the page's last record are resolved
+        resolved = start + pc.sum(pc.less_equal(chunk[start:], page.keys[-1])).as_py()
         sparse = (resolved - start) * SPARSE_RECORDS < len(page.keys)
         start, limit = resolved, min(PAGE, 4 * limit)  # pages grow while they pay
         if sparse:
-            get_many(collection, generation_id, chunk[start:], found)
+            rest = chunk[start:].to_pylist()
             break
-    return found
+    if rest:
+        found: dict[bytes, bytes] = {}
+        get_many(collection, generation_id, rest, found)
+        page_keys += found.keys()
+        page_values += found.values()
+    index = pc.index_in(chunk, value_set=pa.array(page_keys, pa.binary()))
+    return pa.array(page_values, pa.binary()).take(index)
 
 
 GET_MANY_KEYS = 10_000
@@ -86,27 +98,43 @@ def get_many(
         found.update((record.key, record.value) for record in result.records if record is not None)
 
 
-def sorted_chunks(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[list[bytes]]:
-    """Distinct keys of sorted ``key`` batches in ascending chunks of ``size`` (nulls are skipped).
+def sorted_chunks(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.Array]:
+    """Distinct keys of sorted ``key`` batches in ascending binary arrays of ``size`` (nulls are skipped).
 
     Raises:
         InvalidRequest: a key arrived below its predecessor (the input was not sorted).
     """
-    chunk: list[bytes] = []
+    pending: list[pa.Array] = []
+    held = 0
     last: bytes | None = None
     for batch in batches:
-        for key in batch.column("key").to_pylist():
-            if key is None or key == last:
-                continue
-            if last is not None and key < last:
+        keys = batch.column("key").drop_null()
+        if keys.type != pa.binary():
+            keys = keys.cast(pa.binary())
+        if len(keys) > 1:
+            earlier, later = keys[:-1], keys[1:]
+            if pc.any(pc.less(later, earlier)).as_py():
                 raise InvalidRequest("lookup keys must arrive sorted within their partition")
-            last = key
-            chunk.append(key)
-            if len(chunk) >= size:
-                yield chunk
-                chunk = []
-    if chunk:
-        yield chunk
+            keys = keys.filter(pa.concat_arrays([pa.array([True]), pc.not_equal(later, earlier)]))
+        if len(keys) and last is not None:
+            first = keys[0].as_py()
+            if first < last:
+                raise InvalidRequest("lookup keys must arrive sorted within their partition")
+            if first == last:
+                keys = keys[1:]
+        if not len(keys):
+            continue
+        last = keys[-1].as_py()
+        pending.append(keys)
+        held += len(keys)
+        if held >= size:
+            whole = pa.concat_arrays(pending)
+            cut = len(whole) - len(whole) % size
+            for at in range(0, cut, size):
+                yield whole[at : at + size]
+            pending, held = ([whole[cut:]], len(whole) - cut) if cut < len(whole) else ([], 0)
+    if held:
+        yield pa.concat_arrays(pending)
 
 
 def lookup_partition(
@@ -120,11 +148,8 @@ def lookup_partition(
 
         def results() -> Iterator[pa.RecordBatch]:
             for chunk in sorted_chunks(batches, CHUNK):
-                found = fetch(handle, generation_id, chunk)
-                values = [found.get(key) for key in chunk]
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(chunk, pa.binary()), pa.array(values, pa.binary())], schema=LOOKUP_ARROW
-                )
+                values = fetch(handle, generation_id, chunk)
+                yield pa.RecordBatch.from_arrays([chunk, values], schema=LOOKUP_ARROW)
 
         # keys are read and fetched in a thread while Spark takes the previous chunk's values
         yield from ahead(results())

@@ -10,11 +10,21 @@ from helpers_spark import commit_items
 
 from diffstore import Store
 from diffstore.client import Client
-from diffstore.spark.lookup import fetch, get_many
+from diffstore.spark.lookup import fetch as fetch_values
+from diffstore.spark.lookup import get_many
 
 
 def _key(i: int) -> bytes:
     return b"k%06d" % i
+
+
+def fetch(handle: Any, generation_id: bytes, keys: list[bytes]) -> dict[bytes, bytes]:
+    """The keys :func:`~diffstore.spark.lookup.fetch` found, with their values."""
+    import pyarrow as pa
+
+    values = fetch_values(handle, generation_id, pa.array(keys, pa.binary())).to_pylist()
+    assert len(values) == len(keys)
+    return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
 
 
 def test_fetch_dense_sparse_and_absent_keys_in_few_requests(

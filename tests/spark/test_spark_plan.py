@@ -114,11 +114,19 @@ def test_sorted_chunks_dedupe_and_refuse_unsorted_keys() -> None:
         for column in columns:
             yield pa.RecordBatch.from_arrays([pa.array(column, pa.binary())], names=["key"])
 
-    chunks = list(sorted_chunks(batches([b"a", b"a", None, b"b"], [b"b", b"c", b"d"], []), 2))
-    assert chunks == [[b"a", b"b"], [b"c", b"d"]]
-    assert list(sorted_chunks(batches([]), 2)) == []
-    with pytest.raises(InvalidRequest):
-        list(sorted_chunks(batches([b"b"], [b"a"]), 10))
+    def chunks(*columns: list[bytes | None], size: int = 2) -> list[list[bytes]]:
+        return [chunk.to_pylist() for chunk in sorted_chunks(batches(*columns), size)]
+
+    assert chunks([b"a", b"a", None, b"b"], [b"b", b"c", b"d"], []) == [[b"a", b"b"], [b"c", b"d"]]
+    assert chunks([b"a", b"b", b"c"], [b"c", b"d"], [b"e"]) == [[b"a", b"b"], [b"c", b"d"], [b"e"]]
+    assert chunks([b"a", b"b", b"c", b"d", b"e"], [b"f"], size=4) == [[b"a", b"b", b"c", b"d"], [b"e", b"f"]]
+    assert chunks([b"\x00", b"\x00\x00", b"\xff"], size=10) == [[b"\x00", b"\x00\x00", b"\xff"]]
+    assert chunks([]) == [] and chunks([None, None]) == []
+    for unsorted in ([[b"b"], [b"a"]], [[b"a", b"c", b"b"]], [[b"b", b"b"], [None, b"a"]]):
+        with pytest.raises(InvalidRequest):
+            chunks(*unsorted, size=10)
+    large = pa.RecordBatch.from_arrays([pa.array([b"x", b"y"], pa.large_binary())], names=["key"])
+    assert [chunk.type for chunk in sorted_chunks(iter([large]), 10)] == [pa.binary()]
 
 
 def test_write_options() -> None:
