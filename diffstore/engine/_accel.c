@@ -532,25 +532,29 @@ static int is_long_value(PyObject *raw) {
     return PyBytes_GET_SIZE(raw) > 0 && (unsigned char)PyBytes_AS_STRING(raw)[0] >= 2;
 }
 
-static int outside(DiffScan *self, const char *k, Py_ssize_t kl) {
-    PyObject *b = self->after_key;
+/* Whether key ``k`` lies before a read's range: at or below ``after_key``, or below ``from_key`` (None: no
+ * such bound). */
+static int before_range(const char *k, Py_ssize_t kl, PyObject *from_key, PyObject *after_key) {
+    PyObject *b = after_key;
     if (b != Py_None && compare_bytes(k, kl, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) <= 0) return 1;
-    b = self->from_key;
-    if (b != Py_None && compare_bytes(k, kl, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) < 0) return 1;
-    b = self->to_key;
-    if (b != Py_None && compare_bytes(k, kl, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) >= 0) return 1;
-    return 0;
+    b = from_key;
+    return b != Py_None && compare_bytes(k, kl, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) < 0;
 }
 
-static PyObject *value_of(PyObject *raw) {
-    if (PyBytes_GET_SIZE(raw) == 0) Py_RETURN_NONE;
-    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + 1, PyBytes_GET_SIZE(raw) - 1);
+/* Whether key ``k`` lies at or past a read's ``to_key`` (None: no such bound). */
+static int past_range(const char *k, Py_ssize_t kl, PyObject *to_key) {
+    return to_key != Py_None && compare_bytes(k, kl, PyBytes_AS_STRING(to_key), PyBytes_GET_SIZE(to_key)) >= 0;
 }
 
-/* The item of the finished head (short key, written, changed); NULL with no error: outside the bounds. */
-static PyObject *head_item(DiffScan *self) {
-    const char *s = self->head + 4;
-    Py_ssize_t n = self->head_length - 6; /* head[4:-2] */
+static int outside(DiffScan *self, const char *k, Py_ssize_t kl) {
+    return before_range(k, kl, self->from_key, self->after_key) || past_range(k, kl, self->to_key);
+}
+
+/* The user key of a short key's records head (cid | K without its seq): head[4:-2] unescaped, as
+ * layout.short_key_of_form. */
+static PyObject *short_key_of_head(const char *head, Py_ssize_t head_length) {
+    const char *s = head + 4;
+    Py_ssize_t n = head_length - 6;
     if (n < 0) n = 0;
     PyObject *key = PyBytes_FromStringAndSize(NULL, n);
     if (key == NULL) return NULL;
@@ -561,7 +565,31 @@ static PyObject *head_item(DiffScan *self) {
         if (s[i] == 0 && i + 1 < n && (unsigned char)s[i + 1] == 0xff) i++;
     }
     if (length != n && _PyBytes_Resize(&key, length) < 0) return NULL;
-    if (outside(self, PyBytes_AS_STRING(key), length)) {
+    return key;
+}
+
+/* The record key and stored value of a records iterator's item; 0 (a ValueError naming ``who``) when the
+ * item is not a (bytes, bytes) pair with a records key. */
+static int records_row(PyObject *pair, const char *who, PyObject **record_key, PyObject **raw) {
+    if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+        PyBytes_CheckExact(*record_key = PyTuple_GET_ITEM(pair, 0)) &&
+        PyBytes_CheckExact(*raw = PyTuple_GET_ITEM(pair, 1)) && PyBytes_GET_SIZE(*record_key) >= 12 &&
+        PyBytes_GET_SIZE(*record_key) <= MAX_RECORD_KEY)
+        return 1;
+    PyErr_Format(PyExc_ValueError, "%s: not a records row", who);
+    return 0;
+}
+
+static PyObject *value_of(PyObject *raw) {
+    if (PyBytes_GET_SIZE(raw) == 0) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + 1, PyBytes_GET_SIZE(raw) - 1);
+}
+
+/* The item of the finished head (short key, written, changed); NULL with no error: outside the bounds. */
+static PyObject *head_item(DiffScan *self) {
+    PyObject *key = short_key_of_head(self->head, self->head_length);
+    if (key == NULL) return NULL;
+    if (outside(self, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))) {
         Py_DECREF(key);
         return NULL;
     }
@@ -605,13 +633,9 @@ static PyObject *scan_step(DiffScan *self) {
             return head_item(self); /* NULL: outside the bounds, or an error */
         }
         PyObject *record_key, *raw;
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !PyBytes_CheckExact(record_key = PyTuple_GET_ITEM(pair, 0)) ||
-            !PyBytes_CheckExact(raw = PyTuple_GET_ITEM(pair, 1)) || PyBytes_GET_SIZE(record_key) < 12 ||
-            PyBytes_GET_SIZE(record_key) > MAX_RECORD_KEY) {
+        if (!records_row(pair, "DiffScan", &record_key, &raw)) {
             Py_DECREF(pair);
             self->done = 1;
-            PyErr_SetString(PyExc_ValueError, "DiffScan: not a records row");
             return NULL;
         }
         const char *k = PyBytes_AS_STRING(record_key);
@@ -769,26 +793,13 @@ static int emit_record(QueryPageState *st, const char *head, Py_ssize_t head_len
         st->handed = PyBytes_FromStringAndSize(head + 4, head_length - 4);
         return st->handed == NULL ? -1 : 0;
     }
-    const char *s = head + 4;
-    Py_ssize_t n = head_length - 6; /* head[4:-2] */
-    if (n < 0) n = 0;
-    PyObject *key = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *key = short_key_of_head(head, head_length);
     if (key == NULL) return -1;
-    char *out = PyBytes_AS_STRING(key);
-    Py_ssize_t length = 0;
-    for (Py_ssize_t i = 0; i < n; i++) { /* .replace(b"\x00\xff", b"\x00") */
-        out[length++] = s[i];
-        if (s[i] == 0 && i + 1 < n && (unsigned char)s[i + 1] == 0xff) i++;
-    }
-    if (length != n && _PyBytes_Resize(&key, length) < 0) return -1;
     const char *k = PyBytes_AS_STRING(key);
-    PyObject *b = st->after_key;
-    int skip = b != Py_None && compare_bytes(k, length, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) <= 0;
-    b = st->from_key;
-    skip = skip || (b != Py_None && compare_bytes(k, length, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) < 0);
-    b = st->to_key;
-    if (!skip && b != Py_None && compare_bytes(k, length, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)) >= 0) {
-        st->done = 1;
+    Py_ssize_t length = PyBytes_GET_SIZE(key);
+    int skip = before_range(k, length, st->from_key, st->after_key);
+    if (!skip && past_range(k, length, st->to_key)) {
+        st->done = 1; /* keys only grow from here */
         skip = 1;
     }
     if (skip) {
@@ -846,12 +857,8 @@ static PyObject *query_scan(PyObject *module, PyObject *args) {
             break;
         }
         PyObject *record_key, *raw;
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !PyBytes_CheckExact(record_key = PyTuple_GET_ITEM(pair, 0)) ||
-            !PyBytes_CheckExact(raw = PyTuple_GET_ITEM(pair, 1)) || PyBytes_GET_SIZE(record_key) < 12 ||
-            PyBytes_GET_SIZE(record_key) > MAX_RECORD_KEY) {
+        if (!records_row(pair, "query_scan", &record_key, &raw)) {
             Py_DECREF(pair);
-            PyErr_SetString(PyExc_ValueError, "query_scan: not a records row");
             goto fail;
         }
         const char *k = PyBytes_AS_STRING(record_key);
