@@ -40,6 +40,7 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.errors import InvalidEncoding, InvalidJson, InvalidRequest
+from diffstore.wire_columns import COLUMNS_CONTENT_TYPE, diff_page_to_columns, query_page_to_columns
 
 JSON_CONTENT_TYPE: Final = "application/json; charset=utf-8"
 MSGPACK_CONTENT_TYPE: Final = "application/msgpack"
@@ -57,12 +58,15 @@ Body = dict[str, Any]
 class Codec:
     """One body format: how EncodedStrings look in it and how whole bodies are (de)serialised."""
 
-    __slots__ = ("name", "content_type", "binary")
+    __slots__ = ("name", "content_type", "binary", "columns")
 
-    def __init__(self, name: str, content_type: str, binary: bool) -> None:
+    def __init__(self, name: str, content_type: str, binary: bool, columns: bool = False) -> None:
+        """``columns``: query and diff pages are answered in the columns form (:mod:`diffstore.wire_columns`);
+        every other body is plain msgpack."""
         self.name = name
         self.content_type = content_type
         self.binary = binary
+        self.columns = columns
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r})"
@@ -104,6 +108,8 @@ class Codec:
 
 JSON: Final = Codec("json", JSON_CONTENT_TYPE, binary=False)
 MSGPACK: Final = Codec("msgpack", MSGPACK_CONTENT_TYPE, binary=True)
+COLUMNS: Final = Codec("msgpack-columns", COLUMNS_CONTENT_TYPE, binary=True, columns=True)
+"""msgpack, with query and diff pages in the columns form; only those two routes answer with it."""
 
 
 def encode_es(data: bytes) -> dict[str, str]:
@@ -304,6 +310,8 @@ def _encode_es_opt(data: bytes | None) -> dict[str, str] | None:
 
 
 def query_page_to_wire(page: QueryPage, codec: Codec) -> Body:
+    if codec.columns:
+        return query_page_to_columns(page)
     es = codec.es
     items: list[dict[str, Any]]
     if codec.binary:  # keys and values are bytes already: msgpack writes them as bin
@@ -326,6 +334,8 @@ def query_page_from_wire(obj: Any, codec: Codec) -> QueryPage:
 
 
 def diff_page_to_wire(page: DiffPage, codec: Codec) -> Body:
+    if codec.columns:
+        return diff_page_to_columns(page)
     es = codec.es
     items: list[dict[str, Any]]
     if codec.binary:  # keys and values are bytes (or None) already: msgpack writes bin / nil

@@ -106,6 +106,8 @@ class Call(Generic[T]):
         timeout_s: overrides the client's timeout (long polls need longer).
         tuples: ``parse`` accepts arrays as tuples, so a msgpack answer may be decoded without
             building lists (much cheaper for pages whose items each hold an array).
+        columns: ``parse`` reads the columns form too (:mod:`diffstore.wire_columns`); a msgpack
+            client asks for it.
     """
 
     method: str
@@ -115,6 +117,7 @@ class Call(Generic[T]):
     params: dict[str, str] | None = None
     timeout_s: float | None = None
     tuples: bool = False
+    columns: bool = False
 
 
 def _path(*segments: str) -> str:
@@ -309,12 +312,13 @@ def page_call(
     cursor: str | None,
     parse: Callable[[Any, Codec], T],
     tuples: bool = False,
+    columns: bool = False,
 ) -> Call[T]:
     """A ``query/`` or ``diff/`` page (``kind``): the first by POST, the next ones by their cursor."""
     if cursor is not None:
-        return Call("GET", collection_path(name, kind, cursor), parse, tuples=tuples)
+        return Call("GET", collection_path(name, kind, cursor), parse, tuples=tuples, columns=columns)
     encode = functools.partial(diff_to_wire, request) if isinstance(request, DiffSpec) else request.to_wire
-    return Call("POST", collection_path(name, kind) + "/", parse, encode, tuples=tuples)
+    return Call("POST", collection_path(name, kind) + "/", parse, encode, tuples=tuples, columns=columns)
 
 
 def query_page(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryPage]:

@@ -3,15 +3,15 @@
 A page of 10,000 items parsed into ``Record``/``DiffItem`` objects costs several times what the
 msgpack decoding itself costs; a bulk reader that only wants Arrow arrays needs none of those objects.
 These calls answer the same routes as :func:`~diffstore.client._calls.query_page` and
-:func:`~diffstore.client._calls.diff_page`, parsed column-wise: one list per field, built by a list
-comprehension over the decoded items (the bytes objects msgpack made are used as they are).
+:func:`~diffstore.client._calls.diff_page`, asking for the columns form
+(:mod:`diffstore.wire_columns`): each field of the page arrives as one :class:`BinaryColumn`, a few
+buffers that a reader wraps as an Arrow array without touching the rows.
 
 Invariants:
     * Every column holds ``bytes`` (``None`` for an absent value; keys are never ``None``).
-    * msgpack answers are decoded with arrays as tuples (``Call.tuples``): no list is built per item.
-    * A body the fast path does not recognise (a JSON answer, a msgpack answer using the map form of
-      EncodedString) is parsed by the generic ``xxx_from_wire`` of :mod:`diffstore.wire` instead, with
-      its full validation (after turning tuples back into lists), so both paths accept the same answers.
+    * An answer in the items form (a JSON client, a server without the columns form) is parsed by the
+      generic ``xxx_from_wire`` of :mod:`diffstore.wire`, with its full validation, and its fields are
+      put in columns, so both forms give the same pages.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 
 from diffstore.client._calls import Call, page_call
 from diffstore.engine.types import DiffSpec
+from diffstore.errors import InvalidRequest
 from diffstore.wire import Codec, Fields, diff_page_from_wire, query_page_from_wire
+from diffstore.wire_columns import BinaryColumn
 from diffstore.wire_requests import QueryRequest
-
-_RAW_TYPES = frozenset((bytes, type(None)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +32,8 @@ class QueryColumns:
     """One query page: ``keys[i]`` holds ``values[i]``; ``cursor`` is present when more remain."""
 
     generation_id: bytes
-    keys: list[bytes]
-    values: list[bytes]
+    keys: BinaryColumn
+    values: BinaryColumn
     cursor: str | None
 
 
@@ -43,14 +43,10 @@ class DiffColumns:
 
     from_generation_id: bytes
     to_generation_id: bytes
-    keys: list[bytes]
-    from_values: list[bytes | None]
-    to_values: list[bytes | None]
+    keys: BinaryColumn
+    from_values: BinaryColumn
+    to_values: BinaryColumn
     cursor: str | None
-
-
-def _all_raw(*columns: list[Any]) -> bool:
-    return all(set(map(type, column)) <= _RAW_TYPES for column in columns)
 
 
 def _lists(obj: Any) -> Any:
@@ -62,72 +58,64 @@ def _lists(obj: Any) -> Any:
     return obj
 
 
-def _cursor(obj: Any, codec: Codec) -> str | None:
-    cursor = obj.get("cursorId")
+def _columns(f: Fields, *names: str, always: tuple[str, ...]) -> list[BinaryColumn]:
+    """The columns ``names`` of a columns-form answer; those in ``always`` may hold no absent row."""
+    count = f.raw("count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise InvalidRequest("response.count: expected a count of rows")
+    columns = [BinaryColumn.from_wire(f.raw(name), count, f"response.{name}") for name in names]
+    for name, column in zip(names, columns, strict=True):
+        if name in always and column.present is not None and 0 in column.present:
+            raise InvalidRequest(f"response.{name}: a row is absent")
+    return columns
+
+
+def _cursor(f: Fields) -> str | None:
+    cursor = f.raw("cursorId")
     if cursor is not None and not isinstance(cursor, str):
-        Fields(obj, codec, "response").text("cursorId")  # raises the usual error
-    return cursor  # type: ignore[no-any-return]
+        raise InvalidRequest("response.cursorId: expected a string")
+    return cursor
 
 
 def query_columns_from_wire(obj: Any, codec: Codec) -> QueryColumns:
-    """Parses a query answer column-wise (see the module's invariants)."""
-    if codec.binary and isinstance(obj, dict):
-        try:
-            items = obj["items"]
-            keys = [item["key"] for item in items]
-            values = [item["value"] for item in items]
-        except (KeyError, TypeError):
-            pass
-        else:
-            if _all_raw(keys, values) and None not in keys and None not in values:
-                generation = Fields(obj, codec, "response").es("generationId")
-                return QueryColumns(generation, keys, values, _cursor(obj, codec))
+    """Parses a query answer, in either form, into columns (see the module's invariants)."""
+    if codec.columns:
+        f = Fields(obj, codec, "response")
+        keys, values = _columns(f, "keys", "values", always=("keys", "values"))
+        return QueryColumns(f.es("generationId"), keys, values, _cursor(f))
     page = query_page_from_wire(_lists(obj), codec)
     return QueryColumns(
         page.generation_id,
-        [record.key for record in page.items],
-        [record.value for record in page.items],
+        BinaryColumn.of([record.key for record in page.items]),
+        BinaryColumn.of([record.value for record in page.items]),
         page.cursor,
     )
 
 
 def diff_columns_from_wire(obj: Any, codec: Codec) -> DiffColumns:
-    """Parses a diff answer column-wise (intermediate values are dropped)."""
-    if codec.binary and isinstance(obj, dict):
-        try:
-            items = obj["items"]
-            keys = [item["key"] for item in items]
-            from_values = [item.get("fromValue") for item in items]
-            to_values = [item.get("toValue") for item in items]
-        except (KeyError, TypeError, AttributeError):
-            pass
-        else:
-            if _all_raw(keys, from_values, to_values) and None not in keys:
-                f = Fields(obj, codec, "response")
-                return DiffColumns(
-                    f.es("fromGenerationId"),
-                    f.es("toGenerationId"),
-                    keys,
-                    from_values,
-                    to_values,
-                    _cursor(obj, codec),
-                )
+    """Parses a diff answer, in either form, into columns (intermediate values are dropped)."""
+    if codec.columns:
+        f = Fields(obj, codec, "response")
+        keys, from_values, to_values = _columns(f, "keys", "fromValues", "toValues", always=("keys",))
+        return DiffColumns(
+            f.es("fromGenerationId"), f.es("toGenerationId"), keys, from_values, to_values, _cursor(f)
+        )
     page = diff_page_from_wire(_lists(obj), codec)
     return DiffColumns(
         page.from_generation_id,
         page.to_generation_id,
-        [item.key for item in page.items],
-        [item.from_value for item in page.items],
-        [item.to_value for item in page.items],
+        BinaryColumn.of([item.key for item in page.items]),
+        BinaryColumn.of([item.from_value for item in page.items]),
+        BinaryColumn.of([item.to_value for item in page.items]),
         page.cursor,
     )
 
 
 def query_columns(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryColumns]:
-    """``query/`` (or the cursor's next page) parsed into columns."""
-    return page_call(name, "query", request, cursor, query_columns_from_wire, tuples=True)
+    """``query/`` (or the cursor's next page) in columns."""
+    return page_call(name, "query", request, cursor, query_columns_from_wire, tuples=True, columns=True)
 
 
 def diff_columns(name: str, request: DiffSpec, cursor: str | None) -> Call[DiffColumns]:
-    """``diff/`` (or the cursor's next page) parsed into columns."""
-    return page_call(name, "diff", request, cursor, diff_columns_from_wire, tuples=True)
+    """``diff/`` (or the cursor's next page) in columns."""
+    return page_call(name, "diff", request, cursor, diff_columns_from_wire, tuples=True, columns=True)

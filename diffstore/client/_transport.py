@@ -37,7 +37,8 @@ from diffstore.errors import (
     Unauthorized,
     error_from_code,
 )
-from diffstore.wire import JSON, MSGPACK, MSGPACK_MEDIA_TYPES, Codec
+from diffstore.wire import COLUMNS, JSON, MSGPACK, MSGPACK_CONTENT_TYPE, MSGPACK_MEDIA_TYPES, Codec
+from diffstore.wire_columns import COLUMNS_CONTENT_TYPE
 
 T = TypeVar("T")
 
@@ -95,6 +96,8 @@ def build_request(call: Call[Any], settings: Settings) -> HttpRequest:
     """The HTTP request for a call, its body encoded with the client's codec."""
     codec = settings.codec
     content, headers = None, settings.headers()
+    if call.columns and codec.binary:
+        headers["Accept"] = f"{COLUMNS_CONTENT_TYPE}, {MSGPACK_CONTENT_TYPE};q=0.9"
     if call.body is not None:
         content = codec.dumps(call.body(codec))
         headers["Content-Type"] = codec.content_type
@@ -106,6 +109,8 @@ def build_request(call: Call[Any], settings: Settings) -> HttpRequest:
 def codec_of(content_type: str | None) -> Codec:
     """The codec an answer is written in (diffbelt answers JSON whatever was asked for)."""
     media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    if media_type == COLUMNS_CONTENT_TYPE:
+        return COLUMNS
     return MSGPACK if media_type in MSGPACK_MEDIA_TYPES else JSON
 
 

@@ -67,16 +67,21 @@ def respond(payload: bytes, codec: Codec) -> Response:
 
 
 async def handle(
-    request: Request, work: Callable[[Exchange], Body], limit: Limit | None = None, loads: Loads | None = None
+    request: Request,
+    work: Callable[[Exchange], Body],
+    limit: Limit | None = None,
+    loads: Loads | None = None,
+    columns: bool = False,
 ) -> Response:
     """Runs one route: body (when ``limit`` is given) -> ``work`` in a thread -> serialized response.
 
     ``loads(raw, codec)`` decodes the body when the codec's own way will not do (see putMany).
+    ``columns``: the route answers the columns form when asked (``work`` renders it from ``x.out``).
 
     An empty body decodes as ``None``: request classes whose fields are all optional accept it, the
     others answer 400. A body that *is* null (JSON ``null``, msgpack nil) is a 400 everywhere (SPEC §2).
     """
-    out = response_codec(request.headers.get("accept"))
+    out = response_codec(request.headers.get("accept"), columns)
     store = store_of(request)
     raw: bytes | None = None
     codec = out

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from diffstore.errors import InvalidRequest
-from diffstore.wire import JSON, MSGPACK, MSGPACK_MEDIA_TYPES, Codec
+from diffstore.wire import COLUMNS, JSON, MSGPACK, MSGPACK_MEDIA_TYPES, Codec
+from diffstore.wire_columns import COLUMNS_CONTENT_TYPE
 
 
 def request_codec(content_type: str | None) -> Codec:
@@ -32,15 +33,24 @@ def request_codec(content_type: str | None) -> Codec:
     )
 
 
-def response_codec(accept: str | None) -> Codec:
-    """msgpack when ``Accept`` names a msgpack media type (with a non-zero q), else JSON."""
+def response_codec(accept: str | None, columns: bool = False) -> Codec:
+    """msgpack when ``Accept`` names a msgpack media type (with a non-zero q), else JSON.
+
+    The columns form (:mod:`diffstore.wire_columns`) counts as msgpack; it is answered only where
+    ``columns`` says the route has it (query and diff pages): everywhere else, plain msgpack.
+    """
     if not accept:
         return JSON
+    found = JSON
     for entry in accept.split(","):
         media_type, _, params = entry.partition(";")
-        if media_type.strip().lower() in MSGPACK_MEDIA_TYPES:
-            q = params.replace(" ", "").lower()
-            if "q=0" in q and not any(f"q=0.{d}" in q for d in "123456789"):
-                continue
-            return MSGPACK
-    return JSON
+        media_type = media_type.strip().lower()
+        if media_type not in MSGPACK_MEDIA_TYPES and media_type != COLUMNS_CONTENT_TYPE:
+            continue
+        q = params.replace(" ", "").lower()
+        if "q=0" in q and not any(f"q=0.{d}" in q for d in "123456789"):
+            continue
+        if media_type == COLUMNS_CONTENT_TYPE and columns:
+            return COLUMNS
+        found = MSGPACK
+    return found

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from diffstore.server import schemas
 from diffstore.wire import MSGPACK_CONTENT_TYPE
+from diffstore.wire_columns import COLUMNS_CONTENT_TYPE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +40,7 @@ def route(
     body_required: bool = True,
     summary: str | None = None,
     tags: list[str] | None = None,
+    columns: type[BaseModel] | None = None,
 ) -> Callable[[F], F]:
     """Registers ``path`` (shown in the schema) and its slash twin (hidden) for one method.
 
@@ -46,6 +48,7 @@ def route(
         answer: the model of the 200 response.
         body: the model of the request body, if the route takes one.
         body_required: whether an empty body is refused.
+        columns: the model of the 200 response in the columns form (query and diff pages), if any.
     """
     extra: dict[str, Any] = {}
     if body is not None:
@@ -54,6 +57,8 @@ def route(
         200: {"description": "OK", "content": _content(answer)},
         "default": {"description": "an error (codes: docs/protocol.md)", "content": _content(schemas.Error)},
     }
+    if columns is not None:
+        responses[200]["content"][COLUMNS_CONTENT_TYPE] = {"schema": schema_ref(columns)}
     twin = path[:-1] if path.endswith("/") else path + "/"
 
     def register(endpoint: F) -> F:

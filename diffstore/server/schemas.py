@@ -334,6 +334,36 @@ class DiffResponse(BaseModel):
     cursorId: str | None = None
 
 
+class Column(BaseModel):
+    """Rows of the columns form: ``data[offsets[i]:offsets[i+1]]`` (offsets: little-endian int64s)."""
+
+    offsets: bytes
+    data: bytes
+    present: bytes | None = Field(default=None, description="a byte per row, 0 where it is absent")
+
+
+class QueryColumnsResponse(BaseModel):
+    """A query page in the columns form (``Accept: application/vnd.diffstore.columns+msgpack``)."""
+
+    generationId: bytes
+    count: int
+    keys: Column
+    values: Column
+    cursorId: str | None = None
+
+
+class DiffColumnsResponse(BaseModel):
+    """A diff page in the columns form (no intermediate values)."""
+
+    fromGenerationId: bytes
+    toGenerationId: bytes
+    count: int
+    keys: Column
+    fromValues: Column
+    toValues: Column
+    cursorId: str | None = None
+
+
 class ProducerResponse(BaseModel):
     lastSeqNo: int
 

@@ -28,6 +28,7 @@ from diffstore.client import Collection
 from diffstore.errors import InvalidRequest
 from diffstore.spark._clients import shared_client
 from diffstore.spark._prefetch import ahead
+from diffstore.spark.arrow_columns import binary_array
 from diffstore.spark.schemas import LOOKUP_ARROW
 
 CHUNK = 5_000
@@ -49,8 +50,8 @@ def fetch(collection: Collection, generation_id: bytes, chunk: pa.Array) -> pa.A
     """The values at ``generation_id`` of ascending, distinct, non-null keys ``chunk`` (a binary array): a
     binary array aligned with it, null where a key is absent. The pages' records are matched with the
     chunk's keys by Arrow (a hash of a page's keys), not key by key in Python."""
-    page_keys: list[bytes] = []
-    page_values: list[bytes] = []
+    page_keys: list[pa.Array] = []
+    page_values: list[pa.Array] = []
     start, end = 0, len(chunk)
     last = chunk[end - 1].as_py() if end else b""
     limit = min(PROBE, 2 * end + 16)
@@ -60,12 +61,12 @@ def fetch(collection: Collection, generation_id: bytes, chunk: pa.Array) -> pa.A
             rest = [last]
             break
         page = collection.query_page_columns(generation_id, None, chunk[start].as_py(), last + b"\0", limit)
-        page_keys += page.keys
-        page_values += page.values
+        page_keys.append(binary_array(page.keys))
+        page_values.append(binary_array(page.values))
         if page.cursor is None or not page.keys:
             break  # the page reached the end of the chunk's range: the keys it did not hold are absent
         # the chunk is sorted: the keys at or below the page's last record are resolved
-        resolved = start + pc.sum(pc.less_equal(chunk[start:], page.keys[-1])).as_py()
+        resolved = start + pc.sum(pc.less_equal(chunk[start:], page_keys[-1][-1])).as_py()
         sparse = (resolved - start) * SPARSE_RECORDS < len(page.keys)
         start, limit = resolved, min(PAGE, 4 * limit)  # pages grow while they pay
         if sparse:
@@ -74,10 +75,12 @@ def fetch(collection: Collection, generation_id: bytes, chunk: pa.Array) -> pa.A
     if rest:
         found: dict[bytes, bytes] = {}
         get_many(collection, generation_id, rest, found)
-        page_keys += found.keys()
-        page_values += found.values()
-    index = pc.index_in(chunk, value_set=pa.array(page_keys, pa.binary()))
-    return pa.array(page_values, pa.binary()).take(index)
+        page_keys.append(pa.array(found.keys(), pa.binary()))
+        page_values.append(pa.array(found.values(), pa.binary()))
+    if not page_keys:
+        return pa.nulls(len(chunk), pa.binary())
+    index = pc.index_in(chunk, value_set=pa.concat_arrays(page_keys))
+    return pa.concat_arrays(page_values).take(index)
 
 
 GET_MANY_KEYS = 10_000

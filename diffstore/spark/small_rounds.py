@@ -45,6 +45,7 @@ from pyspark.sql import functions as F
 
 from diffstore.client import Collection
 from diffstore.errors import InvalidRequest
+from diffstore.spark.arrow_columns import binary_array
 from diffstore.spark.lookup import GET_MANY_KEYS, get_many
 from diffstore.spark.plan import TARGET, Lookup, Pinned, RoundContext, RoundPlan, SourceRange, pinned_alias
 from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_ARROW, LOOKUP_SCHEMA
@@ -64,15 +65,17 @@ def read_small_diff(context: RoundContext, source: SourceRange) -> pa.Table | No
     page = handle.diff_page_columns(
         source.from_generation_id or b"", source.to_generation_id, limit=min(limit, PAGE_ROWS)
     )
-    keys, old, new = list(page.keys), list(page.from_values), list(page.to_values)
-    while page.to_generation_id == source.to_generation_id and len(keys) <= limit:
+    batches: list[pa.RecordBatch] = []
+    rows = 0
+    while page.to_generation_id == source.to_generation_id:
+        rows += len(page.keys)
+        if rows > limit:
+            return None
+        columns = [binary_array(column) for column in (page.keys, page.from_values, page.to_values)]
+        batches.append(pa.RecordBatch.from_arrays(columns, schema=DIFF_ARROW))
         if page.cursor is None:
-            columns = [pa.array(column, pa.binary()) for column in (keys, old, new)]
-            return pa.Table.from_arrays(columns, schema=DIFF_ARROW)
+            return pa.Table.from_batches(batches, schema=DIFF_ARROW)
         page = handle.diff_page_columns(cursor=page.cursor)
-        keys += page.keys
-        old += page.from_values
-        new += page.to_values
     return None
 
 
@@ -185,7 +188,7 @@ def read_small_target(handle: Callable[[str], Collection], where: Pinned) -> pa.
     )
     if page.cursor is not None:
         return None
-    columns = [pa.array(page.keys, pa.binary()), pa.array(page.values, pa.binary())]
+    columns = [binary_array(page.keys), binary_array(page.values)]
     return pa.Table.from_arrays(columns, schema=LOOKUP_ARROW)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -40,6 +40,7 @@ from diffstore.engine.types import UNSET, LeaseToken, ReaderUpdate
 from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, LeaseLost, NoSuchReader
 from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark._prefetch import ahead
+from diffstore.spark.arrow_columns import binary_array
 from diffstore.spark.options import DEFAULT_BATCH_ROWS, SparkReadOptions, SparkWriteOptions
 from diffstore.spark.schemas import (
     DIFF_ARROW,
@@ -48,6 +49,7 @@ from diffstore.spark.schemas import (
     SNAPSHOT_SCHEMA,
     WRITTEN_ARROW,
 )
+from diffstore.wire_columns import BinaryColumn
 
 _DIFFSTORE_CAUSE = re.compile(r"diffstore\.errors\.(\w+): ([^\n]*)")
 _SPARK_CAUSE = re.compile(r"(\[[A-Z_.]+\][^\n]*)")
@@ -109,8 +111,8 @@ def key_ranges(client: Client, collection: str, count: int, pinned: PinnedRange)
     return ranges_of(handle.splits(count, pinned.to_generation_id))
 
 
-def _batch(schema: pa.Schema, *columns: list[bytes | None]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array(c, pa.binary()) for c in columns], schema=schema)
+def _batch(schema: pa.Schema, *columns: BinaryColumn) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([binary_array(c) for c in columns], schema=schema)
 
 
 def read_snapshot(
@@ -120,7 +122,7 @@ def read_snapshot(
     page = collection.query_page_columns(generation_id, None, part.from_key, part.to_key, limit)
     while True:
         if page.keys:
-            yield _batch(SNAPSHOT_ARROW, page.keys, page.values)  # type: ignore[arg-type]
+            yield _batch(SNAPSHOT_ARROW, page.keys, page.values)
         if page.cursor is None:
             return
         page = collection.query_page_columns(cursor=page.cursor)
@@ -146,13 +148,14 @@ def read_diff(
     if page.to_generation_id == target:
         while True:
             if page.keys:
-                yield _batch(DIFF_ARROW, page.keys, page.from_values, page.to_values)  # type: ignore[arg-type]
+                yield _batch(DIFF_ARROW, page.keys, page.from_values, page.to_values)
             if page.cursor is None:
                 return
             page = collection.diff_page_columns(cursor=page.cursor)
     merged: dict[bytes, list[bytes | None]] = {}
     while True:
-        for key, from_value, to_value in zip(page.keys, page.from_values, page.to_values, strict=True):
+        keys = cast(list[bytes], page.keys.to_list())  # keys are never absent
+        for key, from_value, to_value in zip(keys, page.from_values, page.to_values, strict=True):
             entry = merged.setdefault(key, [from_value, to_value])
             entry[1] = to_value
         if page.cursor is not None:
@@ -163,8 +166,8 @@ def read_diff(
         page = first_page(page.to_generation_id)
     rows = [(key, f, t) for key, (f, t) in sorted(merged.items()) if f != t]
     for start in range(0, len(rows), limit):
-        keys, from_values, to_values = zip(*rows[start : start + limit], strict=True)
-        yield _batch(DIFF_ARROW, list(keys), list(from_values), list(to_values))
+        columns = zip(*rows[start : start + limit], strict=True)
+        yield pa.RecordBatch.from_arrays([pa.array(c, pa.binary()) for c in columns], schema=DIFF_ARROW)
 
 
 class DiffstoreReader(DataSourceReader):

@@ -14,21 +14,34 @@ from diffstore.wire_requests import DiffRequest
 router = APIRouter(tags=["diff"])
 
 
-@route(router, "POST", "/collections/{c}/diff/", body=schemas.StartDiff, answer=schemas.DiffResponse)
+@route(
+    router,
+    "POST",
+    "/collections/{c}/diff/",
+    body=schemas.StartDiff,
+    answer=schemas.DiffResponse,
+    columns=schemas.DiffColumnsResponse,
+)
 async def start_diff(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         page = DiffRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
         return diff_page_to_wire(page, x.out)
 
-    return await handle(request, work, Limit.OTHER)
+    return await handle(request, work, Limit.OTHER, columns=True)
 
 
-@route(router, "GET", "/collections/{c}/diff/{cursor_id}", answer=schemas.DiffResponse)
+@route(
+    router,
+    "GET",
+    "/collections/{c}/diff/{cursor_id}",
+    answer=schemas.DiffResponse,
+    columns=schemas.DiffColumnsResponse,
+)
 async def next_diff_page(request: Request, c: str, cursor_id: str) -> Response:
     def work(x: Exchange) -> Body:
         return diff_page_to_wire(x.store.collection(c).diff_page(cursor=cursor_id), x.out)
 
-    return await handle(request, work)
+    return await handle(request, work, columns=True)
 
 
 @route(

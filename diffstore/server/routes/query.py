@@ -21,21 +21,28 @@ router = APIRouter(tags=["query"])
     body=schemas.StartQuery,
     body_required=False,
     answer=schemas.QueryResponse,
+    columns=schemas.QueryColumnsResponse,
 )
 async def start_query(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         page = QueryRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
         return query_page_to_wire(page, x.out)
 
-    return await handle(request, work, Limit.OTHER)
+    return await handle(request, work, Limit.OTHER, columns=True)
 
 
-@route(router, "GET", "/collections/{c}/query/{cursor_id}", answer=schemas.QueryResponse)
+@route(
+    router,
+    "GET",
+    "/collections/{c}/query/{cursor_id}",
+    answer=schemas.QueryResponse,
+    columns=schemas.QueryColumnsResponse,
+)
 async def next_query_page(request: Request, c: str, cursor_id: str) -> Response:
     def work(x: Exchange) -> Body:
         return query_page_to_wire(x.store.collection(c).query_page(cursor=cursor_id), x.out)
 
-    return await handle(request, work)
+    return await handle(request, work, columns=True)
 
 
 @route(
