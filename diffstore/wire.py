@@ -40,7 +40,12 @@ from diffstore.engine.types import (
     Record,
 )
 from diffstore.errors import InvalidEncoding, InvalidJson, InvalidRequest
-from diffstore.wire_columns import COLUMNS_CONTENT_TYPE, diff_page_to_columns, query_page_to_columns
+from diffstore.wire_columns import (
+    COLUMNS_CONTENT_TYPE,
+    diff_page_to_columns,
+    get_many_to_columns,
+    query_page_to_columns,
+)
 
 JSON_CONTENT_TYPE: Final = "application/json; charset=utf-8"
 MSGPACK_CONTENT_TYPE: Final = "application/msgpack"
@@ -109,7 +114,7 @@ class Codec:
 JSON: Final = Codec("json", JSON_CONTENT_TYPE, binary=False)
 MSGPACK: Final = Codec("msgpack", MSGPACK_CONTENT_TYPE, binary=True)
 COLUMNS: Final = Codec("msgpack-columns", COLUMNS_CONTENT_TYPE, binary=True, columns=True)
-"""msgpack, with query and diff pages in the columns form; only those two routes answer with it."""
+"""msgpack, with query and diff pages and getMany answers in the columns form (only those routes)."""
 
 
 def encode_es(data: bytes) -> dict[str, str]:
@@ -272,6 +277,8 @@ def get_result_from_wire(obj: Any, codec: Codec) -> GetResult:
 
 
 def get_many_result_to_wire(result: GetManyResult, codec: Codec) -> Body:
+    if codec.columns:
+        return get_many_to_columns(result)
     es = codec.es
     items = [
         None if r is None else {"key": es(r.key), "value": es(r.value), "generationId": es(r.generation_id)}

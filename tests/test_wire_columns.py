@@ -8,12 +8,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from diffstore.client._columns import diff_columns_from_wire, query_columns_from_wire
+from diffstore.client._columns import (
+    diff_columns_from_wire,
+    get_many_columns_from_wire,
+    query_columns_from_wire,
+)
 from diffstore.client._transport import codec_of
-from diffstore.engine.types import DiffItem, DiffPage, QueryPage, Record
+from diffstore.engine.types import DiffItem, DiffPage, GetManyResult, QueryPage, Record
 from diffstore.errors import InvalidRequest
 from diffstore.server.negotiation import response_codec
-from diffstore.wire import COLUMNS, JSON, MSGPACK, diff_page_to_wire, query_page_to_wire
+from diffstore.wire import (
+    COLUMNS,
+    JSON,
+    MSGPACK,
+    diff_page_to_wire,
+    get_many_result_to_wire,
+    query_page_to_wire,
+)
 from diffstore.wire_columns import COLUMNS_CONTENT_TYPE, BinaryColumn
 
 values = st.lists(st.none() | st.binary(max_size=12), max_size=40)
@@ -89,6 +100,20 @@ def test_pages_in_the_columns_form_parse_to_the_same_columns_as_items() -> None:
         )
 
 
+def test_get_many_answers_in_the_columns_form_parse_to_the_same_columns_as_items() -> None:
+    records = [Record(b"a", b"1", b"g1"), None, Record(b"a", b"", b"g2")]
+    result = GetManyResult(b"g2", records)
+    body = get_many_result_to_wire(result, COLUMNS)
+    assert set(body) == {"generationId", "count", "values", "generationIds"}
+    for codec in (COLUMNS, MSGPACK, JSON):
+        answer = get_many_columns_from_wire(get_many_result_to_wire(result, codec), codec)
+        assert answer.generation_id == b"g2"
+        assert (answer.values, answer.generation_ids) == ([b"1", None, b""], [b"g1", None, b"g2"])
+    mismatched = body | {"generationIds": BinaryColumn.of([b"g1", b"g1", b"g2"]).to_wire()}
+    with pytest.raises(InvalidRequest, match="absent"):
+        get_many_columns_from_wire(mismatched, COLUMNS)
+
+
 def test_an_answer_with_an_absent_key_or_a_bad_count_is_refused() -> None:
     good = query_page_to_wire(QueryPage(b"g", [Record(b"a", b"1", b"g")], None), COLUMNS)
     absent_key = good | {"keys": BinaryColumn.of([None]).to_wire()}
@@ -114,7 +139,7 @@ def test_an_answer_with_an_absent_key_or_a_bad_count_is_refused() -> None:
         (None, JSON, JSON),
     ],
 )
-def test_only_query_and_diff_pages_answer_the_columns_form(
+def test_only_the_routes_with_a_columns_form_answer_it(
     accept: str | None, on_pages: object, elsewhere: object
 ) -> None:
     assert response_codec(accept, columns=True) is on_pages

@@ -13,7 +13,7 @@ blocking or an asyncio transport.
 
 from diffstore.client._async import AsyncClient, AsyncCollection
 from diffstore.client._calls import Call
-from diffstore.client._columns import DiffColumns, QueryColumns
+from diffstore.client._columns import DiffColumns, GetManyColumns, QueryColumns
 from diffstore.client._sync import Client, Collection
 from diffstore.client._transport import DEFAULT_URL, WireFormat, unreachable
 
@@ -25,6 +25,7 @@ __all__ = [
     "Collection",
     "DEFAULT_URL",
     "DiffColumns",
+    "GetManyColumns",
     "QueryColumns",
     "WireFormat",
     "unreachable",

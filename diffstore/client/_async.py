@@ -14,7 +14,7 @@ import httpx
 
 from diffstore.client import _calls, _columns, _plans
 from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call
-from diffstore.client._columns import DiffColumns, QueryColumns
+from diffstore.client._columns import DiffColumns, GetManyColumns, QueryColumns
 from diffstore.client._transport import DEFAULT_TIMEOUT_S, DEFAULT_URL, AsyncTransport, Settings, WireFormat
 from diffstore.engine.types import (
     UNSET,
@@ -313,6 +313,13 @@ class AsyncCollection:
         """(beyond SPEC) ``getMany``: the records of up to 10,000 keys (``None``: absent), in the order
         asked, read at one generation in one request; ``keys`` may repeat."""
         return await self._run(_calls.get_many(self.name, list(keys), ReadAt(generation_id, phantom_id)))
+
+    async def get_many_columns(
+        self, keys: list[bytes], generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetManyColumns:
+        """:meth:`get_many` as columns of raw bytes (no per-record objects): the bulk readers' path."""
+        at = ReadAt(generation_id, phantom_id)
+        return await self._run(_columns.get_many_columns(self.name, list(keys), at))
 
     async def keys_around(
         self,

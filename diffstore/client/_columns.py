@@ -2,10 +2,10 @@
 
 A page of 10,000 items parsed into ``Record``/``DiffItem`` objects costs several times what the
 msgpack decoding itself costs; a bulk reader that only wants Arrow arrays needs none of those objects.
-These calls answer the same routes as :func:`~diffstore.client._calls.query_page` and
-:func:`~diffstore.client._calls.diff_page`, asking for the columns form
-(:mod:`diffstore.wire_columns`): each field of the page arrives as one :class:`BinaryColumn`, a few
-buffers that a reader wraps as an Arrow array without touching the rows.
+These calls answer the same routes as :func:`~diffstore.client._calls.query_page`,
+:func:`~diffstore.client._calls.diff_page` and :func:`~diffstore.client._calls.get_many`, asking for
+the columns form (:mod:`diffstore.wire_columns`): each field of the page arrives as one
+:class:`BinaryColumn`, a few buffers that a reader wraps as an Arrow array without touching the rows.
 
 Invariants:
     * Every column holds ``bytes`` (``None`` for an absent value; keys are never ``None``).
@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from diffstore.client._calls import Call, page_call
+from diffstore.client._calls import Call, collection_path, page_call
 from diffstore.engine.types import DiffSpec
 from diffstore.errors import InvalidRequest
-from diffstore.wire import Codec, Fields, diff_page_from_wire, query_page_from_wire
+from diffstore.wire import Codec, Fields, diff_page_from_wire, get_many_result_from_wire, query_page_from_wire
 from diffstore.wire_columns import BinaryColumn
-from diffstore.wire_requests import QueryRequest
+from diffstore.wire_requests import GetManyRequest, QueryRequest, ReadAt
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,16 @@ class DiffColumns:
     from_values: BinaryColumn
     to_values: BinaryColumn
     cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GetManyColumns:
+    """A getMany answer: ``values[i]`` of the i-th key asked, written in ``generation_ids[i]`` (``None``:
+    the key has no record at ``generation_id``)."""
+
+    generation_id: bytes
+    values: BinaryColumn
+    generation_ids: BinaryColumn
 
 
 def _lists(obj: Any) -> Any:
@@ -109,6 +119,29 @@ def diff_columns_from_wire(obj: Any, codec: Codec) -> DiffColumns:
         BinaryColumn.of([item.to_value for item in page.items]),
         page.cursor,
     )
+
+
+def get_many_columns_from_wire(obj: Any, codec: Codec) -> GetManyColumns:
+    """Parses a getMany answer, in either form, into columns."""
+    if codec.columns:
+        f = Fields(obj, codec, "response")
+        values, generation_ids = _columns(f, "values", "generationIds", always=())
+        if values.present != generation_ids.present:
+            raise InvalidRequest("response.generationIds: absent where values are not, or the reverse")
+        return GetManyColumns(f.es("generationId"), values, generation_ids)
+    result = get_many_result_from_wire(_lists(obj), codec)
+    return GetManyColumns(
+        result.generation_id,
+        BinaryColumn.of([None if r is None else r.value for r in result.records]),
+        BinaryColumn.of([None if r is None else r.generation_id for r in result.records]),
+    )
+
+
+def get_many_columns(name: str, keys: list[bytes], at: ReadAt) -> Call[GetManyColumns]:
+    """``getMany`` in columns."""
+    body = GetManyRequest(keys, at).to_wire
+    path = collection_path(name, "getMany")
+    return Call("POST", path, get_many_columns_from_wire, body, tuples=True, columns=True)
 
 
 def query_columns(name: str, request: QueryRequest, cursor: str | None) -> Call[QueryColumns]:

@@ -16,7 +16,7 @@ import httpx
 
 from diffstore.client import _calls, _columns, _plans
 from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call
-from diffstore.client._columns import DiffColumns, QueryColumns
+from diffstore.client._columns import DiffColumns, GetManyColumns, QueryColumns
 from diffstore.client._transport import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -354,6 +354,12 @@ class Collection:
         """(beyond SPEC) ``getMany``: the records of up to 10,000 keys (``None``: absent), in the order
         asked, read at one generation in one request; ``keys`` may repeat."""
         return self._run(_calls.get_many(self.name, list(keys), ReadAt(generation_id, phantom_id)))
+
+    def get_many_columns(
+        self, keys: list[bytes], generation_id: bytes | None = None, phantom_id: bytes | None = None
+    ) -> GetManyColumns:
+        """:meth:`get_many` as columns of raw bytes (no per-record objects): the bulk readers' path."""
+        return self._run(_columns.get_many_columns(self.name, list(keys), ReadAt(generation_id, phantom_id)))
 
     def keys_around(
         self,

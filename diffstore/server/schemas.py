@@ -364,6 +364,15 @@ class DiffColumnsResponse(BaseModel):
     cursorId: str | None = None
 
 
+class GetManyColumnsResponse(BaseModel):
+    """A getMany answer in the columns form: row i answers the i-th key asked (absent: no record)."""
+
+    generationId: bytes
+    count: int
+    values: Column
+    generationIds: Column
+
+
 class ProducerResponse(BaseModel):
     lastSeqNo: int
 

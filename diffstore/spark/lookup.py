@@ -73,10 +73,8 @@ def fetch(collection: Collection, generation_id: bytes, chunk: pa.Array) -> pa.A
             rest = chunk[start:].to_pylist()
             break
     if rest:
-        found: dict[bytes, bytes] = {}
-        get_many(collection, generation_id, rest, found)
-        page_keys.append(pa.array(found.keys(), pa.binary()))
-        page_values.append(pa.array(found.values(), pa.binary()))
+        page_keys.append(pa.array(rest, pa.binary()))
+        page_values.append(get_many(collection, generation_id, rest))
     if not page_keys:
         return pa.nulls(len(chunk), pa.binary())
     index = pc.index_in(chunk, value_set=pa.concat_arrays(page_keys))
@@ -88,17 +86,15 @@ GET_MANY_KEYS = 10_000
 
 
 def get_many(
-    collection: Collection,
-    generation_id: bytes,
-    keys: list[bytes],
-    found: dict[bytes, bytes],
-    phantom_id: bytes | None = None,
-) -> None:
-    """Adds the records of ``keys`` present at ``generation_id`` (with ``phantom_id``) to ``found``, by
-    ``getMany`` requests."""
+    collection: Collection, generation_id: bytes, keys: list[bytes], phantom_id: bytes | None = None
+) -> pa.Array:
+    """The values at ``generation_id`` (with ``phantom_id``) of ``keys``, by ``getMany`` requests: a binary
+    array aligned with ``keys``, null where a key is absent."""
+    parts = []
     for start in range(0, len(keys), GET_MANY_KEYS):
-        result = collection.get_many(keys[start : start + GET_MANY_KEYS], generation_id, phantom_id)
-        found.update((record.key, record.value) for record in result.records if record is not None)
+        answer = collection.get_many_columns(keys[start : start + GET_MANY_KEYS], generation_id, phantom_id)
+        parts.append(binary_array(answer.values))
+    return pa.concat_arrays(parts) if parts else pa.array([], pa.binary())
 
 
 def sorted_chunks(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.Array]:

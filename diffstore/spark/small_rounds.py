@@ -154,20 +154,19 @@ def driver_lookup(
             wanted = sorted({bytes(row[0]) for row in keys.select("key").collect() if row[0] is not None})
         collection = handle(where.collection)
 
-        def fetch(chunk: list[bytes]) -> None:
-            get_many(collection, where.generation_id, chunk, found, where.phantom_id)
+        def fetch(chunk: list[bytes]) -> pa.Array:
+            return get_many(collection, where.generation_id, chunk, where.phantom_id)
 
         # contiguous slices fetched concurrently: the server answers several requests at once
         size = min(GET_MANY_KEYS, max(FETCH_SLICE_MIN, -(-len(wanted) // FETCH_THREADS)))
         slices = [wanted[start : start + size] for start in range(0, len(wanted), size)]
-        found: dict[bytes, bytes] = {}
         if len(slices) > 1:
             with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="diffstore-lookup") as pool:
-                list(pool.map(fetch, slices))
+                values = list(pool.map(fetch, slices))
         else:
-            for chunk in slices:
-                fetch(chunk)
-        columns = [pa.array(wanted, pa.binary()), pa.array([found.get(k) for k in wanted], pa.binary())]
+            values = [fetch(chunk) for chunk in slices]
+        found = pa.concat_arrays(values) if values else pa.array([], pa.binary())
+        columns = [pa.array(wanted, pa.binary()), found]
         return spark.createDataFrame(pa.Table.from_arrays(columns, names=["key", "value"]), LOOKUP_SCHEMA)
 
     return lookup

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from diffstore.client import AsyncClient, Client, DiffColumns, QueryColumns
+from diffstore.client import AsyncClient, Client, DiffColumns, GetManyColumns, QueryColumns
 from diffstore.client._columns import diff_columns_from_wire, query_columns_from_wire
 from diffstore.errors import InvalidRequest
 from diffstore.wire import JSON, MSGPACK
@@ -64,6 +64,19 @@ def test_diff_columns_match_diff_pages(client: Client) -> None:
     )
 
 
+def test_get_many_columns_match_get_many(client: Client) -> None:
+    _fill(client)
+    c = client.collection("K")
+    keys = [b"k02", b"k01", b"none", b"k02", b"\x00\xff"]
+    for at in (b"1", b"2", None):
+        expected = c.get_many(keys, generation_id=at)
+        got = c.get_many_columns(keys, generation_id=at)
+        assert isinstance(got, GetManyColumns) and got.generation_id == expected.generation_id
+        assert got.values == [None if r is None else r.value for r in expected.records]
+        assert got.generation_ids == [None if r is None else r.generation_id for r in expected.records]
+    assert c.get_many_columns([], generation_id=b"1").values == []
+
+
 def test_the_async_handle_has_the_same_column_calls(server: LiveServer) -> None:
     with server.client() as client:
         _fill(client)
@@ -71,6 +84,8 @@ def test_the_async_handle_has_the_same_column_calls(server: LiveServer) -> None:
     async def read() -> tuple[QueryColumns, DiffColumns]:
         async with AsyncClient(server.url) as client:
             c = await client.collection("K")
+            many = await c.get_many_columns([b"k01", b"k00"], generation_id=b"2")
+            assert many.values == [b"v1", b"w"]
             return await c.query_page_columns(limit=3), await c.diff_page_columns(b"1", b"2", limit=3)
 
     query, diff = asyncio.run(read())

@@ -63,6 +63,26 @@ def test_pages_in_columns_hold_the_rows_of_the_items_form(live: Live) -> None:
     assert all("intermediateValues" not in page and "items" not in page for page in pages)
 
 
+def test_get_many_in_columns_answers_every_key_asked_in_order(live: Live) -> None:
+    _fill(live)
+    body = {"keys": [b"k3", b"nothing", b"k1", b"k3", b"\x00\xff"], "generationId": b"2"}
+    answer = live.call("POST", "/collections/c/getMany", content=msgpack.packb(body), headers=ASK)
+    assert answer.status_code == 200 and answer.headers["content-type"] == COLUMNS_CONTENT_TYPE
+    page = msgpack.unpackb(answer.content)
+    assert page["generationId"] == b"2" and page["count"] == 5
+    assert _rows(page, "values", "generationIds") == [
+        (b"w", b"2"),
+        (None, None),
+        (None, None),  # deleted in 2
+        (b"w", b"2"),
+        (b"", b"1"),
+    ]
+    too_many = {"keys": [b"k"] * 10_001}
+    refused = live.call("POST", "/collections/c/getMany", content=msgpack.packb(too_many), headers=ASK)
+    assert refused.status_code == 400 and refused.headers["content-type"] == "application/msgpack"
+    assert msgpack.unpackb(refused.content)["error"] == "invalidRequest"
+
+
 def test_other_answers_to_a_columns_client_are_plain_msgpack(live: Live) -> None:
     _fill(live)
     got = live.call("POST", "/collections/c/get", content=msgpack.packb({"key": b"k3"}), headers=ASK)
@@ -92,5 +112,7 @@ def test_the_openapi_document_names_the_columns_form_of_the_pages(live: Live) ->
             content = operation["responses"]["200"]["content"]
             assert content[COLUMNS_CONTENT_TYPE]["schema"] == {"$ref": f"#/components/schemas/{model}"}
     assert set(document["components"]["schemas"]["Column"]["properties"]) == {"offsets", "data", "present"}
+    get_many = document["paths"]["/collections/{c}/getMany"]["post"]["responses"]["200"]["content"]
+    assert get_many[COLUMNS_CONTENT_TYPE]["schema"] == {"$ref": "#/components/schemas/GetManyColumnsResponse"}
     get = document["paths"]["/collections/{c}/get"]["post"]["responses"]["200"]["content"]
     assert COLUMNS_CONTENT_TYPE not in get

@@ -76,6 +76,7 @@ async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Rece
     "/collections/{c}/getMany",
     body=schemas.GetMany,
     answer=schemas.GetManyResponse,
+    columns=schemas.GetManyColumnsResponse,
     summary="(beyond SPEC) the records of up to 10,000 keys at one generation, in the order asked",
 )
 async def get_many(request: Request, c: str) -> Response:
@@ -84,7 +85,7 @@ async def get_many(request: Request, c: str) -> Response:
         result = GetManyRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
         return get_many_result_to_wire(result, x.out)
 
-    return await handle(request, work, Limit.PUT)
+    return await handle(request, work, Limit.PUT, columns=True)
 
 
 @route(
