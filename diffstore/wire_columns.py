@@ -37,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from typing import Any, Final, overload
 
+from diffstore.engine import layout
 from diffstore.engine.types import DiffPage, GetManyResult, QueryPage
 from diffstore.errors import InvalidRequest
 
@@ -143,13 +144,26 @@ class BinaryColumn(Sequence[bytes | None]):
         return f"BinaryColumn({self.to_list()!r})"
 
 
+def pack_columns(rows: list[Any], fields: int) -> list[BinaryColumn]:
+    """The columns of fields ``0..fields-1`` of ``rows`` (tuples, or ``None``: absent in every field).
+
+    The compiled accelerator packs them in one pass (~0.03 µs a row and field, against ~0.25 µs for
+    :meth:`BinaryColumn.of` over a list built per field); the same buffers either way.
+    """
+    accel = layout.ACCEL
+    if accel is not None:
+        return [BinaryColumn(len(rows), *column) for column in accel.pack_columns(rows, fields)]
+    return [BinaryColumn.of([None if row is None else row[field] for row in rows]) for field in range(fields)]
+
+
 def query_page_to_columns(page: QueryPage) -> dict[str, Any]:
     items = page.items
+    keys, values = pack_columns(items, 2)
     body: dict[str, Any] = {
         "generationId": page.generation_id,
         "count": len(items),
-        "keys": BinaryColumn.of([r[0] for r in items]).to_wire(),
-        "values": BinaryColumn.of([r[1] for r in items]).to_wire(),
+        "keys": keys.to_wire(),
+        "values": values.to_wire(),
     }
     if page.cursor is not None:
         body["cursorId"] = page.cursor
@@ -158,13 +172,14 @@ def query_page_to_columns(page: QueryPage) -> dict[str, Any]:
 
 def diff_page_to_columns(page: DiffPage) -> dict[str, Any]:
     items = page.items
+    keys, from_values, to_values = pack_columns(items, 3)
     body: dict[str, Any] = {
         "fromGenerationId": page.from_generation_id,
         "toGenerationId": page.to_generation_id,
         "count": len(items),
-        "keys": BinaryColumn.of([d[0] for d in items]).to_wire(),
-        "fromValues": BinaryColumn.of([d[1] for d in items]).to_wire(),
-        "toValues": BinaryColumn.of([d[2] for d in items]).to_wire(),
+        "keys": keys.to_wire(),
+        "fromValues": from_values.to_wire(),
+        "toValues": to_values.to_wire(),
     }
     if page.cursor is not None:
         body["cursorId"] = page.cursor
@@ -173,9 +188,10 @@ def diff_page_to_columns(page: DiffPage) -> dict[str, Any]:
 
 def get_many_to_columns(result: GetManyResult) -> dict[str, Any]:
     records = result.records
+    _, values, generation_ids = pack_columns(records, 3)
     return {
         "generationId": result.generation_id,
         "count": len(records),
-        "values": BinaryColumn.of([None if r is None else r[1] for r in records]).to_wire(),
-        "generationIds": BinaryColumn.of([None if r is None else r[2] for r in records]).to_wire(),
+        "values": values.to_wire(),
+        "generationIds": generation_ids.to_wire(),
     }

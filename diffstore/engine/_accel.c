@@ -940,11 +940,86 @@ bad:
     return NULL;
 }
 
+/* The columns of ``rows`` (a list of tuples, or None for a row absent in every field) for fields
+ * 0..fields-1, each a tuple (offsets, data, present): the n byte strings of the field back to back in
+ * ``data``, n + 1 little-endian int64 ``offsets`` from 0 to len(data), and ``present`` a byte per row (0:
+ * the field is None) or None when every row has one (wire_columns.BinaryColumn.of: the same buffers).
+ * Two passes without calling back into Python, so the rows cannot change in between. */
+#define PACK_FIELDS_MAX 8
+static PyObject *pack_columns(PyObject *module, PyObject *args) {
+    PyObject *rows;
+    Py_ssize_t fields;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &rows, &fields)) return NULL;
+    if (fields < 1 || fields > PACK_FIELDS_MAX) {
+        PyErr_Format(PyExc_ValueError, "pack_columns takes 1 to %d fields", PACK_FIELDS_MAX);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    Py_ssize_t total[PACK_FIELDS_MAX] = {0};
+    int absent[PACK_FIELDS_MAX] = {0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (row == Py_None) {
+            for (Py_ssize_t f = 0; f < fields; f++) absent[f] = 1;
+            continue;
+        }
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < fields) {
+            PyErr_Format(PyExc_TypeError, "pack_columns: row %zd is not a tuple of %zd fields", i, fields);
+            return NULL;
+        }
+        for (Py_ssize_t f = 0; f < fields; f++) {
+            PyObject *item = PyTuple_GET_ITEM(row, f);
+            if (item == Py_None) {
+                absent[f] = 1;
+            } else if (PyBytes_Check(item)) {
+                total[f] += PyBytes_GET_SIZE(item);
+            } else {
+                PyErr_Format(PyExc_TypeError, "pack_columns: row %zd, field %zd is neither bytes nor None", i, f);
+                return NULL;
+            }
+        }
+    }
+    PyObject *columns = PyTuple_New(fields);
+    if (columns == NULL) return NULL;
+    for (Py_ssize_t f = 0; f < fields; f++) {
+        PyObject *offsets = PyBytes_FromStringAndSize(NULL, 8 * (n + 1));
+        PyObject *data = PyBytes_FromStringAndSize(NULL, total[f]);
+        PyObject *present = absent[f] ? PyBytes_FromStringAndSize(NULL, n) : Py_NewRef(Py_None);
+        PyObject *column = (offsets && data && present) ? PyTuple_Pack(3, offsets, data, present) : NULL;
+        Py_XDECREF(offsets);
+        Py_XDECREF(data);
+        Py_XDECREF(present);
+        if (column == NULL) {
+            Py_DECREF(columns);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(columns, f, column);
+        unsigned char *offset_at = (unsigned char *)PyBytes_AS_STRING(offsets);
+        char *data_at = PyBytes_AS_STRING(data);
+        char *present_at = absent[f] ? PyBytes_AS_STRING(present) : NULL;
+        unsigned long long position = 0;
+        for (Py_ssize_t i = 0;; i++) {
+            for (int b = 0; b < 8; b++) offset_at[8 * i + b] = (unsigned char)(position >> (8 * b));
+            if (i == n) break;
+            PyObject *row = PyList_GET_ITEM(rows, i);
+            PyObject *item = row == Py_None ? Py_None : PyTuple_GET_ITEM(row, f);
+            if (present_at != NULL) present_at[i] = item != Py_None;
+            if (item != Py_None) {
+                Py_ssize_t size = PyBytes_GET_SIZE(item);
+                memcpy(data_at + position, PyBytes_AS_STRING(item), (size_t)size);
+                position += (unsigned long long)size;
+            }
+        }
+    }
+    return columns;
+}
+
 static PyMethodDef methods[] = {
     {"sorted_short_rows", sorted_short_rows, METH_VARARGS,
      "The records and changes rows of sorted short (key, value) pairs, or None."},
     {"query_scan", query_scan, METH_VARARGS, "Records of a query page from a records iterator (see reads.py)."},
     {"unpack_forms", unpack_forms, METH_O, "The key forms of a change_chunks value (layout.unpack_forms)."},
+    {"pack_columns", pack_columns, METH_VARARGS, "The columns form's buffers of a list of rows (wire_columns)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from diffstore import Store, StoreConfig
 from diffstore.engine import layout
 from diffstore.engine.types import DiffItem, Record
+from diffstore.wire_columns import BinaryColumn
 
 from .util import raw_state
 
@@ -629,3 +630,61 @@ def test_a_build_of_other_source_is_not_used(tmp_path: Path) -> None:
     with pytest.warns(RuntimeWarning, match="make install"):
         assert not layout._current(accel, pulled)
     assert layout._current(accel, tmp_path / "absent.c")  # an installed wheel: no source beside it
+
+
+column_rows = st.lists(
+    st.none()
+    | st.tuples(st.none() | st.binary(max_size=5), st.none() | st.binary(max_size=5), st.just(b"g")),
+    max_size=30,
+)
+
+
+@given(column_rows, st.integers(1, 3))
+def test_packed_columns_are_the_columns_of_each_field(
+    rows: list[tuple[bytes | None, ...] | None], fields: int
+) -> None:
+    packed = layout.ACCEL.pack_columns(rows, fields)
+    for field, (offsets, data, present) in enumerate(packed):
+        column = BinaryColumn.of([None if row is None else row[field] for row in rows])
+        assert (offsets, data, present) == (column.offsets, column.data, column.present)
+
+
+def test_packing_columns_of_named_tuples_and_an_empty_page() -> None:
+    rows = [Record(b"a", b"1", b"g"), Record(b"bc", b"", b"g")]
+    (keys, values) = [BinaryColumn(2, *column) for column in layout.ACCEL.pack_columns(rows, 2)]
+    assert keys.to_list() == [b"a", b"bc"] and values.to_list() == [b"1", b""] and values.present is None
+    empty = layout.ACCEL.pack_columns([], 1)
+    assert empty == ((b"\x00" * 8, b"", None),)
+
+
+@pytest.mark.parametrize(
+    ("rows", "fields", "error"),
+    [
+        ((b"a",), 1, TypeError),  # not a list
+        ([b"a"], 1, TypeError),  # a row that is not a tuple
+        ([(b"a",)], 2, TypeError),  # too few fields
+        ([(b"a", "text")], 2, TypeError),  # neither bytes nor None
+        ([(b"a",)], 0, ValueError),
+        ([(b"a",) * 9], 9, ValueError),
+    ],
+)
+def test_packing_refuses_what_is_not_rows_of_bytes(rows: object, fields: int, error: type[Exception]) -> None:
+    refs = sys.getrefcount(rows)
+    with pytest.raises(error):
+        layout.ACCEL.pack_columns(rows, fields)
+    assert sys.getrefcount(rows) == refs
+
+
+def test_packing_columns_holds_no_memory_after_use() -> None:
+    rows = [(b"k%05d" % i, None if i % 3 else b"v" * (i % 50)) for i in range(5_000)]
+    layout.ACCEL.pack_columns(rows, 2)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20):
+            layout.ACCEL.pack_columns(rows, 2)
+        gc.collect()
+        assert tracemalloc.get_traced_memory()[0] - before < 64 * 1024
+    finally:
+        tracemalloc.stop()
