@@ -156,42 +156,29 @@ def pack_columns(rows: list[Any], fields: int) -> list[BinaryColumn]:
     return [BinaryColumn.of([None if row is None else row[field] for row in rows]) for field in range(fields)]
 
 
-def query_page_to_columns(page: QueryPage) -> dict[str, Any]:
-    items = page.items
-    keys, values = pack_columns(items, 2)
-    body: dict[str, Any] = {
-        "generationId": page.generation_id,
-        "count": len(items),
-        "keys": keys.to_wire(),
-        "values": values.to_wire(),
-    }
-    if page.cursor is not None:
-        body["cursorId"] = page.cursor
+def _body(
+    head: dict[str, Any], rows: list[Any], names: tuple[str | None, ...], cursor: str | None
+) -> dict[str, Any]:
+    """``head``, ``count`` and the columns of ``rows``' fields as ``names`` names them (None: left out)."""
+    body = {**head, "count": len(rows)}
+    for name, column in zip(names, pack_columns(rows, len(names)), strict=True):
+        if name is not None:
+            body[name] = column.to_wire()
+    if cursor is not None:
+        body["cursorId"] = cursor
     return body
+
+
+def query_page_to_columns(page: QueryPage) -> dict[str, Any]:
+    return _body({"generationId": page.generation_id}, page.items, ("keys", "values"), page.cursor)
 
 
 def diff_page_to_columns(page: DiffPage) -> dict[str, Any]:
-    items = page.items
-    keys, from_values, to_values = pack_columns(items, 3)
-    body: dict[str, Any] = {
-        "fromGenerationId": page.from_generation_id,
-        "toGenerationId": page.to_generation_id,
-        "count": len(items),
-        "keys": keys.to_wire(),
-        "fromValues": from_values.to_wire(),
-        "toValues": to_values.to_wire(),
-    }
-    if page.cursor is not None:
-        body["cursorId"] = page.cursor
-    return body
+    head = {"fromGenerationId": page.from_generation_id, "toGenerationId": page.to_generation_id}
+    return _body(head, page.items, ("keys", "fromValues", "toValues"), page.cursor)
 
 
 def get_many_to_columns(result: GetManyResult) -> dict[str, Any]:
-    records = result.records
-    _, values, generation_ids = pack_columns(records, 3)
-    return {
-        "generationId": result.generation_id,
-        "count": len(records),
-        "values": values.to_wire(),
-        "generationIds": generation_ids.to_wire(),
-    }
+    return _body(
+        {"generationId": result.generation_id}, result.records, (None, "values", "generationIds"), None
+    )
