@@ -37,7 +37,7 @@ def response_codec(accept: str | None, columns: bool = False) -> Codec:
     """msgpack when ``Accept`` names a msgpack media type (with a non-zero q), else JSON.
 
     The columns form (:mod:`diffstore.wire_columns`) counts as msgpack; it is answered only where
-    ``columns`` says the route has it (query and diff pages): everywhere else, plain msgpack.
+    ``columns`` says the route has it (query and diff pages, getMany): everywhere else, plain msgpack.
     """
     if not accept:
         return JSON

@@ -38,3 +38,8 @@ def binary_array(column: BinaryColumn) -> pa.Array:
     except pa.ArrowInvalid as exc:
         raise InvalidRequest(f"a column's offsets do not describe its data: {exc}") from exc
     return array.cast(pa.binary())
+
+
+def binary_batch(schema: pa.Schema, *columns: BinaryColumn) -> pa.RecordBatch:
+    """A record batch of ``columns`` (one page's fields, in ``schema``'s order) as binary arrays."""
+    return pa.RecordBatch.from_arrays([binary_array(column) for column in columns], schema=schema)

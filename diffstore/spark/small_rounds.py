@@ -45,7 +45,7 @@ from pyspark.sql import functions as F
 
 from diffstore.client import Collection
 from diffstore.errors import InvalidRequest
-from diffstore.spark.arrow_columns import binary_array
+from diffstore.spark.arrow_columns import binary_batch
 from diffstore.spark.lookup import GET_MANY_KEYS, get_many
 from diffstore.spark.plan import TARGET, Lookup, Pinned, RoundContext, RoundPlan, SourceRange, pinned_alias
 from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_ARROW, LOOKUP_SCHEMA
@@ -71,8 +71,7 @@ def read_small_diff(context: RoundContext, source: SourceRange) -> pa.Table | No
         rows += len(page.keys)
         if rows > limit:
             return None
-        columns = [binary_array(column) for column in (page.keys, page.from_values, page.to_values)]
-        batches.append(pa.RecordBatch.from_arrays(columns, schema=DIFF_ARROW))
+        batches.append(binary_batch(DIFF_ARROW, page.keys, page.from_values, page.to_values))
         if page.cursor is None:
             return pa.Table.from_batches(batches, schema=DIFF_ARROW)
         page = handle.diff_page_columns(cursor=page.cursor)
@@ -187,8 +186,7 @@ def read_small_target(handle: Callable[[str], Collection], where: Pinned) -> pa.
     )
     if page.cursor is not None:
         return None
-    columns = [binary_array(page.keys), binary_array(page.values)]
-    return pa.Table.from_arrays(columns, schema=LOOKUP_ARROW)
+    return pa.Table.from_batches([binary_batch(LOOKUP_ARROW, page.keys, page.values)])
 
 
 def small_round_lookup(

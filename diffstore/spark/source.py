@@ -40,7 +40,7 @@ from diffstore.engine.types import UNSET, LeaseToken, ReaderUpdate
 from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, LeaseLost, NoSuchReader
 from diffstore.spark._clients import new_client, shared_client
 from diffstore.spark._prefetch import ahead
-from diffstore.spark.arrow_columns import binary_array
+from diffstore.spark.arrow_columns import binary_batch
 from diffstore.spark.options import DEFAULT_BATCH_ROWS, SparkReadOptions, SparkWriteOptions
 from diffstore.spark.schemas import (
     DIFF_ARROW,
@@ -49,7 +49,6 @@ from diffstore.spark.schemas import (
     SNAPSHOT_SCHEMA,
     WRITTEN_ARROW,
 )
-from diffstore.wire_columns import BinaryColumn
 
 _DIFFSTORE_CAUSE = re.compile(r"diffstore\.errors\.(\w+): ([^\n]*)")
 _SPARK_CAUSE = re.compile(r"(\[[A-Z_.]+\][^\n]*)")
@@ -111,10 +110,6 @@ def key_ranges(client: Client, collection: str, count: int, pinned: PinnedRange)
     return ranges_of(handle.splits(count, pinned.to_generation_id))
 
 
-def _batch(schema: pa.Schema, *columns: BinaryColumn) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([binary_array(c) for c in columns], schema=schema)
-
-
 def read_snapshot(
     collection: Collection, generation_id: bytes, part: KeyRange, limit: int
 ) -> Iterator[pa.RecordBatch]:
@@ -122,7 +117,7 @@ def read_snapshot(
     page = collection.query_page_columns(generation_id, None, part.from_key, part.to_key, limit)
     while True:
         if page.keys:
-            yield _batch(SNAPSHOT_ARROW, page.keys, page.values)
+            yield binary_batch(SNAPSHOT_ARROW, page.keys, page.values)
         if page.cursor is None:
             return
         page = collection.query_page_columns(cursor=page.cursor)
@@ -148,7 +143,7 @@ def read_diff(
     if page.to_generation_id == target:
         while True:
             if page.keys:
-                yield _batch(DIFF_ARROW, page.keys, page.from_values, page.to_values)
+                yield binary_batch(DIFF_ARROW, page.keys, page.from_values, page.to_values)
             if page.cursor is None:
                 return
             page = collection.diff_page_columns(cursor=page.cursor)
