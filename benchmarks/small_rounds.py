@@ -9,9 +9,8 @@ example's ``country_totals`` job brings C up to date, and a few small rounds war
 ``Transform.run()`` after a commit of N changed users in A (a round and the check that finds C caught
 up), alternately
 
-* on the small-round path (``local_diff_max_rows=10_000``, so that every size here takes it — the
-  default, 5,000, sends larger rounds to Spark tasks: diffs read on the driver, lookups and the
-  result's write from the driver) and
+* on the small-round path (``local_diff_max_rows=10_000``, so that every size here takes it: diffs
+  read on the driver, lookups and the result's write from the driver) and
 * on the path every round took before (``local_diff_max_rows=0``: diffs read by Spark tasks and
   checkpointed, lookups by Spark tasks, the result written by Spark tasks) — the baseline,
 
@@ -237,10 +236,17 @@ def main() -> int:
             client.create_collection(name, manual=True)
         commit(client, "B", [(user(i), b"%d" % (1 + i % 997)) for i in range(n)])
         commit(client, "A", [(user(i), COUNTRIES[i % len(COUNTRIES)]) for i in range(n)])
+        # holds back GC of A's changes until the bare round has read them again
+        bare_reader = client.collection("C_bare")
+        bare_reader.create_reader("a", "A", client.collection("A").generation_id)
         phases: list[tuple[str, float]] = []
+
+        rows_read: dict[str, Any] = {}
 
         def on_event(event: str, details: dict[str, Any]) -> None:
             phases.append((event, time.perf_counter()))
+            if event == "read":
+                rows_read.update(details["rows_read"])
 
         sources = {"a": "A", "b": "B"}
         fn_seconds: list[float] = []
@@ -266,11 +272,14 @@ def main() -> int:
         step = 0
         breakdown: dict[int, list[dict[str, float]]] = {}
 
+        last_change: list[bytes] = []  # A's generation before the last change
+
         def change(changes: int) -> bytes:
             nonlocal step
             step += 1
             before = client.collection("A").generation_id
             commit(client, "A", [(user((i * 7919 + step) % n), COUNTRIES[step % 8]) for i in range(changes)])
+            last_change[:] = [before]
             return before
 
         jobs: dict[int, list[tuple[int, int]]] = {}
@@ -279,6 +288,7 @@ def main() -> int:
         def timed_round(mode: str, changes: int) -> float:
             change(changes)
             phases.clear()
+            rows_read.clear()
             fn_seconds.clear()
             group = f"round-{step}-{mode}"
             if tracker is not None:
@@ -292,6 +302,8 @@ def main() -> int:
                 stages = sum(len(info.stageIds) for j in ids if (info := tracker.getJobInfo(j)) is not None)
                 jobs.setdefault(changes, []).append((len(ids), stages))
             if mode == "small":
+                # each round reads exactly one change of A (more would measure another size)
+                assert 0 < rows_read.get("a", 0) <= changes, (rows_read, changes)
                 at = dict(phases)
                 breakdown.setdefault(changes, []).append(
                     {
@@ -319,10 +331,13 @@ def main() -> int:
             for _ in range(args.rounds):
                 for mode in transforms:  # alternate, so that load changes hit both alike
                     times[mode].append(timed_round(mode, changes))
-                since = change(changes)
+                # the bare round and the floor redo the change the last round consumed: a change of
+                # their own would leave A ahead of C, and the next round would read two changes
+                since = last_change[0]
                 times["bare"].append(bare_http_round(client, since, 1_000_000 + step))
                 if not args.remote:
                     floor_parts.append(spark_floor(spark, floor_inputs(client, since)))
+                bare_reader.update_reader("a", client.collection("A").generation_id)
             small, old, untuned, bare = (
                 statistics.median(times[m]) for m in ("small", "old", "untuned", "bare")
             )
