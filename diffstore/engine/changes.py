@@ -109,6 +109,16 @@ def any_written(txn: lmdb.Transaction, tables: Tables, prefix: bytes, seq: int) 
     return (bool(cursor.set_range(run)) and cursor.key().startswith(run)) or has_chunks(txn, tables, run)
 
 
+def any_run_below(txn: lmdb.Transaction, tables: Tables, prefix: bytes, seq: int) -> bool:
+    """Whether any generation below ``seq`` still holds a key in its run (a version of it is stored)."""
+    below = layout.change_prefix(prefix, seq)
+    for db in (tables.changes, tables.change_chunks):
+        cursor = txn.cursor(db=db)
+        if cursor.set_range(prefix) and cursor.key().startswith(prefix) and cursor.key() < below:
+            return True
+    return False
+
+
 def last_key(txn: lmdb.Transaction, tables: Tables, run: bytes) -> bytes | None:
     """``run | K`` of the greatest key form K of the run, over both forms (None: the run is empty)."""
     stop = layout.next_prefix(run)
