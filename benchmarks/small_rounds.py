@@ -237,8 +237,8 @@ def main() -> int:
         commit(client, "B", [(user(i), b"%d" % (1 + i % 997)) for i in range(n)])
         commit(client, "A", [(user(i), COUNTRIES[i % len(COUNTRIES)]) for i in range(n)])
         # holds back GC of A's changes until the bare round has read them again
-        bare_reader = client.collection("C_bare")
-        bare_reader.create_reader("a", "A", client.collection("A").generation_id)
+        c_bare = client.collection("C_bare")
+        c_bare.create_reader("a", "A", client.collection("A").generation_id)
         phases: list[tuple[str, float]] = []
 
         rows_read: dict[str, Any] = {}
@@ -337,7 +337,7 @@ def main() -> int:
                 times["bare"].append(bare_http_round(client, since, 1_000_000 + step))
                 if not args.remote:
                     floor_parts.append(spark_floor(spark, floor_inputs(client, since)))
-                bare_reader.update_reader("a", client.collection("A").generation_id)
+                c_bare.update_reader("a", client.collection("A").generation_id)
             small, old, untuned, bare = (
                 statistics.median(times[m]) for m in ("small", "old", "untuned", "bare")
             )

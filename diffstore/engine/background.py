@@ -157,16 +157,10 @@ def _gc_collection(store: StoreAccess, name: str) -> bool:
             if seq is None:
                 return purged > 0
             position_key = layout.gc_position_key(meta.cid_prefix)
-            if changes.any_run_below(txn, tables, meta.cid_prefix, seq):
-                raw_position = txn.get(position_key, db=tables.due)
-                position = layout.read_gc_position(raw_position) if raw_position else None
-                start_form = position[1] if position is not None and position[0] == seq else b""
-                last_form, removed = _collect_run(txn, tables, meta, seq, horizon_seq, batch, start_form)
-            else:
-                # The oldest versions stored are this run's: it supersedes nothing. Its versions that a
-                # later run supersedes go when that run is collected, so a collection's first load (10M
-                # keys: minutes of seeks) costs GC nothing.
-                last_form, removed = None, 0
+            raw_position = txn.get(position_key, db=tables.due)
+            position = layout.read_gc_position(raw_position) if raw_position else None
+            start_form = position[1] if position is not None and position[0] == seq else b""
+            last_form, removed = _collect_run(txn, tables, meta, seq, horizon_seq, batch, start_form)
             scope.gc_versions_removed += removed
             if last_form is None:
                 txn.delete(position_key, db=tables.due)
@@ -204,6 +198,11 @@ def _collect_run(
     the run is done; and how many versions it removed. Idempotent, so a crash only repeats work.
     """
     prefix = meta.cid_prefix
+    if not changes.any_run_below(txn, tables, prefix, seq):
+        # The oldest versions stored are this run's: it supersedes nothing. Its versions that a later run
+        # supersedes go when that run is collected, so a collection's first load (10M keys: minutes of
+        # seeks) costs GC nothing.
+        return None, 0
     records = txn.cursor(db=tables.records)
     forms: list[bytes] = []
     removed = 0
