@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from pyspark.sql import functions as F
 
 from diffstore import Store
 from diffstore.spark import Transform, TransformError
-from diffstore.spark.small_rounds import EXCLUDED_RULES, PUT_BATCH
+from diffstore.spark.small_rounds import ARROW_LOCAL_RELATION_THRESHOLD, EXCLUDED_RULES, PUT_BATCH
 
 TOO_LONG_KEY = b"\xff" * (1 << 24)  # one byte over the longest key: the server refuses the putMany holding it
 
@@ -92,10 +94,11 @@ def test_a_small_round_with_one_source_unchanged_and_deletes(
 def test_a_small_round_plans_for_small_data_and_restores_the_session(
     spark: Any, server_url: str, store: Store, names: dict[str, str]
 ) -> None:
-    """During a small round the session runs without adaptive execution, with one shuffle partition and
+    """During a small round the session runs without adaptive execution, with one shuffle partition,
     without folding projections into local data (``ConvertToLocalRelation``, added to the optimizer rules
-    the user excluded); the user's settings are back afterwards, after a failed round too."""
-    keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
+    the user excluded) and with the round's Arrow data as RDDs (a local relation's rows are walked by every
+    analysis); the user's settings are back afterwards, after a failed round too."""
+    keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions", ARROW_LOCAL_RELATION_THRESHOLD)
 
     def current(session: Any) -> tuple[str | None, ...]:
         return (*(session.conf.get(key) for key in keys), session.conf.get(EXCLUDED_RULES, None))
@@ -106,31 +109,42 @@ def test_a_small_round_plans_for_small_data_and_restores_the_session(
         store.create_collection(name, manual=True)
     commit_items(store, names["A"], [(b"a1", b"x")])
     seen: list[tuple[str, ...]] = []
+    plans: list[str] = []
 
     def fn(spark_: Any, diffs: dict[str, DataFrame], lookup: Any) -> DataFrame:
         seen.append(current(spark_))
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            diffs["a"].explain()
+        plans.append(printed.getvalue())
         if len(seen) > 1:
             raise RuntimeError("the second round fails")
         return diffs["a"].select("key", F.col("toValue").alias("value"))
 
     before = current(spark)
-    assert before[2] is None
+    assert before[3] is None
     spark.conf.set("spark.sql.shuffle.partitions", "3")
     spark.conf.set(EXCLUDED_RULES, users_rule)
+    spark.conf.set(ARROW_LOCAL_RELATION_THRESHOLD, "1048576")
     transform = Transform(spark, server_url, names["C"], {"a": names["A"]}, fn, max_attempts=1)
     try:
         assert len(transform.run()) == 1
-        assert current(spark) == (before[0], "3", users_rule)
+        assert current(spark) == (before[0], "3", "1048576", users_rule)
         commit_items(store, names["A"], [(b"a2", b"y")])
         spark.conf.unset(EXCLUDED_RULES)
         with pytest.raises(TransformError, match="second round"):
             transform.run()
-        assert current(spark) == (before[0], "3", None)
+        assert current(spark) == (before[0], "3", "1048576", None)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", before[1])
+        spark.conf.set(ARROW_LOCAL_RELATION_THRESHOLD, before[2])
         spark.conf.unset(EXCLUDED_RULES)
         transform.close()
-    assert seen == [("false", "1", f"{users_rule},{folding}"), ("false", "1", folding)]
+    assert seen == [("false", "1", "0", f"{users_rule},{folding}"), ("false", "1", "0", folding)]
+    # the one-change diff is scanned from an RDD, though the user's threshold would make it local data
+    # (a Connect server makes local relations of a client's data whatever the setting says)
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        assert all("Scan ExistingRDD" in plan and "LocalTableScan" not in plan for plan in plans), plans
     assert snapshot(store, names["C"]) == {b"a1": b"x"}
 
 
