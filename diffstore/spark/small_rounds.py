@@ -30,13 +30,14 @@ the projections and filters over local data on the driver while the query is opt
 each query of the round (the lookups' keys, the result) does it again — ~40 us a row: a bare
 ``country_totals`` over 10,000 local changes spent 0.5 s optimizing its result with the rule and 0.16-0.2 s
 without (1.2-1.4 s against 0.2-0.3 s at 30,000), while at 1,000 changes both took 0.1-0.2 s.
-For the same reason a non-empty Arrow table becomes an RDD of its batches, not a local relation
-(``spark.sql.execution.arrow.localRelationThreshold`` 0; an empty one stays a local relation, which the
-optimizer prunes joins with): a local relation is a node whose rows are a field of the plan, and each
-analyzer and optimizer rule that maps the plan's expressions walks those rows too (every DataFrame the
-user's function builds is analyzed). Rounds of 10,000 changes took 0.96-1.06 s against 1.11-1.23 s
-(``benchmarks/small_rounds.py``, RESULTS.md). Over Spark Connect the server builds local relations from
-the client's data whatever this setting says.
+For the same reason an Arrow table of more than 128 KiB (a few thousand changes) becomes an RDD of its
+batches, not a local relation (``spark.sql.execution.arrow.localRelationThreshold``; Spark's default is
+48 MiB): a local relation is a plan node whose rows are one of its fields, and each analyzer and optimizer
+rule that maps the plan's expressions walks those rows too — and every DataFrame the user's function
+builds is analyzed. Rounds of 10,000 changes took 0.96-1.06 s against 1.11-1.23 s. Smaller tables stay
+local: there the walk costs less than the RDD's task in every job that reads it, and an empty one lets
+the optimizer drop the joins with it. Over Spark Connect the server builds local relations from the
+client's data whatever this setting says.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ SMALL_ROUND_CONF: Mapping[str, str] = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.shuffle.partitions": "1",
     EXCLUDED_RULES: "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation",
-    ARROW_LOCAL_RELATION_THRESHOLD: "0",
+    ARROW_LOCAL_RELATION_THRESHOLD: str(128 * 1024),
 }
 """The session's SQL settings while a small round runs (see the module doc)."""
 

@@ -140,8 +140,8 @@ class Transform:
             nothing makes one of them wait.
         small_round_conf: runtime SQL settings of the session while a small round runs, restored after
             (default :data:`~diffstore.spark.small_rounds.SMALL_ROUND_CONF`: no adaptive execution, one
-            shuffle partition, the round's data in RDDs rather than local relations that every analysis
-            walks row by row; ``{}`` leaves the session alone).
+            shuffle partition, the round's data above 128 KiB in RDDs rather than local relations that
+            every analysis walks row by row; ``{}`` leaves the session alone).
         job: the job's name in each round's commit metadata (default: ``fn``'s ``module:qualname``).
             Every round's commit records ``job``, ``round`` (its number on the target: one more than the
             last commit's) and ``source.<alias>`` = ``from..to`` (:meth:`RoundPlan.metadata

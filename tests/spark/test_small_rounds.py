@@ -96,8 +96,8 @@ def test_a_small_round_plans_for_small_data_and_restores_the_session(
 ) -> None:
     """During a small round the session runs without adaptive execution, with one shuffle partition,
     without folding projections into local data (``ConvertToLocalRelation``, added to the optimizer rules
-    the user excluded) and with the round's Arrow data as RDDs (a local relation's rows are walked by every
-    analysis); the user's settings are back afterwards, after a failed round too."""
+    the user excluded) and with the round's Arrow data above 128 KiB as RDDs (a local relation's rows are
+    walked by every analysis); the user's settings are back afterwards, after a failed round too."""
     keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions", ARROW_LOCAL_RELATION_THRESHOLD)
 
     def current(session: Any) -> tuple[str | None, ...]:
@@ -107,7 +107,9 @@ def test_a_small_round_plans_for_small_data_and_restores_the_session(
     folding = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
     for name in names.values():
         store.create_collection(name, manual=True)
-    commit_items(store, names["A"], [(b"a1", b"x")])
+    # 2,000 changes of ~110 bytes: above the small round's 128 KiB, below the user's 1 MiB threshold
+    first = [(b"a%04d" % i, b"x" * 100) for i in range(2000)]
+    commit_items(store, names["A"], first)
     seen: list[tuple[str, ...]] = []
     plans: list[str] = []
 
@@ -140,12 +142,14 @@ def test_a_small_round_plans_for_small_data_and_restores_the_session(
         spark.conf.set(ARROW_LOCAL_RELATION_THRESHOLD, before[2])
         spark.conf.unset(EXCLUDED_RULES)
         transform.close()
-    assert seen == [("false", "1", "0", f"{users_rule},{folding}"), ("false", "1", "0", folding)]
-    # the one-change diff is scanned from an RDD, though the user's threshold would make it local data
-    # (a Connect server makes local relations of a client's data whatever the setting says)
+    small = str(128 * 1024)
+    assert seen == [("false", "1", small, f"{users_rule},{folding}"), ("false", "1", small, folding)]
+    # The large diff is scanned from an RDD, where the user's threshold would make it local data; the
+    # one-change diff stays local (a Connect server makes local relations whatever the setting says).
     if not type(spark).__module__.startswith("pyspark.sql.connect"):
-        assert all("Scan ExistingRDD" in plan and "LocalTableScan" not in plan for plan in plans), plans
-    assert snapshot(store, names["C"]) == {b"a1": b"x"}
+        assert "Scan ExistingRDD" in plans[0] and "LocalTableScan" not in plans[0], plans[0]
+        assert "LocalTableScan" in plans[1] and "ExistingRDD" not in plans[1], plans[1]
+    assert snapshot(store, names["C"]) == dict(first)
 
 
 def test_a_small_diff_is_read_in_pages_up_to_the_limit(
