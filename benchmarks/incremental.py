@@ -84,7 +84,7 @@ def main() -> int:
     parser.add_argument(
         "--local-diff-max-rows",
         type=int,
-        default=20_000,
+        default=200_000,
         help="Transform's local_diff_max_rows (its default): diffs up to this size are read on the driver",
     )
     args = parser.parse_args()

@@ -8,7 +8,8 @@ pinned range on the driver, in pages of up to 10,000, while it holds at most ``l
 changes; when the pages hold the whole range (the full ``toGenerationId``), their columns become the diff
 DataFrame as local data (``createDataFrame`` of an Arrow table: already in memory, nothing to checkpoint).
 Otherwise the pages are dropped and the diff is read by Spark tasks as before — at most
-``local_diff_max_rows`` + one page read twice for a large round.
+``local_diff_max_rows`` + one page read twice for a large round, and none when the source's history
+already says that one of the range's generations wrote more keys than that (:func:`wrote_more_than`).
 
 A round whose every diff was read this way is a small round through and through: its sources' lookups
 run on the driver (the keys collected — no Spark job at all when Spark folded their plan into a local
@@ -70,6 +71,8 @@ def read_small_diff(context: RoundContext, source: SourceRange) -> pa.Table | No
     if limit <= 0 or source.empty:
         return None
     handle = context.handle(source.collection)
+    if wrote_more_than(handle, source, limit):
+        return None
     page = handle.diff_page_columns(
         source.from_generation_id or b"", source.to_generation_id, limit=min(limit, PAGE_ROWS)
     )
@@ -84,6 +87,27 @@ def read_small_diff(context: RoundContext, source: SourceRange) -> pa.Table | No
             return pa.Table.from_batches(batches, schema=DIFF_ARROW)
         page = handle.diff_page_columns(cursor=page.cursor)
     return None
+
+
+HISTORY_PEEK = 16
+"""How many of a source's newest generations :func:`wrote_more_than` looks at (one history page)."""
+
+
+def wrote_more_than(handle: Collection, source: SourceRange, limit: int) -> bool:
+    """Whether one generation of ``source``'s range wrote more than ``limit`` keys, as the first page of its
+    history says (``changed_keys``): its diff then holds more changes than a small round takes, except
+    where keys were rewritten with the values they had (the round is then read by tasks, to the same
+    result), and reading ``limit`` of them on the driver first would be wasted. ``False`` when the range
+    reaches below that page, or the counts are unknown (an older server)."""
+    infos, _ = handle.history(limit=HISTORY_PEEK)
+    inside = False
+    for info in infos:
+        if info.generation_id == source.from_generation_id:
+            break
+        inside = inside or info.generation_id == source.to_generation_id
+        if inside and info.changed_keys is not None and info.changed_keys > limit:
+            return True
+    return False
 
 
 EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"

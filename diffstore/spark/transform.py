@@ -129,9 +129,11 @@ class Transform:
         local_diff_max_rows: a source's diff with at most this many changes (read in pages of up to
             10,000) is read on the driver and handed to Spark as local data, instead of by Spark tasks
             that are then checkpointed: small rounds skip two Spark jobs per source. 0 turns it off.
-            The default, 20,000, is below where Spark's parallel tasks catch up (a round of 10,000 /
-            20,000 / 50,000 changes took 1.6x / 1.4x / 1.2x less time as a small round, of 100,000 more:
-            ``benchmarks/RESULTS.md``); a driver with the memory for it may set more.
+            The default, 200,000, is below where Spark's parallel tasks catch up (at 10M keys a round of
+            100,000 changes took 1.9-2.7 s as a small round against 3.4-3.9 s by tasks, of 500,000 about
+            as long either way: ``benchmarks/RESULTS.md``); it costs the driver the diff's size in memory
+            (keys and both values of each change), so a driver short of memory, or a job with large
+            values, may set less.
         lease_ttl_ms: run as one of several runners of this target, exactly one active: rounds run only
             while this runner holds the target's lease ``transform`` (renewed every ttl/3 by a
             :class:`~diffstore.lease_keeper.LeaseGuard` thread) and carry its fencing token; the others stand
@@ -167,7 +169,7 @@ class Transform:
         materialize_diffs: bool = True,
         splits_max_age_s: float | None = None,
         token: str | None = None,
-        local_diff_max_rows: int = 20_000,
+        local_diff_max_rows: int = 200_000,
         lease_ttl_ms: int | None = None,
         job: str | None = None,
         small_round_conf: Mapping[str, str] = SMALL_ROUND_CONF,

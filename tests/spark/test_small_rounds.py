@@ -181,6 +181,47 @@ def test_a_small_diff_is_read_in_pages_up_to_the_limit(
         transform.close()
 
 
+def test_a_diff_whose_generation_wrote_more_than_the_limit_is_not_paged_on_the_driver(
+    spark: Any, server_url: str, store: Store, names: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the history says a generation of the range wrote more keys than ``local_diff_max_rows``, the
+    round goes to Spark's tasks without reading a page on the driver first; generations of the range
+    that each wrote fewer are paged (only the whole diff's size decides), and so is a range whose end is
+    older than the history's first page."""
+    from diffstore.client import Collection
+    from diffstore.spark import small_rounds
+    from diffstore.spark.plan import SourceRange
+
+    pages: list[object] = []
+    read_page = Collection.diff_page_columns
+    monkeypatch.setattr(
+        Collection, "diff_page_columns", lambda self, *a, **k: pages.append(a) or read_page(self, *a, **k)
+    )
+    for name in names.values():
+        store.create_collection(name, manual=True)
+    first = commit_items(store, names["A"], [(b"k%d" % i, b"v") for i in range(5)])
+    second = commit_items(store, names["A"], [(b"k1", None), (b"k9", b"w")])
+    third = commit_items(store, names["A"], [(b"k2", b"x"), (b"k8", b"y")])
+    transform = Transform(spark, server_url, names["C"], {"a": names["A"]}, lambda *_: None)
+    try:
+        transform.local_diff_max_rows = 4
+        assert small_rounds.read_small_diff(transform, SourceRange("a", names["A"], None, third)) is None
+        assert pages == []  # the first generation wrote 5 keys
+        # 2 + 2 keys written: paged, then found to be 4 changes
+        table = small_rounds.read_small_diff(transform, SourceRange("a", names["A"], first, third))
+        assert table is not None and table.column("key").to_pylist() == [b"k1", b"k2", b"k8", b"k9"]
+        assert len(pages) == 1
+        transform.local_diff_max_rows = 3  # 4 changes: paged (pages of 3), and over the limit
+        assert small_rounds.read_small_diff(transform, SourceRange("a", names["A"], first, third)) is None
+        assert len(pages) == 3
+        monkeypatch.setattr(small_rounds, "HISTORY_PEEK", 1)  # the range's end is below the first page
+        transform.local_diff_max_rows = 4
+        assert small_rounds.read_small_diff(transform, SourceRange("a", names["A"], None, second)) is None
+        assert len(pages) == 5
+    finally:
+        transform.close()
+
+
 def test_a_small_round_computes_the_result_once_for_the_target_lookup_and_the_write(
     spark: Any, server_url: str, store: Store, names: dict[str, str], tmp_path: Path
 ) -> None:
