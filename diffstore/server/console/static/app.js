@@ -168,6 +168,9 @@ async function api(method, path, body, signal) {
       continue;
     }
     const data = await response.json().catch(() => null);
+    // An answer that arrived as its view was left must not let that view draw, or rewrite the address,
+    // over the next one (render() ignores errors of a left view).
+    if (signal && signal.aborted) throw new DOMException("the view was left", "AbortError");
     if (!response.ok) throw new ApiError(response.status, data);
     if (data === null) throw new Error(`the answer to ${method} ${path} is not the API's JSON`);
     return data;
