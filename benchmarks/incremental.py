@@ -84,8 +84,8 @@ def main() -> int:
     parser.add_argument(
         "--local-diff-max-rows",
         type=int,
-        default=200_000,
-        help="Transform's local_diff_max_rows (its default): diffs up to this size are read on the driver",
+        default=None,
+        help="Transform's local_diff_max_rows (default: its own): diffs up to it are read on the driver",
     )
     args = parser.parse_args()
     print(machine())
@@ -125,7 +125,7 @@ def main() -> int:
             {"a": "A", "b": "B"},
             country_totals,
             partitions=args.partitions,
-            local_diff_max_rows=args.local_diff_max_rows,
+            **({} if args.local_diff_max_rows is None else {"local_diff_max_rows": args.local_diff_max_rows}),
             on_event=lambda event, details: phases.append((event, time.perf_counter())),
         )
 
