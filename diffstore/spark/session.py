@@ -3,7 +3,11 @@ cluster master, one of a Spark Connect server — each with the ``diffstore`` fo
 
 Why each setting: the UI and its port are useless here; two shuffle partitions suit ``local[2]``; the
 driver must bind to 127.0.0.1 (else it may pick another interface); a serial GC with C1 only starts the JVM
-fastest. Workers must run this very interpreter (``PYSPARK_PYTHON``) and must be able to import
+fastest. PySpark's DataFrame debugging (``spark.python.sql.dataFrameDebugging.enabled``, a static setting)
+is off: with it, every column function and DataFrame method of a classic session captures the Python call
+site and hands it to the JVM (five py4j calls more each), which was 20% of a small transform round of
+10 changes (0.76 s against 0.55-0.60 s; ``benchmarks/small_rounds.py``); an error then names the
+failing expression without the Python line that built it. Workers must run this very interpreter (``PYSPARK_PYTHON``) and must be able to import
 ``diffstore`` by module name (Python Data Sources are imported on the workers), so the package's parent
 directory is put on ``PYTHONPATH`` when diffstore is not installed.
 """
@@ -19,6 +23,9 @@ from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
+"""A static setting (at the driver's start): off in the sessions made here (see the module doc)."""
 
 
 def prepare_worker_environment() -> None:
@@ -55,6 +62,7 @@ def local_builder(app_name: str = "diffstore", cores: int = 2, shuffle_partition
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
         .config("spark.python.worker.reuse", "true")
+        .config(DATAFRAME_DEBUGGING, "false")
     )
 
 
@@ -153,7 +161,8 @@ def connect_session(remote: str, app_name: str = "diffstore") -> SparkSession:
 def master_session(master: str, app_name: str = "diffstore") -> SparkSession:
     """A session on a cluster ``master`` (``spark://…``, ``yarn``, ``k8s://…``), the format registered.
 
-    Nothing of :func:`local_builder`'s is set but the one-line errors: the cluster's own configuration
+    Nothing of :func:`local_builder`'s is set but the one-line errors and the driver's DataFrame debugging
+    (off, see the module doc): the cluster's own configuration
     (``spark-defaults.conf``, ``--conf``) decides the rest, and its executors must have diffstore
     installed (``PYSPARK_PYTHON`` names their interpreter).
 
@@ -174,6 +183,7 @@ def master_session(master: str, app_name: str = "diffstore") -> SparkSession:
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
+        .config(DATAFRAME_DEBUGGING, "false")
         .getOrCreate()
     )
     register(spark)

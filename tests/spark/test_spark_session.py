@@ -6,10 +6,11 @@ the ``diffstore`` format in it before these tests run.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
-from conftest import TOKEN
+from conftest import REMOTE_ENV, TOKEN
 from helpers_spark import commit_items, snapshot
 from pyspark.sql import functions as F
 
@@ -80,3 +81,14 @@ def test_transform_on_a_plain_session_with_a_token(spark, token_server_url, stor
         transform.close()
     assert len(rounds) == 1
     assert snapshot(store, c) == {b"k1": b"1!", b"k2": b"2!"}
+
+
+def test_the_sessions_made_here_leave_dataframe_debugging_off(spark) -> None:
+    """PySpark's DataFrame debugging captures the Python call site of every column function and DataFrame
+    method in a classic session (py4j calls each: a fifth of a small round's time); the local and
+    cluster sessions made here turn it off. A Connect server's own configuration decides it there."""
+    from diffstore.spark.session import DATAFRAME_DEBUGGING
+
+    if os.environ.get(REMOTE_ENV):
+        pytest.skip("a Spark Connect server's static setting, not the client's")
+    assert spark.conf.get(DATAFRAME_DEBUGGING) == "false"
