@@ -8,7 +8,8 @@ stored with the transform's readers at A's and B's generations (what a first rou
 ``--changed`` of A's users move to another country: committed to A, and written as a new parquet file of A
 (several shares, comma-separated, run one after the other over the same set-up).
 
-Timed, in the same warm SparkSession, alternately ``--repeat`` times (each time over a fresh change):
+Timed, in the same warm SparkSession (long-running: ``local_session(long_running=True)``, the JVM's full
+JIT, as a ``--watch`` transform's), alternately ``--repeat`` times (each time over a fresh change):
 
 * incremental: ``Transform.run()`` with the example's ``country_totals`` — one round over A's diff (read by
   Spark tasks when above ``--local-diff-max-rows`` changes, else on the driver: a small round), B's
@@ -116,7 +117,7 @@ def main() -> int:
             c.create_reader(source_reader(alias), source, client.collection(source).generation_id)
         print(f"setup: {n:,} users loaded in {time.perf_counter() - started:.0f}s", flush=True)
 
-        spark = local_session("diffstore-bench-incremental")
+        spark = local_session("diffstore-bench-incremental", long_running=True)
         phases: list[tuple[str, float]] = []
         transform = Transform(
             spark,

@@ -1,11 +1,12 @@
 """Small transform rounds in a warm session: seconds per round over 10, 1,000 and 10,000 changed records.
 
-    python benchmarks/small_rounds.py [--records 100000] [--rounds 3] [--sizes 10,1000,10000]
+    python benchmarks/small_rounds.py [--records 100000] [--rounds 3] [--sizes 10,1000,10000] [--warm 10]
                                       [--connect | --remote sc://…]
 
 Setup (untimed): ``diffstore serve`` in a child process (as in production: the server does not share
 the driver's interpreter); A (user → country) and B (user → amount) hold ``--records`` users each; the
-example's ``country_totals`` job brings C up to date, and a few small rounds warm the session. Timed:
+example's ``country_totals`` job brings C up to date, and ``--warm`` small rounds of each mode warm the
+session, a long-running one (``local_session(long_running=True)``: the JVM's full JIT). Timed:
 ``Transform.run()`` after a commit of N changed users in A (a round and the check that finds C caught
 up), alternately
 
@@ -209,6 +210,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per size and mode (median)")
     parser.add_argument("--sizes", default="10,1000,10000", help="changed records per round")
     parser.add_argument(
+        "--warm",
+        type=int,
+        default=10,
+        help="untimed rounds of 10 changes per mode first: the session is long-running (the JVM's full "
+        "JIT, as a --watch transform's), which compiles Spark's hot paths over its first few dozen rounds",
+    )
+    parser.add_argument(
         "--connect",
         action="store_true",
         help="after the local session's rounds, time the small-round path through a Spark Connect server "
@@ -230,7 +238,7 @@ def main() -> int:
         if args.remote:
             spark = connect_session(args.remote, "diffstore-bench-small-rounds")
         else:
-            spark = local_session("diffstore-bench-small-rounds")
+            spark = local_session("diffstore-bench-small-rounds", long_running=True)
         client = Client(url, timeout_s=120.0)
         for name in ("A", "B", "C", "C_bare"):
             client.create_collection(name, manual=True)
@@ -317,7 +325,7 @@ def main() -> int:
                 )
             return elapsed
 
-        for _ in range(3):  # warm both paths (JIT, Python workers, connection pools)
+        for _ in range(args.warm):  # warm every path (JIT, Python workers, connection pools)
             for mode in transforms:
                 timed_round(mode, 10)
         breakdown.clear()

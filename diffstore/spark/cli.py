@@ -230,7 +230,9 @@ def start_session(args: argparse.Namespace) -> Any:
             raise SystemExit(f"diffstore transform: --remote: {exc}") from None
     master = args.master
     if master == "local" or (master.startswith("local[") and master[6:-1].isdigit()):
-        return local_session("diffstore-transform", cores=int(master[6:-1] or 1) if master != "local" else 1)
+        cores = int(master[6:-1] or 1) if master != "local" else 1
+        # --watch runs round after round: worth the JVM's full JIT (slower for its first minute)
+        return local_session("diffstore-transform", cores=cores, long_running=bool(args.watch))
     return master_session(master, "diffstore-transform")
 
 

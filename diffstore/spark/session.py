@@ -2,14 +2,15 @@
 cluster master, one of a Spark Connect server — each with the ``diffstore`` format registered.
 
 Why each setting: the UI and its port are useless here; two shuffle partitions suit ``local[2]``; the
-driver must bind to 127.0.0.1 (else it may pick another interface); a serial GC with C1 only starts the JVM
-fastest. PySpark's DataFrame debugging (``spark.python.sql.dataFrameDebugging.enabled``, a static setting)
-is off: with it, every column function and DataFrame method of a classic session captures the Python call
-site and hands it to the JVM (five py4j calls more each), which was 20% of a small transform round of
-10 changes (0.76 s against 0.55-0.60 s; ``benchmarks/small_rounds.py``); an error then names the
-failing expression without the Python line that built it. Workers must run this very interpreter (``PYSPARK_PYTHON``) and must be able to import
-``diffstore`` by module name (Python Data Sources are imported on the workers), so the package's parent
-directory is put on ``PYTHONPATH`` when diffstore is not installed.
+driver must bind to 127.0.0.1 (else it may pick another interface); a serial GC with C1 only starts the
+JVM fastest (a long-running session keeps the full JIT). PySpark's DataFrame debugging
+(``spark.python.sql.dataFrameDebugging.enabled``, a static setting) is off: with it, every column
+function and DataFrame method of a classic session captures the Python call site and hands it to the JVM
+(five py4j calls more each), which was 20% of a small transform round of 10 changes (0.76 s against
+0.55-0.60 s; ``benchmarks/small_rounds.py``); an error then names the failing expression without the
+Python line that built it. Workers must run this very interpreter (``PYSPARK_PYTHON``) and must be able
+to import ``diffstore`` by module name (Python Data Sources are imported on the workers), so the
+package's parent directory is put on ``PYTHONPATH`` when diffstore is not installed.
 """
 
 from __future__ import annotations
@@ -38,16 +39,24 @@ def prepare_worker_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([package_root, *paths])
 
 
-def local_builder(app_name: str = "diffstore", cores: int = 2, shuffle_partitions: int = 2) -> Any:
+def local_builder(
+    app_name: str = "diffstore", cores: int = 2, shuffle_partitions: int = 2, *, long_running: bool = False
+) -> Any:
     """A ``SparkSession.builder`` with the settings above (nothing registered: a plain session).
 
     Also sets ``spark.sql.execution.pyspark.udf.hideTraceback.enabled``, so that an error raised by the
     data source reaches the caller as its one-line message instead of a Python traceback.
+
+    ``long_running`` (a ``--watch`` transform, a service): the driver's JVM compiles with its full JIT
+    instead of stopping at C1. The optimizing compiler costs CPU while it compiles, which on 2 cores
+    slows a young session (20 small queries after the first took 4.5-6.8 s against 3.3-4.5 s), and
+    then runs Spark's analyzer and py4j hot paths faster: warm small rounds of 10 changes took 0.38-0.43 s
+    against 0.43-0.53 s (medians of 30, three sessions each; ``benchmarks/RESULTS.md``).
     """
     prepare_worker_environment()
     from pyspark.sql import SparkSession
 
-    java_options = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+    java_options = "-XX:+UseSerialGC" if long_running else "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
     return (
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
@@ -66,20 +75,23 @@ def local_builder(app_name: str = "diffstore", cores: int = 2, shuffle_partition
     )
 
 
-def local_session(app_name: str = "diffstore", cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
+def local_session(
+    app_name: str = "diffstore", cores: int = 2, shuffle_partitions: int = 2, *, long_running: bool = False
+) -> SparkSession:
     """Builds (or returns the existing) local SparkSession with the ``diffstore`` format registered.
 
     Args:
         app_name: the Spark application name.
         cores: the N of ``local[N]``.
         shuffle_partitions: ``spark.sql.shuffle.partitions``.
+        long_running: the JVM's full JIT, for a session that runs many rounds (see :func:`local_builder`).
 
     Returns:
         The session; the caller stops it.
     """
     from diffstore.spark.datasource import register
 
-    spark = local_builder(app_name, cores, shuffle_partitions).getOrCreate()
+    spark = local_builder(app_name, cores, shuffle_partitions, long_running=long_running).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark  # type: ignore[no-any-return]

@@ -92,3 +92,30 @@ def test_the_sessions_made_here_leave_dataframe_debugging_off(spark) -> None:
     if os.environ.get(REMOTE_ENV):
         pytest.skip("a Spark Connect server's static setting, not the client's")
     assert spark.conf.get(DATAFRAME_DEBUGGING) == "false"
+
+
+LONG_RUNNING_SCRIPT = """
+import sys, psutil
+from diffstore.spark import local_session
+spark = local_session("jit", cores=1, long_running=sys.argv[1] == "long")
+java = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
+print(" ".join(java[0].cmdline()))
+spark.stop()
+"""
+
+
+@pytest.mark.parametrize("kind", ["short", "long"])
+def test_a_long_running_local_session_gives_the_jvm_its_full_jit(kind: str, tmp_path) -> None:
+    """A young session starts faster with C1 only; a long-running one (``--watch``) runs its rounds faster
+    with the full JIT. Checked on the driver JVM's own command line, in a process of its own."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "session.py"
+    script.write_text(LONG_RUNNING_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), kind], capture_output=True, text=True, timeout=180, check=True
+    )
+    command = done.stdout.strip().splitlines()[-1]
+    assert "-XX:+UseSerialGC" in command
+    assert ("-XX:TieredStopAtLevel=1" in command) == (kind == "short")
