@@ -380,7 +380,7 @@ def main() -> int:
             transform.close()
         spark.stop()
         if args.connect and not args.remote:
-            connect_rounds(Path(tmp), url, client, change, classic_small, args.sizes, args.rounds)
+            connect_rounds(Path(tmp), url, client, change, classic_small, args.sizes, args.rounds, args.warm)
         client.close()
     return 0
 
@@ -393,6 +393,7 @@ def connect_rounds(
     classic: dict[int, float],
     sizes: str,
     rounds: int,
+    warm: int,
 ) -> None:
     """The small-round path through a Spark Connect server (``local[2]``) started from pyspark's own
     ``bin/`` as the tests start theirs; prints seconds per round and the ratio to ``classic``."""
@@ -400,8 +401,12 @@ def connect_rounds(
     from clusters import connect_server
 
     from diffstore.spark import Transform, connect_session
+    from diffstore.spark.session import DATAFRAME_DEBUGGING
 
-    with connect_server(work / "connect", "local[2]") as served:
+    # a long-running server, as the local session is: the full JIT, PySpark's DataFrame debugging off
+    # (a static setting of the server, which its clients read)
+    long_running = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC", DATAFRAME_DEBUGGING: "false"}
+    with connect_server(work / "connect", "local[2]", settings=long_running) as served:
         spark = connect_session(served.remote, "diffstore-bench-small-rounds-connect")
         transform = Transform(
             spark, url, "C", {"a": "A", "b": "B"}, country_totals, local_diff_max_rows=10_000
@@ -414,7 +419,7 @@ def connect_rounds(
             assert len(transform.run()) == 1
             return time.perf_counter() - t
 
-        for _ in range(3):  # warm the server's session and Python workers
+        for _ in range(warm):  # warm the server's session (its JIT) and Python workers
             timed(10)
         print(f"Spark Connect (local[2] server, same collections); load average {load_average()}")
         for changes in (int(s) for s in sizes.split(",")):

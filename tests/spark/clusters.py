@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,8 +173,11 @@ class ConnectServer:
 
 
 @contextlib.contextmanager
-def connect_server(work: Path, master: str, cores_max: int = 2) -> Iterator[ConnectServer]:
-    """A Spark Connect server whose driver runs its jobs on ``master``; ready when its port answers."""
+def connect_server(
+    work: Path, master: str, cores_max: int = 2, settings: Mapping[str, str] | None = None
+) -> Iterator[ConnectServer]:
+    """A Spark Connect server whose driver runs its jobs on ``master``; ready when its port answers.
+    ``settings`` go after (and so over) :func:`cluster_settings`."""
     env = _environment(work)
     del env["SPARK_DAEMON_MEMORY"]  # the launcher would size the server's driver by it, as a daemon's
     port = free_port()
@@ -192,6 +195,7 @@ def connect_server(work: Path, master: str, cores_max: int = 2) -> Iterator[Conn
         f"spark.connect.grpc.binding.port={port}",
         "--conf",
         "spark.connect.grpc.binding.address=127.0.0.1",
+        *[arg for key, value in (settings or {}).items() for arg in ("--conf", f"{key}={value}")],
         "spark-internal",
     ]
     with _process(argv, env, log) as process:
