@@ -591,7 +591,20 @@ function banner(text) {
   box.classList.add("flash");
 }
 
+// The view and collection the address names (what render() draws).
+function currentRoute() {
+  const hash = location.hash.replace(/^#\/?/, "");
+  const [path, query] = hash.split("?");
+  const [route, ...rest] = path.split("/");
+  const name = rest.length ? decodeURIComponent(rest.join("/")) : "";
+  return { view: route || "collections", name, params: new URLSearchParams(query || "") };
+}
+
 function setHashQuery(route, name, params) {
+  // The address moved on to another view whose hashchange is not handled yet (the user left this one as
+  // its answer arrived): writing this view's address back would undo the user's navigation.
+  const current = currentRoute();
+  if (current.view !== route || current.name !== name) return;
   const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v));
   const text = query.toString();
   history.replaceState(null, "", `#/${route}/${encodeURIComponent(name)}${text ? "?" + text : ""}`);
@@ -1214,12 +1227,7 @@ async function render() {
   if (state.view) state.view.abort();
   const controller = new AbortController();
   state.view = controller;
-  const hash = location.hash.replace(/^#\/?/, "");
-  const [path, query] = hash.split("?");
-  const [route, ...rest] = path.split("/");
-  const name = rest.length ? decodeURIComponent(rest.join("/")) : "";
-  const params = new URLSearchParams(query || "");
-  const view = route || "collections";
+  const { view, name, params } = currentRoute();
   for (const link of document.querySelectorAll("header nav a")) {
     link.classList.toggle("active", link.dataset.view === view);
   }
