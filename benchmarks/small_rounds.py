@@ -401,11 +401,11 @@ def connect_rounds(
     from clusters import connect_server
 
     from diffstore.spark import Transform, connect_session
-    from diffstore.spark.session import DATAFRAME_DEBUGGING
+    from diffstore.spark.session import DATAFRAME_DEBUGGING, LONG_RUNNING_JAVA_OPTIONS
 
     # a long-running server, as the local session is: the full JIT, PySpark's DataFrame debugging off
     # (a static setting of the server, which its clients read)
-    long_running = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC", DATAFRAME_DEBUGGING: "false"}
+    long_running = {"spark.driver.extraJavaOptions": LONG_RUNNING_JAVA_OPTIONS, DATAFRAME_DEBUGGING: "false"}
     with connect_server(work / "connect", "local[2]", settings=long_running) as served:
         spark = connect_session(served.remote, "diffstore-bench-small-rounds-connect")
         transform = Transform(

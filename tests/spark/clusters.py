@@ -27,11 +27,12 @@ from typing import Any
 import httpx
 import pyspark
 
+from diffstore.spark.session import QUICK_START_JAVA_OPTIONS
 from tests.helpers import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 STARTUP_DEADLINE_S = 180.0
-_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+_JAVA_OPTIONS = QUICK_START_JAVA_OPTIONS
 
 
 def _environment(work: Path) -> dict[str, str]:
