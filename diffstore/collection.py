@@ -78,6 +78,19 @@ class Collection(Protocol):
 
     def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None: ...
 
+    def write_generation(
+        self,
+        generation_id: bytes,
+        items: Iterable[PutItem] = (),
+        update_readers: Iterable[ReaderUpdateLike] = (),
+        *,
+        abort_outdated: bool = False,
+        lease: LeaseToken | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> PutResult:
+        """start + put_many + commit (the engine's: in one transaction, all or nothing)."""
+        ...
+
     def start_phantom(self, ttl_seconds: int = 3600) -> bytes: ...
 
     def phantom_changes(

@@ -99,6 +99,25 @@ def test_a_failed_round_leaves_the_collection_unchanged(collection: Collection) 
     assert collection.generation_state() == (bytes(8), None) and collection.get(b"half") is None
 
 
+def test_a_round_written_in_one_call_commits_or_leaves_nothing(collection: Collection) -> None:
+    ensure_readers(collection, {"from_a": "A"})
+    stale = [ReaderUpdate("from_a", b"a1", expected=b"not-there")]
+    with pytest.raises(BadVersion):
+        Round.next(collection).write([(b"k", b"v")], stale)
+    assert collection.generation_state() == (bytes(8), None)  # over HTTP the open generation was aborted
+    assert collection.get(b"k") is None
+
+    leftover = Round.next(collection)
+    leftover.start()  # a crashed writer's open generation: the next round's abortOutdated discards it
+    collection.put(b"left", b"over", generation_id=leftover.generation_id)
+    round_ = Round.next(collection)
+    round_.write([(b"k", b"v")], [ReaderUpdate("from_a", b"a1", expected=None)], {"window": "1"})
+    assert collection.generation_state() == (round_.generation_id, None)
+    assert collection.get(b"left") is None and collection.get(b"k") is not None
+    assert ensure_readers(collection, {"from_a": "A"})["from_a"].generation_id == b"a1"
+    assert collection.history(limit=1)[0][0].metadata == {"window": "1"}
+
+
 def test_abort_leaves_another_writers_generation_alone(collection: Collection) -> None:
     mine = Round.next(collection, b"me")
     mine.start()

@@ -245,6 +245,29 @@ class Collection:
         """
         self._run(_calls.commit_generation(self.name, generation_id, update_readers, lease, metadata))
 
+    def write_generation(
+        self,
+        generation_id: bytes,
+        items: Iterable[PutItem] = (),
+        update_readers: Iterable[ReaderUpdateLike] = (),
+        *,
+        abort_outdated: bool = False,
+        lease: LeaseToken | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> PutResult:
+        """A whole generation: start, ``put_many(items)``, commit with ``update_readers`` and ``metadata``.
+
+        Over HTTP these are three requests (the engine's handle does them in one transaction): when one
+        fails the generation may stay open; abort it, or start the next one with ``abort_outdated``.
+        """
+        self.start_generation(generation_id, abort_outdated, lease)
+        items = list(items)
+        result = PutResult(generation_id, was_put=False)
+        if items:
+            result = self.put_many(items, generation_id=generation_id, lease=lease)
+        self.commit_generation(generation_id, update_readers, lease, metadata)
+        return result
+
     def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
         """Drops the open generation; one started under a lease needs that lease (or a newer version)."""
         self._run(_calls.abort_generation(self.name, generation_id, lease))

@@ -404,7 +404,7 @@ class Consumer:
             for s in self.machine.sources
         ]
         try:
-            rounds.Round.next(self._checkpoint(), lease=self._token).run(updates)
+            rounds.Round.next(self._checkpoint(), lease=self._token).write((), updates)
         except LeaseLost:
             assert self._guard is not None
             self._guard.report_lost(self._token)  # another consumer took over: stand by at once

@@ -162,6 +162,60 @@ class Collection:
             )
             scope.commits.append((self.name, meta.generation))
 
+    def write_generation(
+        self,
+        generation_id: bytes,
+        items: Iterable[PutItem] = (),
+        update_readers: Iterable[ReaderUpdateLike] = (),
+        *,
+        abort_outdated: bool = False,
+        lease: LeaseToken | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> PutResult:
+        """A whole generation in one call: :meth:`start_generation`, :meth:`put_many` of ``items`` and
+        :meth:`commit_generation` with ``update_readers`` and ``metadata``, in one storage transaction.
+
+        The outcome is that of the three calls in a row, except that a failure of any of them changes
+        nothing (no generation is left open); and it costs one durable commit where they cost three (a
+        window of 1,000 scattered keys on 1M: about two thirds of the time, see benchmarks/engine.py).
+
+        Raises:
+            what the three calls raise; nothing changes.
+        """
+        updates = [u if isinstance(u, ReaderUpdate) else ReaderUpdate(u[0], u[1]) for u in update_readers]
+        stored = history.validate_metadata(metadata)
+        config = self._store.config
+        with self._store.write() as scope:
+            txn, tables = scope.txn, self._store.tables
+            meta = load_meta(txn, tables, self.name)
+            self._fence(txn, meta, lease)
+            opened_holds = self._opened_holds(txn, meta)
+            meta = writes.start_generation(
+                txn, tables, meta, generation_id, abort_outdated, lease, opened_holds
+            )
+            meta, result, _ = writes.put_many(
+                txn,
+                tables,
+                meta,
+                items,
+                generation_id=generation_id,
+                phantom_id=None,
+                if_not_present=False,
+                skip_unchanged=False,
+                producer_id=None,
+                seq_no=None,
+                max_generation_records=config.max_generation_records,
+                lease=lease,
+                now_ms=config.now_ms(),
+            )
+            meta = writes.commit_generation(
+                txn, tables, meta, generation_id, updates, lease, config.now_ms(), stored
+            )
+            scope.commits.append((self.name, meta.generation))
+            if result.records:
+                scope.records_written[self.name] = scope.records_written.get(self.name, 0) + result.records
+        return result
+
     def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
         """Drops the open generation's records.
 

@@ -430,14 +430,12 @@ class Ingestor:
 
     def _write_generation(self, window: IngestWindow) -> tuple[bytes, int]:
         """One round: start, put_many, commit with the position readers and :func:`window_metadata` (abort on
-        failure)."""
+        failure), in one call when the window fits one chunk."""
         items = map_records(self.mapper, window.records)
         positions = sorted(window.positions.items())
         self._add_shards([shard for shard, _ in positions if shard not in self._readers])
         updates = [(self._readers[shard], pos.to_bytes()) for shard, pos in positions]
         round_ = Round.next(self.sink.collection, lease=self._token)
         metadata = window_metadata(self.config.subscription_id, self.stream_name, window)
-        round_.run(
-            updates, (lambda g: self.sink.put_many(items, g, round_.lease)) if items else None, metadata
-        )
+        self.sink.write_round(round_, items, updates, metadata)
         return round_.generation_id, len(items)

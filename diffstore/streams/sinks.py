@@ -1,7 +1,8 @@
 """Where ingestion writes: a manual collection, embedded (engine) or remote (HTTP client).
 
 Both sinks hold a :class:`~diffstore.collection.Collection` (the ingestor runs its rounds on it, see
-:mod:`diffstore.rounds`) and write a window's items in chunks sized for their transport.
+:mod:`diffstore.rounds`) and write a window's round: in one call when its items fit in one chunk sized
+for their transport, in chunks when they do not.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from diffstore.collection import Collection
-from diffstore.engine.types import LeaseToken
+from diffstore.engine.types import ReaderUpdateLike
 from diffstore.errors import CollectionExists, InvalidRequest, NoSuchCollection
+from diffstore.rounds import Round
 
 if TYPE_CHECKING:
     from diffstore.client import Client
@@ -26,10 +28,15 @@ class CollectionSink(Protocol):
 
     collection: Collection
 
-    def put_many(
-        self, items: Sequence[PutItem], generation_id: bytes, lease: LeaseToken | None = None
+    def write_round(
+        self,
+        round_: Round,
+        items: Sequence[PutItem],
+        updates: Sequence[ReaderUpdateLike],
+        metadata: dict[str, str] | None = None,
     ) -> None:
-        """Writes ``items`` into the open generation, fenced by ``lease`` (the round's, if any)."""
+        """Runs ``round_``: ``items`` into its generation, committed with ``updates`` and ``metadata`` (a
+        failure aborts it and re-raises)."""
         ...
 
     def close(self) -> None: ...
@@ -47,12 +54,24 @@ class _CollectionSinkBase:
         if not collection.manual:
             raise InvalidRequest(f"collection {self.name!r} is not manual; ingestion needs a manual one")
 
-    def put_many(
-        self, items: Sequence[PutItem], generation_id: bytes, lease: LeaseToken | None = None
+    def write_round(
+        self,
+        round_: Round,
+        items: Sequence[PutItem],
+        updates: Sequence[ReaderUpdateLike],
+        metadata: dict[str, str] | None = None,
     ) -> None:
         step = self.put_chunk_records
-        for start in range(0, len(items), step):
-            self.collection.put_many(items[start : start + step], generation_id=generation_id, lease=lease)
+        if len(items) <= step:  # the common window: one call (one transaction on the engine)
+            round_.write(items, updates, metadata)
+            return
+
+        def write(generation_id: bytes) -> None:
+            for start in range(0, len(items), step):
+                chunk = items[start : start + step]
+                self.collection.put_many(chunk, generation_id=generation_id, lease=round_.lease)
+
+        round_.run(updates, write, metadata)
 
     def close(self) -> None:
         if self._closer is not None:

@@ -9,6 +9,7 @@ state and the readers. Known engine deviations are documented where the model fo
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 import tempfile
@@ -303,6 +304,44 @@ class StoreMachine(RuleBasedStateMachine):
             if items:
                 self.put(name, [(k, v, False) for k, v in items], "next", b"", False, None, False)
             self.commit(name, None, [])
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        gen=st.sampled_from(GENS),
+        abort=st.booleans(),
+        succ=st.booleans(),
+        items=st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)), max_size=4),
+        updates=st.lists(reader_update, max_size=2),
+        metadata=st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=1)),
+    )
+    def write_generation(self, name, gen, abort, succ, items, updates, metadata) -> None:
+        """start + put_many + commit in one call: their outcome, or (any of them failing) no change."""
+        c = self.c(name)
+        if name == NON_MANUAL:
+            with self.expect(NotManual):
+                c.write_generation(gen, items)
+            return
+        m = self.model[name]
+        saved = copy.deepcopy(m, {id(m.clock): m.clock})
+        if succ:
+            above = [g for g in GENS if g > max(m.current, m.next or b"")]
+            gen = above[0] if above else gen
+        error: type[DiffstoreError] | None = None
+        if gen <= m.current or (m.next not in (None, gen) and not (abort and gen > m.next)):  # type: ignore[operator]
+            error = OutdatedGeneration
+        else:
+            if m.next not in (None, gen):
+                m.drop_open()
+            m.next = gen
+            m.records.setdefault(gen, {}).update(dict(items))
+            error = self._updates_error(m, updates)
+            if error is None:
+                m.committed(metadata)
+                m.next = None
+        if error is not None:
+            self.model[name] = saved
+        with self.expect(error):
+            c.write_generation(gen, items, updates, abort_outdated=abort, metadata=metadata)
 
     @rule(name=st.sampled_from(NAMES), gen=st.one_of(st.none(), st.sampled_from(GENS)))
     def abort(self, name: str, gen: bytes | None) -> None:
