@@ -176,8 +176,8 @@ class Collection:
         :meth:`commit_generation` with ``update_readers`` and ``metadata``, in one storage transaction.
 
         The outcome is that of the three calls in a row, except that a failure of any of them changes
-        nothing (no generation is left open); and it costs one durable commit where they cost three (a
-        window of 1,000 scattered keys on 1M: about two thirds of the time, see benchmarks/engine.py).
+        nothing (no generation is left open); and it costs one durable commit where they cost three (1,000
+        scattered keys on 1M keys: 0-15% less time, see benchmarks/engine.py; the page writes dominate).
 
         Raises:
             what the three calls raise; nothing changes.
