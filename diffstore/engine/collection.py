@@ -177,7 +177,7 @@ class Collection:
 
         The outcome is that of the three calls in a row, except that a failure of any of them changes
         nothing (no generation is left open); and it costs one durable commit where they cost three (1,000
-        scattered keys on 1M keys: 0-15% less time, see benchmarks/engine.py; the page writes dominate).
+        scattered keys on 1M keys: 13-20% less time, see benchmarks/engine.py; the page writes dominate).
 
         Raises:
             what the three calls raise; nothing changes.
