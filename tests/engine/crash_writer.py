@@ -1,12 +1,13 @@
 """The writer of the crash test: commits generations of a manual collection in a loop until killed.
 
-Usage: python crash_writer.py STORE_DIR
+Usage: python crash_writer.py STORE_DIR [nosync] [one-call]
 
 Generation n (id: n as 8 bytes big-endian) has content derived from n only (``generation_items``),
 written in two put_many calls, then committed together with the readers ``progress`` := n (an
 ``hstream://`` target, so GC ignores it) and ``trail`` := n - TRAIL (targets the collection itself, so
 background GC runs behind it while the writer writes and gets killed). After each commit it
 prints ``committed n``. On start it resumes: an open (uncommitted) generation left by a crash is aborted.
+With ``one-call``, odd generations are written by one ``write_generation`` (one transaction) instead.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def expected_states(upto: int) -> list[dict[bytes, bytes]]:
     return states
 
 
-def main(path: str, sync: bool) -> None:
+def main(path: str, sync: bool, one_call: bool = False) -> None:
     from diffstore import Store, StoreConfig
     from diffstore.errors import CollectionExists
 
@@ -70,12 +71,16 @@ def main(path: str, sync: bool) -> None:
         n += 1
         g = gen_id(n)
         first, second = generation_items(n)
-        coll.start_generation(g)
-        coll.put_many(first, generation_id=g)
-        coll.put_many(second, generation_id=g)
-        coll.commit_generation(g, update_readers=[("progress", g), ("trail", gen_id(max(0, n - TRAIL)))])
+        updates = [("progress", g), ("trail", gen_id(max(0, n - TRAIL)))]
+        if one_call and n % 2:
+            coll.write_generation(g, first + second, updates)
+        else:
+            coll.start_generation(g)
+            coll.put_many(first, generation_id=g)
+            coll.put_many(second, generation_id=g)
+            coll.commit_generation(g, update_readers=updates)
         print(f"committed {n}", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sync=sys.argv[2:] != ["nosync"])
+    main(sys.argv[1], sync="nosync" not in sys.argv[2:], one_call="one-call" in sys.argv[2:])
