@@ -118,10 +118,21 @@ class Collection:
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
-            opened_holds = self._opened_holds(scope.txn, meta)
-            writes.start_generation(
-                scope.txn, self._store.tables, meta, generation_id, abort_outdated, lease, opened_holds
-            )
+            self._start_in(scope, meta, generation_id, abort_outdated, lease)
+
+    def _start_in(
+        self,
+        scope: WriteScope,
+        meta: CollectionMeta,
+        generation_id: bytes,
+        abort_outdated: bool,
+        lease: LeaseToken | None,
+    ) -> CollectionMeta:
+        """start_generation's work in ``scope`` (``lease`` already fenced); the new meta."""
+        opened_holds = self._opened_holds(scope.txn, meta)
+        return writes.start_generation(
+            scope.txn, self._store.tables, meta, generation_id, abort_outdated, lease, opened_holds
+        )
 
     def _opened_holds(self, txn: lmdb.Transaction, meta: CollectionMeta) -> bool:
         """Whether the open generation's lease (if any) still holds: once it does not, its owner is fenced
@@ -151,16 +162,34 @@ class Collection:
             LeaseLost: ``lease`` (a fencing token) no longer holds its lease, or is not the one the
                 generation was started under (None included); nothing changes.
         """
-        updates = [u if isinstance(u, ReaderUpdate) else ReaderUpdate(u[0], u[1]) for u in update_readers]
+        updates = _reader_updates(update_readers)
         stored = history.validate_metadata(metadata)
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
-            tables = self._store.tables
-            meta = writes.commit_generation(
-                scope.txn, tables, meta, generation_id, updates, lease, self._store.config.now_ms(), stored
-            )
-            scope.commits.append((self.name, meta.generation))
+            self._commit_in(scope, meta, generation_id, updates, lease, stored)
+
+    def _commit_in(
+        self,
+        scope: WriteScope,
+        meta: CollectionMeta,
+        generation_id: bytes,
+        updates: list[ReaderUpdate],
+        lease: LeaseToken | None,
+        metadata: dict[str, str] | None,
+    ) -> None:
+        """commit_generation's work in ``scope`` (``lease`` fenced, ``metadata`` validated)."""
+        meta = writes.commit_generation(
+            scope.txn,
+            self._store.tables,
+            meta,
+            generation_id,
+            updates,
+            lease,
+            self._store.config.now_ms(),
+            metadata,
+        )
+        scope.commits.append((self.name, meta.generation))
 
     def write_generation(
         self,
@@ -182,38 +211,14 @@ class Collection:
         Raises:
             what the three calls raise; nothing changes.
         """
-        updates = [u if isinstance(u, ReaderUpdate) else ReaderUpdate(u[0], u[1]) for u in update_readers]
+        updates = _reader_updates(update_readers)
         stored = history.validate_metadata(metadata)
-        config = self._store.config
         with self._store.write() as scope:
-            txn, tables = scope.txn, self._store.tables
-            meta = load_meta(txn, tables, self.name)
-            self._fence(txn, meta, lease)
-            opened_holds = self._opened_holds(txn, meta)
-            meta = writes.start_generation(
-                txn, tables, meta, generation_id, abort_outdated, lease, opened_holds
-            )
-            meta, result, _ = writes.put_many(
-                txn,
-                tables,
-                meta,
-                items,
-                generation_id=generation_id,
-                phantom_id=None,
-                if_not_present=False,
-                skip_unchanged=False,
-                producer_id=None,
-                seq_no=None,
-                max_generation_records=config.max_generation_records,
-                lease=lease,
-                now_ms=config.now_ms(),
-            )
-            meta = writes.commit_generation(
-                txn, tables, meta, generation_id, updates, lease, config.now_ms(), stored
-            )
-            scope.commits.append((self.name, meta.generation))
-            if result.records:
-                scope.records_written[self.name] = scope.records_written.get(self.name, 0) + result.records
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            self._fence(scope.txn, meta, lease)
+            meta = self._start_in(scope, meta, generation_id, abort_outdated, lease)
+            meta, result = self._put_in(scope, meta, items, generation_id=generation_id, lease=lease)
+            self._commit_in(scope, meta, generation_id, updates, lease, stored)
         return result
 
     def abort_generation(self, generation_id: bytes, lease: LeaseToken | None = None) -> None:
@@ -253,13 +258,11 @@ class Collection:
                 the lease the generation was started under -- a write without one into a generation
                 started with one included; nothing is written.
         """
-        config = self._store.config
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
-            new_meta, result, first_write = writes.put_many(
-                scope.txn,
-                self._store.tables,
+            _, result = self._put_in(
+                scope,
                 meta,
                 items,
                 generation_id=generation_id,
@@ -268,12 +271,43 @@ class Collection:
                 skip_unchanged=skip_unchanged,
                 producer_id=producer_id,
                 seq_no=seq_no,
-                max_generation_records=config.max_generation_records,
                 lease=lease,
-                now_ms=config.now_ms(),
             )
-            self._count_writes(scope, meta, new_meta, result, first_write)
         return result
+
+    def _put_in(
+        self,
+        scope: WriteScope,
+        meta: CollectionMeta,
+        items: Iterable[PutItem],
+        *,
+        generation_id: bytes | None,
+        phantom_id: bytes | None = None,
+        if_not_present: bool = False,
+        skip_unchanged: bool = False,
+        producer_id: str | None = None,
+        seq_no: int | None = None,
+        lease: LeaseToken | None,
+    ) -> tuple[CollectionMeta, PutResult]:
+        """put_many's work in ``scope`` (``lease`` already fenced), counted for what runs after it."""
+        config = self._store.config
+        new_meta, result, first_write = writes.put_many(
+            scope.txn,
+            self._store.tables,
+            meta,
+            items,
+            generation_id=generation_id,
+            phantom_id=phantom_id,
+            if_not_present=if_not_present,
+            skip_unchanged=skip_unchanged,
+            producer_id=producer_id,
+            seq_no=seq_no,
+            max_generation_records=config.max_generation_records,
+            lease=lease,
+            now_ms=config.now_ms(),
+        )
+        self._count_writes(scope, meta, new_meta, result, first_write)
+        return new_meta, result
 
     def _count_writes(
         self,
@@ -778,3 +812,8 @@ class Collection:
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
             return producers.last_seq_no(txn, self._store.tables, meta, producer_id)
+
+
+def _reader_updates(update_readers: Iterable[ReaderUpdateLike]) -> list[ReaderUpdate]:
+    """Reader updates as given (``ReaderUpdate``s or ``(name, generation)`` pairs), as ``ReaderUpdate``s."""
+    return [u if isinstance(u, ReaderUpdate) else ReaderUpdate(u[0], u[1]) for u in update_readers]
