@@ -29,11 +29,12 @@ from diffstore.engine.readers import gc_minimum
 from diffstore.engine.tables import Tables, load_meta, resolve_seq, save_meta
 from diffstore.errors import NoSuchCollection
 
+# every table whose keys begin with the collection's cid prefix; ``records`` keys begin with its records
+# prefix (layout.records_prefix)
 _ALL_TABLES_WITH_CID = (
     "gens",
     "commits",
     "gen_ids",
-    "records",
     "changes",
     "change_chunks",
     "phantoms",
@@ -215,22 +216,23 @@ def _collect_run(
     # the forms leave the runs of the generations whose versions go, one pass per run (a chunk is
     # rewritten once for all the forms it loses)
     gone: dict[int, list[bytes]] = {}
+    records_prefix, above_horizon = meta.records_prefix, layout.record_seq(horizon_seq + 1)
     for form in forms:
-        head = prefix + form
-        if records.set_range(head + layout.u64(horizon_seq + 1)):
+        head = layout.record_head(records_prefix, form)
+        if records.set_range(head + above_horizon):
             found = records.prev()
         else:
             found = records.last()
-        if not found or not records.key().startswith(head) or len(records.key()) != len(head) + 8:
+        if not found or not records.key().startswith(head):  # heads are prefix-free: a version of K
             continue
         stale: list[int] = []
         while records.prev():
             key = records.key()
-            if len(key) != len(head) + 8 or not key.startswith(head):
+            if not key.startswith(head):
                 break
-            stale.append(layout.read_u64(key[-8:]))
+            stale.append(layout.read_record_seq(key[len(head) :]))
         for old in stale:
-            txn.delete(layout.record_key(prefix, form, old), db=tables.records)
+            txn.delete(layout.record_key(records_prefix, form, old), db=tables.records)
             gone.setdefault(old, []).append(form)
         removed += len(stale)
     for old, forms_gone in gone.items():
@@ -266,8 +268,12 @@ def _purge_dropped(store: StoreAccess) -> bool:
     with store.write() as scope:
         prefix = dropped[0]
         remaining = store.config.gc_batch
-        for table_name in _ALL_TABLES_WITH_CID:
-            remaining -= _delete_prefix(scope.txn, getattr(tables, table_name), prefix, remaining)
+        records_prefix = layout.records_prefix(layout.cid_of_key(prefix))
+        for db, table_prefix in (
+            (tables.records, records_prefix),
+            *((getattr(tables, table_name), prefix) for table_name in _ALL_TABLES_WITH_CID),
+        ):
+            remaining -= _delete_prefix(scope.txn, db, table_prefix, remaining)
             if remaining <= 0:
                 return True
         scope.txn.delete(prefix, db=tables.dropped)

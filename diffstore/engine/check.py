@@ -155,7 +155,9 @@ class _Checker:
         if len(key) < 4:
             self.bad(table, f"row {key.hex()} is too short to name a collection")
             return None
-        cid = layout.cid_of_key(key)
+        return self._owner_of(table, key, layout.cid_of_key(key))
+
+    def _owner_of(self, table: str, key: bytes, cid: int) -> _Collection | None:
         found = self.live.get(cid)
         if found is None and cid not in self.dropped:
             self.bad(
@@ -297,14 +299,15 @@ class _Checker:
 
     def _records(self) -> None:
         for key, raw in self._rows("records"):
-            owner = self._owner("records", key)
+            parsed = layout.parse_record_key(key)
+            if parsed is None:
+                self.bad("records", f"row {key.hex()} is too short to be a record's")
+                continue
+            cid, form, seq = parsed
+            owner = self._owner_of("records", key, cid)
             if owner is None:
                 continue
             meta = owner.meta
-            if len(key) < 4 + 2 + 8:
-                self.bad("records", f"{meta.name!r}: row {key.hex()} is too short")
-                continue
-            form, seq = layout.split_record_key(key)
             if seq not in owner.gens:
                 self.bad(
                     "records",
@@ -332,7 +335,8 @@ class _Checker:
                 continue
             meta = owner.meta
             seq, form = layout.split_change_key(key)
-            if self.txn.get(layout.record_key(meta.cid_prefix, form, seq), db=self.tables.records) is None:
+            record = layout.record_key(meta.records_prefix, form, seq)
+            if self.txn.get(record, db=self.tables.records) is None:
                 self.bad("changes", f"{meta.name!r}: index row {_key_text(form)} #{seq} has no record")
             if seq == meta.next_seq:
                 owner.open_changes += 1
@@ -363,7 +367,7 @@ class _Checker:
             previous = (run, forms[-1])
             for form in forms:
                 if (
-                    self.txn.get(layout.record_key(meta.cid_prefix, form, seq), db=self.tables.records)
+                    self.txn.get(layout.record_key(meta.records_prefix, form, seq), db=self.tables.records)
                     is None
                 ):
                     self.bad(

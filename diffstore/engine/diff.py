@@ -253,19 +253,25 @@ def iter_diff(
         seqs = run_seqs(txn, tables, meta, span)
         if not seqs:
             return
-        prefix = meta.cid_prefix
+        prefix, records_prefix = meta.cid_prefix, meta.records_prefix
         lower = lower_form(after_key if after_key is not None else from_key)
         upper = upper_form(to_key)
         records = txn.cursor(db=tables.records)
-        to_bound = layout.u64(span.to_seq + 1)  # versions below it are at or below ``to``
-        from_seq = layout.u64(span.from_seq) if span.from_seq >= 0 else b""  # b"": none is at or below
+        to_bound = layout.record_seq(span.to_seq + 1)  # versions below it are at or below ``to``
+        # b"": no version is at or below it
+        from_seq = layout.record_seq(span.from_seq) if span.from_seq >= 0 else b""
         bounds = (from_key, to_key, after_key)
         if include_intermediate:
             forms = changed_forms(txn, tables, prefix, seqs, lower, upper)
-            yield from _keyed_items(records, prefix, forms, to_bound, from_seq, bounds, True, None)
+            yield from _keyed_items(records, records_prefix, forms, to_bound, from_seq, bounds, True, None)
             return
         bounded = from_key is not None or to_key is not None or after_key is not None
-        stop = prefix + upper if upper is not None else (layout.next_prefix(prefix) or _ABOVE_EVERY_KEY)
+        stop = (
+            layout.record_head(records_prefix, upper)
+            if upper is not None
+            else (layout.next_prefix(records_prefix) or _ABOVE_EVERY_KEY)
+        )
+        form_at, head_of = len(records_prefix), layout.record_head_of
         new = tuple.__new__
         scan_type = layout.ACCEL.DiffScan if layout.ACCEL is not None else None
         start: bytes | None = lower
@@ -273,7 +279,7 @@ def iter_diff(
             # The scan. Per version, byte comparisons only (a record key is head | seq, so "seq <= from"
             # is "key <= head | from"); per changed key, a few slices and one tuple. The hottest loop of
             # a diff: keep it inline (no helper calls, no generator in between).
-            if not records.set_range(prefix + start):
+            if not records.set_range(layout.record_head(records_prefix, start)):
                 return
             handed: bytes | None = None
             if scan_type is not None:
@@ -295,15 +301,15 @@ def iter_diff(
                 if handed is None:
                     return
             else:
-                head = head_from = head_to = b""
+                head, head_from, head_to = _ABOVE_EVERY_KEY, b"", b""  # no key begins with that head
                 # A version at or below ``from`` sets both ends, one in (from, to] only ``to_raw``: the key
                 # was written in the range exactly when ``to_raw is not from_raw`` (stored values are fresh
                 # objects; a tombstone is the b"" singleton, equal to "absent", so it is rightly never a
                 # change from it).
                 from_raw = to_raw = b""
-                idle = -1  # the first head (b"") is not a key
+                idle = -1  # the first head is not a key
                 for record_key, raw in records.iternext():
-                    # Forms are prefix-free, so every key of a later head is above head | anything: below
+                    # Heads are prefix-free, so every key of a later head is above head | anything: below
                     # head_to is a version of this head at or below ``to``.
                     if record_key < head_to:
                         if record_key <= head_from:
@@ -311,16 +317,15 @@ def iter_diff(
                         else:
                             to_raw = raw
                         continue
-                    following = record_key[:-8]
-                    if following == head:
+                    if record_key.startswith(head):
                         continue  # a version above ``to``
                     if to_raw is not from_raw:
                         idle = 0
                         if to_raw != from_raw:
                             if to_raw >= _LONG_TAG:  # a long key: its group is sorted the keyed way
-                                handed = head[4:]
+                                handed = head[form_at:]
                                 break
-                            key = head[4:-2].replace(b"\x00\xff", b"\x00")
+                            key = head[form_at:-2].replace(b"\x00\xff", b"\x00")
                             if not bounded or not _outside(key, bounds):
                                 yield new(
                                     DiffItem,
@@ -334,11 +339,11 @@ def iter_diff(
                     else:
                         idle += 1
                         if idle > _IDLE_LIMIT:  # sparse here: seeking the changed keys costs less
-                            handed = record_key[4:-8]
+                            handed = layout.record_form(record_key)
                             break
                     if record_key >= stop:
                         return
-                    head = following
+                    head = head_of(record_key)
                     head_from, head_to = head + from_seq, head + to_bound
                     if record_key < head_to:
                         if record_key <= head_from:
@@ -351,9 +356,9 @@ def iter_diff(
                     if to_raw is from_raw or to_raw == from_raw:
                         return
                     if to_raw >= _LONG_TAG:
-                        handed = head[4:]
+                        handed = head[form_at:]
                     else:
-                        key = head[4:-2].replace(b"\x00\xff", b"\x00")
+                        key = head[form_at:-2].replace(b"\x00\xff", b"\x00")
                         if not bounded or not _outside(key, bounds):
                             yield new(
                                 DiffItem,
@@ -363,7 +368,7 @@ def iter_diff(
             assert handed is not None
             forms = changed_forms(txn, tables, prefix, seqs, handed, upper)
             start = yield from _keyed_items(
-                records, prefix, forms, to_bound, from_seq, bounds, False, _KEYED_STRETCH
+                records, records_prefix, forms, to_bound, from_seq, bounds, False, _KEYED_STRETCH
             )
 
 
@@ -396,7 +401,8 @@ def _keyed_items(
     include_intermediate: bool,
     stretch: int | None,
 ) -> Generator[DiffItem, None, bytes | None]:
-    """Changed keys named by ``forms``, a seek into ``records`` per key that the cursor is not already at.
+    """Changed keys named by ``forms``, a seek into ``records`` per key that the cursor is not already at
+    (``prefix``: the collection's records prefix).
 
     Stops after ``stretch`` keys (None: at the end) outside a long-key group and returns the next form,
     not yet handled (None: the forms are done or ``to_key`` is reached).
@@ -424,14 +430,15 @@ def _keyed_items(
             if left <= 0 and not group:
                 return form
             left -= 1
-        head = prefix + form
-        if current is None or (current[:-8] != head and current < head):
+        head = prefix + form  # layout.record_head, inlined: this runs once per changed key
+        if current is None or (not current.startswith(head) and current < head):
             current, current_value = item() if set_range(head) else (None, b"")
         to_raw: bytes | None = None
         from_raw = b""
         between: list[bytes | None] | None = None
-        while current is not None and current[:-8] == head:
-            seq = current[-8:]
+        at = len(head)
+        while current is not None and current.startswith(head):
+            seq = current[at:]
             if seq <= from_seq:
                 from_raw = current_value
             elif seq < to_bound:

@@ -250,10 +250,45 @@ def key_of(form: bytes, raw_value: bytes) -> bytes:
 
 
 # --- records: cid | K | seq ------------------------------------------------------------------
+#
+# A records key is a *head* (the collection's records prefix, then K) and an encoded seq. Code outside
+# this module builds and reads them with the functions below and two facts that any layout of them keeps:
+# heads are prefix-free (no head begins another, as no K begins another), so a records key begins with a
+# head exactly when it is a version of that head's key, and what follows the head is the encoded seq; and
+# encoded seqs sort as the seqs do, so versions are compared without decoding them.
 
 
-def record_key(cid_prefix: bytes, form: bytes, seq: int) -> bytes:
-    return cid_prefix + form + _U64.pack(seq)
+def records_prefix(cid: int) -> bytes:
+    """What every records key of collection ``cid`` begins with."""
+    return _U32.pack(cid)
+
+
+def record_head(prefix: bytes, form: bytes) -> bytes:
+    """The head of K's versions in the collection whose records ``prefix`` is."""
+    return prefix + form
+
+
+def record_seq(seq: int) -> bytes:
+    """The encoded ``seq`` that follows a head."""
+    return _U64.pack(seq)
+
+
+def read_record_seq(encoded: bytes) -> int:
+    return int(_U64.unpack(encoded)[0])
+
+
+def record_key(prefix: bytes, form: bytes, seq: int) -> bytes:
+    return prefix + form + record_seq(seq)
+
+
+def record_head_of(raw: bytes) -> bytes:
+    """The head of a records key: the key without its encoded seq."""
+    return raw[:-8]
+
+
+def record_form(raw: bytes) -> bytes:
+    """K of a records key."""
+    return raw[4:-8]
 
 
 def split_record_key(raw: bytes) -> tuple[bytes, int]:
@@ -261,11 +296,18 @@ def split_record_key(raw: bytes) -> tuple[bytes, int]:
     return raw[4:-8], int(_U64.unpack(raw[-8:])[0])
 
 
+def parse_record_key(raw: bytes) -> tuple[int, bytes, int] | None:
+    """(cid, K, seq) of a records-table key; None when it is too short to be one (K is at least 2 bytes)."""
+    if len(raw) < 4 + 2 + 8:
+        return None
+    return int(_U32.unpack(raw[:4])[0]), raw[4:-8], int(_U64.unpack(raw[-8:])[0])
+
+
 def short_rows(
-    cid_prefix: bytes, seq: int, latest: dict[bytes, bytes | None], tombstones: bool | None = None
+    cid: int, seq: int, latest: dict[bytes, bytes | None], tombstones: bool | None = None
 ) -> tuple[list[bytes], Callable[[], Iterable[bytes]], list[bytes]]:
     """Keys of ``records``, their stored values (each call: a new pass over them), and keys of ``changes``
-    for short keys written in ``seq``.
+    for short keys written in collection ``cid``'s generation ``seq``.
 
     The bulk path of writes: key_form and encode_value inlined, keys built by comprehensions (measured
     faster here than chains of two-argument maps), and lists of bytes rather than of (key, value)
@@ -273,8 +315,8 @@ def short_rows(
     the caller knows (None: look).
     """
     # one %-format per key instead of two concatenations (the fixed parts escaped for %)
-    record_format = _percent(cid_prefix) + b"%s" + _percent(_SHORT_END + _U64.pack(seq))
-    change_format = _percent(change_prefix(cid_prefix, seq)) + b"%s" + _SHORT_END
+    record_format = _percent(records_prefix(cid)) + b"%s" + _percent(_SHORT_END + record_seq(seq))
+    change_format = _percent(change_prefix(cid_bytes(cid), seq)) + b"%s" + _SHORT_END
     escaped = (
         [key.replace(b"\x00", b"\x00\xff") for key in latest]
         if b"\x00" in b"".join(latest)  # one scan of the batch, not one call per key
@@ -294,7 +336,7 @@ def short_rows(
     return record_keys, stored, [change_format % key for key in escaped]
 
 
-def sorted_short_rows(cid_prefix: bytes, seq: int, items: object) -> _accel.SortedRows | None:
+def sorted_short_rows(cid: int, seq: int, items: object) -> _accel.SortedRows | None:
     """The rows of ``records`` and of ``changes`` for ``items`` written in ``seq``, when the compiled
     accelerator is there and the items are a list of ``(key, value)`` tuples whose short keys strictly
     ascend (a bulk load of sorted keys: no key repeats, no lookup to make); else None.
@@ -306,7 +348,9 @@ def sorted_short_rows(cid_prefix: bytes, seq: int, items: object) -> _accel.Sort
     accel = ACCEL
     if accel is None:
         return None
-    return accel.sorted_short_rows(items, cid_prefix, _U64.pack(seq), change_prefix(cid_prefix, seq))
+    return accel.sorted_short_rows(
+        items, records_prefix(cid), record_seq(seq), change_prefix(cid_bytes(cid), seq)
+    )
 
 
 def _percent(raw: bytes) -> bytes:

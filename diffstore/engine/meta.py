@@ -45,6 +45,11 @@ class CollectionMeta:
     def cid_prefix(self) -> bytes:
         return layout.cid_bytes(self.cid)
 
+    @property
+    def records_prefix(self) -> bytes:
+        """What every key of the collection's records begins with (``layout.records_prefix``)."""
+        return layout.records_prefix(self.cid)
+
     def with_(self, **changes: Any) -> CollectionMeta:
         if changes.get("next_count") == 0 and "next_keys" not in changes:
             # no writes in the open generation (a new one, or one emptied): no keys either

@@ -125,7 +125,7 @@ def _changes(
             continue
         if to_key is not None and key >= to_key:
             continue  # a long key of the group that straddles to_key (forms sort like keys elsewhere)
-        base = base_version(records, point.meta.cid_prefix, form, point.seq)
+        base = base_version(records, point.meta.records_prefix, form, point.seq)
         if base is not None and phantom_generation < generation_of_seq(txn, tables, point.meta, base[0]):
             continue  # a newer base record hides the phantom's
         before = None if base is None else layout.decode_value(base[1])

@@ -135,12 +135,12 @@ def _get_many_base(
     records cursor for every key (a cursor per key and the layers of calls were most of a key's cost)."""
     found: list[Record | None] = []
     cursor = txn.cursor(db=tables.records)
-    prefix = point.meta.cid_prefix
-    above = layout.u64(point.seq + 1) if point.seq >= 0 else b""
-    key_form, max_length, read_u64, named = (
+    prefix = point.meta.records_prefix
+    above = layout.record_seq(point.seq + 1) if point.seq >= 0 else b""
+    key_form, max_length, read_seq, named = (
         layout.key_form,
         layout.MAX_KEY_LENGTH,
-        layout.read_u64,
+        layout.read_record_seq,
         names.known,
     )
     for key in keys:
@@ -149,19 +149,19 @@ def _get_many_base(
         if not above:  # nothing committed at the read point
             found.append(None)
             continue
-        head = prefix + key_form(key)
+        head = prefix + key_form(key)  # layout.record_head, inlined
         if not (cursor.prev() if cursor.set_range(head + above) else cursor.last()):
             found.append(None)
             continue
         record_key, raw = cursor.item()
-        if len(record_key) != len(head) + 8 or not record_key.startswith(head):
+        if not record_key.startswith(head):  # heads are prefix-free: not a version of this key
             found.append(None)
             continue
         value = raw[1:] if raw[:1] == b"\x01" else layout.decode_value(raw)
         if value is None:
             found.append(None)
             continue
-        gen = read_u64(record_key[-8:])
+        gen = read_seq(record_key[len(head) :])
         name = named.get(gen)
         found.append(_new_record((key, value, name if name is not None else names(gen))))
     return found

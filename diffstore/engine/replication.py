@@ -344,7 +344,7 @@ def generation_records(
     found: list[tuple[bytes, bytes | None]] = []
     next_key: bytes | None = None
     for form in changes.forms(txn, tables, meta.cid_prefix, seq, lower):
-        raw = txn.get(layout.record_key(meta.cid_prefix, form, seq), db=tables.records)
+        raw = txn.get(layout.record_key(meta.records_prefix, form, seq), db=tables.records)
         if raw is None:  # cannot happen above the floor; a row without its record is skipped
             continue
         key = layout.key_of(form, raw)

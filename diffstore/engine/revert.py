@@ -55,12 +55,11 @@ def items(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, to_seq: i
     form order (``None``: absent at ``to_seq``, a tombstone to write)."""
     assert meta.next is not None and meta.next_seq is not None
     span = DiffRange(b"", to_seq, meta.next, meta.next_seq)
-    prefix = meta.cid_prefix
-    records = txn.cursor(db=tables.records)
+    records, records_prefix = txn.cursor(db=tables.records), meta.records_prefix
     found: list[RevertItem] = []
-    for form in changed_forms(txn, tables, prefix, run_seqs(txn, tables, meta, span), b"", None):
-        then = base_version(records, prefix, form, to_seq)
-        now = base_version(records, prefix, form, meta.next_seq)
+    for form in changed_forms(txn, tables, meta.cid_prefix, run_seqs(txn, tables, meta, span), b"", None):
+        then = base_version(records, records_prefix, form, to_seq)
+        now = base_version(records, records_prefix, form, meta.next_seq)
         value = None if then is None else layout.decode_value(then[1])
         if value != (None if now is None else layout.decode_value(now[1])):
             raw = then[1] if then is not None else now[1]  # type: ignore[index]  # they differ: one exists

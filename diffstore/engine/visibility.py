@@ -63,28 +63,28 @@ def phantom_version(entries: list[list[bytes]], generation_id: bytes) -> tuple[b
 
 
 def base_version(cursor: lmdb.Cursor, prefix: bytes, form: bytes, seq: int) -> tuple[int, bytes] | None:
-    """(seq, stored value) of the newest base record of ``form`` at or below ``seq``."""
+    """(seq, stored value) of the newest base record of ``form`` at or below ``seq`` (``prefix``: the
+    collection's records prefix)."""
     if seq < 0:
         return None
-    head = prefix + form
-    if cursor.set_range(head + layout.u64(seq + 1)):
+    head = layout.record_head(prefix, form)
+    if cursor.set_range(head + layout.record_seq(seq + 1)):
         found = cursor.prev()
     else:
         found = cursor.last()
     if not found:
         return None
     key = cursor.key()
-    if len(key) != len(head) + 8 or not key.startswith(head):
+    if not key.startswith(head):  # heads are prefix-free: only K's versions begin with K's head
         return None
-    return layout.read_u64(key[-8:]), cursor.value()
+    return layout.read_record_seq(key[len(head) :]), cursor.value()
 
 
 def point_version(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, form: bytes) -> Version | None:
     """The visible version of one key form, tombstone included (callers decide what absent means)."""
-    prefix = point.meta.cid_prefix
-    base = base_version(txn.cursor(db=tables.records), prefix, form, point.seq)
+    base = base_version(txn.cursor(db=tables.records), point.meta.records_prefix, form, point.seq)
     if point.phantom is not None:
-        raw = txn.get(layout.phantom_prefix(prefix, point.phantom) + form, db=tables.phantoms)
+        raw = txn.get(layout.phantom_prefix(point.meta.cid_prefix, point.phantom) + form, db=tables.phantoms)
         if raw is not None:
             found = phantom_version(msgpack.unpackb(raw), point.generation_id)
             if found is not None:
@@ -102,53 +102,55 @@ def _base_stream(
     txn: lmdb.Transaction, tables: Tables, point: ReadPoint, lower: bytes, upper: bytes | None, reverse: bool
 ) -> Iterator[Version]:
     """Visible base versions (tombstones included) of forms in [lower, upper), ascending or descending."""
-    prefix = point.meta.cid_prefix
+    prefix = point.meta.records_prefix
     seq_limit = point.seq
     if seq_limit < 0:
         return
-    start = prefix + lower
-    stop = prefix + upper if upper is not None else layout.next_prefix(prefix)
+    start = layout.record_head(prefix, lower)
+    stop = layout.record_head(prefix, upper) if upper is not None else layout.next_prefix(prefix)
     cursor = txn.cursor(db=tables.records)
+    # A key's versions follow its head (heads are prefix-free: a key begins with the head under the
+    # scan exactly when it is one of that head's versions); the head's form follows the prefix.
+    form_at = len(prefix)
     if not reverse:
         if not cursor.set_range(start):
             return
-        # The hottest loop of a query: seqs are compared as big-endian bytes, decoded only when yielded.
+        # The hottest loop of a query: seqs are compared encoded, decoded only when yielded.
         if stop is None:
             stop = _ABOVE_EVERY_KEY
-        limit = layout.u64(seq_limit)
-        read_u64 = layout.read_u64
-        current_form: bytes | None = None
+        limit = layout.record_seq(seq_limit)
+        read_seq, head_of = layout.read_record_seq, layout.record_head_of
+        head = _ABOVE_EVERY_KEY  # longer than any key, so no key begins with it: the first starts a head
         best_raw: bytes | None = None
         best_seq = b""
         for key, raw in cursor:
             if key >= stop:
                 break
-            form = key[4:-8]
-            if form != current_form:
+            if not key.startswith(head):
                 if best_raw is not None:
-                    yield current_form, best_raw, read_u64(best_seq)  # type: ignore[misc]
-                current_form, best_raw = form, None
-            seq = key[-8:]
+                    yield head[form_at:], best_raw, read_seq(best_seq)
+                head, best_raw = head_of(key), None
+            seq = key[len(head) :]
             if seq <= limit:
                 best_raw, best_seq = raw, seq
         if best_raw is not None:
-            yield current_form, best_raw, read_u64(best_seq)  # type: ignore[misc]
+            yield head[form_at:], best_raw, read_seq(best_seq)
         return
     if stop is not None and cursor.set_range(stop):
         found = cursor.prev()
     else:
         found = cursor.last()
-    skip_form: bytes | None = None
+    skip_head: bytes | None = None  # the head whose visible version was yielded: older ones are skipped
     while found:
         key = cursor.key()
         if key < start:
             return
-        form = key[4:-8]
-        if form != skip_form:
-            seq = layout.read_u64(key[-8:])
+        if skip_head is None or not key.startswith(skip_head):
+            head = layout.record_head_of(key)
+            seq = layout.read_record_seq(key[len(head) :])
             if seq <= seq_limit:
-                skip_form = form
-                yield form, cursor.value(), seq
+                skip_head = head
+                yield head[form_at:], cursor.value(), seq
         found = cursor.prev()
 
 
@@ -176,15 +178,19 @@ def compiled_records(
         return None
     if point.seq < 0:
         return [], None
-    prefix = point.meta.cid_prefix
+    prefix = point.meta.records_prefix
     cursor = txn.cursor(db=tables.records)
-    if not cursor.set_range(prefix + lower):
+    if not cursor.set_range(layout.record_head(prefix, lower)):
         return [], None
-    stop = prefix + upper if upper is not None else (layout.next_prefix(prefix) or _ABOVE_EVERY_KEY)
+    stop = (
+        layout.record_head(prefix, upper)
+        if upper is not None
+        else (layout.next_prefix(prefix) or _ABOVE_EVERY_KEY)
+    )
     from_key, to_key, after_key = bounds
     return accel.query_scan(
         cursor.iternext(),
-        layout.u64(point.seq),
+        layout.record_seq(point.seq),
         stop,
         from_key,
         to_key,

@@ -62,14 +62,13 @@ def drop_open_records(txn: lmdb.Transaction, tables: Tables, meta: CollectionMet
     """Deletes the records written into the open generation (and their index rows); it stays registered."""
     seq = meta.next_seq
     assert seq is not None
-    prefix = meta.cid_prefix
-    records = txn.cursor(db=tables.records)
+    records, records_prefix = txn.cursor(db=tables.records), meta.records_prefix
 
     def drop_record(form: bytes) -> None:
-        if records.set_key(layout.record_key(prefix, form, seq)):
+        if records.set_key(layout.record_key(records_prefix, form, seq)):
             records.delete()
 
-    changes.drop(txn, tables, prefix, seq, drop_record)
+    changes.drop(txn, tables, meta.cid_prefix, seq, drop_record)
 
 
 def start_generation(
@@ -316,7 +315,7 @@ def _sorted_rows(meta: CollectionMeta, items: Iterable[PutItem], plain: bool) ->
     built at C speed (``layout.sorted_short_rows``), or None: the general path takes the items."""
     if not plain or meta.next_seq is None:
         return None
-    return layout.sorted_short_rows(meta.cid_prefix, meta.next_seq, items)
+    return layout.sorted_short_rows(meta.cid, meta.next_seq, items)
 
 
 def open_target(meta: CollectionMeta, generation_id: bytes | None, lease: LeaseToken | None) -> bytes:
@@ -388,7 +387,6 @@ def put_many(
     if with_producer and not producers.admit(txn, tables, meta, producer_id, seq_no, seq):  # type: ignore[arg-type]
         return meta, PutResult(target, was_put=False, skipped=True), False
     prefix = meta.cid_prefix
-    suffix = layout.u64(seq)
     run = layout.change_prefix(prefix, seq)
     found_gen = target
     if flagged or skip_unchanged:
@@ -409,7 +407,7 @@ def put_many(
     if fast is None and latest and batch.longest <= layout.LONG_KEY_PREFIX:
         # Any other batch of short keys, sorted, takes the compiled rows too (None: not built): sorting in
         # C costs less than building the rows as lists of bytes, and the rows then ascend.
-        fast = layout.sorted_short_rows(prefix, seq, sorted(latest.items(), key=_FIRST))
+        fast = layout.sorted_short_rows(meta.cid, seq, sorted(latest.items(), key=_FIRST))
     if fast is not None:
         count = len(fast)
         _put_rows(txn.cursor(db=tables.records), fast.records, fast.first_record_key, count, True)
@@ -428,12 +426,13 @@ def put_many(
     if not latest:
         return meta, PutResult(found_gen, was_put=False), False
     if batch.longest <= layout.LONG_KEY_PREFIX:  # of the items given: ``kept`` holds no longer key
-        record_keys, stored, change_keys = layout.short_rows(prefix, seq, latest, batch.tombstones)
+        record_keys, stored, change_keys = layout.short_rows(meta.cid, seq, latest, batch.tombstones)
     else:
         record_keys, values, change_keys = [], [], []
+        records_prefix, suffix = meta.records_prefix, layout.record_seq(seq)
         for key, value in latest.items():
             form = layout.key_form(key)
-            record_keys.append(prefix + form + suffix)
+            record_keys.append(layout.record_head(records_prefix, form) + suffix)
             values.append(layout.encode_value(key, value))
             change_keys.append(run + form)
         stored = functools.partial(iter, values)

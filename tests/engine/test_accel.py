@@ -61,8 +61,7 @@ def test_sorted_rows_are_the_general_rows(
 ) -> None:
     if sort:
         items = sorted(dict(items).items())
-    prefix = layout.cid_bytes(cid)
-    got = layout.sorted_short_rows(prefix, seq, items)
+    got = layout.sorted_short_rows(cid, seq, items)
     user_keys = [key for key, _ in items]
     applies = (
         bool(items)
@@ -71,7 +70,7 @@ def test_sorted_rows_are_the_general_rows(
     )
     assert (got is not None) == applies
     if got is not None:
-        record_keys, stored, change_keys = layout.short_rows(prefix, seq, dict(items))
+        record_keys, stored, change_keys = layout.short_rows(cid, seq, dict(items))
         assert len(got) == len(items)
         records = [(bytes(key), bytes(value)) for key, value in got.records()]
         changes = [(bytes(key), bytes(value)) for key, value in got.changes()]
@@ -79,7 +78,8 @@ def test_sorted_rows_are_the_general_rows(
         assert changes == [(key, b"") for key in change_keys]
         assert (got.first_record_key, got.first_change_key) == (record_keys[0], change_keys[0])
         forms = [layout.key_form(key) for key in user_keys]
-        assert [key for key, _ in records] == [layout.record_key(prefix, form, seq) for form in forms]
+        records_prefix, prefix = layout.records_prefix(cid), layout.cid_bytes(cid)
+        assert [key for key, _ in records] == [layout.record_key(records_prefix, form, seq) for form in forms]
         assert [value for _, value in records] == [layout.encode_value(k, v) for k, v in items]
         assert [key for key, _ in changes] == [layout.change_key(prefix, seq, form) for form in forms]
         for limit in (layout.CHUNK_BYTES, 1, 40):  # one form per chunk, a few, ~100
@@ -130,8 +130,8 @@ def _chunk_rows(prefix: bytes, seq: int, forms: list[bytes], limit: int) -> list
     ],
 )
 def test_other_shapes_take_the_general_path(items: list[object]) -> None:
-    assert layout.sorted_short_rows(b"\x00\x00\x00\x01", 1, items) is None
-    assert layout.sorted_short_rows(b"\x00\x00\x00\x01", 1, tuple(items)) is None
+    assert layout.sorted_short_rows(1, 1, items) is None
+    assert layout.sorted_short_rows(1, 1, tuple(items)) is None
 
 
 def test_a_batch_of_short_keys_takes_the_compiled_rows(tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_a_batch_of_short_keys_takes_the_compiled_rows(tmp_path: Path) -> None:
         # each put asks first as given (a sorted list: no dict), then the unsorted one asks again sorted
         assert [answer is not None for answer in answers] == [True, False, True, False]
         assert [bytes(key) for key, _ in answers[2].records()] == [
-            layout.record_key(layout.cid_bytes(1), layout.key_form(key), 1) for key in (b"a", b"b")
+            layout.record_key(layout.records_prefix(1), layout.key_form(key), 1) for key in (b"a", b"b")
         ]
         coll.commit_generation(b"1")
         assert [(i.key, i.to_value) for i in coll.diff(b"", b"1")] == [

@@ -96,9 +96,8 @@ def _meta(txn: lmdb.Transaction, tables: Tables, name: str) -> tuple[bytes, int]
 
 
 def _record_of_unknown_generation(txn: lmdb.Transaction, tables: Tables) -> None:
-    prefix, _ = _meta(txn, tables, "A")
     txn.put(
-        layout.record_key(prefix, layout.key_form(b"stray"), 77),
+        layout.record_key(load_meta(txn, tables, "A").records_prefix, layout.key_form(b"stray"), 77),
         layout.encode_value(b"stray", b"v"),
         db=tables.records,
     )

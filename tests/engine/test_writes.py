@@ -199,7 +199,7 @@ def test_producer_seq_no_of_aborted_generation_can_be_retried(coll) -> None:
 
 
 def _rows_of(store: Store, name: str) -> list[tuple[bytes, bytes]]:
-    prefix = store.collection(name)._meta().cid_prefix
+    prefix = store.collection(name)._meta().records_prefix
     return [(k, v) for k, v in raw_state(store)["records"] if k.startswith(prefix)]
 
 
