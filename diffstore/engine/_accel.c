@@ -45,6 +45,39 @@
 #define LONG_KEY_PREFIX 200
 #define MAX_RECORD_KEY 511 /* LMDB's default key limit */
 
+/* A records key (layout.py, "records"): rcid | K | rseq -- the collection's records prefix (a length byte
+ * n, then the cid in n bytes), K, and the encoded seq (a length byte m, the seq in m bytes big-endian, m
+ * again: read from the key's end). The *head* is the key without its encoded seq. */
+#define MIN_RECORD_KEY 7 /* a 1-byte cid, the shortest K (00 00), a 1-byte seq */
+
+static Py_ssize_t record_prefix_length(const char *key) { return 1 + (unsigned char)key[0]; }
+
+static Py_ssize_t record_head_length(const char *key, Py_ssize_t length) {
+    return length - 2 - (unsigned char)key[length - 1];
+}
+
+/* The seq of an encoded seq. */
+static unsigned long long read_record_seq(const char *encoded) {
+    unsigned long long v = 0;
+    for (int i = 1; i <= (unsigned char)encoded[0]; i++) v = (v << 8) | (unsigned char)encoded[i];
+    return v;
+}
+
+/* Whether ``raw`` is an encoded seq (layout.record_seq). */
+static int is_encoded_seq(const char *raw, Py_ssize_t length) {
+    unsigned char m = length > 0 ? (unsigned char)raw[0] : 0;
+    return m >= 1 && m <= 8 && length == m + 2 && (unsigned char)raw[length - 1] == m;
+}
+
+/* Whether ``key`` has the shape of a records key (so the functions above stay inside it). */
+static int is_record_key(const char *key, Py_ssize_t length) {
+    if (length < MIN_RECORD_KEY || length > MAX_RECORD_KEY) return 0;
+    unsigned char seq_length = (unsigned char)key[length - 1];
+    Py_ssize_t head = length - 2 - seq_length;
+    return seq_length >= 1 && seq_length <= 8 && (unsigned char)key[0] >= 1 && (unsigned char)key[0] <= 4 &&
+           head >= record_prefix_length(key) + 2 && (unsigned char)key[head] == seq_length;
+}
+
 /* ---- helpers ------------------------------------------------------------------------------------ */
 
 /* esc(key): 00 -> 00 FF */
@@ -550,11 +583,11 @@ static int outside(DiffScan *self, const char *k, Py_ssize_t kl) {
     return before_range(k, kl, self->from_key, self->after_key) || past_range(k, kl, self->to_key);
 }
 
-/* The user key of a short key's records head (cid | K without its seq): head[4:-2] unescaped, as
+/* The user key of a short key's records head (prefix | K): K[:-2] unescaped, as
  * layout.short_key_of_form. */
 static PyObject *short_key_of_head(const char *head, Py_ssize_t head_length) {
-    const char *s = head + 4;
-    Py_ssize_t n = head_length - 6;
+    const char *s = head + record_prefix_length(head);
+    Py_ssize_t n = head_length - record_prefix_length(head) - 2;
     if (n < 0) n = 0;
     PyObject *key = PyBytes_FromStringAndSize(NULL, n);
     if (key == NULL) return NULL;
@@ -573,8 +606,8 @@ static PyObject *short_key_of_head(const char *head, Py_ssize_t head_length) {
 static int records_row(PyObject *pair, const char *who, PyObject **record_key, PyObject **raw) {
     if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
         PyBytes_CheckExact(*record_key = PyTuple_GET_ITEM(pair, 0)) &&
-        PyBytes_CheckExact(*raw = PyTuple_GET_ITEM(pair, 1)) && PyBytes_GET_SIZE(*record_key) >= 12 &&
-        PyBytes_GET_SIZE(*record_key) <= MAX_RECORD_KEY)
+        PyBytes_CheckExact(*raw = PyTuple_GET_ITEM(pair, 1)) &&
+        is_record_key(PyBytes_AS_STRING(*record_key), PyBytes_GET_SIZE(*record_key)))
         return 1;
     PyErr_Format(PyExc_ValueError, "%s: not a records row", who);
     return 0;
@@ -627,7 +660,8 @@ static PyObject *scan_step(DiffScan *self) {
             if (PyErr_Occurred()) return NULL;
             if (self->to_raw == self->from_raw || raw_equal(self->to_raw, self->from_raw)) return NULL;
             if (is_long_value(self->to_raw)) {
-                hand_over(self, self->head + 4, self->head_length - 4);
+                hand_over(self, self->head + record_prefix_length(self->head),
+                          self->head_length - record_prefix_length(self->head));
                 return NULL;
             }
             return head_item(self); /* NULL: outside the bounds, or an error */
@@ -639,7 +673,7 @@ static PyObject *scan_step(DiffScan *self) {
             return NULL;
         }
         const char *k = PyBytes_AS_STRING(record_key);
-        Py_ssize_t kl = PyBytes_GET_SIZE(record_key), fl = kl - 8;
+        Py_ssize_t kl = PyBytes_GET_SIZE(record_key), fl = record_head_length(k, kl);
         if (self->have_head) {
             const char *h = self->head;
             Py_ssize_t hl = self->head_length;
@@ -664,7 +698,8 @@ static PyObject *scan_step(DiffScan *self) {
             if (!raw_equal(self->to_raw, self->from_raw)) {
                 if (is_long_value(self->to_raw)) { /* a long key: its group is sorted the keyed way */
                     Py_DECREF(pair);
-                    hand_over(self, self->head + 4, self->head_length - 4);
+                    hand_over(self, self->head + record_prefix_length(self->head),
+                          self->head_length - record_prefix_length(self->head));
                     return NULL;
                 }
                 out = head_item(self);
@@ -675,7 +710,7 @@ static PyObject *scan_step(DiffScan *self) {
                 }
             }
         } else if (++self->idle > self->idle_limit) { /* sparse here: seeking the changed keys costs less */
-            int failed = hand_over(self, k + 4, kl - 12);
+            int failed = hand_over(self, k + record_prefix_length(k), fl - record_prefix_length(k));
             Py_DECREF(pair);
             return failed ? NULL : out;
         }
@@ -757,12 +792,6 @@ typedef struct {
     int done;
 } QueryPageState;
 
-static unsigned long long read_u64(const char *s) {
-    unsigned long long v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | (unsigned char)s[i];
-    return v;
-}
-
 /* The generation id of ``seq``: known[seq], else names(seq) (which caches it in known). */
 static PyObject *name_of(QueryPageState *st, unsigned long long seq) {
     if (st->last_name != NULL && st->last_seq == seq) return st->last_name;
@@ -790,7 +819,8 @@ static int emit_record(QueryPageState *st, const char *head, Py_ssize_t head_len
     const char *r = PyBytes_AS_STRING(raw);
     if ((unsigned char)r[0] != 1) { /* a long key: its group is sorted the Python way */
         st->done = 1;
-        st->handed = PyBytes_FromStringAndSize(head + 4, head_length - 4);
+        st->handed = PyBytes_FromStringAndSize(head + record_prefix_length(head),
+                                               head_length - record_prefix_length(head));
         return st->handed == NULL ? -1 : 0;
     }
     PyObject *key = short_key_of_head(head, head_length);
@@ -830,7 +860,8 @@ static PyObject *query_scan(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OSSOOOnOOO:query_scan", &it, &seq_limit, &stop, &from_key, &to_key, &after_key,
                           &count, &record_type, &known, &names))
         return NULL;
-    if (!PyIter_Check(it) || PyBytes_GET_SIZE(seq_limit) != 8 || !PyType_Check(record_type) ||
+    if (!PyIter_Check(it) || !is_encoded_seq(PyBytes_AS_STRING(seq_limit), PyBytes_GET_SIZE(seq_limit)) ||
+        !PyType_Check(record_type) ||
         !PyType_IsSubtype((PyTypeObject *)record_type, &PyTuple_Type) || !PyDict_CheckExact(known) ||
         !PyCallable_Check(names)) {
         PyErr_SetString(PyExc_TypeError, "query_scan: bad arguments");
@@ -846,6 +877,7 @@ static PyObject *query_scan(PyObject *module, PyObject *args) {
     QueryPageState st = {PyList_New(0), record_type, known, names, from_key, to_key, after_key, NULL, 0, NULL, 0};
     if (st.list == NULL) return NULL;
     const char *limit = PyBytes_AS_STRING(seq_limit);
+    Py_ssize_t limit_length = PyBytes_GET_SIZE(seq_limit);
     char head[MAX_RECORD_KEY + 1];
     Py_ssize_t head_length = 0;
     PyObject *best = NULL; /* the head's visible version (owned), or NULL */
@@ -862,7 +894,7 @@ static PyObject *query_scan(PyObject *module, PyObject *args) {
             goto fail;
         }
         const char *k = PyBytes_AS_STRING(record_key);
-        Py_ssize_t kl = PyBytes_GET_SIZE(record_key), fl = kl - 8;
+        Py_ssize_t kl = PyBytes_GET_SIZE(record_key), fl = record_head_length(k, kl);
         if (compare_bytes(k, kl, PyBytes_AS_STRING(stop), PyBytes_GET_SIZE(stop)) >= 0) {
             Py_DECREF(pair);
             break;
@@ -883,10 +915,11 @@ static PyObject *query_scan(PyObject *module, PyObject *args) {
             memcpy(head, k, (size_t)fl);
             head_length = fl;
         }
-        if (memcmp(k + fl, limit, 8) <= 0) { /* visible at the read point: the latest such wins */
+        /* encoded seqs sort as seqs: visible at the read point, and the latest such wins */
+        if (compare_bytes(k + fl, kl - fl, limit, limit_length) <= 0) {
             Py_INCREF(raw);
             Py_XSETREF(best, raw);
-            best_seq = read_u64(k + fl);
+            best_seq = read_record_seq(k + fl);
         }
         Py_DECREF(pair);
     }

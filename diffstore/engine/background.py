@@ -51,7 +51,7 @@ def collection_metas(txn: lmdb.Transaction, tables: Tables) -> list[CollectionMe
     return [
         CollectionMeta.unpack(raw_name.decode(), raw)
         for raw_name, raw in txn.cursor(db=tables.collections)
-        if not raw_name.startswith(b"\x00")
+        if layout.is_collection_row(raw_name)
     ]
 
 

@@ -7,6 +7,8 @@ collection's generation table and the set of live and deleted collection ids, ne
 The invariants, table by table (a ``cid`` is *live* when a ``collections`` row holds it, *dropped* when
 ``dropped`` holds it: a deleted collection whose rows the background purge has not removed yet):
 
+- the store is in the current layout version (``layout.LAYOUT_ROW``; older ones are upgraded when the store
+  is opened: ``migrate.py``), and
 - ``collections``: every row unpacks; ids are unique, below the next id, never also dropped; the
   generations are ordered (current < open; seqs within ``last_seq``); a non-manual collection always has
   an open generation, and its ids are its seqs (8 bytes big-endian); ``gc_done_seq`` and the GC horizon
@@ -52,7 +54,7 @@ from pathlib import Path
 import lmdb
 import msgpack
 
-from diffstore.engine import cursor_spill, files, layout, producers, storage
+from diffstore.engine import cursor_spill, files, layout, migrate, producers, storage
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import Tables
 from diffstore.errors import InvalidRequest, text_form
@@ -126,6 +128,15 @@ class _Checker:
         self._chunk_cache: dict[bytes, tuple[bytes, bytes, frozenset[bytes]]] = {}
 
     def run(self) -> None:
+        version = migrate.layout_version(self.txn, self.tables)
+        if version != layout.LAYOUT_VERSION:
+            # its records keys are not this layout's: checking them would report every row
+            self.bad(
+                "collections",
+                f"the store is in storage layout {version}, not {layout.LAYOUT_VERSION}: opening it"
+                " (diffstore serve, or Store.open) upgrades it; then check it",
+            )
+            return
         self._collections()
         self._dropped()
         self._generations()
@@ -174,6 +185,11 @@ class _Checker:
                 next_cid = layout.read_u64(raw) if len(raw) == 8 else None
                 if next_cid is None:
                     self.bad("collections", "the next collection id is not 8 bytes")
+                continue
+            if key == layout.LAYOUT_ROW:
+                if raw != layout.u64(layout.LAYOUT_VERSION):
+                    version = layout.LAYOUT_VERSION
+                    self.bad("collections", f"the layout version row is {raw.hex()}, not {version}")
                 continue
             try:
                 name = key.decode()

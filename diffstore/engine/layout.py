@@ -1,13 +1,24 @@
 """The storage layout: every raw LMDB key and stored value of the engine is built and parsed here.
 
 One LMDB environment holds every collection. Each collection gets a 4-byte id (``cid``, never reused)
-when it is created; every per-collection table starts its keys with it, so one write transaction can
-touch records, index, metadata and readers atomically, and a deleted collection's rows are simply
-unreachable until the background purge removes them.
+when it is created; every per-collection table starts its keys with it (``records`` with a shorter
+form of it, below), so one write transaction can touch records, index, metadata and readers
+atomically, and a deleted collection's rows are simply unreachable until the background purge removes
+them.
 
 Generations are *interned*: each generation that ever held records gets a ``seq`` (u64, increasing in
 the same order as the generation ids, because a new next generation is always greater than every
-generation before it). Records then carry 8 bytes of seq instead of up to 255 bytes of id.
+generation before it). Records then carry a few bytes of seq instead of up to 255 bytes of id.
+
+``records`` holds a row per version of every key, so its keys are kept short (a generation of keys
+spread over a big collection dirties about a branch page per key, and shorter keys make fewer of them)::
+
+    rcid  = n | cid in n bytes                  (n = 1..4, as few as the cid needs)
+    rseq  = m | seq in m bytes | m              (m = 1..8; the last byte tells where the head ends)
+
+Both sort as the numbers do and are prefix-free. Stores written with ``cid(u32) | K | seq(u64)`` record
+keys (layout version 1) are upgraded when opened (``migrate.py``); ``collections`` row ``LAYOUT_ROW``
+says the version.
 
 User keys become a *key form* ``K`` that sorts like the key and fits in an LMDB key::
 
@@ -29,7 +40,7 @@ Named tables (sub-databases)::
     commits      cid | seq(u64)                      -> msgpack [committed at ms, changed keys, metadata|None]
                                                         written by the commit of generation seq (a store
                                                         older than this row has none: time unknown)
-    records      cid | K | seq(u64)                  -> record value (below)
+    records      rcid | K | rseq                     -> record value (below)
     changes      cid | seq(u64) | K                  -> b""        keys written in a generation, one row each
     change_chunks cid | seq(u64) | K1                -> (len(u16) K)...  keys written in a generation, packed
     phantoms     cid | phantom(u64) | K              -> msgpack [[generation id, record value], ...]
@@ -155,7 +166,15 @@ TABLES = (
 )
 
 TOMBSTONE = b""
-NEXT_CID = b"\x00next_cid"  # a row of ``collections``: not a legal collection name, so never one
+# Rows of ``collections`` that are not collections: their names begin with 00, which no collection's does.
+NEXT_CID = b"\x00next_cid"  # the next collection id (u64)
+LAYOUT_ROW = b"\x00layout"  # the layout version the store is written in (u64; no row: version 1)
+LAYOUT_VERSION = 2  # 1: records keys were cid(u32) | K | seq(u64); see engine/migrate.py
+
+
+def is_collection_row(name: bytes) -> bool:
+    """Whether a row of ``collections`` is a collection's (not NEXT_CID or LAYOUT_ROW)."""
+    return not name.startswith(b"\x00")
 
 
 def cid_bytes(cid: int) -> bytes:
@@ -249,7 +268,7 @@ def key_of(form: bytes, raw_value: bytes) -> bytes:
     return short_key_of_form(form)
 
 
-# --- records: cid | K | seq ------------------------------------------------------------------
+# --- records: rcid | K | rseq --------------------------------------------------------------
 #
 # A records key is a *head* (the collection's records prefix, then K) and an encoded seq. Code outside
 # this module builds and reads them with the functions below and two facts that any layout of them keeps:
@@ -258,9 +277,16 @@ def key_of(form: bytes, raw_value: bytes) -> bytes:
 # encoded seqs sort as the seqs do, so versions are compared without decoding them.
 
 
+def _short_int(value: int) -> bytes:
+    """``value`` big-endian in as few bytes as it needs (at least one)."""
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
 def records_prefix(cid: int) -> bytes:
-    """What every records key of collection ``cid`` begins with."""
-    return _U32.pack(cid)
+    """What every records key of collection ``cid`` begins with: a length byte, then the cid in that many
+    bytes (prefix-free, and shorter than ``cid_bytes`` for all but the 2^24th collection on)."""
+    raw = _short_int(cid)
+    return bytes((len(raw),)) + raw
 
 
 def record_head(prefix: bytes, form: bytes) -> bytes:
@@ -269,12 +295,16 @@ def record_head(prefix: bytes, form: bytes) -> bytes:
 
 
 def record_seq(seq: int) -> bytes:
-    """The encoded ``seq`` that follows a head."""
-    return _U64.pack(seq)
+    """The encoded ``seq`` that follows a head: a length byte, the seq in that many bytes (big-endian, as
+    few as it needs), the length byte again (so that a key's head ends where its last byte says).
+    Encoded seqs sort as the seqs do: more bytes, a greater seq."""
+    raw = _short_int(seq)
+    length = bytes((len(raw),))
+    return length + raw + length
 
 
 def read_record_seq(encoded: bytes) -> int:
-    return int(_U64.unpack(encoded)[0])
+    return int.from_bytes(encoded[1:-1], "big")
 
 
 def record_key(prefix: bytes, form: bytes, seq: int) -> bytes:
@@ -283,24 +313,29 @@ def record_key(prefix: bytes, form: bytes, seq: int) -> bytes:
 
 def record_head_of(raw: bytes) -> bytes:
     """The head of a records key: the key without its encoded seq."""
-    return raw[:-8]
+    return raw[: -2 - raw[-1]]
 
 
 def record_form(raw: bytes) -> bytes:
     """K of a records key."""
-    return raw[4:-8]
+    return raw[1 + raw[0] : -2 - raw[-1]]
 
 
 def split_record_key(raw: bytes) -> tuple[bytes, int]:
     """(K, seq) of a records-table key."""
-    return raw[4:-8], int(_U64.unpack(raw[-8:])[0])
+    end = len(raw) - 2 - raw[-1]
+    return raw[1 + raw[0] : end], int.from_bytes(raw[end + 1 : -1], "big")
 
 
 def parse_record_key(raw: bytes) -> tuple[int, bytes, int] | None:
-    """(cid, K, seq) of a records-table key; None when it is too short to be one (K is at least 2 bytes)."""
-    if len(raw) < 4 + 2 + 8:
+    """(cid, K, seq) of a records-table key; None when it does not have the shape of one (K is at least 2
+    bytes, a seq at most 8)."""
+    if len(raw) < 7 or not 1 <= raw[0] <= 4 or not 1 <= raw[-1] <= 8:
         return None
-    return int(_U32.unpack(raw[:4])[0]), raw[4:-8], int(_U64.unpack(raw[-8:])[0])
+    start, end = 1 + raw[0], len(raw) - 2 - raw[-1]
+    if end < start + 2 or raw[end] != raw[-1]:
+        return None
+    return int.from_bytes(raw[1:start], "big"), raw[start:end], int.from_bytes(raw[end + 1 : -1], "big")
 
 
 def short_rows(

@@ -54,7 +54,7 @@ class CollectionOverview:
 def _metas(txn: lmdb.Transaction, tables: Tables) -> dict[str, CollectionMeta]:
     found: dict[str, CollectionMeta] = {}
     for raw_name, raw in txn.cursor(db=tables.collections):
-        if raw_name.startswith(b"\x00"):  # the store's own rows (the next collection id)
+        if not layout.is_collection_row(raw_name):  # the store's own rows
             continue
         name = raw_name.decode()
         found[name] = CollectionMeta.unpack(name, raw)

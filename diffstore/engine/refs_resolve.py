@@ -106,7 +106,7 @@ def _reader_position(
 def _names_of(txn: lmdb.Transaction, tables: Tables, cids: set[int]) -> list[str]:
     names = []
     for raw_name, raw in txn.cursor(db=tables.collections):
-        if raw_name != layout.NEXT_CID and CollectionMeta.unpack(raw_name.decode(), raw).cid in cids:
+        if layout.is_collection_row(raw_name) and CollectionMeta.unpack(raw_name.decode(), raw).cid in cids:
             names.append(raw_name.decode())
     return names
 

@@ -97,7 +97,7 @@ def become(txn: lmdb.Transaction, tables: Tables, primary: str, replica_id: str)
     current = state(txn, tables)
     if current.primary is None:
         cursor = txn.cursor(db=tables.collections)
-        if any(key != layout.NEXT_CID for key in cursor.iternext(values=False)):
+        if any(layout.is_collection_row(key) for key in cursor.iternext(values=False)):
             raise InvalidRequest("the data directory holds collections of its own: a replica starts empty")
         txn.put(layout.REPLICA_PRIMARY, primary.encode(), db=tables.replica)
         txn.put(layout.REPLICA_ID, replica_id.encode(), db=tables.replica)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import background, layout, replication, storage
+from diffstore.engine import background, layout, migrate, replication, storage
 from diffstore.engine.access import WriteScope
 from diffstore.engine.collection import Collection
 from diffstore.engine.cursors import CursorCodec, CursorSecret
@@ -123,6 +123,11 @@ class Store:
             raise
         try:
             self.tables = Tables.open(self.env)
+            migrate.upgrade(self.env, self.tables)
+        except StorageError:
+            self.env.close()
+            self._directory_lock.release()
+            raise
         except lmdb.Error as exc:
             self.env.close()
             self._directory_lock.release()
@@ -398,7 +403,7 @@ class Store:
         found: list[CollectionInfo] = []
         with self.read() as txn:
             for raw_name, raw in txn.cursor(db=self.tables.collections):
-                if raw_name == layout.NEXT_CID:
+                if not layout.is_collection_row(raw_name):
                     continue
                 meta = CollectionMeta.unpack(raw_name.decode(), raw)
                 found.append(CollectionInfo(meta.name, meta.manual))

@@ -414,26 +414,29 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
 def test_the_scan_refuses_what_is_not_a_records_iterator() -> None:
     accel = layout.ACCEL
     assert accel is not None
-    args = (b"\x00" * 8, b"\x00" * 8, b"\xff", None, None, None, 8, DiffItem, ())
+    args = (layout.record_seq(0), layout.record_seq(0), b"\xff", None, None, None, 8, DiffItem, ())
     with pytest.raises(ValueError, match="not a records row"):
         list(accel.DiffScan(iter([(b"short", b"")]), *args))
     with pytest.raises(ValueError, match="not a records row"):
-        list(accel.DiffScan(iter([[b"\x00" * 20, b""]]), *args))  # type: ignore[list-item]
+        list(accel.DiffScan(iter([[b"\x01" * 20, b""]]), *args))  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="not a records row"):  # its last byte is not its seq's length
+        list(accel.DiffScan(iter([(b"\x01\x01k\x00\x00\x01\x05\x02", b"")]), *args))
     with pytest.raises(TypeError):
         accel.DiffScan(iter([]), b"", b"", b"", "a str bound", None, None, 8, DiffItem, ())  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         accel.DiffScan(iter([]), b"", b"", b"", None, None, None, 8, dict, ())  # type: ignore[arg-type]
     known: dict[int, bytes] = {}
-    query = (b"\x00" * 8, b"\xff", None, None, None, 8, Record, known, known.get)
+    query = (layout.record_seq(0), b"\xff", None, None, None, 8, Record, known, known.get)
     with pytest.raises(ValueError, match="not a records row"):
         accel.query_scan(iter([(b"short", b"")]), *query)
     with pytest.raises(ValueError, match="not a records row"):
-        accel.query_scan(iter([[b"\x00" * 20, b""]]), *query)  # type: ignore[list-item]
-    with pytest.raises(TypeError):
-        accel.query_scan(iter([]), b"\x00" * 7, *query[1:])  # a seq is 8 bytes
+        accel.query_scan(iter([[b"\x01" * 20, b""]]), *query)  # type: ignore[list-item]
+    for not_a_seq in (b"\x00" * 2, b"\x00" * 8, b"\x01\x05\x02", b"\x09" + b"\x00" * 9 + b"\x09"):
+        with pytest.raises(TypeError):
+            accel.query_scan(iter([]), not_a_seq, *query[1:])  # an encoded seq: m, m bytes, m
     with pytest.raises(TypeError):
         accel.query_scan(
-            iter([]), b"\x00" * 8, b"\xff", "a str bound", None, None, 8, Record, known, known.get
+            iter([]), layout.record_seq(0), b"\xff", "a str bound", None, None, 8, Record, known, known.get
         )
     with pytest.raises(TypeError):
         accel.query_scan(iter([]), *query[:6], dict, known, known.get)  # type: ignore[arg-type]
@@ -441,21 +444,21 @@ def test_the_scan_refuses_what_is_not_a_records_iterator() -> None:
 
 # --- reference counts, reuse of rows, the scan as a Python object ---------------------------------------
 
-SCAN_ARGS = (b"\x00" * 8, b"\x00" * 7 + b"\x02", b"\xff", None, None, None, 8, DiffItem, ())
+SCAN_ARGS = (layout.record_seq(0), layout.record_seq(2), b"\xff", None, None, None, 8, DiffItem, ())
 
 
 NAMES = {2: b"g2"}
-QUERY_ARGS = (b"\x00" * 7 + b"\x02", b"\xff", None, None, None, 1000, Record, NAMES, NAMES.__getitem__)
+QUERY_ARGS = (layout.record_seq(2), b"\xff", None, None, None, 1000, Record, NAMES, NAMES.__getitem__)
 
 
 def records_rows(count: int) -> list[tuple[bytes, bytes]]:
     """A records table's rows for ``count`` short keys, each written in seq 1 and again in seq 2."""
     rows = []
     for i in range(count):
-        head = b"\x00\x00\x00\x01" + b"k%03d" % i + b"\x00\x00"
+        head = layout.record_head(layout.records_prefix(1), layout.key_form(b"k%03d" % i))
         rows += [
-            (head + (1).to_bytes(8, "big"), b"\x01old"),
-            (head + (2).to_bytes(8, "big"), b"\x01new%d" % i),
+            (head + layout.record_seq(1), b"\x01old"),
+            (head + layout.record_seq(2), b"\x01new%d" % i),
         ]
     return rows
 
@@ -464,7 +467,11 @@ def test_the_compiled_loops_leave_the_reference_counts_of_their_inputs_as_they_w
     accel = layout.ACCEL
     assert accel is not None
     items = [(b"k%04d" % i, None if i % 5 == 0 else b"v%d" % i) for i in range(500)]
-    prefix, suffix, change = b"\x00\x00\x00\x07", b"\x00" * 7 + b"\x01", b"\x00\x00\x00\x07" + b"\x00" * 8
+    prefix, suffix, change = (
+        layout.records_prefix(7),
+        layout.record_seq(1),
+        layout.change_prefix(layout.cid_bytes(7), 0),
+    )
     records = records_rows(300)
     watched = [
         items,
@@ -498,7 +505,7 @@ def test_the_compiled_loops_leave_the_reference_counts_of_their_inputs_as_they_w
         page, handed = accel.query_scan(iter(records), *QUERY_ARGS)
         assert len(page) == 300 and handed is None and page[0] == (b"k000", b"new0", b"g2")
         page, handed = accel.query_scan(
-            iter(records), QUERY_ARGS[0], b"\x00\x00\x00\x01k100", *QUERY_ARGS[2:]
+            iter(records), QUERY_ARGS[0], layout.records_prefix(1) + b"k100", *QUERY_ARGS[2:]
         )
         assert [record.value for record in page] == [b"new%d" % i for i in range(100)]
         del page

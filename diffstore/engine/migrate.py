@@ -1,0 +1,77 @@
+"""Brings a store written in an older storage layout to the current one, once, when it is opened.
+
+The layout version is the ``collections`` row ``layout.LAYOUT_ROW`` (no row: version 1). Versions:
+
+    1  records keys  cid(u32) | K | seq(u64)
+    2  records keys  records_prefix(cid) | K | record_seq(seq)   (layout.py: 7 bytes shorter for most
+       collections and generations, so the B-tree holds more of them to a branch page, and a generation of
+       keys spread over a big collection dirties fewer pages: benchmarks/RESULTS.md, session 21)
+
+An upgrade rewrites every records row in one write transaction: a crash leaves the old layout, whole, and
+the next open starts over. Both encodings sort alike (cids and seqs are big-endian, and the new ones are
+length-prefixed), so the new rows go in in LMDB's append mode.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import lmdb
+
+from diffstore.engine import crashpoints, layout
+from diffstore.engine.tables import Tables
+from diffstore.errors import StorageError
+
+_SCRATCH = b"records_upgrading"  # a table of its own for the new rows, within the upgrade's transaction
+_BATCH = 10_000
+
+
+def layout_version(txn: lmdb.Transaction, tables: Tables) -> int:
+    raw = txn.get(layout.LAYOUT_ROW, db=tables.collections)
+    return 1 if raw is None else layout.read_u64(raw)
+
+
+def upgrade(env: lmdb.Environment, tables: Tables) -> int:
+    """Brings the store to ``layout.LAYOUT_VERSION``; how many records rows it rewrote (0: none to).
+
+    Raises:
+        StorageError: the store is in a newer layout than this diffstore knows.
+    """
+    with env.begin() as txn:
+        if layout_version(txn, tables) == layout.LAYOUT_VERSION:
+            return 0
+    with env.begin(write=True) as txn:
+        version = layout_version(txn, tables)  # another process may have upgraded it meanwhile
+        if version > layout.LAYOUT_VERSION:
+            raise StorageError(
+                f"the store is in storage layout {version}, newer than this diffstore's"
+                f" ({layout.LAYOUT_VERSION}): upgrade diffstore to open it"
+            )
+        rewritten = _records_to_version_2(env, txn, tables) if version < 2 else 0
+        txn.put(layout.LAYOUT_ROW, layout.u64(layout.LAYOUT_VERSION), db=tables.collections)
+        if rewritten:
+            crashpoints.reached("upgrade-written")  # everything rewritten, nothing committed
+    return rewritten
+
+
+def _version_1_key(raw: bytes) -> bytes:
+    """A version-1 records key in the current layout."""
+    cid, form, seq = int.from_bytes(raw[:4], "big"), raw[4:-8], int.from_bytes(raw[-8:], "big")
+    return layout.record_key(layout.records_prefix(cid), form, seq)
+
+
+def _records_to_version_2(env: lmdb.Environment, txn: lmdb.Transaction, tables: Tables) -> int:
+    scratch = env.open_db(_SCRATCH, txn=txn, create=True)
+    count = 0
+    with txn.cursor(db=tables.records) as source, txn.cursor(db=scratch) as target:
+        rows = source.iternext()
+        while batch := [(_version_1_key(key), value) for key, value in itertools.islice(rows, _BATCH)]:
+            target.putmulti(batch, append=True)
+            count += len(batch)
+    txn.drop(tables.records, delete=False)
+    with txn.cursor(db=scratch) as source, txn.cursor(db=tables.records) as target:
+        rows = source.iternext()
+        while batch := list(itertools.islice(rows, _BATCH)):
+            target.putmulti(batch, append=True)
+    txn.drop(scratch, delete=True)
+    return count
