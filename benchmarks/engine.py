@@ -12,8 +12,9 @@ Figures (N records of ``key-%012d`` with 100-byte values; issue 31's table is pr
                     its keys packed ~75 to a change_chunks row -- in one durable transaction, and in the
                     three the engine's API takes; the same for the per-key layout stores used before
                     change_chunks: records and a changes row per key, two B-tree inserts per key; and
-                    for two shorter record keys, what a layout change could reach -- each way in an
-                    LMDB environment of its own; and the branch pages each records table ends with)
+                    for storage layout 1's longer record keys and the shortest conceivable ones -- each
+                    way in an LMDB environment of its own; and the branch pages each records table ends
+                    with)
   bulk load         put_many of N sorted records (10k batches, one generation) vs raw putmulti of the same
                     records, each round on empty stores                                goal ratio >= 0.8
                     (and the "packed floor": LMDB alone storing the rows the engine writes, built
@@ -101,10 +102,12 @@ Rows = list[tuple[bytes, bytes]]
 
 def layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
     """The rows of the per-key layout (stores written before ``change_chunks``) for a batch of short keys in
-    a collection's generation ``seq``: ``records`` (cid | K | seq -> 01 value) and ``changes`` (cid | seq |
+    a collection's generation ``seq``: ``records`` (rcid | K | rseq -> 01 value) and ``changes`` (cid | seq |
     K -> b"")."""
-    cid = layout.cid_bytes(1)
-    records = [(layout.record_key(cid, layout.key_form(k), seq), layout.encode_value(k, v)) for k, v in batch]
+    cid, rcid = layout.cid_bytes(1), layout.records_prefix(1)
+    records = [
+        (layout.record_key(rcid, layout.key_form(k), seq), layout.encode_value(k, v)) for k, v in batch
+    ]
     changes = [(layout.change_key(cid, seq, layout.key_form(k)), b"") for k, _ in batch]
     return records, changes
 
@@ -113,8 +116,10 @@ def packed_layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
     """The rows the engine writes for a batch of short keys appended to a generation (layout.py):
     ``records``, and the batch's sorted key forms packed into ``change_chunks`` rows -- one B-tree insert
     per ~75 keys instead of a ``changes`` row per key."""
-    cid = layout.cid_bytes(1)
-    records = [(layout.record_key(cid, layout.key_form(k), seq), layout.encode_value(k, v)) for k, v in batch]
+    cid, rcid = layout.cid_bytes(1), layout.records_prefix(1)
+    records = [
+        (layout.record_key(rcid, layout.key_form(k), seq), layout.encode_value(k, v)) for k, v in batch
+    ]
     return records, layout.chunk_rows(cid, seq, sorted(layout.key_form(k) for k, _ in batch))
 
 
@@ -213,11 +218,12 @@ def short_layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
     return records, packed_layout_rows(batch, seq)[1]
 
 
-def lean_layout_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
-    """The rows a layout change could write: the engine's rows without the collection prefix (a table per
-    collection) and with a length-prefixed seq (here 3 bytes, not 8): 21-byte record keys, not 30."""
+def layout_1_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
+    """The rows storage layout 1 wrote (before session 21; engine/migrate.py): the engine's, with records
+    keys cid(u32) | K | seq(u64) -- 30 bytes for these keys, where the engine's are 23 (rcid | K | rseq)."""
     records = [
-        (layout.key_form(k) + b"\x02" + seq.to_bytes(2, "big"), layout.encode_value(k, v)) for k, v in batch
+        (layout.cid_bytes(1) + layout.key_form(k) + seq.to_bytes(8, "big"), layout.encode_value(k, v))
+        for k, v in batch
     ]
     return records, packed_layout_rows(batch, seq)[1]
 
@@ -236,7 +242,7 @@ class SmallGenerations:
     packed_one: list[float] = field(default_factory=list)  # the engine's rows, one transaction
     packed_three: list[float] = field(default_factory=list)  # the engine's rows, three transactions
     short_one: list[float] = field(default_factory=list)  # the shortest layout's rows, one transaction
-    lean_one: list[float] = field(default_factory=list)  # a lean layout's rows, one transaction
+    layout_1_one: list[float] = field(default_factory=list)  # storage layout 1's rows, one transaction
     ours_cpu: list[float] = field(default_factory=list)
     floor_three_cpu: list[float] = field(default_factory=list)
     raw_cpu: list[float] = field(default_factory=list)
@@ -299,7 +305,7 @@ def small_generations(
     the "layout floors" (:class:`AloneFloor`): LMDB alone writing the rows a layout needs for them, into
     tables holding the same N keys' rows -- the engine's (:func:`packed_layout_rows`) in one transaction
     and in three, the per-key layout's (:func:`layout_rows`) the same, and the shortest layout's
-    (:func:`short_layout_rows`) and a lean one's (:func:`lean_layout_rows`) in one.
+    (:func:`short_layout_rows`) and storage layout 1's (:func:`layout_1_rows`) in one.
     """
     raw_env = lmdb.open(str(root / "small-raw"), map_size=1 << 36, max_dbs=2)
     raw_db = raw_env.open_db(b"t")
@@ -309,7 +315,7 @@ def small_generations(
         "packed-one": AloneFloor(root / "small-packed-one", packed_layout_rows, 1),
         "packed-three": AloneFloor(root / "small-packed-three", packed_layout_rows, 3),
         "short-one": AloneFloor(root / "small-short-one", short_layout_rows, 1),
-        "lean-one": AloneFloor(root / "small-lean-one", lean_layout_rows, 1),
+        "layout-1-one": AloneFloor(root / "small-layout-1-one", layout_1_rows, 1),
     }
     for batch in batches(n):
         with raw_env.begin(write=True) as txn:
@@ -338,7 +344,7 @@ def small_generations(
         figures.packed_one.append(floors["packed-one"].write(items, 2 + r, gen))
         figures.packed_three.append(floors["packed-three"].write(items, 2 + r, gen))
         figures.short_one.append(floors["short-one"].write(items, 2 + r, gen))
-        figures.lean_one.append(floors["lean-one"].write(items, 2 + r, gen))
+        figures.layout_1_one.append(floors["layout-1-one"].write(items, 2 + r, gen))
 
         start, cpu = time.perf_counter(), time.process_time()
         coll.start_generation(gen)
@@ -400,11 +406,11 @@ def read_floor(store: Store, name: str, generation_id: bytes, count: int) -> tup
             read = sum(1 for _ in itertools.islice(forms, count))
             middle = time.perf_counter()
             records = txn.cursor(db=store.tables.records)
-            records.set_range(meta.cid_prefix)
+            records.set_range(meta.records_prefix)
             read += sum(1 for _ in itertools.islice(records.iternext(), 2 * count))
             end = time.perf_counter()
             assert read == 3 * count
-            records.set_range(meta.cid_prefix)
+            records.set_range(meta.records_prefix)
             c_start = time.perf_counter()
             collections.deque(itertools.islice(records.iternext(), 2 * count), maxlen=0)
             return end - start, end - middle, time.perf_counter() - c_start
@@ -420,17 +426,18 @@ def item_floor(store: Store, name: str, count: int) -> float:
     def items(txn: lmdb.Transaction, prefix: bytes) -> Iterator[DiffItem]:
         new = tuple.__new__
         old = b""
+        start = len(prefix)  # the key: the record key without its prefix, 00 00 and rseq (m | m bytes | m)
         records = txn.cursor(db=store.tables.records)
         records.set_range(prefix)
         for index, (record_key, raw) in enumerate(itertools.islice(records.iternext(), 2 * count)):
             if index & 1:
-                yield new(DiffItem, (record_key[4:-10], old[1:], raw[1:], ()))
+                yield new(DiffItem, (record_key[start : -4 - record_key[-1]], old[1:], raw[1:], ()))
             else:
                 old = raw
 
     def once() -> float:
         with store.read() as txn:
-            prefix = load_meta(txn, store.tables, name).cid_prefix
+            prefix = load_meta(txn, store.tables, name).records_prefix
             start = time.perf_counter()
             made = sum(1 for _ in items(txn, prefix))
             elapsed = time.perf_counter() - start
@@ -610,8 +617,8 @@ def small_figures(root: Path, store: Store, n: int, small_rounds: int) -> list[R
         f" {three_cpu:.2f})"
     )
     print(
-        f"    a lean layout's rows (21-byte record keys: a table per collection, a 3-byte seq; the engine's"
-        f" are 30): one transaction {fmt_ms(median(small.lean_one))}, ratio {ratio(small.lean_one):.2f}"
+        f"    storage layout 1's rows (30-byte record keys: cid(u32) | K | seq(u64); the engine's are 23):"
+        f" one transaction {fmt_ms(median(small.layout_1_one))}, ratio {ratio(small.layout_1_one):.2f}"
     )
     print(
         f"    the shortest versioned layout's rows (18-byte record keys: the key and a 2-byte seq): one"
@@ -620,9 +627,9 @@ def small_figures(root: Path, store: Store, n: int, small_rounds: int) -> list[R
     print(
         f"  why: a generation adds a row per key beside its older version (raw overwrites in place), and"
         f" 1,000 spread keys dirty nearly every branch page; the records table's branch pages at the end:"
-        f" raw {pages['raw']}, the engine's rows {pages['packed-one']}, the lean layout's"
-        f" {pages['lean-one']}, the shortest {pages['short-one']} (longer keys, fewer to a page; the first"
-        f" inserts split the pages the bulk load filled)"
+        f" raw {pages['raw']}, the engine's rows {pages['packed-one']}, layout 1's"
+        f" {pages['layout-1-one']}, the shortest {pages['short-one']} (longer keys, fewer to a page; the"
+        f" first inserts split the pages the bulk load filled)"
     )
     return [
         Row(
@@ -638,8 +645,8 @@ def small_figures(root: Path, store: Store, n: int, small_rounds: int) -> list[R
             "the same in one call: write_generation",
             fmt_ms(median(small.ours_one)),
             f"one durable putmulti {fmt_ms(median(small.raw))}"
-            f" (layout floor, 1 txn: {ratio(small.packed_one):.2f}x; 21-byte keys:"
-            f" {ratio(small.lean_one):.2f}x; 18: {ratio(small.short_one):.2f}x)",
+            f" (layout floor, 1 txn: {ratio(small.packed_one):.2f}x; layout 1's:"
+            f" {ratio(small.layout_1_one):.2f}x)",
             ratio(small.ours_one),
             "<= 1.3",
             ratio(small.ours_one) <= 1.3,
