@@ -44,7 +44,8 @@ def test_free_pages_show_after_a_delete_and_go_after_a_compaction(tmp_path: Path
         assert overview["storeFileBytes"] == value(scrape(live), FILE)
         full_size = overview["storeFileBytes"]
     result = compact.compact(data)
-    assert result.before_bytes == full_size and result.after_bytes < full_size / 2
+    # the deleted collection was as big as the one kept: compaction gives back about half the file
+    assert result.before_bytes == full_size and result.after_bytes < full_size * 0.6
     with live_server(data, store_config=config) as live:
         after = scrape(live)
         assert value(after, FILE) == result.after_bytes
