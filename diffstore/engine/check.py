@@ -129,7 +129,7 @@ class _Checker:
 
     def run(self) -> None:
         version = migrate.layout_version(self.txn, self.tables)
-        if version != layout.LAYOUT_VERSION:
+        if version is not None and version != layout.LAYOUT_VERSION:
             # its records keys are not this layout's: checking them would report every row
             self.bad(
                 "collections",
@@ -317,7 +317,7 @@ class _Checker:
         for key, raw in self._rows("records"):
             parsed = layout.parse_record_key(key)
             if parsed is None:
-                self.bad("records", f"row {key.hex()} is too short to be a record's")
+                self.bad("records", f"row {key.hex()} is not a records key (rcid | K | rseq)")
                 continue
             cid, form, seq = parsed
             owner = self._owner_of("records", key, cid)

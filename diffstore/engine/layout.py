@@ -321,12 +321,6 @@ def record_form(raw: bytes) -> bytes:
     return raw[1 + raw[0] : -2 - raw[-1]]
 
 
-def split_record_key(raw: bytes) -> tuple[bytes, int]:
-    """(K, seq) of a records-table key."""
-    end = len(raw) - 2 - raw[-1]
-    return raw[1 + raw[0] : end], int.from_bytes(raw[end + 1 : -1], "big")
-
-
 def parse_record_key(raw: bytes) -> tuple[int, bytes, int] | None:
     """(cid, K, seq) of a records-table key; None when it does not have the shape of one (K is at least 2
     bytes, a seq at most 8)."""

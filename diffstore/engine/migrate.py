@@ -3,9 +3,10 @@
 The layout version is the ``collections`` row ``layout.LAYOUT_ROW`` (no row: version 1). Versions:
 
     1  records keys  cid(u32) | K | seq(u64)
-    2  records keys  records_prefix(cid) | K | record_seq(seq)   (layout.py: 7 bytes shorter for most
-       collections and generations, so the B-tree holds more of them to a branch page, and a generation of
-       keys spread over a big collection dirties fewer pages: benchmarks/RESULTS.md, session 21)
+    2  records keys  records_prefix(cid) | K | record_seq(seq)   (layout.py: 6 or 7 bytes shorter for
+       most collections and generations, so the B-tree holds more of them to a branch page, and a
+       generation of keys spread over a big collection dirties fewer pages: benchmarks/RESULTS.md,
+       session 21)
 
 An upgrade rewrites every records row in one write transaction: a crash leaves the old layout, whole, and
 the next open starts over. Both encodings sort alike (cids and seqs are big-endian, and the new ones are
@@ -26,9 +27,12 @@ _SCRATCH = b"records_upgrading"  # a table of its own for the new rows, within t
 _BATCH = 10_000
 
 
-def layout_version(txn: lmdb.Transaction, tables: Tables) -> int:
+def layout_version(txn: lmdb.Transaction, tables: Tables) -> int | None:
+    """The store's layout version; None when its row is damaged (not 8 bytes)."""
     raw = txn.get(layout.LAYOUT_ROW, db=tables.collections)
-    return 1 if raw is None else layout.read_u64(raw)
+    if raw is None:
+        return 1
+    return layout.read_u64(raw) if len(raw) == 8 else None
 
 
 def upgrade(env: lmdb.Environment, tables: Tables) -> int:
@@ -42,6 +46,8 @@ def upgrade(env: lmdb.Environment, tables: Tables) -> int:
             return 0
     with env.begin(write=True) as txn:
         version = layout_version(txn, tables)  # another process may have upgraded it meanwhile
+        if version is None:
+            raise StorageError("the store's layout version row is damaged (not 8 bytes): run diffstore check")
         if version > layout.LAYOUT_VERSION:
             raise StorageError(
                 f"the store is in storage layout {version}, newer than this diffstore's"

@@ -15,6 +15,7 @@ from diffstore.engine import check, cursor_spill, layout
 from diffstore.engine.meta import non_manual_generation
 from diffstore.engine.tables import Tables, load_meta, save_meta
 from diffstore.engine.types import Reader, ReplicaGeneration
+from diffstore.errors import StorageError
 
 Damage = Callable[[lmdb.Transaction, Tables], None]
 
@@ -249,8 +250,18 @@ def _cursor_under_another_digest(txn: lmdb.Transaction, tables: Tables) -> None:
     txn.put(layout.cursor_entry_key(digest), layout.pack_cursor_entry(0, b"t9" * 1024), db=tables.cursors)
 
 
+def _record_key_of_layout_1(txn: lmdb.Transaction, tables: Tables) -> None:
+    prefix, seq = _meta(txn, tables, "A")  # cid(u32) | K | seq(u64): its last byte is no seq's length
+    txn.put(prefix + layout.key_form(b"old") + layout.u64(seq), b"\x01v", db=tables.records)
+
+
+def _layout_row_of_another_version(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.put(layout.LAYOUT_ROW, layout.u64(2) + b"\x00", db=tables.collections)
+
+
 DAMAGE: list[tuple[Damage, str]] = [
     (_record_of_unknown_generation, "records: 'A': a record of unregistered generation #77"),
+    (_record_key_of_layout_1, "is not a records key (rcid | K | rseq)"),
     (_index_row_without_record, "has no record"),
     (_chunk_entry_without_record, "change_chunks: 'A': index entry key zzz #3 has no record"),
     (_record_missing_from_its_chunk, "changes: 'A': record key k5 #3 is missing from its generation's index"),
@@ -292,6 +303,14 @@ def test_each_kind_of_damage_is_reported(tmp_path: Path, harm: Damage, expected:
     damage(tmp_path / "s", harm)
     found = problems(tmp_path / "s")
     assert any(expected in line for line in found), found
+
+
+def test_a_damaged_layout_row_is_reported_and_the_store_then_refuses_to_open(tmp_path: Path) -> None:
+    build(tmp_path / "s")
+    damage(tmp_path / "s", _layout_row_of_another_version)
+    assert "collections: the layout version row is 000000000000000200, not 2" in problems(tmp_path / "s")
+    with pytest.raises(StorageError, match="layout version row is damaged"):
+        Store.open(tmp_path / "s", StoreConfig(background=False))
 
 
 def test_several_kinds_of_damage_at_once_are_each_reported(tmp_path: Path) -> None:

@@ -171,7 +171,7 @@ def _history(store: Store, name: str = "c"):
 
 
 def _versions_per_key(store: Store) -> Counter:
-    return Counter(layout.split_record_key(k)[0] for k, _ in raw_state(store)["records"])
+    return Counter(layout.record_form(k) for k, _ in raw_state(store)["records"])
 
 
 GENS = [b"", b"1", b"2", b"3", b"4", b"5"]
