@@ -222,7 +222,7 @@ def layout_1_rows(batch: Rows, seq: int = 1) -> tuple[Rows, Rows]:
     """The rows storage layout 1 wrote (before session 21; engine/migrate.py): the engine's, with records
     keys cid(u32) | K | seq(u64) -- 30 bytes for these keys, where the engine's are 23 (rcid | K | rseq)."""
     records = [
-        (layout.cid_bytes(1) + layout.key_form(k) + seq.to_bytes(8, "big"), layout.encode_value(k, v))
+        (layout.record_key_of_layout_1(1, layout.key_form(k), seq), layout.encode_value(k, v))
         for k, v in batch
     ]
     return records, packed_layout_rows(batch, seq)[1]

@@ -372,7 +372,6 @@ class Collection:
             NoSuchGeneration: ``to_generation_id`` is not a committed generation of this collection.
             GenerationCollected: ``to_generation_id`` is below the readers' minimum.
         """
-        config = self._store.config
         with self._store.write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
@@ -381,22 +380,7 @@ class Collection:
             items = revert.items(scope.txn, self._store.tables, meta, to_seq)
             if not items:
                 return RevertResult(target, 0)
-            new_meta, result, first_write = writes.put_many(
-                scope.txn,
-                self._store.tables,
-                meta,
-                items,
-                generation_id=target,
-                phantom_id=None,
-                if_not_present=False,
-                skip_unchanged=False,
-                producer_id=None,
-                seq_no=None,
-                max_generation_records=config.max_generation_records,
-                lease=lease,
-                now_ms=config.now_ms(),
-            )
-            self._count_writes(scope, meta, new_meta, result, first_write)
+            self._put_in(scope, meta, items, generation_id=target, lease=lease)
         return RevertResult(target, len(items))
 
     # --- reads ---------------------------------------------------------------------------------

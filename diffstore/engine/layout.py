@@ -321,6 +321,16 @@ def record_form(raw: bytes) -> bytes:
     return raw[1 + raw[0] : -2 - raw[-1]]
 
 
+def record_key_of_layout_1(cid: int, form: bytes, seq: int) -> bytes:
+    """A records key as layout version 1 wrote it: cid(u32) | K | seq(u64) (``migrate.py`` reads them)."""
+    return _U32.pack(cid) + form + _U64.pack(seq)
+
+
+def parse_record_key_of_layout_1(raw: bytes) -> tuple[int, bytes, int]:
+    """(cid, K, seq) of a records key of layout version 1."""
+    return int(_U32.unpack(raw[:4])[0]), raw[4:-8], int(_U64.unpack(raw[-8:])[0])
+
+
 def parse_record_key(raw: bytes) -> tuple[int, bytes, int] | None:
     """(cid, K, seq) of a records-table key; None when it does not have the shape of one (K is at least 2
     bytes, a seq at most 8)."""

@@ -16,6 +16,7 @@ length-prefixed), so the new rows go in in LMDB's append mode.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import lmdb
 
@@ -62,22 +63,28 @@ def upgrade(env: lmdb.Environment, tables: Tables) -> int:
 
 def _version_1_key(raw: bytes) -> bytes:
     """A version-1 records key in the current layout."""
-    cid, form, seq = int.from_bytes(raw[:4], "big"), raw[4:-8], int.from_bytes(raw[-8:], "big")
+    cid, form, seq = layout.parse_record_key_of_layout_1(raw)
     return layout.record_key(layout.records_prefix(cid), form, seq)
 
 
 def _records_to_version_2(env: lmdb.Environment, txn: lmdb.Transaction, tables: Tables) -> int:
     scratch = env.open_db(_SCRATCH, txn=txn, create=True)
-    count = 0
-    with txn.cursor(db=tables.records) as source, txn.cursor(db=scratch) as target:
-        rows = source.iternext()
-        while batch := [(_version_1_key(key), value) for key, value in itertools.islice(rows, _BATCH)]:
-            target.putmulti(batch, append=True)
-            count += len(batch)
+    count = _copy(txn, tables.records, scratch, _version_1_key)
     txn.drop(tables.records, delete=False)
-    with txn.cursor(db=scratch) as source, txn.cursor(db=tables.records) as target:
-        rows = source.iternext()
-        while batch := list(itertools.islice(rows, _BATCH)):
-            target.putmulti(batch, append=True)
+    _copy(txn, scratch, tables.records, bytes)
     txn.drop(scratch, delete=True)
+    return count
+
+
+def _copy(
+    txn: lmdb.Transaction, source: lmdb._Database, target: lmdb._Database, key_of: Callable[[bytes], bytes]
+) -> int:
+    """Copies every row of ``source`` into the empty ``target``, keys through ``key_of`` (which keeps their
+    order), in batches in append mode; how many rows."""
+    count = 0
+    with txn.cursor(db=source) as reading, txn.cursor(db=target) as writing:
+        rows = reading.iternext()
+        while batch := [(key_of(key), value) for key, value in itertools.islice(rows, _BATCH)]:
+            writing.putmulti(batch, append=True)
+            count += len(batch)
     return count

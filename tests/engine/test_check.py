@@ -251,8 +251,9 @@ def _cursor_under_another_digest(txn: lmdb.Transaction, tables: Tables) -> None:
 
 
 def _record_key_of_layout_1(txn: lmdb.Transaction, tables: Tables) -> None:
-    prefix, seq = _meta(txn, tables, "A")  # cid(u32) | K | seq(u64): its last byte is no seq's length
-    txn.put(prefix + layout.key_form(b"old") + layout.u64(seq), b"\x01v", db=tables.records)
+    meta = load_meta(txn, tables, "A")  # its last byte is no seq's length
+    key = layout.record_key_of_layout_1(meta.cid, layout.key_form(b"old"), meta.generation_seq)
+    txn.put(key, b"\x01v", db=tables.records)
 
 
 def _layout_row_of_another_version(txn: lmdb.Transaction, tables: Tables) -> None:

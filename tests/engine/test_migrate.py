@@ -78,7 +78,7 @@ def _to_layout_1(path: Path) -> int:
                 parsed = layout.parse_record_key(bytes(key))
                 assert parsed is not None
                 cid, form, seq = parsed
-                rows.append((cid.to_bytes(4, "big") + form + seq.to_bytes(8, "big"), bytes(value)))
+                rows.append((layout.record_key_of_layout_1(cid, form, seq), bytes(value)))
             txn.drop(tables.records, delete=False)
             txn.cursor(db=tables.records).putmulti(sorted(rows), append=True)
             assert txn.delete(layout.LAYOUT_ROW, db=tables.collections)
