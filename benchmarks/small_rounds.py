@@ -161,10 +161,17 @@ def floor_inputs(client: Client, since: bytes) -> dict[str, Any]:
     from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_ARROW
 
     a, b, c = client.collection("A"), client.collection("B"), client.collection("C")
-    page = a.diff_page_columns(since, limit=10_000)
-    columns = (page.keys, page.from_values, page.to_values)
-    diff_a = pa.Table.from_arrays([pa.array(list(col), pa.binary()) for col in columns], schema=DIFF_ARROW)
-    keys = sorted(page.keys)
+    columns: tuple[list[bytes], list[bytes | None], list[bytes | None]] = ([], [], [])
+    cursor: str | None = None
+    while True:  # every page of A's diff (one generation: no split range)
+        page = a.diff_page_columns(since, limit=10_000, cursor=cursor)
+        for column, part in zip(columns, (page.keys, page.from_values, page.to_values), strict=True):
+            column.extend(part)
+        cursor = page.cursor
+        if cursor is None:
+            break
+    diff_a = pa.Table.from_arrays([pa.array(col, pa.binary()) for col in columns], schema=DIFF_ARROW)
+    keys = sorted(columns[0])
     amounts: dict[bytes, bytes] = {}
     get_many(b, b.generation_id, keys, amounts)
     totals = c.query_page_columns(c.generation_id, limit=10_000)
