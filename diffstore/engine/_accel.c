@@ -1,8 +1,9 @@
-/* The engine's optional compiled accelerator: two per-record hot loops in C, nothing else.
+/* The engine's optional compiled accelerator: per-record and per-key hot loops in C, nothing else.
  *
- * Both have a pure-Python twin that produces the same results (diffstore/engine/layout.py for the rows of
- * a bulk load, diffstore/engine/diff.py for the diff's scan); the engine uses this module when it was
- * built and falls back to the twin when it was not (tests/engine/test_accel.py compares the two).
+ * Each has a pure-Python twin that produces the same results (diffstore/engine/layout.py for the rows of
+ * a bulk load, diffstore/engine/diff.py for the diff's scan and keyed way, reads.py for a query page); the
+ * engine uses this module when it was built and falls back to the twin when it was not
+ * (tests/engine/test_accel.py compares the two).
  *
  *   sorted_short_rows(items, record_prefix, record_suffix, change_prefix)
  *       The rows of ``records`` and ``changes`` for a put of (key, value) pairs whose keys are short and
@@ -20,6 +21,13 @@
  *   DiffScan(records_iter, from_seq, to_bound, stop, from_key, to_key, after_key, idle_limit, item_type, empty)
  *       An iterator of the diff items that diff.py's forward scan yields from the same records iterator;
  *       when it stops early, ``handed`` is the key form where the keyed way takes over (else None).
+ *
+ *   KeyedScan(cursor, prefix, forms_iter, from_seq, to_bound, from_key, to_key, after_key, stretch, item_type,
+ *             empty)
+ *       An iterator of the diff items that diff.py's keyed way yields for short keys: per key form, the
+ *       key's versions read through the cursor's set_range, next and item. It stops at a long form
+ *       (``long_form``), after ``stretch`` forms (``resume``: the form not taken; -1: no limit), at
+ *       ``to_key`` or at the end of the forms; ``left`` is what remains of the stretch.
  *
  *   query_scan(records_iter, seq_limit, stop, from_key, to_key, after_key, count, record_type, known, names)
  *       Up to ``count`` records of the query page that reads.py's loop builds from the same records
@@ -781,6 +789,339 @@ static PyTypeObject DiffScanType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- KeyedScan ----------------------------------------------------------------------------------- */
+
+/* The keyed way of diff.py (_keyed_items) for short keys and no intermediate values: per key form of a
+ * forms iterator, the key's versions read through a records cursor's own methods (a seek to the head when
+ * the cursor is not already there or just below it, then steps). It stops at the first long form (the
+ * Python loop sorts long-key groups in memory), after ``stretch`` forms (the scan probes again), at the
+ * end of the forms, or at ``to_key``; ``long_form``, ``resume`` and ``left`` say where it stopped. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *set_range, *step, *item; /* the cursor's bound methods */
+    PyObject *prefix, *forms, *from_seq, *to_bound;
+    PyObject *from_key, *to_key, *after_key; /* bytes or None */
+    PyObject *item_type, *empty_tuple;
+    PyObject *current; /* the (record key, value) under the cursor, or NULL: not positioned or exhausted */
+    Py_ssize_t left;   /* forms it may still take (-1: no limit) */
+    PyObject *long_form, *resume;
+    int initialised, running, done;
+} KeyedScan;
+
+static int keyed_init(KeyedScan *self, PyObject *args, PyObject *kwargs) {
+    PyObject *cursor, *prefix, *forms, *from_seq, *to_bound, *from_key, *to_key, *after_key, *item_type, *empty;
+    Py_ssize_t stretch;
+    if (!PyArg_ParseTuple(args, "OSOSSOOOnOO:KeyedScan", &cursor, &prefix, &forms, &from_seq, &to_bound, &from_key,
+                          &to_key, &after_key, &stretch, &item_type, &empty))
+        return -1;
+    if (self->initialised) {
+        PyErr_SetString(PyExc_TypeError, "KeyedScan: already initialised");
+        return -1;
+    }
+    if (!PyIter_Check(forms) || !PyType_Check(item_type) ||
+        !PyType_IsSubtype((PyTypeObject *)item_type, &PyTuple_Type) || !PyTuple_CheckExact(empty)) {
+        PyErr_SetString(PyExc_TypeError, "KeyedScan: bad arguments");
+        return -1;
+    }
+    PyObject *keys[3] = {from_key, to_key, after_key};
+    for (int i = 0; i < 3; i++) {
+        if (keys[i] != Py_None && !PyBytes_CheckExact(keys[i])) {
+            PyErr_SetString(PyExc_TypeError, "KeyedScan: a key bound is bytes or None");
+            return -1;
+        }
+    }
+    PyObject *set_range = PyObject_GetAttrString(cursor, "set_range");
+    PyObject *step = set_range ? PyObject_GetAttrString(cursor, "next") : NULL;
+    PyObject *item = step ? PyObject_GetAttrString(cursor, "item") : NULL;
+    if (item == NULL) {
+        Py_XDECREF(set_range);
+        Py_XDECREF(step);
+        return -1;
+    }
+    self->set_range = set_range;
+    self->step = step;
+    self->item = item;
+#define KEEP(field, value) \
+    Py_INCREF(value);      \
+    Py_XSETREF(self->field, value)
+    KEEP(prefix, prefix);
+    KEEP(forms, forms);
+    KEEP(from_seq, from_seq);
+    KEEP(to_bound, to_bound);
+    KEEP(from_key, from_key);
+    KEEP(to_key, to_key);
+    KEEP(after_key, after_key);
+    KEEP(item_type, item_type);
+    KEEP(empty_tuple, empty);
+#undef KEEP
+    self->left = stretch < 0 ? -1 : stretch;
+    self->initialised = 1;
+    return 0;
+}
+
+static int keyed_traverse(KeyedScan *self, visitproc visit, void *arg) {
+    Py_VISIT(self->set_range);
+    Py_VISIT(self->step);
+    Py_VISIT(self->item);
+    Py_VISIT(self->forms);
+    Py_VISIT(self->item_type);
+    Py_VISIT(self->empty_tuple);
+    Py_VISIT(self->current);
+    return 0;
+}
+
+static int keyed_clear(KeyedScan *self) {
+    self->done = 1;
+    Py_CLEAR(self->set_range);
+    Py_CLEAR(self->step);
+    Py_CLEAR(self->item);
+    Py_CLEAR(self->forms);
+    Py_CLEAR(self->item_type);
+    Py_CLEAR(self->empty_tuple);
+    Py_CLEAR(self->current);
+    return 0;
+}
+
+static void keyed_dealloc(KeyedScan *self) {
+    PyObject_GC_UnTrack(self);
+    keyed_clear(self);
+    Py_XDECREF(self->prefix);
+    Py_XDECREF(self->from_seq);
+    Py_XDECREF(self->to_bound);
+    Py_XDECREF(self->from_key);
+    Py_XDECREF(self->to_key);
+    Py_XDECREF(self->after_key);
+    Py_XDECREF(self->long_form);
+    Py_XDECREF(self->resume);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Moves the cursor by ``method`` (set_range with ``head``, or next) and reads the row under it into
+ * ``current`` (NULL: the cursor left the table). -1 on an error. */
+static int keyed_move(KeyedScan *self, PyObject *method, PyObject *head) {
+    PyObject *moved = head != NULL ? PyObject_CallOneArg(method, head) : PyObject_CallNoArgs(method);
+    if (moved == NULL) return -1;
+    int there = PyObject_IsTrue(moved);
+    Py_DECREF(moved);
+    if (there < 0) return -1;
+    Py_CLEAR(self->current);
+    if (!there) return 0;
+    PyObject *pair = PyObject_CallNoArgs(self->item), *record_key, *raw;
+    if (pair == NULL) return -1;
+    if (!records_row(pair, "KeyedScan", &record_key, &raw)) {
+        Py_DECREF(pair);
+        return -1;
+    }
+    self->current = pair;
+    return 0;
+}
+
+/* A short key's user value from its stored value: None for a tombstone; NULL (a ValueError) for a long
+ * key's value, which a short form never has. */
+static PyObject *short_value_of(PyObject *raw) {
+    if (PyBytes_GET_SIZE(raw) > 0 && PyBytes_AS_STRING(raw)[0] != 1) {
+        PyErr_SetString(PyExc_ValueError, "KeyedScan: a short key with a long key's value");
+        return NULL;
+    }
+    return value_of(raw);
+}
+
+static PyObject *keyed_stop(KeyedScan *self, PyObject **slot, PyObject *form) {
+    self->done = 1;
+    if (slot != NULL) {
+        Py_INCREF(form);
+        Py_XSETREF(*slot, form);
+    }
+    return NULL;
+}
+
+enum { SHORT_FORM = 0, LONG_FORM = 1 };
+
+/* Whether a key form (layout.py) is short (the escaped key, 00 00) or long (it holds the mark 00 01, which
+ * escaping never emits); -1: neither. */
+static int form_kind(const char *f, Py_ssize_t fl) {
+    const char *end = f + fl, *zero = f;
+    while ((zero = memchr(zero, 0, (size_t)(end - zero))) != NULL && zero + 1 < end) {
+        unsigned char next = (unsigned char)zero[1];
+        if (next == 0xff) {
+            zero += 2;
+            continue;
+        }
+        if (next == 1) return LONG_FORM;
+        return next == 0 && zero + 2 == end ? SHORT_FORM : -1;
+    }
+    return -1;
+}
+
+/* The item of a changed short key (``h``: its records head), NULL with no error when the key is before the
+ * read's range; ``*past`` set when it is at or past ``to_key`` (the forms ascend: the keyed way ends). */
+static PyObject *keyed_item(KeyedScan *self, const char *h, Py_ssize_t hl, PyObject *from_raw, PyObject *to_raw,
+                            int *past) {
+    PyObject *key = short_key_of_head(h, hl);
+    if (key == NULL) return NULL;
+    const char *k = PyBytes_AS_STRING(key);
+    Py_ssize_t kl = PyBytes_GET_SIZE(key);
+    if (before_range(k, kl, self->from_key, self->after_key) || (*past = past_range(k, kl, self->to_key))) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *from_value = from_raw != NULL ? short_value_of(from_raw) : (Py_INCREF(Py_None), Py_None);
+    PyObject *to_value = from_value != NULL ? short_value_of(to_raw) : NULL;
+    PyObject *item = to_value != NULL ? ((PyTypeObject *)self->item_type)->tp_alloc((PyTypeObject *)self->item_type, 4)
+                                      : NULL;
+    if (item == NULL) {
+        Py_DECREF(key);
+        Py_XDECREF(from_value);
+        Py_XDECREF(to_value);
+        return NULL;
+    }
+    Py_INCREF(self->empty_tuple);
+    PyTuple_SET_ITEM(item, 0, key);
+    PyTuple_SET_ITEM(item, 1, from_value);
+    PyTuple_SET_ITEM(item, 2, to_value);
+    PyTuple_SET_ITEM(item, 3, self->empty_tuple);
+    return item;
+}
+
+/* The next item of the keyed way; NULL when it stopped (an error set, or not: see KeyedScan). */
+static PyObject *keyed_step(KeyedScan *self) {
+    const char *fs = PyBytes_AS_STRING(self->from_seq), *tb = PyBytes_AS_STRING(self->to_bound);
+    Py_ssize_t fsl = PyBytes_GET_SIZE(self->from_seq), tbl = PyBytes_GET_SIZE(self->to_bound);
+    Py_ssize_t pl = PyBytes_GET_SIZE(self->prefix);
+    for (;;) {
+        PyObject *form = PyIter_Next(self->forms);
+        if (form == NULL) return keyed_stop(self, NULL, NULL); /* the end, or an error */
+        Py_ssize_t fl = PyBytes_Check(form) ? PyBytes_GET_SIZE(form) : -1;
+        if (fl < 2 || pl + fl > MAX_RECORD_KEY) {
+            Py_DECREF(form);
+            PyErr_SetString(PyExc_ValueError, "KeyedScan: not a key form");
+            return keyed_stop(self, NULL, NULL);
+        }
+        const char *f = PyBytes_AS_STRING(form);
+        int kind = form_kind(f, fl);
+        if (kind < 0) {
+            Py_DECREF(form);
+            PyErr_SetString(PyExc_ValueError, "KeyedScan: not a key form");
+            return keyed_stop(self, NULL, NULL);
+        }
+        if (kind == LONG_FORM || self->left == 0) {
+            keyed_stop(self, kind == LONG_FORM ? &self->long_form : &self->resume, form);
+            Py_DECREF(form);
+            return NULL;
+        }
+        if (self->left > 0) self->left--;
+        PyObject *head = PyBytes_FromStringAndSize(NULL, pl + fl);
+        if (head == NULL) {
+            Py_DECREF(form);
+            return keyed_stop(self, NULL, NULL);
+        }
+        char *h = PyBytes_AS_STRING(head);
+        memcpy(h, PyBytes_AS_STRING(self->prefix), (size_t)pl);
+        memcpy(h + pl, f, (size_t)fl);
+        Py_DECREF(form);
+        Py_ssize_t hl = pl + fl;
+        int failed = 0;
+        if (self->current == NULL) {
+            failed = keyed_move(self, self->set_range, head);
+        } else { /* a seek unless the cursor is on this key, or above it (nothing of it stored) */
+            PyObject *k = PyTuple_GET_ITEM(self->current, 0);
+            Py_ssize_t kl = PyBytes_GET_SIZE(k);
+            const char *ck = PyBytes_AS_STRING(k);
+            if (!(kl >= hl && memcmp(ck, h, (size_t)hl) == 0) && compare_bytes(ck, kl, h, hl) < 0)
+                failed = keyed_move(self, self->set_range, head);
+        }
+        /* the key's versions, oldest first: the last at or below ``from`` and the last at or below ``to``
+         * (the rows that hold them are kept: the cursor moves on) */
+        PyObject *from_row = NULL, *to_row = NULL;
+        while (!failed && self->current != NULL) {
+            PyObject *k = PyTuple_GET_ITEM(self->current, 0);
+            Py_ssize_t kl = PyBytes_GET_SIZE(k);
+            const char *ck = PyBytes_AS_STRING(k);
+            if (kl < hl || memcmp(ck, h, (size_t)hl) != 0) break;
+            if (compare_bytes(ck + hl, kl - hl, fs, fsl) <= 0) {
+                Py_INCREF(self->current);
+                Py_XSETREF(from_row, self->current);
+            } else if (compare_bytes(ck + hl, kl - hl, tb, tbl) < 0) {
+                Py_INCREF(self->current);
+                Py_XSETREF(to_row, self->current);
+            }
+            failed = keyed_move(self, self->step, NULL);
+        }
+        PyObject *out = NULL;
+        int past = 0;
+        if (!failed && to_row != NULL) {
+            PyObject *to_raw = PyTuple_GET_ITEM(to_row, 1);
+            PyObject *from_raw = from_row != NULL ? PyTuple_GET_ITEM(from_row, 1) : NULL;
+            /* no version at or below ``from`` is "absent", which a tombstone equals */
+            int same = from_raw != NULL ? raw_equal(to_raw, from_raw) : PyBytes_GET_SIZE(to_raw) == 0;
+            if (!same) {
+                out = keyed_item(self, h, hl, from_raw, to_raw, &past);
+                failed = out == NULL && PyErr_Occurred() != NULL;
+            }
+        }
+        Py_DECREF(head);
+        Py_XDECREF(from_row);
+        Py_XDECREF(to_row);
+        if (failed || past) return keyed_stop(self, NULL, NULL);
+        if (out != NULL) return out;
+    }
+}
+
+static PyObject *keyed_next(KeyedScan *self) {
+    if (!self->initialised) {
+        PyErr_SetString(PyExc_TypeError, "KeyedScan: not initialised (__init__ did not run)");
+        return NULL;
+    }
+    if (self->done || self->forms == NULL) return NULL;
+    if (self->running) {
+        PyErr_SetString(PyExc_ValueError, "KeyedScan already executing");
+        return NULL;
+    }
+    self->running = 1;
+    PyObject *item = keyed_step(self);
+    self->running = 0;
+    return item;
+}
+
+static PyObject *keyed_long_form(KeyedScan *self, void *closure) {
+    PyObject *form = self->long_form != NULL ? self->long_form : Py_None;
+    Py_INCREF(form);
+    return form;
+}
+
+static PyObject *keyed_resume(KeyedScan *self, void *closure) {
+    PyObject *form = self->resume != NULL ? self->resume : Py_None;
+    Py_INCREF(form);
+    return form;
+}
+
+static PyObject *keyed_left(KeyedScan *self, void *closure) {
+    if (!self->initialised || self->left < 0) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(self->left);
+}
+
+static PyGetSetDef keyed_getset[] = {
+    {"long_form", (getter)keyed_long_form, NULL, "the long form it stopped at, not handled (None: none)", NULL},
+    {"resume", (getter)keyed_resume, NULL, "the form its stretch ended at, not handled (None: none)", NULL},
+    {"left", (getter)keyed_left, NULL, "forms it could still have taken (None: no limit)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject KeyedScanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "diffstore.engine._accel.KeyedScan",
+    .tp_basicsize = sizeof(KeyedScan),
+    .tp_dealloc = (destructor)keyed_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The diff's keyed way over a records cursor, for short keys (see diff.py).",
+    .tp_traverse = (traverseproc)keyed_traverse,
+    .tp_clear = (inquiry)keyed_clear,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)keyed_next,
+    .tp_getset = keyed_getset,
+    .tp_init = (initproc)keyed_init,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---- query_scan ---------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -1061,11 +1402,13 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__accel(void) {
-    if (PyType_Ready(&DiffScanType) < 0 || PyType_Ready(&SortedRowsType) < 0 || PyType_Ready(&RowIterType) < 0)
+    if (PyType_Ready(&DiffScanType) < 0 || PyType_Ready(&KeyedScanType) < 0 || PyType_Ready(&SortedRowsType) < 0 ||
+        PyType_Ready(&RowIterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddType(m, &DiffScanType) < 0 || PyModule_AddType(m, &SortedRowsType) < 0 ||
+    if (PyModule_AddType(m, &DiffScanType) < 0 || PyModule_AddType(m, &KeyedScanType) < 0 ||
+        PyModule_AddType(m, &SortedRowsType) < 0 ||
         PyModule_AddStringConstant(m, "SOURCE", DIFFSTORE_ACCEL_SOURCE) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -55,3 +55,27 @@ class DiffScan:
     def __next__(self) -> tuple[bytes, bytes | None, bytes | None, tuple[()]]: ...
     @property
     def handed(self) -> bytes | None: ...
+
+class KeyedScan:
+    def __init__(
+        self,
+        records: Any,  # an lmdb.Cursor: its set_range, next and item are called
+        prefix: bytes,
+        forms: Iterator[bytes],
+        from_seq: bytes,
+        to_bound: bytes,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        after_key: bytes | None,
+        stretch: int,
+        item_type: type[tuple[object, ...]],
+        empty: tuple[()],
+    ) -> None: ...
+    def __iter__(self) -> KeyedScan: ...
+    def __next__(self) -> tuple[bytes, bytes | None, bytes | None, tuple[()]]: ...
+    @property
+    def long_form(self) -> bytes | None: ...
+    @property
+    def resume(self) -> bytes | None: ...
+    @property
+    def left(self) -> int | None: ...

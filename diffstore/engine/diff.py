@@ -4,9 +4,12 @@ The keys written in each generation of (from, to] form one sorted run in ``chang
 changed keys, switched along the key range as the density of changes varies (:func:`iter_diff`):
 
 * where few keys changed, a k-way merge of the runs yields them in order, deduplicated, holding one key
-  per run in memory (never the range's keys), and the ``records`` cursor seeks to each;
+  per run in memory (never the range's keys), and the ``records`` cursor seeks to each (the keyed way);
 * where keys changed side by side, one forward scan of ``records`` sees every version it needs and skips
-  the ``changes`` index (compiled in ``_accel.c`` when it was built).
+  the ``changes`` index.
+
+Both loops have a compiled twin in ``_accel.c``, used when it was built (the keyed way's for short keys
+without intermediate values).
 
 For each key, its versions in ``records`` give the value at ``to``, the values in between, and the value
 at ``from``; keys whose two ends are equal are left out. Long keys and intermediate values always take
@@ -408,6 +411,27 @@ def _keyed_items(
     not yet handled (None: the forms are done or ``to_key`` is reached).
     """
     from_key, to_key, after_key = bounds
+    left = stretch
+    if layout.ACCEL is not None and not include_intermediate:
+        # the compiled twin of the loop below for short keys: it stops at a long form, which the loop
+        # takes from there (with what is left of the stretch), or where the loop would return
+        keyed = layout.ACCEL.KeyedScan(
+            records,
+            prefix,
+            forms,
+            from_seq,
+            to_bound,
+            from_key,
+            to_key,
+            after_key,
+            -1 if left is None else left,
+            DiffItem,
+            (),
+        )
+        yield from keyed
+        if keyed.long_form is None:
+            return keyed.resume
+        forms, left = itertools.chain((keyed.long_form,), forms), keyed.left
     bounded = from_key is not None or to_key is not None or after_key is not None
     long_mark = layout.LONG_MARK
     group: list[DiffItem] = []
@@ -419,7 +443,6 @@ def _keyed_items(
     set_range, step, item = records.set_range, records.next, records.item
     current: bytes | None = None  # the record key under the cursor (None: not positioned or exhausted)
     current_value = b""
-    left = stretch
     for form in forms:
         long_form = long_mark in form
         if group and (not long_form or layout.long_group(form) != group_id):

@@ -22,7 +22,7 @@ from unittest import mock
 import hypothesis.strategies as st
 import lmdb
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 
 from diffstore import Store, StoreConfig
 from diffstore.engine import layout
@@ -378,6 +378,7 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
         coll.start_generation(b"2")
         coll.put_many([(key, b"w") for key, _ in base[::2]], generation_id=b"2")
         coll.commit_generation(b"2")
+        coll.write_generation(b"3", [(key, b"x") for key, _ in base[::50]])  # sparse: the keyed way
 
         def work() -> None:
             rows = accel.sorted_short_rows(short, b"\x00\x00\x00\x01", b"\x00" * 8, b"\x00" * 12)
@@ -389,6 +390,7 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
                 is None
             )
             assert sum(1 for _ in coll.diff(b"1", b"2")) > 1000
+            assert sum(1 for _ in coll.diff(b"2", b"3")) == len(base[::50])
             assert list(coll.diff(b"", b"2", from_key=b"k00100", to_key=b"k01000"))
             unfinished = coll.diff(b"", b"2")
             next(unfinished)
@@ -695,3 +697,259 @@ def test_packing_columns_holds_no_memory_after_use() -> None:
         assert tracemalloc.get_traced_memory()[0] - before < 64 * 1024
     finally:
         tracemalloc.stop()
+
+
+# --- the keyed way (KeyedScan) ------------------------------------------------------------------------------
+
+KEYED_POOL = [b"k%02d" % i for i in range(10)] + [b"k05\x00", b"k05\x00\x00", b"k05\xff", b""]
+KEYED_POOL += [b"k05" + b"z" * 200, b"k05" + b"z" * 201, LONG + b"\x00", b"L" * 199 + b"\x00"]
+
+
+def keyed_table(tmp_path: Path, writes: list[list[tuple[bytes, bytes | None]]]) -> lmdb.Environment:
+    """A records table as the engine lays it out, for collection 1: ``writes[s]`` written in seq ``s + 1``
+    (None: a tombstone)."""
+    env = lmdb.open(str(tmp_path / "keyed"), max_dbs=1, map_size=1 << 26)
+    records = env.open_db(b"records")
+    with env.begin(write=True) as txn:
+        for seq, items in enumerate(writes, start=1):
+            for key, value in items:
+                row_key = layout.record_key(layout.records_prefix(1), layout.key_form(key), seq)
+                txn.put(row_key, layout.encode_value(key, value), db=records)
+    return env
+
+
+def keyed_run(
+    env: lmdb.Environment,
+    forms: list[bytes],
+    span: tuple[int, int],
+    bounds: tuple[bytes | None, bytes | None, bytes | None],
+    stretch: int | None,
+) -> tuple[list[DiffItem], bytes | None]:
+    """diff._keyed_items over ``forms``, as the engine runs it: its items and the form it returned."""
+    from diffstore.engine import diff
+
+    from_seq = layout.record_seq(span[0]) if span[0] >= 0 else b""
+    to_bound = layout.record_seq(span[1] + 1)
+    with env.begin() as txn:
+        cursor = txn.cursor(db=env.open_db(b"records", txn=txn))
+        run = diff._keyed_items(
+            cursor, layout.records_prefix(1), iter(forms), to_bound, from_seq, bounds, False, stretch
+        )
+        items: list[DiffItem] = []
+        while True:
+            try:
+                items.append(next(run))
+            except StopIteration as stop:
+                return items, stop.value
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    writes=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(KEYED_POOL), st.none() | st.binary(max_size=2)), min_size=1, max_size=12
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    unwritten=st.lists(st.sampled_from([b"k", b"k00\x00", b"k99", b"k05" + b"y" * 200]), max_size=3),
+    span=st.integers(-1, 3).flatmap(lambda start: st.tuples(st.just(start), st.integers(start + 1, 4))),
+    bounds=st.tuples(st.none() | st.sampled_from(KEYED_POOL), st.none() | st.sampled_from(KEYED_POOL)),
+    after=st.none() | st.sampled_from(KEYED_POOL),
+    stretch=st.none() | st.integers(0, 6),
+)
+def test_the_keyed_way_is_the_same_without_the_accelerator(
+    tmp_path_factory: pytest.TempPathFactory,
+    writes: list[list[tuple[bytes, bytes | None]]],
+    unwritten: list[bytes],
+    span: tuple[int, int],
+    bounds: tuple[bytes | None, bytes | None],
+    after: bytes | None,
+    stretch: int | None,
+) -> None:
+    """The same items and the same form handed back, for the key forms of every key written, in order (as
+    the changes index names them), with keys never written among them, long keys amid short ones, any
+    range, bounds and stretch."""
+    env = keyed_table(tmp_path_factory.mktemp("k"), [list(dict(items).items()) for items in writes])
+    try:
+        named = {key for items in writes for key, _ in items} | set(unwritten)
+        forms = sorted(layout.key_form(key) for key in named)
+        compiled = keyed_run(env, forms, span, (*bounds, after), stretch)
+        with python_only():
+            assert keyed_run(env, forms, span, (*bounds, after), stretch) == compiled
+        assert all(type(item) is DiffItem for item in compiled[0])
+        event("items" if compiled[0] else "no item")
+        event("handed back" if compiled[1] else "to the end")
+    finally:
+        env.close()
+
+
+def test_the_keyed_way_hands_a_long_key_to_the_python_loop_and_keeps_its_stretch(tmp_path: Path) -> None:
+    short = [b"a", b"b", b"c"]
+    long = b"c" + b"z" * 200  # between c and d
+    env = keyed_table(tmp_path, [[(k, b"1") for k in [*short, long]], [(k, b"2") for k in [*short, long]]])
+    try:
+        forms = sorted(layout.key_form(k) for k in [*short, long, b"d"])
+        assert layout.is_long_form(forms[3]) and forms[4] == layout.key_form(b"d")
+        # a, b, c by KeyedScan, the long key by the Python loop with what is left of the stretch (1),
+        # then d: the stretch is spent, so d is handed back
+        items, resume = keyed_run(env, forms, (1, 2), (None, None, None), 4)
+        assert [item.key for item in items] == [*short, long]
+        assert resume == layout.key_form(b"d")
+        accel = layout.ACCEL
+        assert accel is not None
+        with env.begin() as txn:
+            cursor = txn.cursor(db=env.open_db(b"records", txn=txn))
+            to_bound, from_seq = layout.record_seq(3), layout.record_seq(1)
+            keyed = accel.KeyedScan(
+                cursor,
+                layout.records_prefix(1),
+                iter(forms),
+                from_seq,
+                to_bound,
+                None,
+                None,
+                None,
+                5,
+                DiffItem,
+                (),
+            )
+            assert [item.key for item in keyed] == short
+            assert keyed.long_form == forms[3] and keyed.resume is None and keyed.left == 2
+            keyed = accel.KeyedScan(
+                cursor,
+                layout.records_prefix(1),
+                iter(forms),
+                from_seq,
+                to_bound,
+                None,
+                None,
+                None,
+                2,
+                DiffItem,
+                (),
+            )
+            assert [item.key for item in keyed] == short[:2]
+            assert keyed.long_form is None and keyed.resume == forms[2] and keyed.left == 0
+            keyed = accel.KeyedScan(
+                cursor,
+                layout.records_prefix(1),
+                iter(forms),
+                from_seq,
+                to_bound,
+                None,
+                b"b",
+                None,
+                -1,
+                DiffItem,
+                (),
+            )
+            assert [item.key for item in keyed] == [b"a"]  # then to_key: the end
+            assert keyed.long_form is None and keyed.resume is None and keyed.left is None
+    finally:
+        env.close()
+
+
+def _keyed(cursor: object, forms: object, *, item_type: object = DiffItem, bound: object = None) -> object:
+    accel = layout.ACCEL
+    assert accel is not None
+    to_bound, from_seq = layout.record_seq(3), layout.record_seq(1)
+    prefix = layout.records_prefix(1)
+    return accel.KeyedScan(cursor, prefix, forms, from_seq, to_bound, bound, None, None, -1, item_type, ())
+
+
+def test_the_keyed_way_refuses_what_is_not_a_key_form_or_a_records_row(tmp_path: Path) -> None:
+    env = keyed_table(tmp_path, [[(b"a", b"1")], [(b"a", b"2")]])
+    accel = layout.ACCEL
+    assert accel is not None
+    try:
+        with env.begin(write=True) as txn:
+            db = env.open_db(b"records", txn=txn)
+            cursor = txn.cursor(db=db)
+            for not_a_form in ("text", b"", b"a", b"a\x00", b"a\x00\x02\x00\x00", b"a\x00\x00b"):
+                with pytest.raises(ValueError, match="not a key form"):
+                    list(_keyed(cursor, iter([not_a_form])))  # type: ignore[call-overload]
+            with pytest.raises(TypeError):
+                _keyed(cursor, iter([]), item_type=dict)
+            with pytest.raises(TypeError):
+                _keyed(cursor, iter([]), bound="a str bound")
+            with pytest.raises(TypeError):
+                _keyed(cursor, [layout.key_form(b"a")])  # a list, not an iterator
+            with pytest.raises(AttributeError):
+                _keyed(object(), iter([]))
+            # a long key's stored value under a short key's form
+            head = layout.record_head(layout.records_prefix(1), layout.key_form(b"b"))
+            txn.put(head + layout.record_seq(2), layout.encode_value(LONG + b"x", b"v"), db=db)
+            with pytest.raises(ValueError, match="long key's value"):
+                list(_keyed(cursor, iter([layout.key_form(b"b")])))  # type: ignore[call-overload]
+            txn.put(layout.records_prefix(1) + b"c\x00\x00", b"\x01v", db=db)  # no seq
+            with pytest.raises(ValueError, match="not a records row"):
+                list(_keyed(cursor, iter([layout.key_form(b"c")])))  # type: ignore[call-overload]
+            txn.abort()
+    finally:
+        env.close()
+
+
+class _Forms:
+    """A forms iterator that calls back into the keyed scan fed from it when asked for its second form."""
+
+    def __init__(self, forms: list[bytes], action: str) -> None:
+        self.forms = iter(forms)
+        self.action = action
+        self.asked = 0
+        self.scan: object = None
+
+    def __iter__(self) -> _Forms:
+        return self
+
+    def __next__(self) -> bytes:
+        self.asked += 1
+        if self.asked == 2 and self.action == "next":
+            next(self.scan)  # type: ignore[call-overload]
+        if self.asked == 2 and self.action == "init":
+            self.scan.__init__(None, b"x", self, b"", b"\x01\x01\x01", None, None, None, -1, DiffItem, ())  # type: ignore[misc]
+        return next(self.forms)
+
+
+def test_the_keyed_scan_is_a_well_behaved_python_object(tmp_path: Path) -> None:
+    """Not re-entered, initialised once, an error when not initialised, collected in a cycle, and leaving
+    the reference counts of its inputs as they were."""
+    keys = [b"k%03d" % i for i in range(50)]
+    env = keyed_table(tmp_path, [[(k, b"1") for k in keys], [(k, b"2") for k in keys]])
+    forms = [layout.key_form(k) for k in keys]
+    accel = layout.ACCEL
+    assert accel is not None
+    try:
+        with env.begin() as txn:
+            cursor = txn.cursor(db=env.open_db(b"records", txn=txn))
+            for action, error, match in (
+                ("next", ValueError, "already executing"),
+                ("init", TypeError, "already"),
+            ):
+                feeding = _Forms(forms, action)
+                keyed = _keyed(cursor, feeding)
+                feeding.scan = keyed
+                with pytest.raises(error, match=match):
+                    list(keyed)  # type: ignore[call-overload]
+            unborn = accel.KeyedScan.__new__(accel.KeyedScan)
+            with pytest.raises(TypeError, match="not initialised"):
+                next(unborn)
+            assert unborn.long_form is None and unborn.resume is None and unborn.left is None
+            feeding = _Forms(forms, "")
+            keyed = _keyed(cursor, feeding)
+            feeding.scan = keyed  # keyed -> feeding -> keyed
+            gone = weakref.ref(feeding)
+            next(keyed)  # type: ignore[call-overload]
+            del feeding, keyed
+            gc.collect()
+            assert gone() is None
+            watched = [*forms, DiffItem, cursor]
+            before = [sys.getrefcount(thing) for thing in watched]
+            for _ in range(30):
+                assert len(list(_keyed(cursor, iter(forms)))) == 50  # type: ignore[call-overload]
+                stopped = _keyed(cursor, iter(forms))
+                next(stopped)  # type: ignore[call-overload]
+                del stopped
+            assert [sys.getrefcount(thing) for thing in watched] == before
+    finally:
+        env.close()
