@@ -479,6 +479,25 @@ static void set_raw(PyObject **slot, PyObject *value) {
     Py_XSETREF(*slot, value);
 }
 
+/* Whether the arguments both diff loops share are what they take: an iterator, a tuple type for the items
+ * and the empty tuple, key bounds of bytes or None; 0 (a TypeError naming ``who``) when not. */
+static int check_diff_args(const char *who, PyObject *it, PyObject *item_type, PyObject *empty, PyObject *from_key,
+                           PyObject *to_key, PyObject *after_key) {
+    if (!PyIter_Check(it) || !PyType_Check(item_type) ||
+        !PyType_IsSubtype((PyTypeObject *)item_type, &PyTuple_Type) || !PyTuple_CheckExact(empty)) {
+        PyErr_Format(PyExc_TypeError, "%s: bad arguments", who);
+        return 0;
+    }
+    PyObject *keys[3] = {from_key, to_key, after_key};
+    for (int i = 0; i < 3; i++) {
+        if (keys[i] != Py_None && !PyBytes_CheckExact(keys[i])) {
+            PyErr_Format(PyExc_TypeError, "%s: a key bound is bytes or None", who);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int scan_init(DiffScan *self, PyObject *args, PyObject *kwargs) {
     PyObject *it, *from_seq, *to_bound, *stop, *from_key, *to_key, *after_key, *item_type, *empty;
     Py_ssize_t idle_limit;
@@ -489,18 +508,7 @@ static int scan_init(DiffScan *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_TypeError, "DiffScan: already initialised");
         return -1;
     }
-    if (!PyIter_Check(it) || !PyType_Check(item_type) ||
-        !PyType_IsSubtype((PyTypeObject *)item_type, &PyTuple_Type) || !PyTuple_CheckExact(empty)) {
-        PyErr_SetString(PyExc_TypeError, "DiffScan: bad arguments");
-        return -1;
-    }
-    PyObject *keys[3] = {from_key, to_key, after_key};
-    for (int i = 0; i < 3; i++) {
-        if (keys[i] != Py_None && !PyBytes_CheckExact(keys[i])) {
-            PyErr_SetString(PyExc_TypeError, "DiffScan: a key bound is bytes or None");
-            return -1;
-        }
-    }
+    if (!check_diff_args("DiffScan", it, item_type, empty, from_key, to_key, after_key)) return -1;
 #define KEEP(field, value) \
     Py_INCREF(value);      \
     Py_XSETREF(self->field, value)
@@ -818,18 +826,7 @@ static int keyed_init(KeyedScan *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_TypeError, "KeyedScan: already initialised");
         return -1;
     }
-    if (!PyIter_Check(forms) || !PyType_Check(item_type) ||
-        !PyType_IsSubtype((PyTypeObject *)item_type, &PyTuple_Type) || !PyTuple_CheckExact(empty)) {
-        PyErr_SetString(PyExc_TypeError, "KeyedScan: bad arguments");
-        return -1;
-    }
-    PyObject *keys[3] = {from_key, to_key, after_key};
-    for (int i = 0; i < 3; i++) {
-        if (keys[i] != Py_None && !PyBytes_CheckExact(keys[i])) {
-            PyErr_SetString(PyExc_TypeError, "KeyedScan: a key bound is bytes or None");
-            return -1;
-        }
-    }
+    if (!check_diff_args("KeyedScan", forms, item_type, empty, from_key, to_key, after_key)) return -1;
     PyObject *set_range = PyObject_GetAttrString(cursor, "set_range");
     PyObject *step = set_range ? PyObject_GetAttrString(cursor, "next") : NULL;
     PyObject *item = step ? PyObject_GetAttrString(cursor, "item") : NULL;

@@ -17,6 +17,7 @@ import tracemalloc
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import hypothesis.strategies as st
@@ -784,6 +785,37 @@ def test_the_keyed_way_is_the_same_without_the_accelerator(
         env.close()
 
 
+def _keyed(
+    cursor: object,
+    forms: object,
+    *,
+    stretch: int = -1,
+    to_key: bytes | None = None,
+    item_type: object = DiffItem,
+    bound: object = None,
+) -> object:
+    """A KeyedScan of collection 1's changes in (seq 1, seq 2], ``bound`` its from_key."""
+    accel = layout.ACCEL
+    assert accel is not None
+    to_bound, from_seq = layout.record_seq(3), layout.record_seq(1)
+    prefix = layout.records_prefix(1)
+    # deliberately any type: the refusals are tested through here
+    args: tuple[Any, ...] = (
+        cursor,
+        prefix,
+        forms,
+        from_seq,
+        to_bound,
+        bound,
+        to_key,
+        None,
+        stretch,
+        item_type,
+        (),
+    )
+    return accel.KeyedScan(*args)
+
+
 def test_the_keyed_way_hands_a_long_key_to_the_python_loop_and_keeps_its_stretch(tmp_path: Path) -> None:
     short = [b"a", b"b", b"c"]
     long = b"c" + b"z" * 200  # between c and d
@@ -796,66 +828,19 @@ def test_the_keyed_way_hands_a_long_key_to_the_python_loop_and_keeps_its_stretch
         items, resume = keyed_run(env, forms, (1, 2), (None, None, None), 4)
         assert [item.key for item in items] == [*short, long]
         assert resume == layout.key_form(b"d")
-        accel = layout.ACCEL
-        assert accel is not None
         with env.begin() as txn:
             cursor = txn.cursor(db=env.open_db(b"records", txn=txn))
-            to_bound, from_seq = layout.record_seq(3), layout.record_seq(1)
-            keyed = accel.KeyedScan(
-                cursor,
-                layout.records_prefix(1),
-                iter(forms),
-                from_seq,
-                to_bound,
-                None,
-                None,
-                None,
-                5,
-                DiffItem,
-                (),
-            )
+            keyed: Any = _keyed(cursor, iter(forms), stretch=5)
             assert [item.key for item in keyed] == short
             assert keyed.long_form == forms[3] and keyed.resume is None and keyed.left == 2
-            keyed = accel.KeyedScan(
-                cursor,
-                layout.records_prefix(1),
-                iter(forms),
-                from_seq,
-                to_bound,
-                None,
-                None,
-                None,
-                2,
-                DiffItem,
-                (),
-            )
+            keyed = _keyed(cursor, iter(forms), stretch=2)
             assert [item.key for item in keyed] == short[:2]
             assert keyed.long_form is None and keyed.resume == forms[2] and keyed.left == 0
-            keyed = accel.KeyedScan(
-                cursor,
-                layout.records_prefix(1),
-                iter(forms),
-                from_seq,
-                to_bound,
-                None,
-                b"b",
-                None,
-                -1,
-                DiffItem,
-                (),
-            )
+            keyed = _keyed(cursor, iter(forms), to_key=b"b")
             assert [item.key for item in keyed] == [b"a"]  # then to_key: the end
             assert keyed.long_form is None and keyed.resume is None and keyed.left is None
     finally:
         env.close()
-
-
-def _keyed(cursor: object, forms: object, *, item_type: object = DiffItem, bound: object = None) -> object:
-    accel = layout.ACCEL
-    assert accel is not None
-    to_bound, from_seq = layout.record_seq(3), layout.record_seq(1)
-    prefix = layout.records_prefix(1)
-    return accel.KeyedScan(cursor, prefix, forms, from_seq, to_bound, bound, None, None, -1, item_type, ())
 
 
 def test_the_keyed_way_refuses_what_is_not_a_key_form_or_a_records_row(tmp_path: Path) -> None:
