@@ -1,8 +1,8 @@
 /* The engine's optional compiled accelerator: per-record and per-key hot loops in C, nothing else.
  *
  * Each has a pure-Python twin that produces the same results (diffstore/engine/layout.py for the rows of
- * a bulk load, diffstore/engine/diff.py for the diff's scan and keyed way, reads.py for a query page); the
- * engine uses this module when it was built and falls back to the twin when it was not
+ * a bulk load, diffstore/engine/diff.py for the diff's scan and keyed way, reads.py for a query page and
+ * get_many); the engine uses this module when it was built and falls back to the twin when it was not
  * (tests/engine/test_accel.py compares the two).
  *
  *   sorted_short_rows(items, record_prefix, record_suffix, change_prefix)
@@ -32,6 +32,12 @@
  *   query_scan(records_iter, seq_limit, stop, from_key, to_key, after_key, count, record_type, known, names)
  *       Up to ``count`` records of the query page that reads.py's loop builds from the same records
  *       iterator (no phantom), and the key form where that loop takes over (a long key), or None.
+ *
+ *   get_many_scan(cursor, prefix, keys, above, record_type, known, names, key_form)
+ *       The records of ``keys`` visible below the encoded seq ``above`` (reads.py's get_many without a
+ *       phantom), in the order asked: per key a seek to its head | above and a step back, through the
+ *       cursor's set_range, prev, last and item; None when a key is not bytes of a key's length (the
+ *       Python loop then refuses it in its place). ``key_form`` makes the forms of long keys.
  *
  * See layout.py's docstring for the layout these loops read and write.
  *
@@ -1281,6 +1287,154 @@ fail:
 
 /* The forms of a ``change_chunks`` value, (u16 length | form)...: a list of bytes. ValueError when a
  * length runs past the end (layout.unpack_forms: the same list, or IndexError / a shorter last form). */
+/* ---- get_many_scan ------------------------------------------------------------------------------ */
+
+#define MAX_KEY_LENGTH ((1 << 24) - 1)
+
+/* How many 00 bytes ``s`` holds (each escapes to 00 ff). */
+static Py_ssize_t count_zeros(const char *s, Py_ssize_t n) {
+    const char *end = s + n;
+    Py_ssize_t zeros = 0;
+    while (s < end && (s = memchr(s, 0, (size_t)(end - s))) != NULL) {
+        zeros++;
+        s++;
+    }
+    return zeros;
+}
+
+/* The user value of a stored record value (layout.decode_value): None for a tombstone; NULL (a ValueError)
+ * for a value of no known form. */
+static PyObject *stored_value(PyObject *raw) {
+    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    if (n == 0 || r[0] == 2) Py_RETURN_NONE;
+    if (r[0] == 1) return PyBytes_FromStringAndSize((const char *)r + 1, n - 1);
+    if (r[0] == 3 && n >= 4) {
+        Py_ssize_t at = 4 + (((Py_ssize_t)r[1] << 16) | ((Py_ssize_t)r[2] << 8) | r[3]);
+        if (at <= n) return PyBytes_FromStringAndSize((const char *)r + at, n - at);
+    }
+    PyErr_SetString(PyExc_ValueError, "get_many_scan: not a stored value");
+    return NULL;
+}
+
+/* The record of ``key`` visible below ``above`` (its records probe: head | above), or None. */
+static PyObject *visible_record(QueryPageState *st, PyObject *methods[4], PyObject *key, PyObject *probe,
+                                Py_ssize_t head_length) {
+    PyObject *moved = PyObject_CallOneArg(methods[0], probe); /* set_range */
+    if (moved == NULL) return NULL;
+    int there = PyObject_IsTrue(moved);
+    Py_DECREF(moved);
+    if (there < 0) return NULL;
+    moved = PyObject_CallNoArgs(methods[there ? 1 : 2]); /* the version below the probe: prev, or last */
+    if (moved == NULL) return NULL;
+    there = PyObject_IsTrue(moved);
+    Py_DECREF(moved);
+    if (there <= 0) return there < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
+    PyObject *pair = PyObject_CallNoArgs(methods[3]), *record_key, *raw; /* item */
+    if (pair == NULL) return NULL;
+    if (!records_row(pair, "get_many_scan", &record_key, &raw)) {
+        Py_DECREF(pair);
+        return NULL;
+    }
+    const char *k = PyBytes_AS_STRING(record_key);
+    Py_ssize_t kl = PyBytes_GET_SIZE(record_key);
+    /* heads are prefix-free: a key of another head is no version of this key */
+    if (record_head_length(k, kl) != head_length || memcmp(k, PyBytes_AS_STRING(probe), (size_t)head_length) != 0) {
+        Py_DECREF(pair);
+        Py_RETURN_NONE;
+    }
+    PyObject *value = stored_value(raw), *out = NULL;
+    if (value == Py_None) {
+        out = value;
+    } else if (value != NULL) {
+        PyObject *name = name_of(st, read_record_seq(k + head_length));
+        out = name != NULL ? ((PyTypeObject *)st->record_type)->tp_alloc((PyTypeObject *)st->record_type, 3) : NULL;
+        if (out == NULL) {
+            Py_DECREF(value);
+        } else {
+            Py_INCREF(key);
+            Py_INCREF(name);
+            PyTuple_SET_ITEM(out, 0, key);
+            PyTuple_SET_ITEM(out, 1, value);
+            PyTuple_SET_ITEM(out, 2, name);
+        }
+    }
+    Py_DECREF(pair);
+    return out;
+}
+
+static PyObject *get_many_scan(PyObject *module, PyObject *args) {
+    PyObject *cursor, *prefix, *keys, *above, *record_type, *known, *names, *key_form;
+    if (!PyArg_ParseTuple(args, "OSOSOOOO:get_many_scan", &cursor, &prefix, &keys, &above, &record_type, &known,
+                          &names, &key_form))
+        return NULL;
+    if (!PyList_CheckExact(keys) || !is_encoded_seq(PyBytes_AS_STRING(above), PyBytes_GET_SIZE(above)) ||
+        !PyType_Check(record_type) || !PyType_IsSubtype((PyTypeObject *)record_type, &PyTuple_Type) ||
+        !PyDict_CheckExact(known) || !PyCallable_Check(names) || !PyCallable_Check(key_form) ||
+        PyBytes_GET_SIZE(prefix) < 2 || PyBytes_GET_SIZE(prefix) > 5) {
+        PyErr_SetString(PyExc_TypeError, "get_many_scan: bad arguments");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(keys);
+    for (Py_ssize_t i = 0; i < count; i++) { /* what the Python loop refuses, it refuses, at its place */
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) > MAX_KEY_LENGTH) Py_RETURN_NONE;
+    }
+    static const char *names_of_methods[4] = {"set_range", "prev", "last", "item"};
+    PyObject *methods[4] = {NULL, NULL, NULL, NULL};
+    QueryPageState st = {NULL, record_type, known, names, NULL, NULL, NULL, NULL, 0, NULL, 0};
+    PyObject *found = NULL, *held = PyList_GetSlice(keys, 0, count); /* names() may change the caller's list */
+    if (held == NULL) return NULL;
+    for (int m = 0; m < 4; m++) {
+        if ((methods[m] = PyObject_GetAttrString(cursor, names_of_methods[m])) == NULL) goto done;
+    }
+    if ((found = PyList_New(count)) == NULL) goto done;
+    const char *pre = PyBytes_AS_STRING(prefix), *ab = PyBytes_AS_STRING(above);
+    Py_ssize_t pl = PyBytes_GET_SIZE(prefix), al = PyBytes_GET_SIZE(above);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PyList_GET_ITEM(held, i), *form = NULL;
+        const char *k = PyBytes_AS_STRING(key);
+        Py_ssize_t kl = PyBytes_GET_SIZE(key), fl;
+        if (kl > LONG_KEY_PREFIX) { /* its form holds a digest: layout.key_form makes it */
+            form = PyObject_CallOneArg(key_form, key);
+            if (form == NULL) goto fail;
+            if (!PyBytes_CheckExact(form) || PyBytes_GET_SIZE(form) + pl + al > MAX_RECORD_KEY) {
+                Py_DECREF(form);
+                PyErr_SetString(PyExc_ValueError, "get_many_scan: not a key form");
+                goto fail;
+            }
+        }
+        fl = form != NULL ? PyBytes_GET_SIZE(form) : kl + count_zeros(k, kl) + 2;
+        PyObject *probe = PyBytes_FromStringAndSize(NULL, pl + fl + al);
+        if (probe == NULL) {
+            Py_XDECREF(form);
+            goto fail;
+        }
+        char *out = PyBytes_AS_STRING(probe);
+        memcpy(out, pre, (size_t)pl);
+        if (form != NULL) {
+            memcpy(out + pl, PyBytes_AS_STRING(form), (size_t)fl);
+            Py_DECREF(form);
+        } else {
+            char *end = escape_into(out + pl, k, kl);
+            end[0] = end[1] = 0;
+        }
+        memcpy(out + pl + fl, ab, (size_t)al);
+        PyObject *record = visible_record(&st, methods, key, probe, pl + fl);
+        Py_DECREF(probe);
+        if (record == NULL) goto fail;
+        PyList_SET_ITEM(found, i, record);
+    }
+    goto done;
+fail:
+    Py_CLEAR(found);
+done:
+    for (int m = 0; m < 4; m++) Py_XDECREF(methods[m]);
+    Py_XDECREF(st.last_name);
+    Py_DECREF(held);
+    return found;
+}
+
 static PyObject *unpack_forms(PyObject *module, PyObject *raw) {
     if (!PyBytes_CheckExact(raw)) {
         PyErr_SetString(PyExc_TypeError, "unpack_forms takes bytes");
@@ -1389,6 +1543,7 @@ static PyMethodDef methods[] = {
     {"sorted_short_rows", sorted_short_rows, METH_VARARGS,
      "The records and changes rows of sorted short (key, value) pairs, or None."},
     {"query_scan", query_scan, METH_VARARGS, "Records of a query page from a records iterator (see reads.py)."},
+    {"get_many_scan", get_many_scan, METH_VARARGS, "The records of keys visible at a read point (see reads.py)."},
     {"unpack_forms", unpack_forms, METH_O, "The key forms of a change_chunks value (layout.unpack_forms)."},
     {"pack_columns", pack_columns, METH_VARARGS, "The columns form's buffers of a list of rows (wire_columns)."},
     {NULL, NULL, 0, NULL},

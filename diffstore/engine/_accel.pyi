@@ -37,6 +37,17 @@ def query_scan(
     names: Callable[[int], bytes],
 ) -> tuple[list[Any], bytes | None]: ...
 
+def get_many_scan(
+    records: Any,  # an lmdb.Cursor: its set_range, prev, last and item are called
+    prefix: bytes,
+    keys: list[bytes],
+    above: bytes,
+    record_type: type[tuple[object, ...]],
+    known: dict[Any, bytes],
+    names: Callable[[int], bytes],
+    key_form: Callable[[bytes], bytes],
+) -> list[Any] | None: ...
+
 class DiffScan:
     def __init__(
         self,

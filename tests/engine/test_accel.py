@@ -28,6 +28,7 @@ from hypothesis import event, given, settings
 from diffstore import Store, StoreConfig
 from diffstore.engine import layout
 from diffstore.engine.types import DiffItem, Record
+from diffstore.errors import InvalidRequest
 from diffstore.wire_columns import BinaryColumn
 
 from .util import raw_state
@@ -397,6 +398,9 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
             next(unfinished)
             unfinished.close()  # type: ignore[attr-defined]
             assert sum(1 for _ in coll.query(b"2")) > 1000  # pages that run into the long keys
+            assert (
+                sum(1 for record in coll.get_many([key for key, _ in base[:5000]]).records if record) > 1000
+            )
             assert len(coll.query_page(b"1", from_key=b"k00100", to_key=b"k01000", limit=50).items) == 50
 
         for _ in range(3):
@@ -936,5 +940,62 @@ def test_the_keyed_scan_is_a_well_behaved_python_object(tmp_path: Path) -> None:
                 next(stopped)  # type: ignore[call-overload]
                 del stopped
             assert [sys.getrefcount(thing) for thing in watched] == before
+    finally:
+        env.close()
+
+
+# --- get_many_scan -----------------------------------------------------------------------------------------
+
+
+def test_get_many_refuses_a_bad_key_in_its_place_compiled_and_in_python(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
+        coll = store.create_collection("c", manual=True)
+        coll.write_generation(b"1", [(b"a", b"1"), (LONG + b"x", b"2")])
+        for keys in ([b"a", "a str", b"b"], [b"a", b"x" * (layout.MAX_KEY_LENGTH + 1)], [b"a", None]):
+            for mode in (contextlib.nullcontext(), python_only()):
+                with mode, pytest.raises(InvalidRequest, match="a key must be bytes"):
+                    coll.get_many(keys)  # type: ignore[arg-type]
+        keys = [LONG + b"x", b"a", b"absent", LONG + b"y", b"a"]  # duplicates, absent keys, long ones
+        compiled = coll.get_many(keys)
+        with python_only():
+            assert coll.get_many(keys) == compiled
+        assert [record and record.value for record in compiled.records] == [b"2", b"1", None, None, b"1"]
+        assert all(type(record) is Record for record in compiled.records if record is not None)
+
+
+def test_get_many_scan_refuses_bad_arguments_and_values_of_no_known_form(tmp_path: Path) -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    env = keyed_table(tmp_path, [[(b"a", b"1")]])
+    known: dict[int, bytes] = {1: b"g1"}
+    above = layout.record_seq(2)
+    prefix = layout.records_prefix(1)
+    try:
+        with env.begin(write=True) as txn:
+            db = env.open_db(b"records", txn=txn)
+            cursor = txn.cursor(db=db)
+            ok: tuple[Any, ...] = (cursor, prefix, [b"a"], above, Record, known, known.get, layout.key_form)
+            assert accel.get_many_scan(*ok) == [(b"a", b"1", b"g1")]
+            keys = [b"a", b"absent", LONG + b"x"]
+            watched = [*keys, keys, *ok]
+            before = [sys.getrefcount(thing) for thing in watched]
+            for _ in range(30):
+                assert accel.get_many_scan(ok[0], prefix, keys, *ok[3:]) == [(b"a", b"1", b"g1"), None, None]
+            assert [sys.getrefcount(thing) for thing in watched] == before
+            for at, bad in ((2, (b"a",)), (3, b""), (3, b"\x01\x05"), (4, dict), (5, {}.items()), (6, None)):
+                with pytest.raises(TypeError, match="bad arguments"):
+                    accel.get_many_scan(*ok[:at], bad, *ok[at + 1 :])
+            with pytest.raises(TypeError, match="bad arguments"):
+                accel.get_many_scan(ok[0], b"\x01", *ok[2:])  # no records prefix
+            with pytest.raises(AttributeError):
+                accel.get_many_scan(object(), *ok[1:])
+            with pytest.raises(ValueError, match="not a key form"):
+                accel.get_many_scan(*ok[:2], [LONG + b"x"], *ok[3:7], lambda key: "a str")
+            head = layout.record_head(prefix, layout.key_form(b"b"))
+            for raw in (b"\x04v", b"\x03\x00\x00\x09short"):
+                txn.put(head + layout.record_seq(1), raw, db=db)
+                with pytest.raises(ValueError, match="not a stored value"):
+                    accel.get_many_scan(*ok[:2], [b"b"], *ok[3:])
+            txn.abort()
     finally:
         env.close()
