@@ -1368,7 +1368,7 @@ static PyObject *get_many_scan(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OSOSOOOO:get_many_scan", &cursor, &prefix, &keys, &above, &record_type, &known,
                           &names, &key_form))
         return NULL;
-    if (!PyList_CheckExact(keys) || !is_encoded_seq(PyBytes_AS_STRING(above), PyBytes_GET_SIZE(above)) ||
+    if (!PyList_Check(keys) || !is_encoded_seq(PyBytes_AS_STRING(above), PyBytes_GET_SIZE(above)) ||
         !PyType_Check(record_type) || !PyType_IsSubtype((PyTypeObject *)record_type, &PyTuple_Type) ||
         !PyDict_CheckExact(known) || !PyCallable_Check(names) || !PyCallable_Check(key_form) ||
         PyBytes_GET_SIZE(prefix) < 2 || PyBytes_GET_SIZE(prefix) > 5) {

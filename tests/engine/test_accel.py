@@ -959,6 +959,11 @@ def test_get_many_refuses_a_bad_key_in_its_place_compiled_and_in_python(tmp_path
         compiled = coll.get_many(keys)
         with python_only():
             assert coll.get_many(keys) == compiled
+
+        class Keys(list[bytes]):
+            pass
+
+        assert coll.get_many(Keys(keys)) == compiled  # a list of another class is a list too
         assert [record and record.value for record in compiled.records] == [b"2", b"1", None, None, b"1"]
         assert all(type(record) is Record for record in compiled.records if record is not None)
 
