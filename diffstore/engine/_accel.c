@@ -111,6 +111,13 @@ static char *escape_into(char *out, const char *s, Py_ssize_t n) {
     return out;
 }
 
+/* The form of the short key ``k`` (layout.key_form: escaped, then 00 00) written at ``out``; its end. */
+static char *short_form_into(char *out, const char *k, Py_ssize_t kl) {
+    char *end = escape_into(out, k, kl);
+    end[0] = end[1] = 0;
+    return end + 2;
+}
+
 static int compare_bytes(const char *a, Py_ssize_t alen, const char *b, Py_ssize_t blen) {
     int c = memcmp(a, b, (size_t)(alen < blen ? alen : blen));
     if (c) return c;
@@ -224,9 +231,8 @@ static int pack_items(PyObject *items, Py_ssize_t n, char **forms, Py_ssize_t *f
             if (grown == NULL) return -1;
             *forms = grown;
         }
-        char *form = *forms + used + 2, *end = escape_into(form, k, kl);
-        end[0] = end[1] = 0;
-        Py_ssize_t length = end + 2 - form; /* at most 2 * LONG_KEY_PREFIX + 2: a u16 */
+        char *form = *forms + used + 2;
+        Py_ssize_t length = short_form_into(form, k, kl) - form; /* at most 2 * LONG_KEY_PREFIX + 2: a u16 */
         (*forms)[used] = (char)(length >> 8);
         (*forms)[used + 1] = (char)(length & 0xff);
         used += 2 + length;
@@ -777,11 +783,14 @@ static PyObject *scan_next(DiffScan *self) {
     return item;
 }
 
-static PyObject *scan_handed(DiffScan *self, void *closure) {
-    if (self->handed == NULL) Py_RETURN_NONE;
-    Py_INCREF(self->handed);
-    return self->handed;
+/* A new reference to an optional field: ``value``, or None when it is not set. */
+static PyObject *or_none(PyObject *value) {
+    value = value != NULL ? value : Py_None;
+    Py_INCREF(value);
+    return value;
 }
+
+static PyObject *scan_handed(DiffScan *self, void *closure) { return or_none(self->handed); }
 
 static PyGetSetDef scan_getset[] = {
     {"handed", (getter)scan_handed, NULL, "the form where the keyed way takes over (None: none)", NULL},
@@ -1086,17 +1095,9 @@ static PyObject *keyed_next(KeyedScan *self) {
     return item;
 }
 
-static PyObject *keyed_long_form(KeyedScan *self, void *closure) {
-    PyObject *form = self->long_form != NULL ? self->long_form : Py_None;
-    Py_INCREF(form);
-    return form;
-}
+static PyObject *keyed_long_form(KeyedScan *self, void *closure) { return or_none(self->long_form); }
 
-static PyObject *keyed_resume(KeyedScan *self, void *closure) {
-    PyObject *form = self->resume != NULL ? self->resume : Py_None;
-    Py_INCREF(form);
-    return form;
-}
+static PyObject *keyed_resume(KeyedScan *self, void *closure) { return or_none(self->resume); }
 
 static PyObject *keyed_left(KeyedScan *self, void *closure) {
     if (!self->initialised || self->left < 0) Py_RETURN_NONE;
@@ -1291,17 +1292,6 @@ fail:
 
 #define MAX_KEY_LENGTH ((1 << 24) - 1)
 
-/* How many 00 bytes ``s`` holds (each escapes to 00 ff). */
-static Py_ssize_t count_zeros(const char *s, Py_ssize_t n) {
-    const char *end = s + n;
-    Py_ssize_t zeros = 0;
-    while (s < end && (s = memchr(s, 0, (size_t)(end - s))) != NULL) {
-        zeros++;
-        s++;
-    }
-    return zeros;
-}
-
 /* The user value of a stored record value (layout.decode_value): None for a tombstone; NULL (a ValueError)
  * for a value of no known form. */
 static PyObject *stored_value(PyObject *raw) {
@@ -1394,7 +1384,7 @@ static PyObject *get_many_scan(PyObject *module, PyObject *args) {
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *key = PyList_GET_ITEM(held, i), *form = NULL;
         const char *k = PyBytes_AS_STRING(key);
-        Py_ssize_t kl = PyBytes_GET_SIZE(key), fl;
+        Py_ssize_t kl = PyBytes_GET_SIZE(key);
         if (kl > LONG_KEY_PREFIX) { /* its form holds a digest: layout.key_form makes it */
             form = PyObject_CallOneArg(key_form, key);
             if (form == NULL) goto fail;
@@ -1404,23 +1394,20 @@ static PyObject *get_many_scan(PyObject *module, PyObject *args) {
                 goto fail;
             }
         }
-        fl = form != NULL ? PyBytes_GET_SIZE(form) : kl + count_zeros(k, kl) + 2;
-        PyObject *probe = PyBytes_FromStringAndSize(NULL, pl + fl + al);
-        if (probe == NULL) {
-            Py_XDECREF(form);
-            goto fail;
-        }
-        char *out = PyBytes_AS_STRING(probe);
-        memcpy(out, pre, (size_t)pl);
+        /* head | above: the prefix (at most 5 bytes), a form (a short one at most 2 * 200 + 2), a seq (10) */
+        char buffer[MAX_RECORD_KEY + 1], *head_end;
+        memcpy(buffer, pre, (size_t)pl);
         if (form != NULL) {
-            memcpy(out + pl, PyBytes_AS_STRING(form), (size_t)fl);
+            memcpy(buffer + pl, PyBytes_AS_STRING(form), (size_t)PyBytes_GET_SIZE(form));
+            head_end = buffer + pl + PyBytes_GET_SIZE(form);
             Py_DECREF(form);
         } else {
-            char *end = escape_into(out + pl, k, kl);
-            end[0] = end[1] = 0;
+            head_end = short_form_into(buffer + pl, k, kl);
         }
-        memcpy(out + pl + fl, ab, (size_t)al);
-        PyObject *record = visible_record(&st, methods, key, probe, pl + fl);
+        memcpy(head_end, ab, (size_t)al);
+        PyObject *probe = PyBytes_FromStringAndSize(buffer, head_end - buffer + al);
+        if (probe == NULL) goto fail;
+        PyObject *record = visible_record(&st, methods, key, probe, head_end - buffer);
         Py_DECREF(probe);
         if (record == NULL) goto fail;
         PyList_SET_ITEM(found, i, record);

@@ -36,7 +36,6 @@ def query_scan(
     known: dict[Any, bytes],
     names: Callable[[int], bytes],
 ) -> tuple[list[Any], bytes | None]: ...
-
 def get_many_scan(
     records: Any,  # an lmdb.Cursor: its set_range, prev, last and item are called
     prefix: bytes,

@@ -26,7 +26,7 @@ from diffstore.engine import changes, layout, lineage, writes
 from diffstore.engine.access import StoreAccess
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import gc_minimum
-from diffstore.engine.tables import Tables, load_meta, resolve_seq, save_meta
+from diffstore.engine.tables import Table, Tables, load_meta, resolve_seq, save_meta
 from diffstore.errors import NoSuchCollection
 
 # every table whose keys begin with the collection's cid prefix; ``records`` keys begin with its records
@@ -280,7 +280,7 @@ def _purge_dropped(store: StoreAccess) -> bool:
     return True
 
 
-def _delete_prefix(txn: lmdb.Transaction, db: lmdb._Database, prefix: bytes, limit: int) -> int:
+def _delete_prefix(txn: lmdb.Transaction, db: Table, prefix: bytes, limit: int) -> int:
     cursor = txn.cursor(db=db)
     deleted = 0
     if not cursor.set_range(prefix):
@@ -292,6 +292,6 @@ def _delete_prefix(txn: lmdb.Transaction, db: lmdb._Database, prefix: bytes, lim
     return deleted
 
 
-def _has_prefix(txn: lmdb.Transaction, db: lmdb._Database, prefix: bytes) -> bool:
+def _has_prefix(txn: lmdb.Transaction, db: Table, prefix: bytes) -> bool:
     cursor = txn.cursor(db=db)
     return bool(cursor.set_range(prefix)) and cursor.key().startswith(prefix)

@@ -53,7 +53,7 @@ from diffstore.engine import (
     storage,
     writes,
 )
-from diffstore.engine.tables import Tables, save_meta
+from diffstore.engine.tables import Table, Tables, save_meta
 from diffstore.errors import InvalidRequest, StorageError
 
 if TYPE_CHECKING:
@@ -267,5 +267,5 @@ def expected_bytes(store: Store) -> int:
     return space.measure(store.env, _tables_of(store.tables), store.path).used_bytes
 
 
-def _tables_of(tables: Tables) -> list[lmdb._Database]:
+def _tables_of(tables: Tables) -> list[Table]:
     return [getattr(tables, name.decode()) for name in layout.TABLES]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import lmdb
 
 from diffstore.engine import crashpoints, layout
-from diffstore.engine.tables import Tables
+from diffstore.engine.tables import Table, Tables
 from diffstore.errors import StorageError
 
 _SCRATCH = b"records_upgrading"  # a table of its own for the new rows, within the upgrade's transaction
@@ -76,9 +76,7 @@ def _records_to_version_2(env: lmdb.Environment, txn: lmdb.Transaction, tables: 
     return count
 
 
-def _copy(
-    txn: lmdb.Transaction, source: lmdb._Database, target: lmdb._Database, key_of: Callable[[bytes], bytes]
-) -> int:
+def _copy(txn: lmdb.Transaction, source: Table, target: Table, key_of: Callable[[bytes], bytes]) -> int:
     """Copies every row of ``source`` into the empty ``target``, keys through ``key_of`` (which keeps their
     order), in batches in append mode; how many rows."""
     count = 0

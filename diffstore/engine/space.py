@@ -22,6 +22,7 @@ from pathlib import Path
 import lmdb
 
 from diffstore.engine.storage import DATA_FILE
+from diffstore.engine.tables import Table
 
 _META_PAGES = 2
 
@@ -48,7 +49,7 @@ def _pages(stat: dict[str, int]) -> int:
     return int(stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
 
 
-def measure(env: lmdb.Environment, tables: Iterable[lmdb._Database], path: Path) -> Space:
+def measure(env: lmdb.Environment, tables: Iterable[Table], path: Path) -> Space:
     """The figures of ``env`` (whose directory is ``path``, and whose named tables are ``tables``).
 
     Raises:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import lmdb
 
@@ -21,29 +21,33 @@ MAX_GENERATION_ID = 255
 MAX_NAME_BYTES = 255
 _META_CACHE_SIZE = 4096
 
+Table: TypeAlias = lmdb._Database
+"""A handle of one named sub-database: py-lmdb gives the type no public name, so only this module uses
+the private one."""
+
 
 @dataclass(frozen=True, slots=True)
 class Tables:
     """Handles of the named sub-databases of one environment (see ``layout.TABLES``)."""
 
-    collections: lmdb._Database
-    gens: lmdb._Database
-    gen_ids: lmdb._Database
-    records: lmdb._Database
-    changes: lmdb._Database
-    phantoms: lmdb._Database
-    phantom_ttl: lmdb._Database
-    readers: lmdb._Database
-    targets: lmdb._Database
-    producers: lmdb._Database
-    leases: lmdb._Database
-    dropped: lmdb._Database
-    due: lmdb._Database
-    lineage: lmdb._Database
-    cursors: lmdb._Database
-    replica: lmdb._Database
-    commits: lmdb._Database
-    change_chunks: lmdb._Database
+    collections: Table
+    gens: Table
+    gen_ids: Table
+    records: Table
+    changes: Table
+    phantoms: Table
+    phantom_ttl: Table
+    readers: Table
+    targets: Table
+    producers: Table
+    leases: Table
+    dropped: Table
+    due: Table
+    lineage: Table
+    cursors: Table
+    replica: Table
+    commits: Table
+    change_chunks: Table
     # The engine's only in-memory caches. Each is keyed by what it was computed from, as read from LMDB in
     # the transaction that uses it, so a hit is right whichever process changed the store meanwhile
     # (see docs/process-model.md):
