@@ -55,6 +55,7 @@ from pyspark.sql import functions as F
 from diffstore.client import Collection
 from diffstore.errors import InvalidRequest
 from diffstore.spark.arrow_columns import binary_batch
+from diffstore.spark.lookahead import Lookahead
 from diffstore.spark.lookup import GET_MANY_KEYS, get_many
 from diffstore.spark.plan import TARGET, Lookup, Pinned, RoundContext, RoundPlan, SourceRange, pinned_alias
 from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_ARROW, LOOKUP_SCHEMA
@@ -63,10 +64,13 @@ PAGE_ROWS = 10_000
 """The server's largest diff page."""
 
 
-def read_small_diff(context: RoundContext, source: SourceRange) -> pa.Table | None:
+def read_small_diff(
+    context: RoundContext, source: SourceRange, on_page: Callable[[list[bytes]], None] | None = None
+) -> pa.Table | None:
     """The whole diff of ``source``'s pinned range as an Arrow table, read page by page on the driver, or
     ``None`` when it holds more than ``context.local_diff_max_rows`` changes (or that is 0), or the
-    server's answer stops short of the range's end (the range is then read by Spark tasks)."""
+    server's answer stops short of the range's end (the range is then read by Spark tasks).
+    ``on_page`` is given each page's keys as it arrives (:class:`~diffstore.spark.lookahead.Lookahead`)."""
     limit = context.local_diff_max_rows
     if limit <= 0 or source.empty:
         return None
@@ -83,6 +87,8 @@ def read_small_diff(context: RoundContext, source: SourceRange) -> pa.Table | No
         if rows > limit:
             return None
         batches.append(binary_batch(DIFF_ARROW, page.keys, page.from_values, page.to_values))
+        if on_page is not None:
+            on_page(page.keys.to_list())  # type: ignore[arg-type]  # keys are never absent
         if page.cursor is None:
             return pa.Table.from_batches(batches, schema=DIFF_ARROW)
         page = handle.diff_page_columns(cursor=page.cursor)
@@ -174,10 +180,12 @@ def driver_lookup(
     handle: Callable[[str], Collection],
     pinned: Mapping[str, Pinned],
     diff_rows: int = 0,
+    lookahead: Lookahead | None = None,
 ) -> Lookup:
     """``lookup`` run on the driver (small rounds, previews): the keys collected here, their values
-    fetched from here with ``getMany`` where ``pinned`` says each alias reads, handed back as local data.
-    ``diff_rows``, the changes in the round's diffs, says how many keys to expect at most (usually)."""
+    fetched from here with ``getMany`` where ``pinned`` says each alias reads (or taken from those
+    ``lookahead`` fetched meanwhile), handed back as local data. ``diff_rows``, the changes in the
+    round's diffs, says how many keys to expect at most (usually)."""
 
     def lookup(alias: str, keys: DataFrame) -> DataFrame:
         where = pinned_alias(pinned, alias)
@@ -191,15 +199,18 @@ def driver_lookup(
         def fetch(chunk: list[bytes]) -> pa.Array:
             return get_many(collection, where.generation_id, chunk, where.phantom_id)
 
-        # contiguous slices fetched concurrently: the server answers several requests at once
-        size = min(GET_MANY_KEYS, max(FETCH_SLICE_MIN, -(-len(wanted) // FETCH_THREADS)))
-        slices = [wanted[start : start + size] for start in range(0, len(wanted), size)]
-        if len(slices) > 1:
-            with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="diffstore-lookup") as pool:
-                values = list(pool.map(fetch, slices))
-        else:
-            values = [fetch(chunk) for chunk in slices]
-        found = pa.concat_arrays(values) if values else pa.array([], pa.binary())
+        def fetch_all(keys: list[bytes]) -> pa.Array:
+            # contiguous slices fetched concurrently: the server answers several requests at once
+            size = min(GET_MANY_KEYS, max(FETCH_SLICE_MIN, -(-len(keys) // FETCH_THREADS)))
+            slices = [keys[start : start + size] for start in range(0, len(keys), size)]
+            if len(slices) > 1:
+                with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="diffstore-lookup") as pool:
+                    values = list(pool.map(fetch, slices))
+            else:
+                values = [fetch(chunk) for chunk in slices]
+            return pa.concat_arrays(values) if values else pa.array([], pa.binary())
+
+        found = lookahead.values(alias, wanted, fetch_all) if lookahead is not None else fetch_all(wanted)
         columns = [pa.array(wanted, pa.binary()), found]
         return spark.createDataFrame(pa.Table.from_arrays(columns, names=["key", "value"]), LOOKUP_SCHEMA)
 

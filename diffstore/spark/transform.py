@@ -28,6 +28,7 @@ the last commit stored. Every source change is thus applied in exactly one commi
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -46,6 +47,7 @@ from diffstore.rounds import Round, ensure_readers, source_reader
 from diffstore.spark._clients import new_client
 from diffstore.spark._ranges import by_key_range
 from diffstore.spark.datasource import register
+from diffstore.spark.lookahead import Lookahead, LookaheadPolicy
 from diffstore.spark.lookup import lookup_partition
 from diffstore.spark.options import encode_generation, encode_split_keys
 from diffstore.spark.plan import (
@@ -206,6 +208,7 @@ class Transform:
         self.small_round_conf = dict(small_round_conf)
         self.job = job or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
         self._last_round: tuple[bytes, int] | None = None  # (generation, number) of this runner's last commit
+        self._lookahead = LookaheadPolicy()  # which sources' lookups small rounds fetch ahead
 
     def close(self) -> None:
         """Releases the lease, if held (a standby takes over at once), and closes the driver's clients."""
@@ -316,9 +319,21 @@ class Transform:
         return lookup
 
     def _run_job(self, plan: RoundPlan) -> tuple[dict[str, int | None], int | None]:
-        local = {s.alias: read_small_diff(self, s) for s in plan.sources if not s.empty}
-        if all(table is not None for table in local.values()):
-            return self._run_small(plan, local)
+        pinned = pinned_lookups(plan, self.target)
+        lookahead = self._lookahead.start(self.handle, pinned, [s.alias for s in plan.sources])
+        try:
+            local = {
+                s.alias: read_small_diff(self, s, functools.partial(lookahead.offer, s.alias))
+                for s in plan.sources
+                if not s.empty
+            }
+            if all(table is not None for table in local.values()):
+                answer = self._run_small(plan, local, lookahead)
+                self._lookahead.learn(lookahead)
+                self.event("lookahead", fetched=sorted(lookahead.fetched), taken=dict(lookahead.taken))
+                return answer
+        finally:
+            lookahead.close()
         cuts = self._cuts(plan)
         first = next((s.alias for s in plan.sources if not s.empty), None)
         diffs: dict[str, DataFrame] = {}
@@ -363,7 +378,7 @@ class Transform:
         return sum(int(row[0]) for row in result.mapInArrow(put, WRITTEN_SCHEMA).collect())
 
     def _run_small(
-        self, plan: RoundPlan, local: Mapping[str, pa.Table | None]
+        self, plan: RoundPlan, local: Mapping[str, pa.Table | None], lookahead: Lookahead
     ) -> tuple[dict[str, int | None], int | None]:
         """A round whose every diff was read on the driver (:mod:`diffstore.spark.small_rounds`).
 
@@ -371,7 +386,8 @@ class Transform:
         then drops the joins with it), nothing is observed or checkpointed (the sizes are known), the
         sources' lookups run on the driver with ``getMany``, the target's in the result's own job, and
         the result is collected and written from here: the only Spark jobs are those of the sources'
-        lookups' keys (none for keys Spark's optimizer finds empty) and of the result.
+        lookups' keys (none for keys Spark's optimizer finds empty) and of the result. The sources'
+        lookups take the values ``lookahead`` fetched while the diffs were read.
         """
         empty = DIFF_ARROW.empty_table()
         tables = {s.alias: t if (t := local.get(s.alias)) is not None else empty for s in plan.sources}
@@ -380,9 +396,10 @@ class Transform:
         with session_conf(self.spark, self.small_round_conf):
             diffs = {alias: self.spark.createDataFrame(t, DIFF_SCHEMA) for alias, t in tables.items()}
             pinned = pinned_lookups(plan, self.target)
+            rows = sum(len(t) for t in tables.values())
             lookup = small_round_lookup(
                 self.spark,
-                driver_lookup(self.spark, self.handle, pinned, sum(len(t) for t in tables.values())),
+                driver_lookup(self.spark, self.handle, pinned, rows, lookahead),
                 self._lookup(plan, None),
                 lambda: read_small_target(self.handle, pinned[TARGET]),
             )
