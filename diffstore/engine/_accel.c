@@ -29,6 +29,10 @@
  *       (``long_form``), after ``stretch`` forms (``resume``: the form not taken; -1: no limit), at
  *       ``to_key`` or at the end of the forms; ``left`` is what remains of the stretch.
  *
+ *   MergeForms(iterables)
+ *       An iterator of the distinct byte strings of strictly ascending iterators, ascending: the merge of
+ *       a generation's two index forms (changes.py) and of a few generations' runs (diff.py).
+ *
  *   query_scan(records_iter, seq_limit, stop, from_key, to_key, after_key, count, record_type, known, names)
  *       Up to ``count`` records of the query page that reads.py's loop builds from the same records
  *       iterator (no phantom), and the key form where that loop takes over (a long key), or None.
@@ -1126,6 +1130,147 @@ static PyTypeObject KeyedScanType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- MergeForms ---------------------------------------------------------------------------------- */
+
+/* The merge of changes.py (a generation's forms in both index forms) and diff.py (the runs of a few
+ * generations): the distinct byte strings of strictly ascending iterators, ascending. A form held by
+ * several iterators is at their heads at the same step, and yielded once. Per form it compares every
+ * head: meant for a few iterators (diff.py merges many with heapq). */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t count;
+    PyObject **iters; /* an entry is NULL once its iterator is exhausted */
+    PyObject **heads; /* the next form of each iterator (NULL: exhausted or not read yet) */
+    int initialised, started, running;
+} MergeForms;
+
+static int merge_init(MergeForms *self, PyObject *args, PyObject *kwargs) {
+    PyObject *iterables;
+    if (!PyArg_ParseTuple(args, "O:MergeForms", &iterables)) return -1;
+    if (self->initialised || self->iters != NULL) { /* held iterators are never replaced, even after a failure */
+        PyErr_SetString(PyExc_TypeError, "MergeForms: already initialised");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(iterables, "MergeForms: a sequence of iterables");
+    if (seq == NULL) return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    self->iters = PyMem_Calloc(count ? count : 1, sizeof(PyObject *));
+    self->heads = PyMem_Calloc(count ? count : 1, sizeof(PyObject *));
+    if (self->iters == NULL || self->heads == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *it = PyObject_GetIter(PySequence_Fast_GET_ITEM(seq, i));
+        if (it == NULL) {
+            Py_DECREF(seq);
+            return -1; /* the entries taken so far are released with the object */
+        }
+        self->iters[i] = it;
+        self->count = i + 1;
+    }
+    Py_DECREF(seq);
+    self->initialised = 1;
+    return 0;
+}
+
+static int merge_traverse(MergeForms *self, visitproc visit, void *arg) {
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        Py_VISIT(self->iters[i]);
+        Py_VISIT(self->heads[i]);
+    }
+    return 0;
+}
+
+static int merge_clear(MergeForms *self) {
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        Py_CLEAR(self->iters[i]);
+        Py_CLEAR(self->heads[i]);
+    }
+    return 0;
+}
+
+static void merge_dealloc(MergeForms *self) {
+    PyObject_GC_UnTrack(self);
+    merge_clear(self);
+    PyMem_Free(self->iters);
+    PyMem_Free(self->heads);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Reads iterator i's next form into heads[i] (NULL when it is exhausted). -1 on an error. */
+static int merge_advance(MergeForms *self, Py_ssize_t i) {
+    Py_CLEAR(self->heads[i]);
+    if (self->iters[i] == NULL) return 0;
+    PyObject *form = PyIter_Next(self->iters[i]);
+    if (form == NULL) {
+        Py_CLEAR(self->iters[i]);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyBytes_CheckExact(form)) {
+        PyErr_Format(PyExc_TypeError, "MergeForms: a form must be bytes, not %.100s", Py_TYPE(form)->tp_name);
+        Py_DECREF(form);
+        return -1;
+    }
+    self->heads[i] = form;
+    return 0;
+}
+
+static int compare_forms(PyObject *a, PyObject *b) {
+    return compare_bytes(PyBytes_AS_STRING(a), PyBytes_GET_SIZE(a), PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+}
+
+static PyObject *merge_step(MergeForms *self) {
+    if (!self->started) {
+        self->started = 1;
+        for (Py_ssize_t i = 0; i < self->count; i++)
+            if (merge_advance(self, i) < 0) return NULL;
+    }
+    PyObject *least = NULL;
+    for (Py_ssize_t i = 0; i < self->count; i++)
+        if (self->heads[i] != NULL && (least == NULL || compare_forms(self->heads[i], least) < 0))
+            least = self->heads[i];
+    if (least == NULL) return NULL;
+    Py_INCREF(least);
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        if (self->heads[i] != NULL && compare_forms(self->heads[i], least) == 0 && merge_advance(self, i) < 0) {
+            Py_DECREF(least);
+            return NULL;
+        }
+    }
+    return least;
+}
+
+static PyObject *merge_next(MergeForms *self) {
+    if (!self->initialised) {
+        PyErr_SetString(PyExc_TypeError, "MergeForms: not initialised (__init__ did not run)");
+        return NULL;
+    }
+    if (self->running) {
+        PyErr_SetString(PyExc_ValueError, "MergeForms already executing");
+        return NULL;
+    }
+    self->running = 1;
+    PyObject *form = merge_step(self);
+    self->running = 0;
+    return form;
+}
+
+static PyTypeObject MergeFormsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "diffstore.engine._accel.MergeForms",
+    .tp_basicsize = sizeof(MergeForms),
+    .tp_dealloc = (destructor)merge_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The distinct forms of strictly ascending iterators of bytes, ascending (see changes.py).",
+    .tp_traverse = (traverseproc)merge_traverse,
+    .tp_clear = (inquiry)merge_clear,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)merge_next,
+    .tp_init = (initproc)merge_init,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---- query_scan ---------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -1541,12 +1686,14 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__accel(void) {
-    if (PyType_Ready(&DiffScanType) < 0 || PyType_Ready(&KeyedScanType) < 0 || PyType_Ready(&SortedRowsType) < 0 ||
+    if (PyType_Ready(&DiffScanType) < 0 || PyType_Ready(&KeyedScanType) < 0 || PyType_Ready(&MergeFormsType) < 0 ||
+        PyType_Ready(&SortedRowsType) < 0 ||
         PyType_Ready(&RowIterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddType(m, &DiffScanType) < 0 || PyModule_AddType(m, &KeyedScanType) < 0 ||
+        PyModule_AddType(m, &MergeFormsType) < 0 ||
         PyModule_AddType(m, &SortedRowsType) < 0 ||
         PyModule_AddStringConstant(m, "SOURCE", DIFFSTORE_ACCEL_SOURCE) < 0) {
         Py_DECREF(m);

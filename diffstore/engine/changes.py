@@ -91,8 +91,19 @@ def forms(
         return _chunked(txn, tables, run, lower, upper)
     if not has_chunks(txn, tables, run):  # a generation written before
         return per_key
-    merged = heapq.merge(per_key, _chunked(txn, tables, run, lower, upper))
-    return map(operator.itemgetter(0), itertools.groupby(merged))
+    return merge_forms([per_key, _chunked(txn, tables, run, lower, upper)])
+
+
+MERGE_IN_C_MAX = 8
+"""Iterators of forms that :func:`merge_forms` merges with the compiled merge, which compares every head
+per form; more take ``heapq`` (a heap)."""
+
+
+def merge_forms(runs: list[Iterator[bytes]]) -> Iterator[bytes]:
+    """The distinct forms of strictly ascending ``runs``, ascending."""
+    if layout.ACCEL is not None and len(runs) <= MERGE_IN_C_MAX:
+        return layout.ACCEL.MergeForms(runs)
+    return map(operator.itemgetter(0), itertools.groupby(heapq.merge(*runs)))
 
 
 def count(txn: lmdb.Transaction, tables: Tables, prefix: bytes, seq: int) -> int:

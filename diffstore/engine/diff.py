@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
 import itertools
-import operator
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
@@ -201,9 +199,8 @@ def changed_forms(
     """The key forms written in any of ``seqs``, ascending, each once."""
     if len(seqs) == 1:
         return changes.forms(txn, tables, prefix, seqs[0], lower, upper)
-    # a k-way merge: the heap holds one form per run, nothing more
-    runs = [changes.forms(txn, tables, prefix, seq, lower, upper) for seq in seqs]
-    return map(operator.itemgetter(0), itertools.groupby(heapq.merge(*runs)))
+    # a k-way merge: one form per run held at a time, nothing more
+    return changes.merge_forms([changes.forms(txn, tables, prefix, seq, lower, upper) for seq in seqs])
 
 
 def iter_items(

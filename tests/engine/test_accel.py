@@ -1004,3 +1004,89 @@ def test_get_many_scan_refuses_bad_arguments_and_values_of_no_known_form(tmp_pat
             txn.abort()
     finally:
         env.close()
+
+
+# --- MergeForms --------------------------------------------------------------------------------------------
+
+ascending_runs = st.lists(st.sets(keys, max_size=12).map(sorted), max_size=10)
+
+
+@given(runs=ascending_runs)
+def test_merged_forms_are_the_distinct_forms_in_order_compiled_and_in_python(runs: list[list[bytes]]) -> None:
+    from diffstore.engine.changes import merge_forms
+
+    expected = sorted(set().union(*runs))
+    compiled = list(merge_forms([iter(run) for run in runs]))  # up to 8 runs compiled, more by heapq
+    with python_only():
+        in_python = list(merge_forms([iter(run) for run in runs]))
+    accel = layout.ACCEL
+    assert accel is not None
+    assert compiled == in_python == expected == list(accel.MergeForms([iter(run) for run in runs]))
+
+
+class _Feeding:
+    """Forms that call back into the merge fed from them (``action``) when asked for their second one."""
+
+    def __init__(self, forms: list[object], action: str = "") -> None:
+        self.forms = iter(forms)
+        self.action = action
+        self.asked = 0
+        self.merge: Any = None
+
+    def __iter__(self) -> _Feeding:
+        return self
+
+    def __next__(self) -> object:
+        self.asked += 1
+        if self.asked == 2 and self.action == "next":
+            next(self.merge)
+        if self.asked == 2 and self.action == "init":
+            self.merge.__init__([iter([b"z"])])
+        if self.asked == 2 and self.action == "raise":
+            raise KeyError("from the forms")
+        return next(self.forms)
+
+
+def test_the_merge_refuses_what_is_not_ascending_forms_and_is_a_well_behaved_python_object() -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    merge = accel.MergeForms
+    for bad, error, match in (
+        ([[b"a", "b"]], TypeError, "must be bytes, not str"),
+        ([[b"a", bytearray(b"b")]], TypeError, "must be bytes, not bytearray"),
+        ([[b"a"], 5], TypeError, "not iterable"),
+        (7, TypeError, "a sequence of iterables"),
+    ):
+        with pytest.raises(error, match=match):
+            list(merge(bad))
+    for action, error, match in (
+        ("next", ValueError, "already executing"),
+        ("init", TypeError, "already initialised"),
+        ("raise", KeyError, "from the forms"),
+    ):
+        feeding = _Feeding([b"a", b"b", b"c"], action)
+        merged = merge([feeding, iter([b"b"])])
+        feeding.merge = merged
+        with pytest.raises(error, match=match):
+            list(merged)
+    unborn = merge.__new__(merge)
+    with pytest.raises(TypeError, match="not initialised"):
+        next(unborn)
+    feeding = _Feeding([b"a", b"b"])
+    merged = merge([feeding])
+    feeding.merge = merged  # merged -> feeding -> merged
+    gone = weakref.ref(feeding)
+    next(merged)
+    del feeding, merged
+    gc.collect()
+    assert gone() is None
+    forms = [b"f%03d" % i for i in range(40)]
+    runs = [forms[::2], forms[::3], forms[1::2]]
+    watched = [*forms, *runs]
+    before = [sys.getrefcount(thing) for thing in watched]
+    for _ in range(30):
+        assert list(merge([iter(run) for run in runs])) == forms
+        stopped = merge([iter(run) for run in runs])
+        next(stopped)
+        del stopped
+    assert [sys.getrefcount(thing) for thing in watched] == before
