@@ -23,8 +23,9 @@ amounts of the changed users by ``getMany``, C's totals: ``small_rounds.floor_in
 Spark floor**: ``country_totals`` over those inputs already in the session as local DataFrames, its result
 collected with ``toArrow`` (``small_rounds.spark_floor``). A round has at least that to do on Spark, so
 recompute / floor bounds the ratio any round that runs the job on Spark can reach; recompute / (floor +
-inputs read) bounds a round that reads its inputs before Spark runs the job on them (the small rounds'
-way: a round's reads can overlap each other, as its lookups fetched ahead do, but not the job). Both are
+inputs read) bounds a round that reads its inputs one request after another before Spark runs the job
+on them (the small rounds' way, except that a round's reads may overlap each other, as its lookups
+fetched ahead do; they cannot overlap the job, whose DataFrames are made of the data read). Both are
 printed beside the ratio.
 
 Both answers are checked equal. Prints each round's breakdown (plan and start; the diffs read — on the
@@ -228,7 +229,8 @@ def main() -> int:
                 f"bare Spark floor {statistics.median(floors):.2f}s, recompute / floor {ceiling:.1f}x: the"
                 " most a round that runs the job on Spark can reach; its inputs read over HTTP"
                 f" {statistics.median(reads):.2f}s, recompute / (floor + inputs read) {with_reads:.1f}x: the"
-                " most a round that reads its inputs, then runs the job on Spark, can reach"
+                " most a round that reads its inputs one request after another, then runs the job on Spark,"
+                " can reach"
             )
             print(summary[-1], flush=True)
         if len(summary) > 1:
