@@ -7,7 +7,10 @@ source's diff arrives on the driver, its keys go to ``getMany`` at every other s
 in background threads, while the driver reads the next page (the server answers both at once: it runs a
 worker per core). When the user's ``fn`` then calls ``lookup(alias, keys)`` and the keys are collected,
 the values already fetched are taken from here and only the others are fetched then. On the 2-core test
-machine a round of 100,000 changes spent about 0.2 s in that ``getMany`` after its diff read of 0.2-0.3 s.
+machine, where the server shares the cores with Spark, rounds of the example job over 100,000 changes
+took 1.01 s against 1.07 s without it (2M keys) and 1.46 s against 1.55 s (10M keys), alternating in one
+session: B's lookup lost ~0.1 s, the diff read took a little longer (benchmarks/RESULTS.md, session 23).
+A server with cores of its own answers the two reads side by side.
 
 Answers stay exact: a key fetched ahead was read at the same pinned generation as the lookup reads, and a
 key not fetched ahead is fetched when asked. A guess that a job does not bear out costs the server work

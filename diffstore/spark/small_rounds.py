@@ -13,13 +13,14 @@ already says that one of the range's generations wrote more keys than that (:fun
 
 A round whose every diff was read this way is a small round through and through: its sources' lookups
 run on the driver (the keys collected — no Spark job at all when Spark folded their plan into a local
-relation —, their values fetched with ``getMany``, handed back as local data, which Spark then joins by
-broadcast), the target's lookup in the result's own job — from the whole target read on the driver when
-it is small, else by executors (:func:`small_round_lookup`) —, and its result is
-collected to the driver (``toArrow``) and written with putMany from here into the round's open
-generation, instead of by a Python data source write (planning processes, tasks, a commit process: about
-a second even for a handful of rows). The result of a small round is assumed to be small
-too — a job that turns a few changes into millions of rows should set ``local_diff_max_rows=0``.
+relation —, their values fetched with ``getMany`` — most of them while the diffs were read
+(:mod:`~diffstore.spark.lookahead`) —, handed back as local data, which Spark then joins by
+broadcast), the target's lookup in the result's own job — from the whole target read on the driver
+when it is small, else by executors (:func:`small_round_lookup`) —, and its result is collected to the
+driver (``toArrow``) and written with putMany from here into the round's open generation, instead of
+by a Python data source write (planning processes, tasks, a commit process: about a second even for a
+handful of rows). The result of a small round is assumed to be small too — a job that turns a few
+changes into millions of rows should set ``local_diff_max_rows=0``.
 
 While a small round runs, the session plans its queries for small data (:data:`SMALL_ROUND_CONF`, restored
 afterwards): adaptive execution off, since it runs every shuffle stage of a query as a job of its own and
