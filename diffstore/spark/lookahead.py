@@ -85,9 +85,9 @@ class Lookahead:
         return known_values.take(pc.index_in(asked, value_set=known))
 
     def close(self) -> None:
-        """Drops what was not fetched yet and waits for the requests in flight (no work left running
-        into the next round)."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Drops what was not fetched yet. A request in flight ends in its thread: a round never waits
+        for a guess (over a stalled link, until the client's timeout)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _succeeds(future: Future[pa.Array]) -> bool:

@@ -3,6 +3,7 @@ was guessed, and a runner stops guessing for an alias its job does not look up t
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -177,3 +178,43 @@ def test_a_runner_fetches_ahead_what_its_job_looks_up_and_stops_for_what_it_does
         quiet.close()
     assert snapshot(store, other["C"]) == {b"x": b"3", b"y": b"2"}
     assert seen == [{"fetched": ["b"], "taken": {}}, {"fetched": [], "taken": {}}]
+
+
+def test_a_round_does_not_wait_for_a_fetch_ahead_in_flight(
+    request: pytest.FixtureRequest, server_url: str, store: Store, names: dict[str, str]
+) -> None:
+    """``close`` drops what was not sent and leaves a request in flight to its thread (over a stalled
+    link it would hold the round until the client's timeout); ``values`` waits for a request in flight
+    and fetches what was dropped."""
+    b = _collection(store, names["B"], {b"k": b"1"})
+    client = Client(server_url)
+    request.addfinalizer(client.close)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stalled(name: str) -> Any:
+        entered.set()
+        release.wait(60)
+        return client.collection(name)
+
+    pinned = {"a": Pinned(names["A"], b""), "b": Pinned(names["B"], b)}
+    lookahead = Lookahead(stalled, pinned, ["b"])
+    for page in range(4):  # 2 in flight (the pool's threads), 2 queued
+        lookahead.offer("a", [b"k%d" % page])
+    assert entered.wait(60)
+    closer = threading.Thread(target=lookahead.close)
+    closer.start()
+    closer.join(60)
+    try:
+        assert not closer.is_alive()  # before: close waited for the stalled requests
+    finally:
+        release.set()
+    asked: list[list[bytes]] = []
+
+    def fetch(keys: list[bytes]) -> pa.Array:
+        asked.append(keys)
+        return pa.nulls(len(keys), pa.binary())
+
+    wanted = [b"k", b"k0", b"k1", b"k2", b"k3"]
+    assert lookahead.values("b", wanted, fetch).to_pylist() == [None] * 5  # fetch's answer for b"k"
+    assert asked == [[b"k", b"k2", b"k3"]]  # k0, k1: fetched ahead (waited for); k2, k3: dropped by close
