@@ -15,7 +15,7 @@ import sys
 import tempfile
 import tracemalloc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -621,12 +621,25 @@ def test_an_uninitialised_scan_raises_rather_than_ending_at_once() -> None:
 def test_a_scan_in_a_reference_cycle_is_collected() -> None:
     accel = layout.ACCEL
     assert accel is not None
-    records = _Records(records_rows(5), "")
-    scan = accel.DiffScan(records, *SCAN_ARGS)
-    records.scan = scan  # scan -> records -> scan
-    gone = weakref.ref(records)
-    next(scan)
-    del records, scan
+
+    def make() -> tuple[Any, Any]:
+        return _fed(_Records(records_rows(5), ""), accel.DiffScan, *SCAN_ARGS)
+
+    assert_collected_in_a_cycle(make, "scan")
+
+
+def _fed(feeder: Any, iterator: Callable[..., Any], *args: Any) -> tuple[Any, Any]:
+    return feeder, iterator(feeder, *args)
+
+
+def assert_collected_in_a_cycle(make: Callable[[], tuple[Any, Any]], attribute: str = "target") -> None:
+    """``make()`` gives a feeder and the compiled iterator fed from it; once the feeder holds the iterator
+    in ``attribute`` (a reference cycle) and both are dropped, the garbage collector frees them."""
+    feeder, fed = make()
+    setattr(feeder, attribute, fed)
+    gone = weakref.ref(feeder)
+    next(fed)
+    del feeder, fed
     gc.collect()
     assert gone() is None
 
@@ -879,25 +892,33 @@ def test_the_keyed_way_refuses_what_is_not_a_key_form_or_a_records_row(tmp_path:
         env.close()
 
 
-class _Forms:
-    """A forms iterator that calls back into the keyed scan fed from it when asked for its second form."""
+class _Feeding:
+    """Forms that, asked for their second one, call back into the iterator fed from them (``target``):
+    ``next`` takes an item of it, ``init`` runs its ``__init__`` again with ``again``, ``raise`` raises."""
 
-    def __init__(self, forms: list[bytes], action: str) -> None:
+    def __init__(self, forms: list[Any], action: str = "", again: tuple[Any, ...] = ()) -> None:
         self.forms = iter(forms)
         self.action = action
+        self.again = again
         self.asked = 0
-        self.scan: object = None
+        self.target: Any = None
 
-    def __iter__(self) -> _Forms:
+    def __iter__(self) -> _Feeding:
         return self
 
-    def __next__(self) -> bytes:
+    def __next__(self) -> Any:
         self.asked += 1
         if self.asked == 2 and self.action == "next":
-            next(self.scan)  # type: ignore[call-overload]
+            next(self.target)
         if self.asked == 2 and self.action == "init":
-            self.scan.__init__(None, b"x", self, b"", b"\x01\x01\x01", None, None, None, -1, DiffItem, ())  # type: ignore[misc]
+            self.target.__init__(*self.again)
+        if self.asked == 2 and self.action == "raise":
+            raise KeyError("from the forms")
         return next(self.forms)
+
+
+KEYED_AGAIN = (None, b"x", iter(()), b"", b"\x01\x01\x01", None, None, None, -1, DiffItem, ())
+"""Arguments of a second ``KeyedScan.__init__``."""
 
 
 def test_the_keyed_scan_is_a_well_behaved_python_object(tmp_path: Path) -> None:
@@ -915,23 +936,16 @@ def test_the_keyed_scan_is_a_well_behaved_python_object(tmp_path: Path) -> None:
                 ("next", ValueError, "already executing"),
                 ("init", TypeError, "already"),
             ):
-                feeding = _Forms(forms, action)
+                feeding = _Feeding(forms, action, KEYED_AGAIN)
                 keyed = _keyed(cursor, feeding)
-                feeding.scan = keyed
+                feeding.target = keyed
                 with pytest.raises(error, match=match):
                     list(keyed)  # type: ignore[call-overload]
             unborn = accel.KeyedScan.__new__(accel.KeyedScan)
             with pytest.raises(TypeError, match="not initialised"):
                 next(unborn)
             assert unborn.long_form is None and unborn.resume is None and unborn.left is None
-            feeding = _Forms(forms, "")
-            keyed = _keyed(cursor, feeding)
-            feeding.scan = keyed  # keyed -> feeding -> keyed
-            gone = weakref.ref(feeding)
-            next(keyed)  # type: ignore[call-overload]
-            del feeding, keyed
-            gc.collect()
-            assert gone() is None
+            assert_collected_in_a_cycle(lambda: _fed(_Feeding(forms), lambda f: _keyed(cursor, f)))
             watched = [*forms, DiffItem, cursor]
             before = [sys.getrefcount(thing) for thing in watched]
             for _ in range(30):
@@ -1024,29 +1038,6 @@ def test_merged_forms_are_the_distinct_forms_in_order_compiled_and_in_python(run
     assert compiled == in_python == expected == list(accel.MergeForms([iter(run) for run in runs]))
 
 
-class _Feeding:
-    """Forms that call back into the merge fed from them (``action``) when asked for their second one."""
-
-    def __init__(self, forms: list[object], action: str = "") -> None:
-        self.forms = iter(forms)
-        self.action = action
-        self.asked = 0
-        self.merge: Any = None
-
-    def __iter__(self) -> _Feeding:
-        return self
-
-    def __next__(self) -> object:
-        self.asked += 1
-        if self.asked == 2 and self.action == "next":
-            next(self.merge)
-        if self.asked == 2 and self.action == "init":
-            self.merge.__init__([iter([b"z"])])
-        if self.asked == 2 and self.action == "raise":
-            raise KeyError("from the forms")
-        return next(self.forms)
-
-
 def test_the_merge_refuses_what_is_not_ascending_forms_and_is_a_well_behaved_python_object() -> None:
     accel = layout.ACCEL
     assert accel is not None
@@ -1064,22 +1055,15 @@ def test_the_merge_refuses_what_is_not_ascending_forms_and_is_a_well_behaved_pyt
         ("init", TypeError, "already initialised"),
         ("raise", KeyError, "from the forms"),
     ):
-        feeding = _Feeding([b"a", b"b", b"c"], action)
+        feeding = _Feeding([b"a", b"b", b"c"], action, ([iter([b"z"])],))
         merged = merge([feeding, iter([b"b"])])
-        feeding.merge = merged
+        feeding.target = merged
         with pytest.raises(error, match=match):
             list(merged)
     unborn = merge.__new__(merge)
     with pytest.raises(TypeError, match="not initialised"):
         next(unborn)
-    feeding = _Feeding([b"a", b"b"])
-    merged = merge([feeding])
-    feeding.merge = merged  # merged -> feeding -> merged
-    gone = weakref.ref(feeding)
-    next(merged)
-    del feeding, merged
-    gc.collect()
-    assert gone() is None
+    assert_collected_in_a_cycle(lambda: _fed(_Feeding([b"a", b"b"]), lambda f: merge([f])))
     forms = [b"f%03d" % i for i in range(40)]
     runs = [forms[::2], forms[::3], forms[1::2]]
     watched = [*forms, *runs]
