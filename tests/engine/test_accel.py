@@ -381,6 +381,11 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
         coll.put_many([(key, b"w") for key, _ in base[::2]], generation_id=b"2")
         coll.commit_generation(b"2")
         coll.write_generation(b"3", [(key, b"x") for key, _ in base[::50]])  # sparse: the keyed way
+        coll.start_generation(b"4")  # two interleaved batches: the run in both index forms (MergeForms)
+        coll.put_many([(key, b"y") for key, _ in base[1::50]], generation_id=b"4")
+        coll.put_many([(key, b"y") for key, _ in base[26::50]], generation_id=b"4")
+        coll.commit_generation(b"4")
+        merged = len(base[::50]) + len(base[1::50]) + len(base[26::50])
 
         def work() -> None:
             rows = accel.sorted_short_rows(short, b"\x00\x00\x00\x01", b"\x00" * 8, b"\x00" * 12)
@@ -393,6 +398,7 @@ def test_the_compiled_loops_hold_no_memory_after_use(tmp_path: Path) -> None:
             )
             assert sum(1 for _ in coll.diff(b"1", b"2")) > 1000
             assert sum(1 for _ in coll.diff(b"2", b"3")) == len(base[::50])
+            assert sum(1 for _ in coll.diff(b"2", b"4")) == merged  # two runs merged, one in both forms
             assert list(coll.diff(b"", b"2", from_key=b"k00100", to_key=b"k01000"))
             unfinished = coll.diff(b"", b"2")
             next(unfinished)
