@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from diffstore.client import Collection
 from diffstore.spark.lookup import get_many
 from diffstore.spark.plan import Pinned
+from diffstore.wire_columns import BinaryColumn
 
 LOOKAHEAD_THREADS = 2
 """Requests in flight at once: the server's answers to them share its cores with the diff read."""
@@ -57,13 +58,15 @@ class Lookahead:
         """The aliases something was fetched ahead for."""
         return {alias for alias, parts in self._ahead.items() if parts}
 
-    def offer(self, source: str, keys: list[bytes]) -> None:
-        """Fetches the values of ``keys``, which changed in ``source``, for every other alias."""
-        if not keys:
+    def offer(self, source: str, keys: BinaryColumn) -> None:
+        """Fetches the values of ``keys`` (a diff page's), which changed in ``source``, for every other
+        alias; the column becomes a list only when some alias is fetched ahead."""
+        targets = [alias for alias in self._ahead if alias != source]
+        if not targets or not len(keys):
             return
-        for alias, parts in self._ahead.items():
-            if alias != source:
-                parts.append((keys, self._pool.submit(self._fetch, self._pinned[alias], keys)))
+        listed: list[bytes] = keys.to_list()  # type: ignore[assignment]  # a page's keys are never absent
+        for alias in targets:
+            self._ahead[alias].append((listed, self._pool.submit(self._fetch, self._pinned[alias], listed)))
 
     def _fetch(self, where: Pinned, keys: list[bytes]) -> pa.Array:
         return get_many(self._handle(where.collection), where.generation_id, keys, where.phantom_id)

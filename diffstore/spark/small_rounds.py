@@ -60,13 +60,14 @@ from diffstore.spark.lookahead import Lookahead
 from diffstore.spark.lookup import GET_MANY_KEYS, get_many
 from diffstore.spark.plan import TARGET, Lookup, Pinned, RoundContext, RoundPlan, SourceRange, pinned_alias
 from diffstore.spark.schemas import DIFF_ARROW, LOOKUP_ARROW, LOOKUP_SCHEMA
+from diffstore.wire_columns import BinaryColumn
 
 PAGE_ROWS = 10_000
 """The server's largest diff page."""
 
 
 def read_small_diff(
-    context: RoundContext, source: SourceRange, on_page: Callable[[list[bytes]], None] | None = None
+    context: RoundContext, source: SourceRange, on_page: Callable[[BinaryColumn], None] | None = None
 ) -> pa.Table | None:
     """The whole diff of ``source``'s pinned range as an Arrow table, read page by page on the driver, or
     ``None`` when it holds more than ``context.local_diff_max_rows`` changes (or that is 0), or the
@@ -89,7 +90,7 @@ def read_small_diff(
             return None
         batches.append(binary_batch(DIFF_ARROW, page.keys, page.from_values, page.to_values))
         if on_page is not None:
-            on_page(page.keys.to_list())  # type: ignore[arg-type]  # keys are never absent
+            on_page(page.keys)
         if page.cursor is None:
             return pa.Table.from_batches(batches, schema=DIFF_ARROW)
         page = handle.diff_page_columns(cursor=page.cursor)

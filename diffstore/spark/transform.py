@@ -54,6 +54,7 @@ from diffstore.spark.plan import (
     NONCE_BYTES,
     TARGET,
     Lookup,
+    Pinned,
     RoundPlan,
     SourceRange,
     TransformFn,
@@ -328,7 +329,7 @@ class Transform:
                 if not s.empty
             }
             if all(table is not None for table in local.values()):
-                answer = self._run_small(plan, local, lookahead)
+                answer = self._run_small(plan, local, pinned, lookahead)
                 self._lookahead.learn(lookahead)
                 self.event("lookahead", fetched=sorted(lookahead.fetched), taken=dict(lookahead.taken))
                 return answer
@@ -378,7 +379,11 @@ class Transform:
         return sum(int(row[0]) for row in result.mapInArrow(put, WRITTEN_SCHEMA).collect())
 
     def _run_small(
-        self, plan: RoundPlan, local: Mapping[str, pa.Table | None], lookahead: Lookahead
+        self,
+        plan: RoundPlan,
+        local: Mapping[str, pa.Table | None],
+        pinned: Mapping[str, Pinned],
+        lookahead: Lookahead,
     ) -> tuple[dict[str, int | None], int | None]:
         """A round whose every diff was read on the driver (:mod:`diffstore.spark.small_rounds`).
 
@@ -386,8 +391,8 @@ class Transform:
         then drops the joins with it), nothing is observed or checkpointed (the sizes are known), the
         sources' lookups run on the driver with ``getMany``, the target's in the result's own job, and
         the result is collected and written from here: the only Spark jobs are those of the sources'
-        lookups' keys (none for keys Spark's optimizer finds empty) and of the result. The sources'
-        lookups take the values ``lookahead`` fetched while the diffs were read.
+        lookups' keys (none for keys Spark's optimizer finds empty) and of the result. The lookups read
+        where ``pinned`` says; the sources' take the values ``lookahead`` fetched while the diffs were read.
         """
         empty = DIFF_ARROW.empty_table()
         tables = {s.alias: t if (t := local.get(s.alias)) is not None else empty for s in plan.sources}
@@ -395,7 +400,6 @@ class Transform:
         self.event("read", generation=plan.generation_id, rows_read=rows_read)
         with session_conf(self.spark, self.small_round_conf):
             diffs = {alias: self.spark.createDataFrame(t, DIFF_SCHEMA) for alias, t in tables.items()}
-            pinned = pinned_lookups(plan, self.target)
             rows = sum(len(t) for t in tables.values())
             lookup = small_round_lookup(
                 self.spark,

@@ -20,6 +20,7 @@ from diffstore.spark import Transform
 from diffstore.spark.lookahead import Lookahead, LookaheadPolicy
 from diffstore.spark.lookup import get_many
 from diffstore.spark.plan import Pinned
+from diffstore.wire_columns import BinaryColumn
 
 KEYS = [b"k%02d" % i for i in range(24)] + [b"\x00", b"\xff\x00"]
 
@@ -67,9 +68,9 @@ def test_values_are_what_get_many_answers_whatever_was_offered(
     lookahead = Lookahead(handle, pinned, ["b"])
     try:
         for page in offered_a:
-            lookahead.offer("a", sorted(page))
-        lookahead.offer("c", sorted(offered_c))
-        lookahead.offer("b", [b"k00"])  # its own diff's keys: never fetched ahead for it
+            lookahead.offer("a", BinaryColumn.of(sorted(page)))
+        lookahead.offer("c", BinaryColumn.of(sorted(offered_c)))
+        lookahead.offer("b", BinaryColumn.of([b"k00"]))  # its own diff's keys: never fetched ahead for it
         ordered = sorted(wanted)
         values = lookahead.values("b", ordered, fetch)
     finally:
@@ -96,7 +97,7 @@ def test_an_ahead_fetch_that_failed_is_fetched_again_when_asked(
         return pa.array([b"v-" + k for k in keys], pa.binary())
 
     lookahead = Lookahead(handle, pinned, ["b"])
-    lookahead.offer("a", [b"x", b"y"])
+    lookahead.offer("a", BinaryColumn.of([b"x", b"y"]))
     try:
         assert lookahead.values("b", [b"x", b"y"], fetch).to_pylist() == [b"v-x", b"v-y"]
     finally:
@@ -115,7 +116,7 @@ def test_the_policy_stops_an_alias_fetched_for_and_not_taken(
     policy = LookaheadPolicy()
     policy.learn(policy.start(handle, pinned, ["a", "b", "c"]))  # nothing fetched ahead: nothing learned
     lookahead = policy.start(handle, pinned, ["a", "b", "c"])
-    lookahead.offer("c", [b"k"])  # for a and b
+    lookahead.offer("c", BinaryColumn.of([b"k"]))  # for a and b
     try:
         nothing = lambda keys: pa.nulls(len(keys), pa.binary())  # noqa: E731
         assert lookahead.values("b", [b"k"], nothing).to_pylist() == [b"1"]
@@ -123,8 +124,8 @@ def test_the_policy_stops_an_alias_fetched_for_and_not_taken(
         lookahead.close()
     policy.learn(lookahead)  # a: fetched ahead, not taken
     again = policy.start(handle, pinned, ["a", "b", "c"])
-    again.offer("c", [b"k"])
-    again.offer("a", [b"k"])
+    again.offer("c", BinaryColumn.of([b"k"]))
+    again.offer("a", BinaryColumn.of([b"k"]))
     again.close()
     assert again.fetched == {"b", "c"}
 
@@ -200,7 +201,7 @@ def test_a_round_does_not_wait_for_a_fetch_ahead_in_flight(
     pinned = {"a": Pinned(names["A"], b""), "b": Pinned(names["B"], b)}
     lookahead = Lookahead(stalled, pinned, ["b"])
     for page in range(4):  # 2 in flight (the pool's threads), 2 queued
-        lookahead.offer("a", [b"k%d" % page])
+        lookahead.offer("a", BinaryColumn.of([b"k%d" % page]))
     assert entered.wait(60)
     closer = threading.Thread(target=lookahead.close)
     closer.start()
