@@ -295,11 +295,11 @@ class Transform:
             reader = reader.option("splitKeys", encode_split_keys(cuts))
         return reader.load()
 
-    def _lookup(self, plan: RoundPlan, cuts: list[bytes] | None) -> Lookup:
-        """``lookup`` run by executors: each task reads the values of one key range's keys (``cuts``),
-        or with ``cuts=None`` of the keys its partition holds after a ``distinct`` (a small round's
-        :data:`TARGET` lookup, see :func:`~diffstore.spark.small_rounds.small_round_lookup`)."""
-        pinned = pinned_lookups(plan, self.target)
+    def _lookup(self, pinned: Mapping[str, Pinned], cuts: list[bytes] | None) -> Lookup:
+        """``lookup`` run by executors, reading where ``pinned`` says: each task reads the values of one
+        key range's keys (``cuts``), or with ``cuts=None`` of the keys its partition holds after a
+        ``distinct`` (a small round's :data:`TARGET` lookup, see
+        :func:`~diffstore.spark.small_rounds.small_round_lookup`)."""
 
         def lookup(alias: str, keys: DataFrame) -> DataFrame:
             where = pinned_alias(pinned, alias)
@@ -358,7 +358,7 @@ class Transform:
                 diffs[s.alias] = self._diff_frame(s, cuts if s.alias == first else None)
                 rows_read[s.alias] = None
         self.event("read", generation=plan.generation_id, rows_read=rows_read)
-        result = self.fn(self.spark, diffs, self._lookup(plan, cuts)).select("key", "value")
+        result = self.fn(self.spark, diffs, self._lookup(pinned, cuts)).select("key", "value")
         return rows_read, self._write(plan, result)
 
     def _write(self, plan: RoundPlan, result: DataFrame) -> int:
@@ -404,7 +404,7 @@ class Transform:
             lookup = small_round_lookup(
                 self.spark,
                 driver_lookup(self.spark, self.handle, pinned, rows, lookahead),
-                self._lookup(plan, None),
+                self._lookup(pinned, None),
                 lambda: read_small_target(self.handle, pinned[TARGET]),
             )
             result = self.fn(self.spark, diffs, lookup).select("key", "value")
