@@ -80,12 +80,14 @@ class Lookahead:
         known = pa.array(itertools.chain.from_iterable(keys for keys, _ in parts), pa.binary())
         known_values = pa.concat_arrays([future.result() for _, future in parts])
         asked = pa.array(wanted, pa.binary())
-        missing = asked.filter(pc.is_null(pc.index_in(asked, value_set=known))).to_pylist()
+        where = pc.index_in(asked, value_set=known)
+        missing = asked.filter(pc.is_null(where)).to_pylist()
         self.taken[alias] = self.taken.get(alias, 0) + len(wanted) - len(missing)
         if missing:
             known = pa.concat_arrays([known, pa.array(missing, pa.binary())])
             known_values = pa.concat_arrays([known_values, fetch(missing)])
-        return known_values.take(pc.index_in(asked, value_set=known))
+            where = pc.index_in(asked, value_set=known)
+        return known_values.take(where)
 
     def close(self) -> None:
         """Drops what was not fetched yet. A request in flight ends in its thread: a round never waits
