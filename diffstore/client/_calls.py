@@ -420,10 +420,17 @@ def generations(name: str, before: bytes | None, limit: int) -> Call[tuple[list[
 
 
 def generation_records(
-    name: str, generation_id: bytes, from_key: bytes | None, limit: int, hold: str | None
+    name: str,
+    generation_id: bytes,
+    from_key: bytes | None,
+    limit: int,
+    hold: str | None,
+    visible: bool = False,
 ) -> Call[GenerationRecords]:
     def body(codec: Codec) -> Body:
         out: Body = {"generationId": codec.es(generation_id), "limit": limit}
+        if visible:
+            out["visible"] = True
         if from_key is not None:
             out["fromKey"] = codec.es(from_key)
         if hold is not None:

@@ -15,6 +15,7 @@ import lmdb
 from diffstore.engine import (
     cursor_spill,
     diff,
+    first_copy,
     history,
     layout,
     leases,
@@ -776,10 +777,14 @@ class Collection:
         from_key: bytes | None = None,
         limit: int = 1000,
         hold: str | None = None,
+        visible: bool = False,
     ) -> GenerationRecords:
         """A page of the records the committed generation ``generation_id`` wrote (``None``: a tombstone)
         from ``from_key`` in storage order; the first page also holds the previous generation, the readers
         its commit moved and the collection's readers (what a read replica copies, in one read).
+
+        With ``visible``: every record visible there instead, in key order, tombstones left out (a
+        replica's first copy; ``first_copy.visible_records``), nothing more.
 
         Raises:
             NoSuchGeneration: not a committed generation. GenerationCollected: below the kept floor.
@@ -787,6 +792,10 @@ class Collection:
         """
         with self._store.page_read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
+            if visible:
+                return first_copy.visible_records(
+                    txn, self._store.tables, meta, generation_id, from_key, limit, hold
+                )
             return replication.generation_records(
                 txn, self._store.tables, meta, generation_id, from_key, limit, hold
             )

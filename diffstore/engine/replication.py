@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import lmdb
 import msgpack
@@ -68,8 +69,7 @@ def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
         for key, raw in cursor:
             if not key.startswith(layout.REPLICA_LAG):
                 break
-            generations, since = msgpack.unpackb(raw)
-            lags.append(ReplicaLag(layout.replica_lag_name(key), generations, since))
+            lags.append(ReplicaLag(layout.replica_lag_name(key), *_lag_row(raw)))
     return ReplicaState(
         primary=bytes(primary).decode(),
         replica_id=bytes(replica_id).decode() if replica_id else None,
@@ -132,9 +132,32 @@ def require_following(txn: lmdb.Transaction, tables: Tables) -> None:
         raise NotReplica("this store is not a replica (or was promoted): nothing is applied")
 
 
+def _lag_row(raw: bytes | None) -> list[Any]:
+    """A lag row's fields: generations, unapplied since, state, reason, state since (a row of an older
+    replica holds the first two only)."""
+    if raw is None:
+        return [0, None, "following", None, None]
+    row = list(msgpack.unpackb(raw))
+    return row + [0, None, "following", None, None][len(row) :]
+
+
 def set_lag(txn: lmdb.Transaction, tables: Tables, name: str, generations: int, since_ms: int | None) -> None:
+    """Stores how far a collection is behind (its follower's state, stored with it, is kept)."""
     require_following(txn, tables)
-    txn.put(layout.replica_lag_key(name), msgpack.packb([generations, since_ms]), db=tables.replica)
+    key = layout.replica_lag_key(name)
+    row = _lag_row(txn.get(key, db=tables.replica))
+    txn.put(key, msgpack.packb([generations, since_ms, *row[2:]]), db=tables.replica)
+
+
+def set_status(
+    txn: lmdb.Transaction, tables: Tables, name: str, state: str, reason: str | None, since_ms: int
+) -> None:
+    """Stores what a collection's follower is doing (``copying``, ``following``, ``stalled``), keeping
+    its lag figures."""
+    require_following(txn, tables)
+    key = layout.replica_lag_key(name)
+    row = _lag_row(txn.get(key, db=tables.replica))
+    txn.put(key, msgpack.packb([*row[:2], state, reason, since_ms]), db=tables.replica)
 
 
 def forget(txn: lmdb.Transaction, tables: Tables, name: str) -> None:

@@ -495,6 +495,17 @@ class Store:
         with self.write() as scope:
             replication.set_lag(scope.txn, self.tables, name, generations, unapplied_since_ms)
 
+    def set_replica_status(self, name: str, state: str, reason: str | None, since_ms: int) -> None:
+        """Records what the follower of a collection is doing (``copying``, ``following``, ``stalled``
+        with a reason) and since when (``/replica``, metrics, the console)."""
+        with self.write() as scope:
+            replication.set_status(scope.txn, self.tables, name, state, reason, since_ms)
+
+    def forget_replica_collection(self, name: str) -> None:
+        """Drops the follower's state of a collection the replica does not hold (gone on the primary)."""
+        with self.write() as scope:
+            replication.forget(scope.txn, self.tables, name)
+
     # --- background work ----------------------------------------------------------------------------
 
     def _adopt_pending_auto_commits(self) -> None:

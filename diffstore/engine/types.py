@@ -423,11 +423,18 @@ class GenerationRecords:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaLag:
-    """How far one collection of a replica is behind its primary."""
+    """How far one collection of a replica is behind its primary, and what its follower is doing.
+
+    ``state`` is ``copying`` (no copy yet, or taking one again), ``following`` or ``stalled`` (then
+    ``reason`` says why, in one line); ``state_since_ms`` is when it entered that state (None: not told).
+    """
 
     collection: str
     generations: int
     unapplied_since_ms: int | None
+    state: str = "following"
+    reason: str | None = None
+    state_since_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

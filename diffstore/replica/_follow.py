@@ -1,47 +1,40 @@
-"""The follower's loop: one thread per collection of the primary, one that watches the list of collections.
+"""The follower: one watcher thread and a bounded pool of workers follow every collection of the primary.
 
-Everything it reads comes from the primary's public HTTP API (:mod:`diffstore.client`); everything it
-writes goes through the engine's replication API (``Store.apply_replica_generation`` and friends), whose
-transactions carry the replica's position. The decisions are in :mod:`diffstore.replica._plan`.
+The watcher reads the primary's ``GET /overview`` -- every collection with its current generation and its
+readers, in one request -- compares it with the replica's store and queues the collections that need work:
+not copied yet, behind, deleted on the primary, our hold gone, readers moved outside commits, or an idle
+check due (readers and leases; spread so that many collections cost a bounded rate of requests). Then it
+long-polls ``GET /overview/changes``, which answers as soon as anything changes on the primary.
 
-One collection's step, from the replica's position R (its current generation there):
+``threads`` workers (a fixed number, whatever the number of collections: issue 54) take queued collections,
+one worker per collection at a time, and call :meth:`CollectionFollower.sync`. A worker that finds the
+queue empty keeps long-polling the collection it just applied for a short while: a collection written
+continuously is followed within one round trip, not one overview check.
 
-1. no copy yet: take one -- the oldest generation G0 the primary still serves, a reader of ours on the
-   primary at G0 (so its GC keeps what we have not copied), every record visible at G0 -- applied as G0;
-2. long-poll the primary for a generation other than R (the poll's timeout is the idle beat: then the
-   readers and leases are copied again if they changed outside commits);
-3. list the primary's generations above R; for each, oldest first, read the records it wrote and the
-   readers its commit moved, check that our reader is still there (the collection was not deleted and
-   created again meanwhile), apply it; then move our reader on the primary to the new position.
-
-A collection deleted on the primary is deleted on the replica. Errors reaching the primary are retried
-after ``retry_s``; a promotion (``NotReplica`` from the engine) stops every thread, and the readers the
-replica held on its primary are deleted (best effort: the primary may be the reason of the promotion).
+Never silent (docs/replicas.md, "States"): each collection is ``copying``, ``following`` or ``stalled``
+(:mod:`diffstore.replica._status`); a failure backs off (bounded, with jitter); the first failure of a run
+and every change of state is one log line, and is stored with the collection's lag (``GET /replica``,
+metrics, the console). A promotion (``NotReplica`` from the engine) stops everything, and the holds the
+replica kept on its primary are deleted (best effort: the primary may be the reason of the promotion).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from diffstore.client import Client, Collection
-from diffstore.client import _calls as calls
+from diffstore.client import Client
+from diffstore.client._calls import Call
 from diffstore.engine.store import Store
-from diffstore.engine.types import GenerationInfo, Reader, ReplicaGeneration
-from diffstore.errors import (
-    DiffstoreError,
-    GenerationCollected,
-    NoSuchCollection,
-    NoSuchGeneration,
-    NoSuchReader,
-    NotReplica,
-    ReaderExists,
-    text_form,
-)
-from diffstore.replica._plan import READER_PREFIX, Pending, copies_differ, reader_copies, reader_name
+from diffstore.errors import DiffstoreError, NotReplica
+from diffstore.replica._collection import CollectionFollower, Dropped, Settings, Waiting
+from diffstore.replica._plan import READER_PREFIX, reader_name
+from diffstore.replica._status import COPYING, FOLLOWING, Backoff, Change, Tracker
+from diffstore.wire import Codec
 
 _log = logging.getLogger("diffstore.replica")
 
@@ -54,22 +47,66 @@ class FollowerConfig:
         primary: the primary's base URL.
         token: the primary's bearer token, if it has one.
         replica_id: names the readers this replica holds on the primary (stored with the replica's state).
-        poll_ms: the long poll's timeout: how often an idle collection's readers and leases are compared.
-        collections_poll_s: how often the primary's list of collections is read (creations, deletions).
+        poll_ms: the longest wait for a change on the primary (the overview's long poll).
+        threads: workers that copy and apply (the follower's threads, whatever the number of collections).
+        hot_poll_ms: how long a worker with nothing queued keeps long-polling the collection it applied.
+        idle_check_s: how often an idle collection's readers and leases are compared at most.
+        idle_checks_per_s: the rate of those comparisons at most (many collections: checked less often).
         batch_records: records read ahead before they are applied (bounds the follower's memory; a larger
             generation is read whole, it is applied in one transaction).
         page_records: records per request.
-        retry_s: the wait after a failed request to the primary.
+        backoff: the wait after failures (bounded, with jitter).
     """
 
     primary: str
     token: str | None
     replica_id: str
     poll_ms: int = 2_000
-    collections_poll_s: float = 0.5
+    threads: int = 4
+    hot_poll_ms: int = 1_000
+    idle_check_s: float = 2.0
+    idle_checks_per_s: float = 50.0
     batch_records: int = 20_000
     page_records: int = 5_000
-    retry_s: float = 0.5
+    backoff: Backoff = Backoff()
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One collection of the primary's overview: its current generation and whether it holds our hold
+    (and the other readers' positions, to see them move outside commits)."""
+
+    generation_id: bytes
+    held: bool
+    readers: tuple[tuple[str, str, bytes | None], ...]
+
+
+def _overview(hold: str) -> Call[dict[str, Seen]]:
+    def parse(obj: Any, codec: Codec) -> dict[str, Seen]:
+        seen: dict[str, Seen] = {}
+        for item in obj["collections"]:
+            readers = []
+            held = False
+            for reader in item["readers"]:
+                if reader["readerName"] == hold:
+                    held = True
+                elif not reader["readerName"].startswith(READER_PREFIX):
+                    at = reader.get("generationId")
+                    position = None if at is None else codec.parse_es(at, "generationId")
+                    readers.append((reader["readerName"], reader["target"], position or None))
+            generation = codec.parse_es(item["generationId"], "generationId")
+            seen[item["name"]] = Seen(generation, held, tuple(sorted(readers)))
+        return seen
+
+    return Call("GET", "/overview", parse)
+
+
+def _overview_changes(since: str | None, timeout_ms: int) -> Call[str]:
+    params = {"timeoutMs": str(timeout_ms)} | ({} if since is None else {"since": since})
+    return Call(
+        "GET", "/overview/changes", lambda obj, codec: str(obj["version"]), params=params,
+        timeout_s=timeout_ms / 1000 + 30,
+    )  # fmt: skip
 
 
 class Follower:
@@ -78,10 +115,25 @@ class Follower:
     def __init__(self, store: Store, config: FollowerConfig) -> None:
         self.store = store
         self.config = config
-        self._stopping = threading.Event()
-        self._threads: dict[str, threading.Thread] = {}
-        self._main: threading.Thread | None = None
+        self.settings = Settings(config.replica_id, config.batch_records, config.page_records)
+        self.hold = reader_name(config.replica_id)
         self.primary_names: frozenset[str] = frozenset()  # the primary's collections, as last listed
+        self.tracker = Tracker(config.backoff)
+        self._stopping = threading.Event()
+        self._lock = threading.Condition()
+        self._queued: collections.deque[str] = collections.deque()
+        self._queued_set: set[str] = set()
+        self._running: set[str] = set()
+        self._again: set[str] = set()  # asked for while running: queued again when it ends
+        self._checked: dict[str, float] = {}  # when each collection was last synced (monotonic)
+        self._followers: dict[str, CollectionFollower] = {}
+        self._client = Client(config.primary, token=config.token)
+        self._threads: list[threading.Thread] = []
+        self._main: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._watch_failures = 0
+
+    # --- life cycle ---------------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._main = threading.Thread(target=self.run, name="diffstore-replica", daemon=True)
@@ -89,6 +141,9 @@ class Follower:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping.set()
+        self._wake.set()
+        with self._lock:
+            self._lock.notify_all()
         if self._main is not None:
             self._main.join(timeout_s)
 
@@ -96,309 +151,230 @@ class Follower:
     def stopped(self) -> bool:
         return self._stopping.is_set()
 
-    def run(self) -> None:
-        """Watches the primary's collections and keeps one thread per collection (either side has)."""
-        with self._client() as client:
-            while not self._stopping.is_set():
-                if not self.store.read_only():
-                    break
-                try:
-                    names = {info.name for info in client.collections()}
-                    self.primary_names = frozenset(names)
-                except DiffstoreError as exc:
-                    _log.warning("replica: cannot list the primary's collections: %s", exc.reason)
-                    names = set()
-                else:
-                    names |= {info.name for info in self.store.collections()}
-                for name in sorted(names):
-                    thread = self._threads.get(name)
-                    if thread is None or not thread.is_alive():
-                        self._threads[name] = thread = threading.Thread(
-                            target=self._follow, args=(name,), name=f"diffstore-replica:{name}", daemon=True
-                        )
-                        thread.start()
-                self._stopping.wait(self.config.collections_poll_s)
-            self._stopping.set()
-            for thread in self._threads.values():
-                thread.join(self.config.poll_ms / 1000 + 15)
-            if not self.store.read_only():
-                self._promoted(client)  # after the threads: none of them acts on a hold that went away
+    @property
+    def thread_count(self) -> int:
+        """The follower's live threads (the watcher and the workers)."""
+        main = self._main is not None and self._main.is_alive()
+        return main + sum(thread.is_alive() for thread in self._threads)
 
-    def _client(self) -> Client:
-        return Client(self.config.primary, token=self.config.token)
+    def run(self) -> None:
+        """The watcher (see the module); starts the workers, ends them, lets the holds go on promotion."""
+        for number in range(max(1, self.config.threads)):
+            thread = threading.Thread(target=self._work, name=f"diffstore-replica-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        try:
+            self._watch()
+        finally:
+            self._stopping.set()
+            with self._lock:
+                self._lock.notify_all()
+            for thread in self._threads:
+                thread.join(self.config.hot_poll_ms / 1000 + 35)
+            if not self.store.read_only():
+                self._promoted()  # after the workers: none of them acts on a hold that went away
+            self._client.close()
+
+    # --- the watcher --------------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        version: str | None = None
+        while not self._stopping.is_set():
+            if not self.store.read_only():
+                return
+            try:
+                seen = self._client.execute(_overview(self.hold))
+            except DiffstoreError as exc:
+                self._watch_failed(exc)
+                version = None
+                continue
+            if self._watch_failures:
+                _log.warning("replica: the primary answers again (after %d failures)", self._watch_failures)
+                self._watch_failures = 0
+            self.primary_names = frozenset(seen)
+            self._plan(seen)
+            try:
+                version = self._wait(version)
+            except DiffstoreError as exc:
+                self._watch_failed(exc)
+                version = None
+
+    def _watch_failed(self, exc: DiffstoreError) -> None:
+        self._watch_failures += 1
+        if self._watch_failures == 1:
+            _log.warning(
+                "replica: cannot read the primary's collections: %s (%s); retrying with back-off",
+                exc.reason,
+                exc.code,
+            )
+        self._stopping.wait(self.config.backoff.delay_s(self._watch_failures, self.tracker.rng))
+
+    def _wait(self, version: str | None) -> str:
+        """Waits for a change on the primary, a worker's news or the next retry or idle check due."""
+        now = time.monotonic()
+        timeout_s = self.config.poll_ms / 1000
+        retry = self.tracker.next_retry(now)
+        if retry is not None:
+            timeout_s = min(timeout_s, retry)
+        if self._wake.is_set():
+            timeout_s = 0
+        self._wake.clear()
+        return self._client.execute(_overview_changes(version, max(0, int(timeout_s * 1000))))
+
+    def _plan(self, seen: dict[str, Seen]) -> None:
+        """Queues every collection that needs work (see the module)."""
+        local: dict[str, bytes] = {}
+        for info in self.store.collections():
+            local[info.name] = self.store.collection(info.name).generation_id
+        now = time.monotonic()
+        names = set(seen) | set(local)
+        # idle checks spread out: many collections are each checked less often
+        idle_every = max(self.config.idle_check_s, len(names) / max(self.config.idle_checks_per_s, 0.1))
+        for name in sorted(names):
+            if not self.tracker.due(name, now):
+                continue
+            primary, mine = seen.get(name), local.get(name)
+            if primary is None or mine is None or primary.generation_id != mine or not primary.held:
+                self._queue(name)
+            elif self._readers_moved(name, primary) or now - self._checked.get(name, 0.0) >= idle_every:
+                self._queue(name)
+        for name in list(self.tracker.statuses):
+            if name not in names:
+                self.tracker.forget(name)
+
+    def _readers_moved(self, name: str, seen: Seen) -> bool:
+        try:
+            mine = self.store.collection(name).readers()
+        except DiffstoreError:
+            return True
+        local = tuple(sorted((r.name, r.collection, r.generation_id or None) for r in mine))
+        return local != seen.readers
+
+    def _queue(self, name: str) -> None:
+        with self._lock:
+            if name in self._running:
+                self._again.add(name)
+            elif name not in self._queued_set:
+                self._queued.append(name)
+                self._queued_set.add(name)
+                self._lock.notify()
+
+    # --- the workers --------------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queued and not self._stopping.is_set():
+                    self._lock.wait()
+                if self._stopping.is_set():
+                    return
+                name = self._queued.popleft()
+                self._queued_set.discard(name)
+                self._running.add(name)
+            try:
+                self._follow(name)
+            except NotReplica:
+                self._stopping.set()  # promoted: the watcher lets the primary's holds go
+                self._wake.set()
+            except Exception:  # noqa: BLE001 -- a bug must not end the worker; it is logged and retried
+                _log.exception("replica: %s: unexpected failure", name)
+                self._report(name, self.tracker.failed(name, "unexpected failure (see the log)", *_now()))
+            finally:
+                with self._lock:
+                    self._running.discard(name)
+                    if name in self._again:
+                        self._again.discard(name)
+                        self._queued.append(name)
+                        self._queued_set.add(name)
+                        self._lock.notify()
+
+    def _follower(self, name: str) -> CollectionFollower:
+        follower = self._followers.get(name)
+        if follower is None:
+            follower = CollectionFollower(self.store, self._client, name, self.settings, self._names)
+            self._followers[name] = follower
+        return follower
+
+    def _names(self) -> frozenset[str]:
+        return self.primary_names
 
     def _follow(self, name: str) -> None:
-        with self._client() as client:
-            follower = CollectionFollower(self.store, client, name, self.config, lambda: self.primary_names)
-            while not self._stopping.is_set():
-                try:
-                    if not follower.step():
-                        return
-                except NotReplica:
-                    self._stopping.set()  # promoted: the main thread lets the primary's readers go
-                    return
-                except DiffstoreError as exc:
-                    _log.warning("replica: %s: %s (%s); retrying", name, exc.reason, exc.code)
-                    self._stopping.wait(self.config.retry_s)
-
-    def _promoted(self, client: Client) -> None:
-        """Lets go of the readers this replica held on its primary (best effort)."""
-        ours = reader_name(self.config.replica_id)
-        for info in self.store.collections():
+        """Syncs one collection; then, while nothing else waits, follows it closely for a while."""
+        follower = self._follower(name)
+        copied = follower.position() is not None
+        if not copied:
+            self._report(name, self.tracker.ok(name, COPYING, _now()[0]), quiet_if_new=True)
+        while not self._stopping.is_set():
             try:
-                client.collection(info.name).delete_reader(ours)
+                position = follower.sync(idle_check=True)
+            except Dropped as exc:
+                self._report(name, self.tracker.ok(name, COPYING, _now()[0], f" again: {exc}"))
+                with self._lock:
+                    self._again.add(name)  # at once, by itself
+                return
+            except Waiting as exc:
+                self._report(name, self.tracker.failed(name, str(exc), *_now()))
+                self._wake.set()
+                return
+            except NotReplica:
+                raise
+            except DiffstoreError as exc:
+                self._report(name, self.tracker.failed(name, f"{exc.reason} ({exc.code})", *_now()))
+                self._wake.set()
+                return
+            self._checked[name] = time.monotonic()
+            if position is None:  # deleted on both sides
+                self._followers.pop(name, None)
+                self._checked.pop(name, None)
+                self.tracker.forget(name)
+                self.store.forget_replica_collection(name)
+                return
+            detail = f" from generation {_text(position)}" if not copied else ""
+            self._report(name, self.tracker.ok(name, FOLLOWING, _now()[0], detail))
+            copied = True
+            with self._lock:
+                if self._queued or self._stopping.is_set():
+                    return
+            try:
+                if not follower.wait_change(position, self.config.hot_poll_ms):
+                    return
+            except DiffstoreError:
+                return  # the watcher's next look decides
+
+    def _report(self, name: str, change: Change, quiet_if_new: bool = False) -> None:
+        """Stores a change of state and logs its one line."""
+        if not change.changed:
+            return
+        if change.line and not (quiet_if_new and self.tracker.get(name).failures == 0):
+            level = logging.WARNING if change.state == "stalled" else logging.INFO
+            _log.log(level, "%s", change.line)
+        try:
+            self.store.set_replica_status(name, change.state, change.reason, change.since_ms)
+        except NotReplica:
+            raise
+        except DiffstoreError:  # pragma: no cover -- the store refuses only on a full disk
+            _log.warning("replica: %s: cannot store its state", name)
+
+    # --- promotion ----------------------------------------------------------------------------------------
+
+    def _promoted(self) -> None:
+        """Lets go of the holds this replica kept on its primary (best effort)."""
+        try:
+            names = set(self.primary_names) | {info.name for info in self.store.collections()}
+        except DiffstoreError:
+            names = set(self.primary_names)
+        for name in sorted(names):
+            try:
+                self._client.collection(name).delete_reader(self.hold)
             except DiffstoreError:
                 pass
 
 
-@dataclass(frozen=True, slots=True)
-class Fetched:
-    """One primary generation as read: the generation before it, its records, the readers its commit
-    moved, the collection's readers then (holds left out), and its commit time and metadata (None: a
-    primary older than them)."""
-
-    previous: bytes | None
-    records: list[tuple[bytes, bytes | None]]
-    moves: tuple[Reader, ...]
-    readers: list[Reader]
-    info: GenerationInfo | None = None
+def _now() -> tuple[int, float]:
+    return time.time_ns() // 1_000_000, time.monotonic()
 
 
-class CollectionFollower:
-    """Copies one collection; :meth:`step` does one step of the module's loop."""
+def _text(generation_id: bytes) -> str:
+    from diffstore.errors import text_form
 
-    def __init__(
-        self,
-        store: Store,
-        client: Client,
-        name: str,
-        config: FollowerConfig,
-        primary_names: Callable[[], frozenset[str]] = frozenset,
-    ) -> None:
-        self.primary_names = primary_names
-        self.store = store
-        self.client = client
-        self.name = name
-        self.config = config
-        self.reader = reader_name(config.replica_id)
-        self.primary = Collection(client, name, True)  # the calls made here do not depend on the kind
-        self.behind_since_ms: int | None = None
-
-    def position(self) -> bytes | None:
-        try:
-            return self.store.collection(self.name).generation_id
-        except NoSuchCollection:
-            return None
-
-    def step(self) -> bool:
-        """One step; False when the collection is gone on both sides (the thread ends)."""
-        position = self.position()
-        if position is None:
-            return self.copy_whole()
-        try:
-            current = self.client.execute(calls.generation_stream(self.name, position, self.config.poll_ms))
-        except NoSuchCollection:
-            self.drop()
-            return False
-        if current == position:
-            self.copy_readers(position)
-            return True
-        try:
-            newest = self.fetch(current)
-        except (NoSuchGeneration, GenerationCollected, NoSuchReader):
-            self.drop()  # not the collection we copy any more
-            return True
-        if newest.previous == position:  # the usual case: one generation, fetched with one request
-            self.apply(position, [current], {current: newest})
-            return True
-        pending = Pending.after(position)
-        before: bytes | None = None
-        known: dict[bytes, GenerationInfo] = {}  # the primary's commit time and metadata, kept as they are
-        while True:
-            infos, more = self.primary.history(before, limit=1000)
-            known.update((info.generation_id, info) for info in infos)
-            ids = [info.generation_id for info in infos]
-            if pending.page(ids, more) or not ids:
-                break
-            before = ids[-1]
-        if not pending.found:
-            _log.warning(
-                "replica: %s: generation %s is not on the primary any more; copying it again",
-                self.name,
-                text_form(position),
-            )
-            self.drop()
-            return True
-        self.apply(position, pending.ahead, {current: newest}, known)
-        return True
-
-    def drop(self) -> None:
-        """Drops the replica's copy (it is copied again); refused (``NotReplica``) once promoted."""
-        try:
-            self.store.delete_collection(self.name, replica_copy=True)
-        except NoSuchCollection:
-            pass
-
-    def copy_whole(self) -> bool:
-        """Takes the first copy of the collection; False when the primary has no such collection."""
-        try:
-            manual = self.client.collection(self.name).manual
-            listed: list[GenerationInfo] = []
-            before: bytes | None = None
-            while True:
-                infos, more = self.primary.history(before, limit=1000)
-                listed.extend(infos)
-                if not more or not infos:
-                    break
-                before = infos[-1].generation_id
-            self.primary.delete_reader(self.reader)
-            first: GenerationInfo | None = None
-            for info in reversed(listed):  # the oldest one readers may still read
-                try:
-                    self.primary.create_reader(self.reader, generation_id=info.generation_id)
-                except GenerationCollected:
-                    continue
-                first = info
-                break
-            if first is None:
-                return True  # the primary moved under us: try again
-            oldest = first.generation_id
-            records: list[tuple[bytes, bytes | None]] = [
-                (r.key, r.value)
-                for r in self.primary.query(generation_id=oldest, limit=self.config.page_records)
-            ]
-            if not self.holds_reader():
-                return True
-        except NoSuchCollection:
-            return False
-        except (GenerationCollected, ReaderExists):
-            return True  # the primary moved under us: try again
-        # its commit time and metadata as the primary lists them (none listed: none kept); its changed
-        # keys are those the copy wrote (every record visible there: what its index holds)
-        step = ReplicaGeneration(
-            self.name,
-            manual,
-            None,
-            oldest,
-            records,
-            floor=True,
-            committed_at_ms=first.committed_at_ms,
-            metadata=first.metadata,
-            recorded=first.committed_at_ms is not None,
-        )
-        self.store.apply_replica_generation(step)
-        return True
-
-    def holds_reader(self) -> bool:
-        """Whether our reader is still there: the collection is the one we copy, not a new one."""
-        return any(reader.name == self.reader for reader in self.primary.readers())
-
-    def fetch(self, generation_id: bytes) -> Fetched:
-        """Everything of one primary generation, its first page read with our hold checked in the same
-        transaction (``NoSuchReader``: another collection of that name)."""
-        page = self.primary.generation_records(generation_id, None, self.config.page_records, self.reader)
-        records = list(page.records)
-        from_key = page.next_key
-        while from_key is not None:
-            more = self.primary.generation_records(
-                generation_id, from_key, self.config.page_records, self.reader
-            )
-            records.extend(more.records)
-            from_key = more.next_key
-        moves = tuple(r for r in page.moves if not r.name.startswith(READER_PREFIX))
-        return Fetched(page.previous, records, moves, reader_copies(list(page.readers)), page.info)
-
-    def targets_not_copied_yet(self, batch: list[tuple[bytes, Fetched]]) -> bool:
-        """Whether a reader these commits move targets a collection of the primary that the replica has
-        not copied yet (another thread copies it): applied now, the move's lineage would not know its
-        target was a collection."""
-        targets = {move.collection for _, one in batch for move in one.moves} & self.primary_names()
-        if not targets:
-            return False
-        local = {info.name for info in self.store.collections()}
-        return not targets <= local
-
-    def stop_wait(self) -> None:
-        time.sleep(self.config.retry_s / 5)
-
-    def add_missing_readers(self, readers: list[Reader]) -> None:
-        local = {reader.name for reader in self.store.collection(self.name).readers()}
-        missing = [reader for reader in readers if reader.name not in local]
-        if missing:
-            self.store.add_missing_replica_readers(self.name, missing)
-
-    def apply(
-        self,
-        position: bytes,
-        ahead: list[bytes],
-        fetched: dict[bytes, Fetched],
-        known: dict[bytes, GenerationInfo] | None = None,
-    ) -> None:
-        """Applies ``ahead`` with the primary's commit time and metadata of each: from its fetched first
-        page, else from ``known`` (the history listed on the catch-up path, for a primary whose pages do
-        not carry them); when neither knows, the replica's clock stands in, with no metadata."""
-        now_ms = time.time_ns() // 1_000_000
-        if self.behind_since_ms is None:
-            self.behind_since_ms = now_ms
-        if len(ahead) > 1:
-            self.store.set_replica_lag(self.name, len(ahead), self.behind_since_ms)
-        manual = self.store.collection(self.name).manual
-        done = 0
-        while done < len(ahead):
-            batch: list[tuple[bytes, Fetched]] = []
-            size = 0
-            while done + len(batch) < len(ahead) and (not batch or size < self.config.batch_records):
-                generation_id = ahead[done + len(batch)]
-                try:
-                    one = fetched.pop(generation_id, None) or self.fetch(generation_id)
-                except (NoSuchGeneration, GenerationCollected, NoSuchReader):
-                    self.drop()  # not the collection we copy any more
-                    return
-                batch.append((generation_id, one))
-                size += len(one.records)
-            if self.targets_not_copied_yet(batch):
-                self.stop_wait()
-                return
-            # readers created outside commits, before these generations: there before them (at null)
-            self.add_missing_readers(batch[-1][1].readers)
-            for generation_id, one in batch:
-                done += 1
-                left = len(ahead) - done
-                told = one.info or (known or {}).get(generation_id)
-                info = told or GenerationInfo(generation_id)
-                self.store.apply_replica_generation(
-                    ReplicaGeneration(
-                        self.name,
-                        manual,
-                        position,
-                        generation_id,
-                        one.records,
-                        one.moves,
-                        lag_generations=left,
-                        unapplied_since_ms=self.behind_since_ms if left else None,
-                        committed_at_ms=info.committed_at_ms,
-                        metadata=info.metadata,
-                        recorded=told is None or told.committed_at_ms is not None,
-                    )
-                )
-                position = generation_id
-            try:
-                self.primary.update_reader(self.reader, position)
-            except NoSuchReader:
-                self.drop()
-                return
-        self.behind_since_ms = None
-
-    def copy_readers(self, position: bytes) -> None:
-        """Copies the primary's readers and leases when they changed outside commits (the idle beat)."""
-        readers = self.primary.readers()
-        if not any(reader.name == self.reader for reader in readers):
-            self.drop()
-            return
-        leases = self.primary.leases()
-        local = self.store.collection(self.name)
-        if not copies_differ(readers, leases, local.readers(), local.leases()):
-            return
-        if self.primary.generation_id != position:
-            return  # moved meanwhile: the next step applies it first
-        self.store.copy_replica_readers(self.name, position, reader_copies(readers), leases)
+    return text_form(generation_id)

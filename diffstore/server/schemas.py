@@ -403,6 +403,11 @@ class ReplicaCollection(BaseModel):
     collectionName: str
     lagGenerations: int
     lagSeconds: float
+    state: Literal["copying", "following", "stalled"] = Field(
+        description="copying (no copy yet, or taking one again), following, or stalled (see reason)"
+    )
+    reason: str | None = Field(None, description="why it is stalled (only when stalled)")
+    sinceMs: int | None = Field(None, description="when it entered this state (ms since the epoch)")
 
 
 class ReplicaResponse(BaseModel):
@@ -473,6 +478,11 @@ class GenerationRecordsQuery(_Model):
     fromKey: ES | None = None
     hold: str | None = Field(None, description="a reader the collection must hold (else 404 noSuchReader)")
     limit: int | None = Field(default=None, ge=1, le=10_000, description="default 1,000")
+    visible: bool = Field(
+        False,
+        description="every record visible at the generation instead, in key order (a replica's first copy;"
+        " with hold: answered down to what the holds keep)",
+    )
 
 
 class GenerationRecord(BaseModel):

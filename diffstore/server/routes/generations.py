@@ -37,12 +37,13 @@ async def generation_records(request: Request, c: str) -> Response:
             f.es_opt("fromKey"),
             DEFAULT_RECORDS if limit is None else limit,
             f.text_opt("hold"),
+            visible=f.flag("visible", False),
         )
         out = x.out
         body: Body = {"items": [{"key": out.es(k), "value": out.es_opt(v)} for k, v in page.records]}
         if page.next_key is not None:
             body["nextKey"] = out.es(page.next_key)
-        if not f.has("fromKey"):
+        if not f.has("fromKey") and not f.flag("visible", False):
             body["previousGenerationId"] = out.es_opt(page.previous)
             body["moves"] = [_reader(r, out) for r in page.moves]
             body["readers"] = [_reader(r, out) for r in page.readers]

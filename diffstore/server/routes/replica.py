@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from diffstore.engine.store import Store
+    from diffstore.engine.types import ReplicaLag
 
 router = APIRouter(tags=["replica"])
 
@@ -78,17 +79,24 @@ def replica_to_wire(store: Store, now_ms: int) -> Body:
         raise NotReplica("this server is not a replica")
     return {
         "primary": state.primary,
-        "collections": [
-            {
-                "collectionName": lag.collection,
-                "lagGenerations": lag.generations,
-                "lagSeconds": 0.0
-                if lag.unapplied_since_ms is None
-                else max(0.0, (now_ms - lag.unapplied_since_ms) / 1000),
-            }
-            for lag in state.lags
-        ],
+        "collections": [collection_to_wire(lag, now_ms) for lag in state.lags],
     }
+
+
+def collection_to_wire(lag: ReplicaLag, now_ms: int) -> Body:
+    """One collection of ``GET /replica``: its lag and its follower's state (SPEC §9)."""
+    body: Body = {
+        "collectionName": lag.collection,
+        "lagGenerations": lag.generations,
+        "lagSeconds": 0.0
+        if lag.unapplied_since_ms is None
+        else max(0.0, (now_ms - lag.unapplied_since_ms) / 1000),
+        "state": lag.state,
+        "sinceMs": lag.state_since_ms,
+    }
+    if lag.state == "stalled":
+        body["reason"] = lag.reason or "unknown"
+    return body
 
 
 @route(router, "GET", "/replica", answer=schemas.ReplicaResponse, summary="A read replica's primary and lag")
