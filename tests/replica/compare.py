@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from diffstore.client import Client
-from diffstore.errors import DiffstoreError
+from diffstore.engine.types import GetManyResult, GetResult, Record
+from diffstore.errors import DiffstoreError, GenerationCollected
 from diffstore.replica import READER_PREFIX
 
 
@@ -91,3 +92,74 @@ def histories(client: Client) -> dict[str, Any]:
             infos += page
         out[info.name] = infos
     return out
+
+
+def _named_from(answer: Any, first: bytes) -> Any:
+    """A primary's point read as a replica that started at ``first`` answers it: a record older than
+    its first copy counts as written by it (docs/replicas.md, "Where it starts")."""
+
+    def record(r: Record | None) -> Record | None:
+        return r if r is None or r.generation_id >= first else r._replace(generation_id=first)
+
+    if isinstance(answer, GetResult) and answer.record is not None:
+        found = record(answer.record)
+        assert found is not None
+        return GetResult(found.generation_id, found)
+    if isinstance(answer, GetManyResult):
+        return GetManyResult(answer.generation_id, [record(r) for r in answer.records])
+    return answer
+
+
+def _readable(client: Client, name: str, generation: bytes) -> bool:
+    try:
+        client.collection(name).query_page(generation_id=generation, limit=1)
+    except GenerationCollected:
+        return False
+    return True
+
+
+def copied(primary: Client, replica: Client) -> dict[str, list[bytes]] | None:
+    """The generations the replica holds of each collection, when it holds exactly the primary's from its
+    oldest readable one on (a replica starts each collection there; below it, it may list the initial
+    generation of an automatic collection, which answers 410 on both sides), every one of them a
+    generation of the primary, and the same readers and leases; None while it does not (yet)."""
+    try:
+        theirs, mine = generations(primary), generations(replica)
+        if set(theirs) != set(mine):
+            return None
+        for name, held in mine.items():
+            readable = [g for g in held if _readable(replica, name, g)]
+            if not readable or not set(held) <= set(theirs[name]):
+                return None
+            if theirs[name][-len(readable) :] != readable:
+                return None
+            if user_readers(primary, name) != user_readers(replica, name):
+                return None
+            if primary.collection(name).leases() != replica.collection(name).leases():
+                return None
+    except DiffstoreError:
+        return None
+    return mine
+
+
+def converged(primary: Client, replica: Client, timeout_s: float) -> dict[str, list[bytes]]:
+    """Waits until the replica holds the primary's generations (:func:`copied`), then checks that every
+    read at each of them answers the same on both; returns the generations the replica holds."""
+    from tests.helpers import wait_until
+
+    held = wait_until(lambda: copied(primary, replica), timeout_s, what="the replica to converge")
+    mine, theirs = every_read(replica, held), every_read(primary, held)
+    for name, reads in theirs.items():
+        first = next((g for g in held[name] if _readable(replica, name, g)), b"")
+        for kinds in reads.values():
+            kinds["get"] = [_named_from(answer, first) for answer in kinds["get"]]
+            kinds["getMany"] = _named_from(kinds["getMany"], first)
+    differ = [
+        (name, g, kind, str(mine[name][g][kind])[:300], str(answer)[:300])
+        for name, reads in theirs.items()
+        for g, kinds in reads.items()
+        for kind, answer in kinds.items()
+        if mine[name][g][kind] != answer
+    ]
+    assert not differ, differ[:3]  # (collection, generation, read, replica's answer, primary's answer)
+    return held
