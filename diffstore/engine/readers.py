@@ -71,16 +71,18 @@ def _store_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, 
 
 
 def _check_target_horizon(
-    txn: lmdb.Transaction, tables: Tables, target: str, generation_id: bytes | None
+    txn: lmdb.Transaction, tables: Tables, target: str, generation_id: bytes | None, name: str = ""
 ) -> None:
-    """A reader may not move below what the target's GC may already have removed."""
+    """A reader may not move below what the target's GC may already have removed; a hold (a replica's
+    position) may stay anywhere GC kept, even below where readers read: it is not a reader of the data."""
     if generation_id is None or generation_id == b"":
         return
     encoded = target.encode()
     raw = txn.get(encoded, db=tables.collections) if len(encoded) <= MAX_NAME_BYTES else None
     if raw is not None:
         meta = CollectionMeta.unpack(target, raw)
-        check_not_collected(meta, generation_id, readable_floor(txn, tables, meta))
+        floor = kept_floor(txn, tables, meta) if is_hold(name) else readable_floor(txn, tables, meta)
+        check_not_collected(meta, generation_id, floor)
 
 
 def list_readers(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta) -> list[Reader]:
@@ -114,7 +116,7 @@ def create_reader(
         if existing != wanted:
             raise ReaderExists(f"reader {name!r} exists with other data")
         return
-    _check_target_horizon(txn, tables, target, generation_id)
+    _check_target_horizon(txn, tables, target, generation_id, name)
     _store_reader(txn, tables, owner, wanted)
 
 
@@ -144,7 +146,7 @@ def apply_updates(
             raise BadVersion(
                 f"reader {update.name!r} is at {current.generation_id!r}, expected {update.expected!r}"
             )
-        _check_target_horizon(txn, tables, current.collection, update.generation_id)
+        _check_target_horizon(txn, tables, current.collection, update.generation_id, update.name)
         staged[update.name] = Reader(
             update.name, current.collection, normalize_generation(update.generation_id)
         )

@@ -219,6 +219,9 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
         seq_no=None,
         max_generation_records=_NO_THRESHOLD,
     )
+    if step.previous is None:
+        for reader in step.before:
+            readers.put_copy(txn, tables, meta, reader)
     moves = [(readers.put_copy(txn, tables, meta, reader), reader) for reader in step.readers]
     lineage.record(txn, tables, meta, moves)
     assert meta.next_seq is not None

@@ -379,6 +379,8 @@ class ReplicaGeneration:
             new positions; a missing one is created. They become this generation's lineage here too.
         floor: reads below ``generation_id`` answer ``generationCollected`` (a first copy taken after the
             primary had history: the replica does not hold what came before).
+        before: a first copy's readers where they stood before ``generation_id`` was committed (placed
+            before ``readers`` move, so that its lineage names where they moved from).
         lag_generations, unapplied_since_ms: how far behind the replica still is after this one (stored
             in the same transaction, for ``/replica`` and the metrics).
 
@@ -396,6 +398,7 @@ class ReplicaGeneration:
     records: list[tuple[bytes, bytes | None]]
     readers: tuple[Reader, ...] = ()
     floor: bool = False
+    before: tuple[Reader, ...] = ()
     lag_generations: int = 0
     unapplied_since_ms: int | None = None
     committed_at_ms: int | None = None

@@ -93,6 +93,7 @@ class CollectionFollower:
         self.primary = Collection(client, name, True)  # the calls made here do not depend on the kind
         self.behind_since_ms: int | None = None
         self.hold_at: bytes | None = None  # where we last placed our hold (None: not known)
+        self.target_waits = 0  # first copies put off for a reader's target not copied yet
 
     def position(self) -> bytes | None:
         try:
@@ -177,6 +178,7 @@ class CollectionFollower:
             # the hold first: from here on the primary's GC keeps what is visible there
             self.primary.create_reader(self.reader, generation_id=oldest)
             manual = self.client.collection(self.name).manual
+            before, moves = self.first_moves(oldest)
             records: list[tuple[bytes, bytes | None]] = []
             from_key: bytes | None = None
             while True:
@@ -205,10 +207,29 @@ class CollectionFollower:
             committed_at_ms=first.committed_at_ms,
             metadata=first.metadata,
             recorded=first.committed_at_ms is not None,
+            readers=moves,
+            before=before,
         )
         self.store.apply_replica_generation(step)
         self.hold_at = oldest
         return oldest
+
+    def first_moves(self, oldest: bytes) -> tuple[tuple[Reader, ...], tuple[Reader, ...]]:
+        """The readers the commit of ``oldest`` moved, where they stood before and after it (its lineage,
+        which the first copy keeps); waits while one targets a collection not copied yet (a few times:
+        two collections whose readers target each other must not wait for each other for ever)."""
+        lineage = self.primary.lineage(oldest)
+        sources = [s for s in lineage.sources if not s.reader_name.startswith(READER_PREFIX)]
+        targets = {s.collection_name for s in sources if s.collection_name not in (None, self.name)}
+        missing = targets - {info.name for info in self.store.collections()}
+        if missing and self.target_waits < 20:
+            self.target_waits += 1
+            raise Waiting(f"waiting for {', '.join(sorted(missing))} (a reader's target) to be copied")
+        self.target_waits = 0
+        return (
+            tuple(Reader(s.reader_name, s.target, s.from_generation_id) for s in sources),
+            tuple(Reader(s.reader_name, s.target, s.to_generation_id) for s in sources),
+        )
 
     def listed(self) -> list[GenerationInfo]:
         """Every generation the primary lists for the collection, oldest first (collected ones too)."""

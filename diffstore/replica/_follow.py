@@ -189,7 +189,7 @@ class Follower:
                 version = None
                 continue
             if self._watch_failures:
-                _log.warning("replica: the primary answers again (after %d failures)", self._watch_failures)
+                _log.info("replica: the primary answers again (after %d failures)", self._watch_failures)
                 self._watch_failures = 0
             self.primary_names = frozenset(seen)
             self._plan(seen)

@@ -94,12 +94,15 @@ def histories(client: Client) -> dict[str, Any]:
     return out
 
 
-def _named_from(answer: Any, first: bytes) -> Any:
-    """A primary's point read as a replica that started at ``first`` answers it: a record older than
-    its first copy counts as written by it (docs/replicas.md, "Where it starts")."""
+def _named_from(answer: Any, held: list[bytes]) -> Any:
+    """A primary's point read as a replica holding the generations ``held`` answers it: a record of a
+    generation it does not hold (older than its first copy) counts as written by the first copy
+    (docs/replicas.md, "Where it starts")."""
 
     def record(r: Record | None) -> Record | None:
-        return r if r is None or r.generation_id >= first else r._replace(generation_id=first)
+        if r is None or r.generation_id in held:
+            return r
+        return r._replace(generation_id=min(g for g in held if g > r.generation_id))
 
     if isinstance(answer, GetResult) and answer.record is not None:
         found = record(answer.record)
@@ -150,10 +153,9 @@ def converged(primary: Client, replica: Client, timeout_s: float) -> dict[str, l
     held = wait_until(lambda: copied(primary, replica), timeout_s, what="the replica to converge")
     mine, theirs = every_read(replica, held), every_read(primary, held)
     for name, reads in theirs.items():
-        first = next((g for g in held[name] if _readable(replica, name, g)), b"")
         for kinds in reads.values():
-            kinds["get"] = [_named_from(answer, first) for answer in kinds["get"]]
-            kinds["getMany"] = _named_from(kinds["getMany"], first)
+            kinds["get"] = [_named_from(answer, held[name]) for answer in kinds["get"]]
+            kinds["getMany"] = _named_from(kinds["getMany"], held[name])
     differ = [
         (name, g, kind, str(mine[name][g][kind])[:300], str(answer)[:300])
         for name, reads in theirs.items()
