@@ -132,6 +132,7 @@ class Follower:
         self._main: threading.Thread | None = None
         self._wake = threading.Event()
         self._watch_failures = 0
+        self._unreachable: set[str] = set()  # stalled by the watcher: their recovery is not logged one by one
 
     # --- life cycle ---------------------------------------------------------------------------------------
 
@@ -203,10 +204,23 @@ class Follower:
         self._watch_failures += 1
         if self._watch_failures == 1:
             _log.warning(
-                "replica: cannot read the primary's collections: %s (%s); retrying with back-off",
+                "replica: cannot read the primary's collections: %s (%s); every collection is stalled;"
+                " retrying with back-off",
                 exc.reason,
                 exc.code,
             )
+        reason = f"cannot reach the primary: {exc.reason} ({exc.code})"
+        try:
+            names = set(self.primary_names) | {info.name for info in self.store.collections()}
+            for name in sorted(names):
+                with self._lock:
+                    busy = name in self._running
+                if not busy:
+                    self._unreachable.add(name)
+                    self._report(name, self.tracker.unreachable(name, reason, _now()[0]))
+        except NotReplica:
+            self._stopping.set()
+            return
         self._stopping.wait(self.config.backoff.delay_s(self._watch_failures, self.tracker.rng))
 
     def _wait(self, version: str | None) -> str:
@@ -345,7 +359,11 @@ class Follower:
         """Stores a change of state and logs its one line."""
         if not change.changed:
             return
-        if change.line and not (quiet_if_new and self.tracker.get(name).failures == 0):
+        quiet = quiet_if_new and self.tracker.get(name).failures == 0
+        if change.state != "stalled" and name in self._unreachable:
+            self._unreachable.discard(name)
+            quiet = True  # the watcher logged the outage and its end once for all
+        if change.line and not quiet:
             level = logging.WARNING if change.state == "stalled" else logging.INFO
             _log.log(level, "%s", change.line)
         try:

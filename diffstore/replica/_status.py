@@ -107,6 +107,15 @@ class Tracker:
         line = f"replica: {name}: {what}: {reason}; retrying with back-off (next in {delay:.1f}s)"
         return Change(STALLED, reason, now_ms, True, line)
 
+    def unreachable(self, name: str, reason: str, now_ms: int) -> Change:
+        """The primary cannot be reached at all: ``name`` is stalled with the follower's ``reason``, with
+        no back-off of its own and no line of its own (the follower logs one line for all)."""
+        status = self.get(name)
+        if status.state == STALLED and status.reason == reason:
+            return Change(STALLED, reason, status.since_ms, False, None)
+        status.state, status.reason, status.since_ms = STALLED, reason, now_ms
+        return Change(STALLED, reason, now_ms, True, None)
+
     def due(self, name: str, now: float) -> bool:
         """Whether ``name`` may be tried now (its back-off has passed)."""
         status = self.statuses.get(name)

@@ -190,6 +190,9 @@ class _StoreCollector(Collector):
         yield from _replica_metrics(self.store)
 
 
+REPLICA_STATES = ("copying", "following", "stalled")
+
+
 def _replica_metrics(store: Store) -> Iterator[Metric]:
     """A read replica's lag and applied generations (stored by its follower: every worker sees them)."""
     state = store.replica_state()
@@ -203,6 +206,36 @@ def _replica_metrics(store: Store) -> Iterator[Metric]:
     for entry in state.lags:
         lag.add_metric([entry.collection], entry.generations)
     yield lag
+    now_ms = time.time_ns() // 1_000_000
+    lag_seconds = GaugeMetricFamily(
+        "diffstore_replica_lag_seconds",
+        "How long the oldest generation of the primary a read replica has seen and not applied has waited",
+        labels=["collection"],
+    )
+    states = GaugeMetricFamily(
+        "diffstore_replica_state",
+        "1 for the state each collection's follower is in (copying, following, stalled), else 0",
+        labels=["collection", "state"],
+    )
+    in_state = GaugeMetricFamily(
+        "diffstore_replica_state_seconds",
+        "How long each collection's follower has been in its state",
+        labels=["collection", "state"],
+    )
+    for entry in state.lags:
+        since = entry.unapplied_since_ms
+        lag_seconds.add_metric(
+            [entry.collection], 0.0 if since is None else max(0.0, (now_ms - since) / 1000)
+        )
+        for name in REPLICA_STATES:
+            states.add_metric([entry.collection, name], 1.0 if entry.state == name else 0.0)
+        if entry.state_since_ms is not None:
+            in_state.add_metric(
+                [entry.collection, entry.state], max(0.0, (now_ms - entry.state_since_ms) / 1000)
+            )
+    yield lag_seconds
+    yield states
+    yield in_state
     yield CounterMetricFamily(
         "diffstore_replica_applied_generations",
         "Generations of the primary this replica applied, ever",

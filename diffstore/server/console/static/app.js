@@ -493,8 +493,17 @@ async function viewCollections(signal) {
       // a read replica (docs/replicas.md): writes go to its primary; how far behind each collection is
       const behind = overview.replica.collections.filter((c) => c.lagGenerations > 0)
         .map((c) => `${esc(c.collectionName)}: ${c.lagGenerations} generations (${c.lagSeconds.toFixed(1)} s)`);
+      // each collection's follower: copying, following or stalled (with why and since when)
+      const since = (c) => (c.sinceMs ? ` since ${new Date(c.sinceMs).toISOString().slice(11, 19)}` : "");
+      const stalled = overview.replica.collections.filter((c) => c.state === "stalled")
+        .map((c) => `<span class="replica-stalled">${esc(c.collectionName)} stalled${since(c)}: ` +
+          `${esc(c.reason || "")}</span>`);
+      const copying = overview.replica.collections.filter((c) => c.state === "copying")
+        .map((c) => `${esc(c.collectionName)}${since(c)}`);
       replica.innerHTML = `Read replica of <b>${esc(overview.replica.primary)}</b> (read-only) · ` +
-        (behind.length ? `behind: ${behind.join(", ")}` : "caught up");
+        (behind.length ? `behind: ${behind.join(", ")}` : "caught up") +
+        (copying.length ? ` · copying: ${copying.join(", ")}` : "") +
+        (stalled.length ? ` · ${stalled.join(" · ")}` : "");
     }
     const tbody = document.querySelector("#collections tbody");
     // a screenful at once, the rest right after: the first page shows before thousands of rows are laid out
