@@ -30,7 +30,7 @@ from typing import Any
 from diffstore.client import Client
 from diffstore.client._calls import Call
 from diffstore.engine.store import Store
-from diffstore.errors import DiffstoreError, NotReplica
+from diffstore.errors import DiffstoreError, NoSuchCollection, NotReplica
 from diffstore.replica._collection import CollectionFollower, Dropped, Settings, Waiting
 from diffstore.replica._plan import READER_PREFIX, reader_name
 from diffstore.replica._status import COPYING, FOLLOWING, Backoff, Change, Tracker
@@ -193,7 +193,13 @@ class Follower:
                 _log.info("replica: the primary answers again (after %d failures)", self._watch_failures)
                 self._watch_failures = 0
             self.primary_names = frozenset(seen)
-            self._plan(seen)
+            try:
+                self._plan(seen)
+            except NotReplica:
+                return
+            except Exception:  # noqa: BLE001 -- a bug must not end the watcher; logged, then tried again
+                _log.exception("replica: unexpected failure while planning")
+                self._stopping.wait(self.config.backoff.cap_s)
             try:
                 version = self._wait(version)
             except DiffstoreError as exc:
@@ -239,7 +245,10 @@ class Follower:
         """Queues every collection that needs work (see the module)."""
         local: dict[str, bytes] = {}
         for info in self.store.collections():
-            local[info.name] = self.store.collection(info.name).generation_id
+            try:
+                local[info.name] = self.store.collection(info.name).generation_id
+            except NoSuchCollection:
+                continue  # a worker dropped it meanwhile
         now = time.monotonic()
         names = set(seen) | set(local)
         # idle checks spread out: many collections are each checked less often
