@@ -193,6 +193,19 @@ class _StoreCollector(Collector):
 REPLICA_STATES = ("copying", "following", "stalled")
 
 
+class _ReplicaCollector(Collector):
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _replica_metrics(self.store)
+
+
+def replica_collector(store: Store) -> Collector:
+    """A collector of a read replica's series alone (what ``/metrics`` adds on a replica)."""
+    return _ReplicaCollector(store)
+
+
 def _replica_metrics(store: Store) -> Iterator[Metric]:
     """A read replica's lag and applied generations (stored by its follower: every worker sees them)."""
     state = store.replica_state()

@@ -44,7 +44,7 @@ def exported(text: str) -> dict[str, set[str]]:
 @pytest.fixture
 def server_series(tmp_path: Path) -> Iterator[dict[str, set[str]]]:
     with live_server(tmp_path / "data", store_config=StoreConfig(commit_delay_ms=20)) as live:
-        yield _series_of(live)
+        yield _series_of(live) | _replica_series(tmp_path / "replica")
 
 
 def _series_of(live: Live) -> dict[str, set[str]]:
@@ -57,6 +57,20 @@ def _series_of(live: Live) -> dict[str, set[str]]:
     )
     series.update(exported(generate_latest(registry).decode()))
     return series
+
+
+def _replica_series(data: Path) -> dict[str, set[str]]:
+    """What a read replica's /metrics adds (a store that follows a primary, with a collection's state)."""
+    from diffstore.engine.store import Store
+    from diffstore.server.metrics import replica_collector
+
+    with Store.open(data) as store:
+        store.become_replica("http://127.0.0.1:1", "metrics")
+        store.set_replica_lag("A", 2, 1)
+        store.set_replica_status("A", "stalled", "cannot reach the primary", 1)
+        registry = jobmetrics.CollectorRegistry()
+        registry.register(replica_collector(store))
+        return exported(generate_latest(registry).decode())
 
 
 def queried(expressions: list[str]) -> set[str]:
@@ -85,9 +99,11 @@ def test_the_alerting_rules_parse_and_query_only_exported_series(server_series: 
         "DiffstoreAutoCommitFailing",
         "DiffstoreStorageNearlyFull",
         "DiffstoreWorkerRestarting",
+        "DiffstoreReplicaLagging",
     }
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], rule
     names = queried([rule["expr"] for rule in rules])
     assert names - server_series.keys() == set()
     assert {"diffstore_store_map_size_bytes", "diffstore_reader_lag_seconds"} <= names
+    assert {"diffstore_replica_state", "diffstore_replica_lag_seconds"} <= names
