@@ -572,7 +572,7 @@ class Store:
                 last_sync = now
             gc_due = now - last_gc >= interval
             if gc_due:
-                self._clear_stale_readers()
+                self.clear_stale_readers()
             if self._next_due <= now or gc_due:
                 try:
                     worked = self.run_background_once(now)
@@ -590,7 +590,7 @@ class Store:
                     return
                 self._wake.wait(timeout=max(0.0, wake_at - now))
 
-    def _clear_stale_readers(self) -> None:
+    def clear_stale_readers(self) -> None:
         """Frees LMDB reader slots left by dead processes: they would keep old pages from being reused."""
         try:
             cleared = self.env.reader_check()
