@@ -57,7 +57,7 @@ from diffstore.engine import (
     writes,
 )
 from diffstore.engine.tables import Table, Tables, save_meta
-from diffstore.errors import InvalidRequest, StorageError
+from diffstore.errors import InvalidRequest, Overloaded, StorageError
 
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
@@ -269,8 +269,20 @@ def stream_to(store: Store, fd: int, stop: threading.Event | None = None) -> Non
 
 
 def expected_bytes(store: Store) -> int:
-    """About the size of the store's compacting copy (its pages in use), for progress."""
-    return space.measure(store.env, _tables_of(store.tables), store.path).used_bytes
+    """About the size of the store's compacting copy (its pages in use), for progress.
+
+    Raises:
+        Overloaded: LMDB's reader table is full (a copy could not start either).
+        StorageError: reading failed.
+    """
+    try:
+        return space.measure(store.env, _tables_of(store.tables), store.path).used_bytes
+    except lmdb.ReadersFullError as exc:
+        raise Overloaded(copier.READERS_FULL_REASON) from exc
+    except lmdb.Error as exc:
+        raise storage.storage_error(
+            exc, store.path, store.config.map_size, writing=False, doing="backup failed"
+        ) from exc
 
 
 def _tables_of(tables: Tables) -> list[Table]:

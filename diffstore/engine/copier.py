@@ -32,6 +32,10 @@ import lmdb
 from diffstore.errors import DiffstoreError, Overloaded, StorageError
 
 READERS_FULL = 75  # EX_TEMPFAIL: no reader slot free now; the same copy may start later
+READERS_FULL_REASON = (
+    "LMDB's reader table is full (every reader slot of the store is taken by a read of some process):"
+    " retry when reads end"
+)
 _POLL_S = 0.05
 
 
@@ -74,7 +78,7 @@ class Copy:
         if self._stop.is_set():
             raise StorageError("backup copy stopped")
         if code == READERS_FULL:
-            raise Overloaded(f"backup copy cannot start: {reason}")
+            raise Overloaded(READERS_FULL_REASON)
         raise StorageError(f"backup copy failed: {reason or f'its process exited {code}'}")
 
 
@@ -90,7 +94,7 @@ def main(argv: list[str]) -> int:
             opened.env.copyfd(sys.stdout.fileno(), compact=True)
     except (lmdb.Error, OSError, DiffstoreError) as exc:  # DiffstoreError: a store that cannot be opened
         if isinstance(exc, lmdb.ReadersFullError) or isinstance(exc.__cause__, lmdb.ReadersFullError):
-            print("LMDB's reader table is full", file=sys.stderr)
+            print(READERS_FULL_REASON, file=sys.stderr)
             return READERS_FULL
         print(str(getattr(exc, "reason", exc)), file=sys.stderr)
         return 1

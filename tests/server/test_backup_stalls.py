@@ -216,3 +216,45 @@ def test_a_stall_is_fewer_bytes_than_the_minimum_over_the_last_interval() -> Non
     assert stall.stalled(5900, 20.0)  # 5900 - 5000 (at 9.0): 900 in the last 10 s
     steady = Stall(10.0, 1000, started=0.0)
     assert not any(steady.stalled(200 * t, float(t)) for t in range(1, 60))  # 2000 per 10 s: never
+
+
+FILL_READERS = """
+import sys, lmdb
+from pathlib import Path
+from diffstore.engine import storage
+path = Path(sys.argv[1])
+env = lmdb.open(str(path), map_size=1 << 40, max_dbs=64, max_readers=storage.existing_max_readers(path, 126))
+held = []
+try:
+    while True:
+        held.append(env.begin())
+except lmdb.ReadersFullError:
+    pass
+print(len(held), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_backup_while_lmdbs_reader_table_is_full_is_503_overloaded(tmp_path: Path) -> None:
+    with live_server(tmp_path / "s") as live:
+        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+        # another process takes every reader slot of the store (reads of a crowd of processes)
+        filler = subprocess.Popen(
+            [sys.executable, "-c", FILL_READERS, str(live.store.path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert filler.stdout is not None and int(filler.stdout.readline()) > 0
+            response = live.call("GET", "/backup")
+            assert response.status_code == 503, response.text
+            assert response.headers["retry-after"] == "1"
+            assert response.json()["error"] == "overloaded" and "reader table" in response.json()["reason"]
+        finally:
+            assert filler.stdin is not None
+            filler.stdin.close()
+            filler.wait(DEADLINE_S)
+            close_pipes(filler)
+        # their reads ended: the slots are free, a backup streams, and the store is as it was
+        assert live.call("GET", "/backup").status_code == 200
+        assert live.ok("GET", "/collections/m")["isManual"]
+        wait_until(lambda: metric(live, "diffstore_backup_streams") == 0, DEADLINE_S, what="the stream's end")
