@@ -14,7 +14,7 @@ is aborted). Its latencies (p50, p99, max) are taken:
    waits too; a request that takes longer than ``--timeout-s`` counts as that long;
 4. while a manual collection's revert of ``--revert-keys`` keys runs (``POST /revert``, in batches);
 5. the same revert in one write transaction (as before this version: ``Collection.revert`` with one batch),
-   the writer writing (puts only) into another collection.
+   the writer writing (puts only) into another collection; ``--other-batches`` tries other batch sizes.
 
 Run: ``python benchmarks/writer_stalls.py`` (about a minute). Figures on a loaded machine are indicative:
 the script prints the load average with them.
@@ -146,6 +146,12 @@ def main() -> int:
     parser.add_argument(
         "--revert-keys", type=int, default=120_000, help="keys the revert writes (default 120k)"
     )
+    parser.add_argument(
+        "--other-batches",
+        type=lambda text: [int(x) for x in text.split(",") if x],
+        default=[],
+        help="batch sizes to try besides the default (comma-separated, e.g. 1000,20000)",
+    )
     args = parser.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(prefix="writer-stalls-") as tmp:
@@ -210,12 +216,14 @@ def run(store: Store, url: str, args: argparse.Namespace) -> None:
     took = during(revert_over_http, url, args, 0)
     print(f"revert of {args.revert_keys:,} keys in batches: {time.perf_counter() - started:.2f} s")
     report("beside a revert in batches", took, base)
-    r.abort_generation(b"3")
-    r.start_generation(b"3")
-    started = time.perf_counter()
-    took = during(lambda: r.revert(b"1", generation_id=b"3", batch_keys=10**9), url, args, 0)
-    print(f"revert of {args.revert_keys:,} keys in one transaction: {time.perf_counter() - started:.2f} s")
-    report("beside a revert in one transaction", took, base)
+    for batch in (*args.other_batches, 10**9):
+        r.abort_generation(b"3")
+        r.start_generation(b"3")
+        started = time.perf_counter()
+        took = during(lambda batch=batch: r.revert(b"1", generation_id=b"3", batch_keys=batch), url, args, 0)
+        how = "in one transaction" if batch == 10**9 else f"in batches of {batch:,} (engine call)"
+        print(f"revert of {args.revert_keys:,} keys {how}: {time.perf_counter() - started:.2f} s")
+        report(f"beside a revert {how}", took, base)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,11 @@ from diffstore.engine.visibility import base_version
 from diffstore.errors import NoSuchGeneration, text_form
 
 RevertItem = tuple[bytes, bytes | None]
-BATCH_KEYS = 5_000
+BATCH_KEYS = 2_000
 """Candidate keys a manual collection's revert examines (and writes, where they differ) per write
-transaction: a few milliseconds of another writer's wait at most (``benchmarks/revert_batches.py``)."""
+transaction. ``benchmarks/writer_stalls.py`` (120k keys, load average 12): 1,000 made the revert 1.9x as
+long as one transaction and another writer waited 28 ms at p50; 2,000: 1.3x and 36 ms; 5,000: 1.2x and
+93 ms; one transaction: 2.2 s."""
 
 
 def committed_seq(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes) -> int:
