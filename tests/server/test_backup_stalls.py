@@ -18,13 +18,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
-from diffstore.engine import slots
+from diffstore import Store, StoreConfig
+from diffstore.engine import check, slots
 from diffstore.server import ServerConfig
 from diffstore.server.routes.backup import SLOT_KIND, Stall
-from tests.helpers import close_pipes, wait_until
+from tests.faults import kill9, paused
+from tests.helpers import close_pipes, free_port, wait_until
 from tests.server.conftest import Live, live_server
+from tests.server.test_cli import DRIVER, wait_healthy
 
 DEADLINE_S = 60.0
 VALUE_BYTES = 1000
@@ -42,8 +46,10 @@ def fill(live: Live) -> None:
     live.ok("POST", "/collections/", {"collectionName": "auto", "isManual": False})
 
 
-def copy_processes() -> list[int]:
-    """The copy processes (``diffstore.engine.copier``) this test process started."""
+def copy_processes(parent: int | None = None, data: Path | None = None) -> list[int]:
+    """The copy processes (``diffstore.engine.copier``) that ``parent`` (default: this test process)
+    started; with ``parent=0`` those copying the store in ``data``, whoever their parent is now."""
+    parent = os.getpid() if parent is None else parent
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -55,7 +61,11 @@ def copy_processes() -> list[int]:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-        if b"diffstore.engine.copier" in cmdline and ppid == os.getpid():
+        if b"diffstore.engine.copier" not in cmdline or (
+            data is not None and os.fsencode(data) not in cmdline
+        ):
+            continue
+        if parent in (0, ppid):
             found.append(int(entry))
     return found
 
@@ -258,3 +268,87 @@ def test_a_backup_while_lmdbs_reader_table_is_full_is_503_overloaded(tmp_path: P
         assert live.call("GET", "/backup").status_code == 200
         assert live.ok("GET", "/collections/m")["isManual"]
         wait_until(lambda: metric(live, "diffstore_backup_streams") == 0, DEADLINE_S, what="the stream's end")
+
+
+def not_a_reader(live: Live, pid: int) -> bool:
+    """Whether LMDB's reader table of the store holds no slot of process ``pid``."""
+    return not any(line.split()[0] == str(pid) for line in live.store.env.readers().splitlines()[1:])
+
+
+def test_a_copy_process_stopped_midway_is_ended_by_the_stall_timeout(tmp_path: Path) -> None:
+    config = ServerConfig(backup_stall_timeout_s=0.5, backup_stall_min_bytes=64 * 1024)
+    with live_server(tmp_path / "s", config) as live:
+        fill(live)
+        with live.http.stream("GET", "/backup") as response:
+            assert response.status_code == 200
+            chunks = response.iter_bytes(65536)
+            next(chunks)
+            [pid] = wait_until(copy_processes, DEADLINE_S, what="the backup's copy process")
+            with paused(pid), pytest.raises(httpx.TransportError):  # SIGCONT on the way out, if alive
+                for _ in chunks:  # the client reads on; the copy gives nothing more, then is ended
+                    pass
+        wait_until(lambda: not copy_processes(), DEADLINE_S, what="the stopped copy process to be killed")
+        wait_until(lambda: not_a_reader(live, pid), DEADLINE_S, what="its reader slot to be freed")
+        assert metric(live, "diffstore_backup_streams_stalled_total") == 1
+        live.ok("POST", "/collections/m/generation/start", {"generationId": {"value": "1"}})  # writes go on
+        wait_until(lambda: metric(live, "diffstore_backup_streams") == 0, DEADLINE_S, what="the stream's end")
+        assert len(live.http.get("/backup").content) > KEYS * VALUE_BYTES
+
+
+def test_a_copy_process_killed_midway_cuts_the_body_off(tmp_path: Path) -> None:
+    with live_server(tmp_path / "s") as live:
+        fill(live)
+        with live.http.stream("GET", "/backup") as response:
+            assert response.status_code == 200
+            chunks = response.iter_bytes(65536)
+            next(chunks)
+            [pid] = wait_until(copy_processes, DEADLINE_S, what="the backup's copy process")
+            kill9(pid)
+            with pytest.raises(httpx.TransportError):  # cut off, never a short body that looks whole
+                for _ in chunks:
+                    pass
+        wait_until(
+            lambda: not_a_reader(live, pid), DEADLINE_S, what="the killed copy's reader slot to be freed"
+        )
+        wait_until(lambda: metric(live, "diffstore_backup_streams") == 0, DEADLINE_S, what="the stream's end")
+        assert len(live.http.get("/backup").content) > KEYS * VALUE_BYTES
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_server_killed_during_a_stalled_backup_leaves_no_copy_behind(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data, StoreConfig(background=False)) as store:
+        big = store.create_collection("big", manual=True)
+        big.start_generation(b"1")
+        big.put_many([(b"k%06d" % i, os.urandom(VALUE_BYTES)) for i in range(KEYS)], generation_id=b"1")
+        big.commit_generation(b"1")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, "serve", "--data", str(data), "--port", str(port), "--workers", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(url, "diffstore serve to start")
+        with stalled_client(url):
+            [pid] = wait_until(lambda: copy_processes(0, data), DEADLINE_S, what="the copy process")
+            worker = parent_of(pid)
+            assert worker != server.pid  # a worker process streams it
+            kill9(worker)  # the process serving the backup dies (its supervisor starts another)
+            # its end of the pipe is gone: the copy's next write fails, and it ends
+            wait_until(
+                lambda: pid not in copy_processes(0, data), DEADLINE_S, what="the orphaned copy to end"
+            )
+        wait_healthy(url, "the server to serve again")
+        with httpx.Client(base_url=url, timeout=DEADLINE_S) as http:
+            response = http.get("/backup")  # whichever worker answers, a whole backup
+            assert response.status_code == 200 and len(response.content) > KEYS * VALUE_BYTES
+        assert check.check_directory(data).ok
+    finally:
+        kill9(server, group=True)
