@@ -175,6 +175,15 @@ def test_backups_past_the_cap_are_refused_with_503_overloaded(tmp_path: Path) ->
             assert answer["error"] == "overloaded" and "--backup-max-concurrent" in answer["reason"]
             assert metric(live, "diffstore_backup_streams_refused_total") == 1
             assert metric(live, "diffstore_backup_streams") == 1
+            # diffstore backup --url says so in one line and writes nothing
+            out = tmp_path / "out"
+            done = subprocess.run(
+                [sys.executable, "-m", "diffstore", "backup", "--url", live.url, str(out)],
+                capture_output=True, text=True, timeout=DEADLINE_S,
+            )  # fmt: skip
+            lines = done.stderr.splitlines()
+            assert done.returncode == 1 and len(lines) == 1 and "(overloaded)" in lines[0], done.stderr
+            assert lines[0].startswith("diffstore backup: ") and not out.exists()
         assert (live.ok("GET", "/collections/m"), live.ok("GET", "/collections/")) == before
         # once the first stream is gone, the next one streams
         wait_until(lambda: not copy_processes(), DEADLINE_S, what="the copy process to end")
