@@ -12,9 +12,14 @@ is aborted). Its latencies (p50, p99, max) are taken:
 3. the same with the copy made in the server's process, as before this version (``env.copyfd`` in a
    thread): the first failing write waits for the copy, holding LMDB's write lock, and every write after it
    waits too; a request that takes longer than ``--timeout-s`` counts as that long;
+Then the store file's growth beside a writer that writes and frees 10 MB over and over (item 3): alone,
+beside a stalled backup that the stall timeout ends after 1 s, and beside one never ended (its copy's
+read transaction keeps every page freed meanwhile from being reused). Then the writer's latency (puts
+only, into another collection):
+
 4. while a manual collection's revert of ``--revert-keys`` keys runs (``POST /revert``, in batches);
-5. the same revert in one write transaction (as before this version: ``Collection.revert`` with one batch),
-   the writer writing (puts only) into another collection; ``--other-batches`` tries other batch sizes.
+5. the same revert in one write transaction (as before this version: ``Collection.revert`` with one batch);
+   ``--other-batches`` tries other batch sizes.
 
 Run: ``python benchmarks/writer_stalls.py`` (about a minute). Figures on a loaded machine are indicative:
 the script prints the load average with them.
@@ -32,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +164,7 @@ def main() -> int:
         store = Store.open(Path(tmp) / "s", StoreConfig(commit_delay_ms=50))
         config = ServerConfig(backup_stall_timeout_s=0)  # the stall lasts as long as the phase
         app = create_app(store, config)
+        args.app = app
         try:
             with server_thread(
                 lambda port: GracefulServer(app, config, port=port, log_level="error")
@@ -167,6 +174,52 @@ def main() -> int:
             store.close()
     print(f"load average after: {load_average()}")
     return 0
+
+
+def churn(store: Store, seconds: float) -> tuple[int, int]:
+    """A writer that frees what it wrote, over and over (a generation of 10 MB written, then aborted):
+    (cycles, bytes the store file grew by). Without a reader pinning them the freed pages are reused."""
+    c = store.collection("churn")
+    before = (store.path / "data.mdb").stat().st_size
+    cycles = 0
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        cycles += 1
+        gen = b"%08d" % cycles
+        c.start_generation(gen)
+        c.put_many([(b"c%04d" % i, b"x" * 100_000) for i in range(100)], generation_id=gen)
+        c.abort_generation(gen)
+    return cycles, (store.path / "data.mdb").stat().st_size - before
+
+
+def growth(store: Store, url: str, args: argparse.Namespace) -> None:
+    """The store file's growth beside the churning writer: alone, beside a stalled backup that the stall
+    timeout ends, beside one it does not (item 3)."""
+    store.create_collection("churn", manual=True)
+    app_state = args.app.state
+    mb = 1 << 20
+
+    def line(name: str, cycles: int, grew: int) -> None:
+        print(
+            f"store file growth {name}: {grew / mb:,.0f} MB over {cycles} cycles of 10 MB written and freed"
+        )
+
+    line("alone (baseline)", *churn(store, args.seconds))
+    config = app_state.config
+    app_state.config = replace(config, backup_stall_timeout_s=1.0)
+    try:
+        with stalled_backup(url):
+            ended = churn(store, args.seconds)
+    finally:
+        app_state.config = config
+    line("beside a stalled backup ended after 1 s (--backup-stall-timeout-s 1)", *ended)
+    with stalled_backup(url):
+        pinned = churn(store, args.seconds)
+    line("beside a stalled backup never ended (--backup-stall-timeout-s 0)", *pinned)
+    per_ended, per_pinned = ended[1] / ended[0] / mb, pinned[1] / pinned[0] / mb
+    print(
+        "  " + ratio_line("growth per cycle", per_ended, per_pinned, "MB", "ended after 1 s vs never ended")
+    )
 
 
 def run(store: Store, url: str, args: argparse.Namespace) -> None:
@@ -194,6 +247,8 @@ def run(store: Store, url: str, args: argparse.Namespace) -> None:
         f"beside a stalled backup, copy in the server's process (a write >= {args.timeout_s:g} s)", took, base
     )
     time.sleep(1.0)  # the stalled copy's client is gone: its abort went through, the store is quiet again
+
+    growth(store, url, args)
 
     r = store.create_collection("r", manual=True)
     for gen, value in ((b"1", b"old"), (b"2", b"new")):
