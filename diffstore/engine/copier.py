@@ -84,13 +84,14 @@ class Copy:
 
 def main(argv: list[str]) -> int:
     """The child: writes the compacting copy of the store in ``argv[0]`` to standard output."""
-    from diffstore.engine import files
+    from diffstore.engine import crashpoints, files
 
     if len(argv) != 1:
         print("usage: python -m diffstore.engine.copier DIR", file=sys.stderr)
         return 2
     try:
         with files.open_existing(Path(argv[0])) as opened:
+            crashpoints.reached("copier-opened")
             opened.env.copyfd(sys.stdout.fileno(), compact=True)
     except (lmdb.Error, OSError, DiffstoreError) as exc:  # DiffstoreError: a store that cannot be opened
         if isinstance(exc, lmdb.ReadersFullError) or isinstance(exc.__cause__, lmdb.ReadersFullError):

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from diffstore import Store, StoreConfig
-from diffstore.engine import check, slots
+from diffstore.engine import check, crashpoints, slots
 from diffstore.server import ServerConfig
 from diffstore.server.routes.backup import SLOT_KIND, Stall
 from tests.faults import kill9, paused
@@ -361,3 +361,18 @@ def test_a_server_killed_during_a_stalled_backup_leaves_no_copy_behind(tmp_path:
         assert check.check_directory(data).ok
     finally:
         kill9(server, group=True)
+
+
+def test_a_copy_that_hangs_before_its_first_bytes_is_503_overloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = ServerConfig(backup_stall_timeout_s=0.5)
+    with live_server(tmp_path / "s", config) as live:
+        live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
+        monkeypatch.setenv(crashpoints.STOP_AT_ENV, "copier-opened")  # the copy process stops itself there
+        live.fail("GET", "/backup", status=503, code="overloaded")
+        wait_until(lambda: not copy_processes(), DEADLINE_S, what="the stopped copy process to be killed")
+        monkeypatch.delenv(crashpoints.STOP_AT_ENV)
+        wait_until(lambda: metric(live, "diffstore_backup_streams") == 0, DEADLINE_S, what="its slot")
+        assert live.call("GET", "/backup").status_code == 200
+        assert live.ok("GET", "/collections/m")["isManual"]

@@ -45,7 +45,7 @@ from starlette.types import Receive, Scope, Send
 
 from diffstore.engine import backup, slots
 from diffstore.engine.store import Store
-from diffstore.errors import Overloaded
+from diffstore.errors import Overloaded, StorageError
 from diffstore.server.config import ServerConfig
 from diffstore.server.longpoll import RAW_SEND
 from diffstore.server.metrics import ServerMetrics
@@ -218,7 +218,25 @@ async def get_backup(request: Request) -> StreamingResponse:
     try:
         expected = await anyio.to_thread.run_sync(backup.expected_bytes, store)
         copy.worker.start()
-        first = await copy.read()  # a copy that cannot start is an error answer, not a cut-off body
+        # a copy that cannot start is an error answer, not a cut-off body; one that hangs before its first
+        # bytes is stopped by the stall timeout as a stream would be
+        deadline = None
+        if config.backup_stall_timeout_s > 0:
+            deadline = threading.Timer(config.backup_stall_timeout_s, copy.stop.set)
+            deadline.daemon = True
+            deadline.start()
+        try:
+            first = await copy.read()
+        except StorageError as exc:
+            if deadline is not None and copy.stop.is_set():
+                raise Overloaded(
+                    f"the backup's copy gave nothing within {config.backup_stall_timeout_s:g} s (the server's"
+                    " --backup-stall-timeout-s): retry later"
+                ) from exc
+            raise
+        finally:
+            if deadline is not None:
+                deadline.cancel()
     except BaseException:
         await copy.close()
         raise
