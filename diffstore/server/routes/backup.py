@@ -178,7 +178,7 @@ class _BackupResponse(StreamingResponse):
         self.metrics.backup_streams_stalled.inc()
         _log.warning(
             "GET /backup: ended a stream that sent %d bytes in the last %gs (fewer than %d): its client"
-            " stopped reading",
+            " stopped reading (or its copy did)",
             self.copy.sent - stall.samples[0][1],
             stall.timeout_s,
             stall.min_bytes,
