@@ -102,6 +102,17 @@ def stalled_client(url: str) -> Iterator[socket.socket]:
         sock.close()
 
 
+def read_until_dropped(sock: socket.socket) -> bytes:
+    """What the server sends until it ends the connection (a reset or a close)."""
+    body = b""
+    try:
+        while got := sock.recv(1 << 20):
+            body += got
+    except ConnectionResetError:
+        pass
+    return body
+
+
 def metric(live: Live, name: str) -> float:
     for line in live.call("GET", "/metrics").text.splitlines():
         if line.startswith(name + " "):
@@ -141,7 +152,7 @@ def test_writes_answer_while_a_backup_is_stalled_by_a_client_that_stopped_readin
 
 
 def test_a_stalled_backup_stream_is_ended_and_counted(tmp_path: Path) -> None:
-    config = ServerConfig(backup_stall_timeout_s=0.5, backup_stall_min_bytes=64 * 1024)
+    config = ServerConfig(backup_stall_timeout_s=2, backup_stall_min_bytes=1)  # any progress counts
     with live_server(tmp_path / "s", config) as live:
         fill(live)
         assert metric(live, "diffstore_backup_streams_stalled_total") == 0
@@ -158,11 +169,7 @@ def test_a_stalled_backup_stream_is_ended_and_counted(tmp_path: Path) -> None:
                 line.split()[0] == str(pids[0]) for line in live.store.env.readers().splitlines()[1:]
             )
             # the client's connection is dropped: what it reads ends, cut off (no last chunk)
-            body = b""
-            with pytest.raises(ConnectionResetError):
-                while got := sock.recv(1 << 20):
-                    body += got
-                raise ConnectionResetError  # a close instead of a reset: ended all the same
+            body = read_until_dropped(sock)  # a socket timeout (DEADLINE_S) if it never is
             assert not body.endswith(b"0\r\n\r\n")
         wait_until(lambda: metric(live, "diffstore_backup_streams") == 0, DEADLINE_S, what="the stream's end")
         assert live.ok("GET", "/collections/m")["isManual"]  # the server never stopped serving
@@ -295,7 +302,7 @@ def not_a_reader(live: Live, pid: int) -> bool:
 
 
 def test_a_copy_process_stopped_midway_is_ended_by_the_stall_timeout(tmp_path: Path) -> None:
-    config = ServerConfig(backup_stall_timeout_s=0.5, backup_stall_min_bytes=64 * 1024)
+    config = ServerConfig(backup_stall_timeout_s=2, backup_stall_min_bytes=1)  # any progress counts
     with live_server(tmp_path / "s", config) as live:
         fill(live)
         with live.http.stream("GET", "/backup") as response:
@@ -387,7 +394,7 @@ def test_a_server_killed_during_a_stalled_backup_leaves_no_copy_behind(tmp_path:
 def test_a_copy_that_hangs_before_its_first_bytes_is_503_overloaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = ServerConfig(backup_stall_timeout_s=0.5)
+    config = ServerConfig(backup_stall_timeout_s=2, backup_stall_min_bytes=1)
     with live_server(tmp_path / "s", config) as live:
         live.ok("POST", "/collections/", {"collectionName": "m", "isManual": True})
         monkeypatch.setenv(crashpoints.STOP_AT_ENV, "copier-opened")  # the copy process stops itself there

@@ -57,6 +57,7 @@ FORMAT = "lmdb-compact"
 FORMAT_HEADER = "X-Diffstore-Backup"
 EXPECTED_BYTES_HEADER = "X-Diffstore-Backup-Expected-Bytes"
 SLOT_KIND = "backup-stream"
+START_S = 10.0  # what a copy's process may take to start, beyond the stall timeout, before its first bytes
 _CHUNK = 1 << 20
 _PIPE_BYTES = 1 << 20
 _log = logging.getLogger("diffstore.server")
@@ -219,10 +220,10 @@ async def get_backup(request: Request) -> StreamingResponse:
         expected = await anyio.to_thread.run_sync(backup.expected_bytes, store)
         copy.worker.start()
         # a copy that cannot start is an error answer, not a cut-off body; one that hangs before its first
-        # bytes is stopped by the stall timeout as a stream would be
+        # bytes is stopped as a stream that stalls would be (allowing for a process start on a busy machine)
         deadline = None
         if config.backup_stall_timeout_s > 0:
-            deadline = threading.Timer(config.backup_stall_timeout_s, copy.stop.set)
+            deadline = threading.Timer(START_S + config.backup_stall_timeout_s, copy.stop.set)
             deadline.daemon = True
             deadline.start()
         try:
@@ -230,8 +231,8 @@ async def get_backup(request: Request) -> StreamingResponse:
         except StorageError as exc:
             if deadline is not None and copy.stop.is_set():
                 raise Overloaded(
-                    f"the backup's copy gave nothing within {config.backup_stall_timeout_s:g} s (the server's"
-                    " --backup-stall-timeout-s): retry later"
+                    f"the backup's copy gave nothing within {START_S + config.backup_stall_timeout_s:g} s"
+                    " (the server's --backup-stall-timeout-s, and time to start): retry later"
                 ) from exc
             raise
         finally:
