@@ -555,6 +555,7 @@ def test_backups(tmp_path: Path, server: LiveServer) -> None:
     assert "backup-1: every invariant holds" in printed
     sh(local(page.next("diffstore backup --url http://127.0.0.1:3030 backup-2"), server.url), tmp_path, env)
     assert (tmp_path / "backup-2" / "data.mdb").exists()
+    check_synopsis(page.next("diffstore serve --data data/ --backup-max-concurrent 1"))
     printed = sh(page.next("diffstore backup --data data/ --disk-share 0.1 backup-3"), tmp_path, env)
     assert "into backup-3:" in printed and "into backup-4:" in printed
     printed = sh(page.next("mv data data-lost"), tmp_path, env)

@@ -59,3 +59,7 @@ class StoreAccess(Protocol):
     def write(self) -> AbstractContextManager[WriteScope]:
         """One atomic write transaction."""
         ...
+
+    def let_waiting_writers_in(self, timeout_s: float = 1.0) -> None:
+        """Between two write transactions of a long job: the writers waiting for the lock go first."""
+        ...

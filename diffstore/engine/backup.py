@@ -25,7 +25,8 @@ Where the copy is written, and the promise that it is never half valid::
 
 A backup killed at any point leaves the source as it was (it was only read) and OUT with its mark.
 
-The same copy, streamed (:func:`stream_to`), is what ``GET /backup`` sends; the receiving side writes it
+The same copy, streamed (:func:`stream_to`, made by a process of its own: :mod:`.copier`), is what
+``GET /backup`` sends; the receiving side writes it
 into OUT behind the same mark (:func:`receive`) and settles it there. A stream server's store
 (``diffstore streams serve``) is copied the same way and needs no settling (each of its operations is one
 transaction).
@@ -34,6 +35,7 @@ transaction).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,7 @@ import lmdb
 from diffstore.engine import (
     background,
     changes,
+    copier,
     copying,
     crashpoints,
     files,
@@ -54,7 +57,7 @@ from diffstore.engine import (
     writes,
 )
 from diffstore.engine.tables import Table, Tables, save_meta
-from diffstore.errors import InvalidRequest, StorageError
+from diffstore.errors import InvalidRequest, Overloaded, StorageError
 
 if TYPE_CHECKING:
     from diffstore.engine.store import Store
@@ -246,25 +249,40 @@ def _drop_auto_commit_countdowns(txn: lmdb.Transaction, tables: Tables) -> None:
             break
 
 
-def stream_to(store: Store, fd: int) -> None:
+def stream_to(store: Store, fd: int, stop: threading.Event | None = None) -> None:
     """Writes the compacting copy of ``store`` into ``fd`` (a pipe: ``GET /backup``) and closes it.
 
+    The copy is made by a process of its own (:mod:`diffstore.engine.copier`): a copy in this process would
+    hold py-lmdb's lock of the store's environment, which a failing writer's abort waits for. Setting
+    ``stop`` kills that process (a stream that stalled); its reader slot is freed at once.
+
     Raises:
-        StorageError: LMDB failed, or the reader of ``fd`` went away (a broken pipe).
+        Overloaded: LMDB's reader table is full (no copy started).
+        StorageError: the copy failed, was stopped, or the reader of ``fd`` went away (a broken pipe).
     """
+    copy = copier.Copy(store.path, fd, stop)
     try:
-        store.env.copyfd(fd, compact=True)
-    except lmdb.Error as exc:
-        raise storage.storage_error(
-            exc, store.path, store.config.map_size, writing=False, doing="backup copy failed"
-        ) from exc
+        copy.wait()
     finally:
-        os.close(fd)
+        if copy.process.returncode != 0:  # a killed copy leaves its reader slot taken: free it now
+            store.clear_stale_readers()
 
 
 def expected_bytes(store: Store) -> int:
-    """About the size of the store's compacting copy (its pages in use), for progress."""
-    return space.measure(store.env, _tables_of(store.tables), store.path).used_bytes
+    """About the size of the store's compacting copy (its pages in use), for progress.
+
+    Raises:
+        Overloaded: LMDB's reader table is full (a copy could not start either).
+        StorageError: reading failed.
+    """
+    try:
+        return space.measure(store.env, _tables_of(store.tables), store.path).used_bytes
+    except lmdb.ReadersFullError as exc:
+        raise Overloaded(copier.READERS_FULL_REASON) from exc
+    except lmdb.Error as exc:
+        raise storage.storage_error(
+            exc, store.path, store.config.map_size, writing=False, doing="backup failed"
+        ) from exc
 
 
 def _tables_of(tables: Tables) -> list[Table]:

@@ -13,6 +13,7 @@ from dataclasses import replace
 import lmdb
 
 from diffstore.engine import (
+    crashpoints,
     cursor_spill,
     diff,
     first_copy,
@@ -59,7 +60,7 @@ from diffstore.engine.types import (
     ResolvedRef,
     RevertResult,
 )
-from diffstore.errors import InvalidRequest, StorageError
+from diffstore.errors import GenerationMismatch, InvalidRequest, StorageError, text_form
 
 _ITER_PAGE = 1_000
 
@@ -358,31 +359,50 @@ class Collection:
         *,
         generation_id: bytes | None = None,
         lease: LeaseToken | None = None,
+        batch_keys: int = revert.BATCH_KEYS,
     ) -> RevertResult:
         """Writes into the open generation exactly the changes that make the collection equal to its state
-        at the committed generation ``to_generation_id`` (see :mod:`diffstore.engine.revert`), in one
-        transaction. A manual collection's revert names its open generation (``generation_id``) and carries
-        its lease as a putMany does; a non-manual one's goes into the next generation.
+        at the committed generation ``to_generation_id`` (see :mod:`diffstore.engine.revert`). A manual
+        collection's revert names its open generation (``generation_id``), carries its lease as a putMany
+        does, and is written in batches of ``batch_keys`` candidate keys, one write transaction each, the
+        writers waiting meanwhile going in between; a non-manual one's goes into the next generation, in
+        one transaction.
 
         Returns:
             The generation written into and the number of keys changed there (0: already equal).
 
         Raises:
-            GenerationMismatch: no generation is open, or ``generation_id`` is not the open one.
-            LeaseLost: as for :meth:`put_many`; nothing is written.
+            GenerationMismatch: no generation is open, or ``generation_id`` is not the open one (or, between
+                two batches, the open generation was aborted or committed: what was written stays in it).
+            LeaseLost: as for :meth:`put_many`; nothing is written (by this batch).
             NoSuchGeneration: ``to_generation_id`` is not a committed generation of this collection.
             GenerationCollected: ``to_generation_id`` is below the readers' minimum.
         """
-        with self._store.write() as scope:
-            meta = load_meta(scope.txn, self._store.tables, self.name)
-            self._fence(scope.txn, meta, lease)
-            target = writes.open_target(meta, generation_id, lease)
-            to_seq = revert.committed_seq(scope.txn, self._store.tables, meta, to_generation_id)
-            items = revert.items(scope.txn, self._store.tables, meta, to_seq)
-            if not items:
-                return RevertResult(target, 0)
-            self._put_in(scope, meta, items, generation_id=target, lease=lease)
-        return RevertResult(target, len(items))
+        if batch_keys < 1:
+            raise InvalidRequest("batch_keys must be >= 1")
+        written, lower, opened_seq = 0, b"", None
+        while True:
+            with self._store.write() as scope:
+                meta = load_meta(scope.txn, self._store.tables, self.name)
+                self._fence(scope.txn, meta, lease)
+                target = writes.open_target(meta, generation_id, lease)
+                if opened_seq is not None and meta.next_seq != opened_seq:
+                    raise GenerationMismatch(
+                        f"the open generation {text_form(target)} was ended and opened again while the"
+                        f" revert ran: {written} keys were written into the one before"
+                    )
+                opened_seq = meta.next_seq
+                to_seq = revert.committed_seq(scope.txn, self._store.tables, meta, to_generation_id)
+                limit = batch_keys if meta.manual else None
+                items, lower_next = revert.batch(scope.txn, self._store.tables, meta, to_seq, lower, limit)
+                if items:
+                    self._put_in(scope, meta, items, generation_id=target, lease=lease)
+                written += len(items)
+            if lower_next is None:
+                return RevertResult(target, written)
+            crashpoints.reached("revert-batch-written")
+            lower = lower_next
+            self._store.let_waiting_writers_in()
 
     # --- reads ---------------------------------------------------------------------------------
 

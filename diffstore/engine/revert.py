@@ -8,8 +8,17 @@ sees -- its uncommitted writes included, so that the result equals the state at 
 already written there. Where they differ, the value at ``to`` (a tombstone where the key was absent) is
 one of the revert's items; keys already equal are not written.
 
-The items are computed and written in the caller's one write transaction, through ``writes.put_many``,
-so a revert is fenced, counted and committed (a full non-manual generation) exactly as a putMany.
+The items are computed and written in the caller's write transaction, through ``writes.put_many``, so a
+revert is fenced, counted and committed (a full non-manual generation) exactly as a putMany.
+
+A manual collection's revert is written in batches (:data:`BATCH_KEYS` candidates examined per write
+transaction, in key form order, each batch resuming where the last stopped), so that the writers of other
+collections are not held up behind one transaction of unbounded size: each batch is exact at its own
+instant, and none is visible to readers before the collection's writer commits the open generation. A
+revert cut off between two batches (a crash, ``kill -9``) leaves the open generation holding part of the
+revert: abort it, or call revert again -- it writes only the keys still differing. A non-manual collection's
+revert stays one transaction: its open generation is committed by the server on its own timer
+(``commitDelayMs``), which would commit a half-reverted state, a generation that readers and diffs see.
 """
 
 from __future__ import annotations
@@ -25,6 +34,11 @@ from diffstore.engine.visibility import base_version
 from diffstore.errors import NoSuchGeneration, text_form
 
 RevertItem = tuple[bytes, bytes | None]
+BATCH_KEYS = 2_000
+"""Candidate keys a manual collection's revert examines (and writes, where they differ) per write
+transaction. ``benchmarks/writer_stalls.py`` (120k keys, load average 12): 1,000 made the revert 1.9x as
+long as one transaction and another writer waited 28 ms at p50; 2,000: 1.3x and 36 ms; 5,000: 1.2x and
+93 ms; one transaction: 2.2 s."""
 
 
 def committed_seq(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes) -> int:
@@ -53,15 +67,26 @@ def committed_seq(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, g
 def items(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, to_seq: int) -> list[RevertItem]:
     """(key, value at ``to_seq``) of every key whose value at the open generation differs from it, in key
     form order (``None``: absent at ``to_seq``, a tombstone to write)."""
+    return batch(txn, tables, meta, to_seq, b"", None)[0]
+
+
+def batch(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, to_seq: int, lower: bytes, limit: int | None
+) -> tuple[list[RevertItem], bytes | None]:
+    """:func:`items` among the candidate key forms from ``lower`` on, at most ``limit`` of them examined
+    (None: all); and the ``lower`` of the next batch (None: no candidate is left)."""
     assert meta.next is not None and meta.next_seq is not None
     span = DiffRange(b"", to_seq, meta.next, meta.next_seq)
     records, records_prefix = txn.cursor(db=tables.records), meta.records_prefix
     found: list[RevertItem] = []
-    for form in changed_forms(txn, tables, meta.cid_prefix, run_seqs(txn, tables, meta, span), b"", None):
+    seqs = run_seqs(txn, tables, meta, span)
+    for examined, form in enumerate(changed_forms(txn, tables, meta.cid_prefix, seqs, lower, None)):
+        if limit is not None and examined == limit:
+            return found, form  # the next batch starts at this candidate
         then = base_version(records, records_prefix, form, to_seq)
         now = base_version(records, records_prefix, form, meta.next_seq)
         value = None if then is None else layout.decode_value(then[1])
         if value != (None if now is None else layout.decode_value(now[1])):
             raw = then[1] if then is not None else now[1]  # type: ignore[index]  # they differ: one exists
             found.append((layout.key_of(form, raw), value))
-    return found
+    return found, None

@@ -134,6 +134,11 @@ class Store:
             raise self._storage_error(exc, f"cannot open the store at {self.path}") from exc
         self.cursors = CursorCodec(CursorSecret(self.path))  # signs page tokens (one secret per directory)
         self._write_lock = threading.RLock()
+        # turns at the write lock, which is not fair (a thread that lets go of it takes it again before a
+        # waiting one wakes): a job of many write transactions lets the waiting writers in between them
+        self._turns = threading.Condition(threading.Lock())
+        self._writers_waiting = 0
+        self._writes_entered = 0
         self._writer_first = WriterFirst(self.config.read_yield_ms)
         self._page_lock = threading.RLock()  # pages are built one at a time (see engine/priority.py)
         self._listeners: list[CommitListener] = []
@@ -232,7 +237,13 @@ class Store:
     def write(self) -> Iterator[WriteScope]:
         """One atomic write transaction; listeners (of every process) hear about its commits once durable."""
         due: float | None = None
+        with self._turns:
+            self._writers_waiting += 1
         with self._write_lock:
+            with self._turns:
+                self._writers_waiting -= 1
+                self._writes_entered += 1
+                self._turns.notify_all()
             try:
                 with self.env.begin(write=True) as txn, self._writer_first.writing():
                     scope = WriteScope(txn)
@@ -253,6 +264,19 @@ class Store:
                 self._announce_deleted(name)
         if self._write_listeners:
             self._tell_writers(scope)
+
+    def let_waiting_writers_in(self, timeout_s: float = 1.0) -> None:
+        """Waits (at most ``timeout_s``) until as many write transactions of this process began as threads
+        were waiting for the write lock: a job of many write transactions (a revert in batches) calls it
+        between two of them, outside :meth:`write`, so that the writers it held up go first."""
+        with self._turns:
+            wanted = self._writes_entered + self._writers_waiting
+            deadline = time.monotonic() + timeout_s
+            while self._writes_entered < wanted:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._turns.wait(left)
 
     def _schedule(self, scope: WriteScope) -> float | None:
         """Writes the due rows of the scope's automatic commits; the monotonic due time of the first."""
@@ -583,7 +607,7 @@ class Store:
                 last_sync = now
             gc_due = now - last_gc >= interval
             if gc_due:
-                self._clear_stale_readers()
+                self.clear_stale_readers()
             if self._next_due <= now or gc_due:
                 try:
                     worked = self.run_background_once(now)
@@ -601,7 +625,7 @@ class Store:
                     return
                 self._wake.wait(timeout=max(0.0, wake_at - now))
 
-    def _clear_stale_readers(self) -> None:
+    def clear_stale_readers(self) -> None:
         """Frees LMDB reader slots left by dead processes: they would keep old pages from being reused."""
         try:
             cleared = self.env.reader_check()

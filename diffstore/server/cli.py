@@ -48,6 +48,9 @@ def _serve_command(args: argparse.Namespace) -> int:
             body_min_rate_bytes_s=args.body_min_rate,
             inflight_body_max_bytes=args.inflight_body_max_bytes,
             inflight_connection_max_bytes=args.inflight_connection_max_bytes,
+            backup_max_concurrent=args.backup_max_concurrent,
+            backup_stall_timeout_s=args.backup_stall_timeout_s,
+            backup_stall_min_bytes=args.backup_stall_min_bytes,
             metrics=args.metrics,
             log_level=args.log_level,
             log_format=args.log_format,
@@ -168,6 +171,29 @@ def add_commands(subparsers: Any) -> None:
         metavar="SIZE",
         help="what one request may hold of --inflight-body-max-bytes while others hold some too"
         " (default 32MiB)",
+    )
+    parser.add_argument(
+        "--backup-max-concurrent",
+        type=int,
+        default=2,
+        metavar="N",
+        help="GET /backup streams that may run at once, every worker together; past it: 503 overloaded"
+        " (default 2; see docs/backups.md)",
+    )
+    parser.add_argument(
+        "--backup-stall-timeout-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="end a GET /backup stream that sent less than --backup-stall-min-bytes in the last S seconds"
+        " (a client that stopped reading would pin the store's old pages; default 60; 0: never)",
+    )
+    parser.add_argument(
+        "--backup-stall-min-bytes",
+        type=size_argument,
+        default=1024 * 1024,
+        metavar="SIZE",
+        help="see --backup-stall-timeout-s (default 1MiB)",
     )
     parser.add_argument(
         "--no-request-metrics",

@@ -44,6 +44,12 @@ class ServerConfig:
         large_body_bytes: a body larger than this is parsed and applied while no other such body is: it
             would wait for the store's write lock anyway, and waiting parsed it holds several times its size
             (three 1M-item putManys at once peaked at 1.7 GiB RSS, see ``benchmarks/put_many_memory.py``).
+        backup_max_concurrent: how many ``GET /backup`` streams every process of the data directory together
+            may run at once (each is a copy process and holds one of LMDB's reader slots); past it: 503
+            ``overloaded`` with ``Retry-After``.
+        backup_stall_timeout_s, backup_stall_min_bytes: a backup stream that sent fewer than
+            ``backup_stall_min_bytes`` in the last ``backup_stall_timeout_s`` seconds is ended by the server
+            (its copy stops and lets go of the pages it pins; the client sees the body cut off); 0: never.
         long_poll_default_ms, long_poll_max_ms: ``timeoutMs`` of ``generationId/stream``.
         shutdown_timeout_s: how long a graceful shutdown waits for open requests.
         access_log: log every request (off by default: it costs throughput).
@@ -79,6 +85,9 @@ class ServerConfig:
     inflight_body_max_bytes: int = 128 * 1024 * 1024
     inflight_connection_max_bytes: int = 32 * 1024 * 1024
     large_body_bytes: int = 1024 * 1024
+    backup_max_concurrent: int = 2
+    backup_stall_timeout_s: float = 60.0
+    backup_stall_min_bytes: int = 1024 * 1024
     long_poll_default_ms: int = 60_000
     long_poll_max_ms: int = 300_000
     shutdown_timeout_s: float = 10.0
@@ -105,6 +114,10 @@ class ServerConfig:
             raise InvalidRequest("token must not be empty (leave it unset for no authentication)")
         if self.inflight_body_max_bytes < 1 or self.inflight_connection_max_bytes < 1:
             raise InvalidRequest("inflight_body_max_bytes and inflight_connection_max_bytes must be >= 1")
+        if self.backup_max_concurrent < 1:
+            raise InvalidRequest("backup_max_concurrent must be >= 1")
+        if self.backup_stall_timeout_s < 0 or self.backup_stall_min_bytes < 1:
+            raise InvalidRequest("backup_stall_timeout_s must be >= 0 and backup_stall_min_bytes >= 1")
         if self.body_min_rate_bytes_s < 0:
             raise InvalidRequest("body_min_rate_bytes_s must be >= 0")
         if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:

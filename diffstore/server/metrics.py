@@ -382,6 +382,22 @@ class ServerMetrics:
             registry=own,
             multiprocess_mode="livesum",
         )
+        self.backup_streams = Gauge(
+            "diffstore_backup_streams",
+            "GET /backup streams running",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+        self.backup_streams_stalled = Counter(
+            "diffstore_backup_streams_stalled",
+            "GET /backup streams the server ended because their client stopped reading",
+            registry=own,
+        )
+        self.backup_streams_refused = Counter(
+            "diffstore_backup_streams_refused",
+            "GET /backup requests answered 503 overloaded: the cap of concurrent backups was reached",
+            registry=own,
+        )
         # (route, method, status) -> the two labelled children: labels() costs more than the update itself
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._remove_listener: Any = None

@@ -16,6 +16,7 @@ uvicorn's public interface is ASGI, ``uvicorn.Config`` and ``uvicorn.Server``. B
   leaves its connection to :class:`Parked`, which writes the answer when it comes and then does what
   uvicorn's ``send`` does at the end of a response. Meanwhile the protocol holds back what the client
   sends (it belongs to the next request) and tells the parked request when the client goes.
+* Aborting a stalled response's connection (:func:`abort_connection`: ``GET /backup``).
 * ``Server._captured_signals``: the signals a graceful shutdown caught (:func:`take_captured_signals`).
 
 ``pyproject.toml`` pins uvicorn to :data:`SUPPORTED`. At start-up :func:`mismatch` checks the installed
@@ -291,6 +292,24 @@ def abandon_if_gone(cycle: Any) -> bool:
         return False
     cycle.disconnected = True
     cycle.message_event.set()
+    return True
+
+
+def abort_connection(raw_send: Any) -> bool:
+    """Drops the connection of the request behind ``raw_send`` at once (RST: nothing it buffered is sent)
+    and marks its cycle disconnected, so that its pending and later sends return and uvicorn logs no
+    unfinished response. False when it cannot (not uvicorn's httptools cycle): the caller ends it its way.
+
+    A response that stalled (a client that stopped reading) ends this way: a graceful close would wait
+    for the client to read what is buffered.
+    """
+    cycle = direct_cycle(raw_send) if raw_send is not None else None
+    if cycle is None:
+        return False
+    cycle.transport.abort()
+    cycle.disconnected = True
+    cycle.message_event.set()
+    cycle.flow.resume_writing()
     return True
 
 
