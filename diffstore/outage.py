@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 
-from diffstore.backoff import GiveUp, Outage, RetryPolicy
+from diffstore.backoff import GiveUp, Outage, RetryPolicy, State
 from diffstore.errors import Overloaded, StorageError
 
 
@@ -59,6 +60,7 @@ class OutageWatch:
         self.logger = logger
         self.on_change = on_change
         self.clock = clock
+        self._lock = threading.Lock()  # a command's threads may share a watch (ingest and its subscriber)
 
     @property
     def waiting(self) -> bool:
@@ -66,8 +68,11 @@ class OutageWatch:
 
     def failed(self, exc: BaseException) -> float:
         """Records a failed call (an outage, see :func:`is_outage`); returns how long to wait before the next
-        attempt. Re-raises ``exc`` once the policy's limit has passed."""
-        decision = self.outage.failed(self.clock())
+        attempt. Re-raises ``exc`` once the policy's limit has passed (and at every call after that)."""
+        with self._lock:
+            if self.outage.state is State.GAVE_UP:
+                raise exc
+            decision = self.outage.failed(self.clock())
         if isinstance(decision, GiveUp):
             self.logger.error(
                 "%s: gave up after %.1f s and %d attempts: %s",
@@ -96,7 +101,10 @@ class OutageWatch:
         """Records a call that got an answer: ends an outage (one log line), else nothing."""
         if not self.outage.waiting:
             return  # the common case: one attribute read per call
-        length = self.outage.succeeded(self.clock())
+        with self._lock:
+            if self.outage.state is State.GAVE_UP:
+                return
+            length = self.outage.succeeded(self.clock())
         if length is None:
             return
         self.logger.info(
