@@ -19,12 +19,16 @@ from collections.abc import Callable
 from diffstore.backoff import GiveUp, Outage, RetryPolicy, State
 from diffstore.errors import Overloaded, StorageError
 
+GATEWAY_STATUSES = frozenset({502, 503, 504})
+"""What a proxy in front of a server answers while the server restarts (an answer that is not diffstore's)."""
+
 
 def is_outage(exc: BaseException) -> bool:
     """Whether ``exc`` is a call that did not reach a working server -- refused, reset, timed out (an
-    HTTP call that never got an answer), a 503 ``overloaded``, or a streams call that was UNAVAILABLE,
-    DEADLINE_EXCEEDED or CANCELLED -- rather than an answer the server gave (those are not retried)."""
-    if isinstance(exc, Overloaded):
+    HTTP call that never got an answer), a 503 ``overloaded``, a proxy's 502/503/504 (a server restarting
+    behind it), or a streams call that was UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED -- rather than an
+    answer the server gave (those are not retried)."""
+    if isinstance(exc, Overloaded) or getattr(exc, "http_status", None) in GATEWAY_STATUSES:
         return True
     if isinstance(exc, StorageError):
         # the client's transport edge raises StorageError from the httpx failure (diffstore.client): the

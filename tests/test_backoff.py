@@ -11,9 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from diffstore.backoff import GiveUp, Outage, Retry, RetryPolicy, State, give_up_argument
+from diffstore.client._transport import error_from_response
 from diffstore.errors import NoSuchCollection, Overloaded, StorageError
 from diffstore.outage import OutageWatch, is_outage
 from diffstore.streams.client import StreamNotFound, StreamUnavailable
+from diffstore.wire import JSON
 
 
 class Draws:
@@ -121,6 +123,10 @@ def test_what_counts_as_an_outage() -> None:
     assert not is_outage(NoSuchCollection("A"))
     assert not is_outage(StreamNotFound("no subscription"))
     assert not is_outage(ValueError("x"))
+    # a reverse proxy's answer while the server behind it restarts is an outage; diffstore's own 500 is not
+    for status, outage in ((502, True), (503, True), (504, True), (500, False)):
+        assert is_outage(error_from_response(status, JSON, b"<html>Bad Gateway</html>")) is outage
+    assert not is_outage(error_from_response(500, JSON, b'{"error": "storageError", "reason": "EIO"}'))
 
 
 def test_the_watch_says_one_line_when_waiting_starts_and_one_when_back(
