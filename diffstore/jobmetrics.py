@@ -6,6 +6,8 @@ default) while it runs: the same text format as the server's ``/metrics``.
 - ingest: records applied and skipped, records/s (over the last seconds), lag per shard (seconds from the
   publish time of the newest record applied from that shard to its commit), windows committed.
 - transform: rounds committed, round seconds (histogram), rows read per source and rows written, retries.
+- both: ``diffstore_<job>_waiting{server}`` (1 while the job waits for a server that does not answer) and
+  ``diffstore_<job>_outages_total{server}`` (outages it met), ``server`` = ``diffstore`` or ``streams``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-__all__ = ["CollectorRegistry", "IngestMetrics", "TransformMetrics", "MetricsServer", "add_arguments"]
+__all__ = [
+    "CollectorRegistry",
+    "IngestMetrics",
+    "MetricsServer",
+    "OutageMetrics",
+    "TransformMetrics",
+    "add_arguments",
+]
 
 if TYPE_CHECKING:
     from diffstore.streams.ingest import CommitStats
@@ -92,6 +101,33 @@ class IngestMetrics:
         self._applied_total, self._skipped_total = stats.applied_total, stats.skipped_total
         for shard, lag in stats.shard_lag_s.items():
             self._lag.labels(*self._names, str(shard)).set(lag)
+
+
+class OutageMetrics:
+    """The outages of the servers a job needs (see :mod:`diffstore.outage`), labelled ``server`` and the
+    job's own labels."""
+
+    def __init__(self, registry: CollectorRegistry, job: str, labels: dict[str, str] | None = None) -> None:
+        self._labels = dict(labels or {})
+        names = [*self._labels, "server"]
+        self._waiting = Gauge(
+            f"diffstore_{job}_waiting",
+            "1 while the job waits for a server that does not answer (retrying with back-off)",
+            names,
+            registry=registry,
+        )
+        self._outages = Counter(
+            f"diffstore_{job}_outages",
+            "Times a server the job needs stopped answering",
+            names,
+            registry=registry,
+        )
+
+    def on_outage(self, server: str, waiting: bool) -> None:
+        values = [*self._labels.values(), server]
+        self._waiting.labels(*values).set(1 if waiting else 0)
+        if waiting:
+            self._outages.labels(*values).inc()
 
 
 class TransformMetrics:

@@ -261,12 +261,12 @@ class LeaseGuard:
                     wait = min(wait, left)
                 self._changed.wait(wait)
 
-    def report_lost(self, token: LeaseToken | None) -> None:
-        """The store refused ``token`` (``LeaseLost`` on a fenced write): stand by now, without waiting for
-        the next renewal to find out."""
+    def report_lost(self, token: LeaseToken | None, reason: str = "a fenced write was refused") -> None:
+        """The store refused ``token`` (``LeaseLost`` on a fenced write), or the front gave it up
+        (``reason``): stand by now, without waiting for the next renewal to find out."""
         with self._changed:
             if token is not None and self.keeper.token == token:
-                _log.warning("lease %r lost: a fenced write was refused", self.config.name)
+                _log.warning("lease %r lost: %s", self.config.name, reason)
                 self.keeper.refused(self.clock())
                 self._changed.notify_all()
 

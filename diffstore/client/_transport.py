@@ -149,7 +149,10 @@ def error_from_response(status: int, codec: Codec, content: bytes) -> DiffstoreE
         return error
     text = content[:500].decode("utf-8", "replace")
     cls = _ERRORS_BY_STATUS.get(status, StorageError if status >= 500 else DiffstoreError)
-    return cls(f"HTTP {status}: {text}")
+    error = cls(f"HTTP {status}: {text}")
+    # not diffstore's answer (a proxy's, a gateway's): its status is all there is to go by (an outage?)
+    error.http_status = status  # type: ignore[attr-defined]
+    return error
 
 
 def unreachable(exc: BaseException) -> bool:

@@ -16,20 +16,29 @@ them::
     {"event":"item","collection":"A","generationId":"2","key":"apple","fromValue":"green","toValue":"red"}
 
 Runs until Ctrl-C (exit 0) or until the server fails (one line on stderr from ``diffstore.cli``, exit 1).
+A server that does not answer for a while (a restart, a broken link) is waited for with bounded back-off
+(one log line on stderr when the wait starts, one when it is back) and the watch goes on where it was:
+each generation and each changed key is printed once; ``--give-up-after-s S`` exits 1 once the server
+has not answered for S seconds (default: never).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from typing import Any, TextIO
 
 import orjson
 
-from diffstore import shell
+from diffstore import logs, shell
+from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
 from diffstore.client._sync import Client, Collection
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
 from diffstore.engine.types import DiffItem
+from diffstore.errors import DiffstoreError
+from diffstore.outage import OutageWatch, is_outage
 
 _LINE = orjson.OPT_APPEND_NEWLINE
 
@@ -55,15 +64,26 @@ def add_commands(subparsers: Any) -> None:
         help="start after this generation id, as the commands print it (printable text, else "
         "'base64:...'), or a ref such as ~3 (default: the current generation)",
     )
+    parser.add_argument(
+        GIVE_UP_OPTION, type=give_up_argument, default=None, metavar="S|never", help=GIVE_UP_HELP
+    )
+    logs.add_arguments(parser)
     parser.set_defaults(func=run_watch)
 
 
+_log = logging.getLogger("diffstore.watch")
+
+
 def run_watch(args: argparse.Namespace) -> int:
+    logs.configure_from(args)
     try:
         with Client(args.url, token=args.token or None, format=args.wire) as client:
             collection = client.collection(args.collection)
             since = resolve_generation(collection, args.since, "--since")
-            watch(collection, args.diff, sys.stdout, since, args.format)
+            outage = OutageWatch(
+                f"the diffstore server {args.url}", RetryPolicy(give_up_after_s=args.give_up_after_s), _log
+            )
+            watch(collection, args.diff, sys.stdout, since, args.format, outage)
     except KeyboardInterrupt:
         return 0
     return 0
@@ -75,15 +95,43 @@ def watch(
     out: TextIO,
     since: bytes | None = None,
     output: str = "text",
+    outage: OutageWatch | None = None,
 ) -> None:
-    """Prints forever: a line per new generation and, with ``with_diff``, a line per changed key."""
+    """Prints forever: a line per new generation and, with ``with_diff``, a line per changed key.
+
+    With ``outage`` a server that does not answer is waited for (and the call retried) instead of ending
+    the watch; a generation whose diff was cut short is finished first, skipping the lines already printed
+    (a diff's items come in key order, the same for the same range), so every line is printed once.
+    """
     previous = collection.generation_id if since is None else since
-    for generation_id in collection.watch(previous):
-        _print(out, output, generation_line(collection.name, previous, generation_id))
+    pending: bytes | None = None  # a generation printed whose changed keys are not all printed yet
+    printed = 0  # how many of them are
+
+    def finish(generation_id: bytes) -> None:
+        nonlocal previous, pending, printed
         if with_diff:
-            for item in collection.diff(from_generation_id=previous, to_generation_id=generation_id):
-                _print(out, output, item_line(collection.name, generation_id, item))
-        previous = generation_id
+            items = collection.diff(from_generation_id=previous, to_generation_id=generation_id)
+            for number, item in enumerate(items):
+                if number >= printed:
+                    _print(out, output, item_line(collection.name, generation_id, item))
+                    printed += 1
+        previous, pending, printed = generation_id, None, 0
+
+    while True:
+        try:
+            if outage is not None and outage.waiting:
+                collection.state()  # a plain call: says the server is back before the next commit would
+                outage.succeeded()
+            if pending is not None:
+                finish(pending)
+            for generation_id in collection.watch(previous):
+                _print(out, output, generation_line(collection.name, previous, generation_id))
+                pending = generation_id
+                finish(generation_id)
+        except DiffstoreError as exc:
+            if outage is None or not is_outage(exc):
+                raise
+            time.sleep(outage.failed(exc))  # raises exc once the limit passed
 
 
 def generation_line(collection: str, previous: bytes, generation_id: bytes) -> dict[str, Any]:

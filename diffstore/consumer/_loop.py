@@ -7,17 +7,21 @@ or an embedded engine ``Store``; waiting when caught up uses the client's long p
 key, see :mod:`diffstore.consumer._partitions`) and the loop waits for its barrier before
 ``on_end_source``. With ``lease_ttl_ms`` the loop runs only while its
 :class:`~diffstore.lease_keeper.LeaseGuard` holds the checkpoint collection's lease ``consumer``, and every
-checkpoint carries the lease's fencing token.
+checkpoint carries the lease's fencing token. :meth:`Consumer.run` rides out an outage of the server
+(``outage``, :mod:`diffstore.backoff`): the window in progress is rolled back as after any I/O error, and
+after the back-off the loop goes on from the stored checkpoint.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from diffstore import rounds
+from diffstore.backoff import RetryPolicy
 from diffstore.collection import Collection
 from diffstore.consumer._partitions import Failure
 from diffstore.consumer._pool import WorkerPool
@@ -42,12 +46,15 @@ from diffstore.consumer._window import (
     WriteCheckpoint,
 )
 from diffstore.engine.types import LeaseToken, ReaderUpdate
-from diffstore.errors import Conflict, InvalidRequest, LeaseLost
+from diffstore.errors import Conflict, DiffstoreError, InvalidRequest, LeaseLost
 from diffstore.lease_keeper import LeaseConfig, LeaseGuard
+from diffstore.outage import OutageWatch, is_outage
 
 # tasks queued or in flight per worker: enough to keep every worker busy while the next page is fetched,
 # few enough that a window's memory stays about one diff page
 PENDING_PER_WORKER = 64
+
+_log = logging.getLogger("diffstore.consumer")
 
 LEASE_NAME = "consumer"
 """The lease of the checkpoint collection that a consumer with ``lease_ttl_ms`` holds while it runs."""
@@ -155,6 +162,12 @@ class Consumer:
             ttl/4) and takes over within ttl + one poll of the active consumer's death, from the stored
             checkpoint. On losing the lease inside a window the window is rolled back (``on_rollback``).
             ``None`` (default): no lease, and two consumers of one checkpoint race (see the module).
+        outage: how :meth:`run` rides out a server that does not answer (refused, reset, timed out,
+            ``overloaded``): the window in progress is rolled back (``on_rollback``), the back-off waited,
+            and delivery goes on from the stored checkpoint -- one log line when the wait starts, one when
+            the server is back (``outage_watch.waiting`` says it meanwhile). Default: retry for ever;
+            ``None``: the first such error ends :meth:`run` (as any error ends :meth:`run_pending`).
+        on_outage: told ``True`` when an outage starts and ``False`` when it ends (for a metric).
     """
 
     def __init__(
@@ -171,6 +184,8 @@ class Consumer:
         replay_delay_s: float = 0.5,
         workers: int = 1,
         lease_ttl_ms: int | None = None,
+        outage: RetryPolicy | None = RetryPolicy(),  # noqa: B008 - frozen, so one shared default is safe
+        on_outage: Callable[[bool], None] | None = None,
     ) -> None:
         if workers < 1:
             raise InvalidRequest("workers must be 1 or more")
@@ -200,6 +215,13 @@ class Consumer:
                 waiter = self._owned_waiter = CommitWaiter(store)
         self.waiter: ChangeWaiter = waiter  # type: ignore[assignment]
         self._collections: dict[str, Collection] = {}
+        self.outage = outage
+        self.outage_watch = OutageWatch(
+            f"the diffstore server of consumer {checkpoint_collection!r}",
+            outage or RetryPolicy(),
+            _log,
+            on_outage,
+        )
 
     def close(self) -> None:
         """Releases the lease (a standby takes over at once) and stops the consumer's threads."""
@@ -221,8 +243,17 @@ class Consumer:
         """Delivers windows forever, waiting when caught up, until ``stop`` is set.
 
         With a lease: standby until the lease is held, active while it is, standby again when it is lost.
+        An outage of the server is ridden out (see ``outage``); any other error ends the run.
         """
-        self._loop(stop or threading.Event(), wait=True)
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            try:
+                self._loop(stop, wait=True)
+                return
+            except DiffstoreError as exc:
+                if self.outage is None or not is_outage(exc):
+                    raise
+                stop.wait(self.outage_watch.failed(exc))  # raises exc once the policy's limit passed
 
     def _loop(self, stop: threading.Event | None, wait: bool) -> int:
         if self.lease is None:
@@ -278,6 +309,7 @@ class Consumer:
                 checkpoints += self._write_checkpoint(action)
             else:
                 self._perform(action, stop)
+            self.outage_watch.succeeded()  # the action's calls were answered: an outage is over
         return checkpoints
 
     def _perform(self, action: Action, stop: threading.Event | None) -> None:

@@ -111,6 +111,15 @@ def _store(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, lease: L
     )
 
 
+def _holder(stored: Lease, now_ms: int) -> str:
+    """Who a lease row says holds it now, for a message."""
+    if stored.owner is None:
+        return "released"
+    if not stored.held_at(now_ms):
+        return f"{stored.owner!r}, expired"
+    return f"held by {stored.owner!r}"
+
+
 def _held_elsewhere(meta: CollectionMeta, stored: Lease) -> LeaseLost:
     return LeaseLost(
         f"lease {stored.name!r} of {meta.name!r} is held by {stored.owner!r}"
@@ -213,10 +222,15 @@ def fence(
     if found is None:
         raise LeaseLost(f"{meta.name!r} has no lease {token.name!r}")
     stored = found[0]
+    if stored.version < token.version:
+        raise LeaseLost(
+            f"lease {token.name!r} of {meta.name!r}: version {token.version} was never issued; the lease is"
+            f" at version {stored.version} ({_holder(stored, now_ms)})"
+        )
     if stored.version != token.version:
         raise LeaseLost(
-            f"lease {token.name!r} of {meta.name!r} moved to version {stored.version} ({stored.owner!r});"
-            f" version {token.version} no longer holds it"
+            f"lease {token.name!r} of {meta.name!r}: version {token.version} no longer holds it; the lease"
+            f" is at version {stored.version} ({_holder(stored, now_ms)})"
         )
     if not stored.held_at(now_ms):
         raise LeaseLost(

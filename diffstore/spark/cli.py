@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from diffstore import jobmetrics, logs, shell
+from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
 from diffstore.client import DEFAULT_URL, Client, Collection
 from diffstore.errors import InvalidRequest, NoSuchCollection, NotManual
 from diffstore.lease_keeper import DEFAULT_TTL_MS, LeaseConfig
@@ -46,6 +47,13 @@ def add_commands(subparsers: Any) -> None:
         "--source", action="append", required=True, metavar="ALIAS=COLLECTION", help="a source (repeatable)"
     )
     parser.add_argument("--watch", action="store_true", help="keep running and follow the sources")
+    parser.add_argument(
+        GIVE_UP_OPTION,
+        type=give_up_argument,
+        default=None,
+        metavar="S|never",
+        help="with --watch: " + GIVE_UP_HELP,
+    )
     parser.add_argument(
         "--create-target",
         action="store_true",
@@ -272,10 +280,15 @@ def run_transform(args: argparse.Namespace) -> int:
         logging.getLogger("py4j").setLevel(logging.WARNING)
     report = logs.Reporter(console, _log, args.log_format)
 
-    metrics, metrics_server = None, None
+    metrics, metrics_server, on_outage = None, None, None
     if args.metrics_port is not None:
         registry = jobmetrics.CollectorRegistry()
         metrics = jobmetrics.TransformMetrics(registry)
+        outages = jobmetrics.OutageMetrics(registry, "transform")
+
+        def on_outage(waiting: bool) -> None:
+            outages.on_outage("diffstore", waiting)
+
         metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
 
     progress = TransformProgress(
@@ -299,6 +312,8 @@ def run_transform(args: argparse.Namespace) -> int:
         token=getattr(args, "token", None),
         lease_ttl_ms=args.lease_ttl_ms or None,
         job=args.job,
+        outage=RetryPolicy(give_up_after_s=args.give_up_after_s),
+        on_outage=on_outage,
     )
     if args.preview:
         try:

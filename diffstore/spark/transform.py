@@ -24,11 +24,17 @@ runner that lost the lease — paused, cut off — commits nothing any more. The
 holder dies, one of them acquires the lease within ttl + one poll and its first round starts with
 ``abortOutdated``: the dead runner's open generation is dropped, and the round continues from the readers
 the last commit stored. Every source change is thus applied in exactly one committed generation.
+
+Outages (``outage``, :mod:`diffstore.backoff`): with ``watch`` a server that does not answer does not end
+:meth:`Transform.run`; it is tried again after the policy's back-off (one log line when the wait starts, one
+when the server is back), and a runner with a lease then finds out whether it still holds it. A round cut
+short by the outage committed nothing (its open generation is dropped by the next round's start).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 import warnings
@@ -39,10 +45,12 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from diffstore.client import Collection, unreachable
+from diffstore.backoff import RetryPolicy
+from diffstore.client import Collection
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import Conflict, DiffstoreError, LeaseLost, NoSuchCollection
 from diffstore.lease_keeper import LeaseConfig, LeaseGuard
+from diffstore.outage import OutageWatch, is_outage
 from diffstore.rounds import Round, ensure_readers, source_reader
 from diffstore.spark._clients import new_client
 from diffstore.spark._ranges import by_key_range
@@ -79,7 +87,7 @@ from diffstore.spark.source import check_writable, describe_failure, put_partiti
 EventHook = Callable[[str, dict[str, Any]], None]
 
 _MAX_CONFLICTS = 100
-_UNREACHABLE_RETRY_S = 1.0  # how soon a watcher that cannot reach the server tries again
+_log = logging.getLogger("diffstore.transform")
 
 LEASE_NAME = "transform"
 """The target's lease that a runner with ``lease_ttl_ms`` holds while it runs rounds."""
@@ -147,6 +155,9 @@ class Transform:
             (default :data:`~diffstore.spark.small_rounds.SMALL_ROUND_CONF`: no adaptive execution, one
             shuffle partition, the round's data above 128 KiB in RDDs rather than local relations that
             every analysis walks row by row; ``{}`` leaves the session alone).
+        outage: how a ``watch`` rides out a server that does not answer (default: retry for ever with
+            bounded back-off; ``give_up_after_s`` raises the error once the server stayed away that long).
+        on_outage: told ``True`` when an outage starts and ``False`` when it ends (a metric).
         job: the job's name in each round's commit metadata (default: ``fn``'s ``module:qualname``).
             Every round's commit records ``job``, ``round`` (its number on the target: one more than the
             last commit's) and ``source.<alias>`` = ``from..to`` (:meth:`RoundPlan.metadata
@@ -176,6 +187,8 @@ class Transform:
         lease_ttl_ms: int | None = None,
         job: str | None = None,
         small_round_conf: Mapping[str, str] = SMALL_ROUND_CONF,
+        outage: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so one shared default is safe
+        on_outage: Callable[[bool], None] | None = None,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -210,6 +223,7 @@ class Transform:
         self.job = job or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
         self._last_round: tuple[bytes, int] | None = None  # (generation, number) of this runner's last commit
         self._lookahead = LookaheadPolicy()  # which sources' lookups small rounds fetch ahead
+        self.outage_watch = OutageWatch(f"the diffstore server {url}", outage, _log, on_outage)
 
     def close(self) -> None:
         """Releases the lease, if held (a standby takes over at once), and closes the driver's clients."""
@@ -510,9 +524,10 @@ class Transform:
         then ``active``), runs rounds only while it holds it, and stands by again when it loses it
         (event ``lease_lost``).
 
-        With ``watch`` a server that cannot be reached (a refused, reset or timed-out call, outside a
-        round's own retries) does not end the run: it is tried again every second (event ``failed``), and a
-        runner with a lease then stands by if its lease expired meanwhile.
+        With ``watch`` a server that cannot be reached (a refused, reset or timed-out call, a 503
+        ``overloaded``; or a round that failed for that reason) does not end the run: it is tried again
+        after the ``outage`` policy's back-off, with one log line when the wait starts and one when the
+        server is back, and a runner with a lease then stands by if its lease expired meanwhile.
 
         Returns:
             The stats of every committed round.
@@ -527,6 +542,7 @@ class Transform:
                 except LeaseLost as exc:
                     self._lose_lease(str(exc), fenced=True)
                     continue
+                self.outage_watch.succeeded()
                 if stats is not None:
                     rounds.append(stats)
                     if max_rounds is not None and len(rounds) >= max_rounds:
@@ -536,13 +552,14 @@ class Transform:
                 if not watch:
                     break
                 self._wait_for_sources()
+                self.outage_watch.succeeded()
             except DiffstoreError as exc:
                 # a watcher outlives the server's (or the link's) absence: it tries again, and with a lease
                 # finds out on return whether it still holds it (a one-off run fails at once)
-                if not (watch and unreachable(exc)):
+                cause = exc.__cause__ if isinstance(exc, TransformError) else exc
+                if not (watch and cause is not None and is_outage(cause)):
                     raise
-                self.event("failed", generation=None, error=describe_failure(exc), conflict=False)
-                self._pause(_UNREACHABLE_RETRY_S, should_stop)
+                self._pause(self.outage_watch.failed(exc), should_stop)  # raises exc past the limit
         return rounds
 
     @staticmethod

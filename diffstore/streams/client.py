@@ -39,6 +39,10 @@ _T = TypeVar("_T")
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    # gRPC's own reconnect back-off grows to 120 s: a channel to a server that was away for a few minutes
+    # would stay down that long after it is back. Bounded as the commands' retry policy (diffstore.backoff).
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
 ]
 
 

@@ -28,6 +28,15 @@ round of the active one carries the lease's fencing token, so once its lease mov
 off) nothing of it commits. When it loses the lease it stops consuming without acking its open window (the
 records go to the next consumer) and stands by again; a standby that takes over starts like a restarted
 ingestor: from the positions stored in C, which is what makes takeovers exactly once.
+
+Outages (``IngestConfig.outage``, :mod:`diffstore.backoff`): a call that does not reach the diffstore server
+or the streams server (a restart, a broken link) does not end :meth:`Ingestor.run`. The active loop ends as
+if the ingestor had died -- the window being written and the open one stay unacked, so the streams server
+sends them again -- waits the policy's back-off and starts afresh from the positions stored in C, which is
+what makes a restart exactly once: a window whose commit reached the store before the link broke is skipped
+when it comes again, never applied twice. The subscriber rides out the streams server by itself
+(:class:`~diffstore.streams.subscriber.StreamSubscriber` reconnects with the same policy), so records that
+are already here keep being written while the streams server is away.
 """
 
 from __future__ import annotations
@@ -42,12 +51,14 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from diffstore import shell
+from diffstore.backoff import RetryPolicy
 from diffstore.engine.history import MAX_METADATA_BYTES
 from diffstore.engine.types import LeaseToken
-from diffstore.errors import GenerationMismatch, LeaseLost, OutdatedGeneration
+from diffstore.errors import DiffstoreError, GenerationMismatch, LeaseLost, OutdatedGeneration
 from diffstore.lease_keeper import LeaseConfig, LeaseGuard
+from diffstore.outage import OutageWatch, is_outage
 from diffstore.rounds import Round, ensure_readers, shard_reader, shard_reader_target
-from diffstore.streams.client import StreamClient, StreamUnavailable
+from diffstore.streams.client import StreamClient, StreamError, StreamUnavailable
 from diffstore.streams.ingest_window import IngestWindow, WindowAccumulator
 from diffstore.streams.records import RecordFlag, RecordPosition, StreamRecord, compact_json
 from diffstore.streams.sinks import CollectionSink, PutItem
@@ -114,6 +125,9 @@ class IngestConfig:
             ``None`` (the default of the Python API): no lease, one ingestor. ``diffstore ingest`` keeps
             one of :data:`diffstore.lease_keeper.DEFAULT_TTL_MS` (10 s) unless told otherwise.
         lease_owner: this ingestor's name in the lease (default: unique per process).
+        outage: how to ride out a diffstore or streams server that does not answer (see the module
+            docstring; default: retry for ever with bounded back-off); ``None``: the first such failure
+            ends :meth:`Ingestor.run` with its error.
     """
 
     subscription_id: str
@@ -124,6 +138,7 @@ class IngestConfig:
     consumer: SubscriberConfig | None = None
     lease_ttl_ms: int | None = None
     lease_owner: str | None = None
+    outage: RetryPolicy | None = RetryPolicy()
 
     def __post_init__(self) -> None:
         if not self.subscription_id:
@@ -194,15 +209,26 @@ def lease_name(subscription_id: str) -> str:
     return "ingest:" + subscription_id.replace("/", "_")
 
 
+OutageListener = Callable[[str, bool], None]
+"""Told ``("diffstore" | "streams", True)`` when that server stops answering, ``(..., False)`` when it is
+back."""
+
 StateListener = Callable[[str, LeaseToken | None], None]
 """Told ``("active", token)`` when an ingestor with a lease starts consuming, ``("standby", None)`` when it
 stands by (at start, and after losing its lease)."""
 
 
 class Ingestor:
-    """Runs the SPEC §5 loop until stopped; every sink or stream error ends :meth:`run` with that error."""
+    """Runs the SPEC §5 loop until stopped; an outage is ridden out (``IngestConfig.outage``), any other
+    sink or stream error ends :meth:`run` with that error."""
 
-    def __init__(self, client: StreamClient, sink: CollectionSink, config: IngestConfig) -> None:
+    def __init__(
+        self,
+        client: StreamClient,
+        sink: CollectionSink,
+        config: IngestConfig,
+        on_outage: OutageListener | None = None,
+    ) -> None:
         self.client = client
         self.sink = sink
         self.config = config
@@ -215,6 +241,16 @@ class Ingestor:
         self._accumulator: WindowAccumulator | None = None
         self._token: LeaseToken | None = None
         self.takeovers = 0  # how many times this ingestor became active (with a lease)
+        self.restarts = 0  # how many times an outage restarted the active loop
+        policy = config.outage or RetryPolicy()
+
+        def listener(server: str) -> Callable[[bool], None] | None:
+            return None if on_outage is None else lambda waiting: on_outage(server, waiting)
+
+        self.store_watch = OutageWatch("the diffstore server", policy, _log, listener("diffstore"))
+        self.stream_watch = OutageWatch(
+            f"the streams server {client.config.url}", policy, _log, listener("streams")
+        )
 
     @property
     def open_window_records(self) -> int:
@@ -270,33 +306,76 @@ class Ingestor:
         One window at a time is written by a worker thread while the next one is gathered; the next is
         handed over only after the previous commit, so generations and acks stay strictly in order.
         With a lease (``IngestConfig.lease_ttl_ms``) it stands by until it holds the lease, consumes while
-        it holds it, stands by again when it loses it, and releases it when stopped.
+        it holds it, stands by again when it loses it, and releases it when stopped. An outage restarts the
+        active loop after its back-off (see the module docstring), under the same lease while it still
+        holds.
         """
         lease = self.config.lease()
         if lease is None:
-            self._run_active(on_commit, None)
+            while not self._attempt(lambda: self._run_active(on_commit, None)):
+                pass
             return
         with LeaseGuard(self.sink.collection, lease) as guard:
+            held: LeaseToken | None = None  # the lease of the last active loop, kept across an outage
+
+            def active() -> None:
+                self._run_active(on_commit, guard)
+
             while not self.stop_event.is_set():
-                if on_state is not None:
+                if on_state is not None and (held is None or not guard.holds(held)):
                     on_state("standby", None)
                 token = guard.wait_active(self.stop_event)
                 if token is None:
                     break
-                self._token = token
-                self.takeovers += 1
-                if on_state is not None:
-                    on_state("active", token)
+                if token != held:
+                    self.takeovers += 1
+                    if on_state is not None:
+                        on_state("active", token)
+                held = self._token = token
                 try:
-                    self._run_active(on_commit, guard)
+                    if self._attempt(active, guard):
+                        held = None  # the lease was lost (or the ingestor stopped): stand by
                 finally:
                     self._token = None
+
+    def _attempt(self, body: Callable[[], None], guard: LeaseGuard | None = None) -> bool:
+        """Runs the active loop ``body``: True once it returned, False when an outage ended it and its
+        back-off has passed (run it again). Any other error, and an outage past the policy's limit, is
+        raised.
+
+        With a lease the next loop runs under a new version of it: a request of this loop that the link
+        held back and delivers late is then fenced (under the same version it could write into the next
+        loop's generation, which reuses the generation id of a window that did not commit)."""
+        try:
+            body()
+            return True
+        except (DiffstoreError, StreamError) as exc:
+            if self.config.outage is None or not is_outage(exc):
+                raise
+            if self.stop_event.is_set():
+                # stopping with a server away: the window being written stays unacked and comes again
+                _log.warning("stopped while a server does not answer; the open window was not committed")
+                return True
+            watch = self.stream_watch if isinstance(exc, StreamError) else self.store_watch
+            delay = watch.failed(exc)  # raises exc once the limit passed
+            if guard is not None:
+                guard.report_lost(self._token, "an outage ended its loop: taking a new version")
+            self.restarts += 1
+            _log.debug("restarting from the positions stored in the collection in %.2f s: %s", delay, exc)
+            return self.stop_event.wait(delay)
 
     def _run_active(self, on_commit: Callable[[CommitStats], None] | None, guard: LeaseGuard | None) -> None:
         """The loop of an active ingestor; with ``guard`` it returns early once the lease is lost."""
         accumulator = self._accumulator = self.prepare()
+        self.store_watch.succeeded()  # both servers answered prepare(): an outage is over
+        self.stream_watch.succeeded()
         probe_at, probed_at_stop = 0.0, False
-        consumer = StreamSubscriber(self.client, self.config.subscription_id, self.config.consumer)
+        consumer = StreamSubscriber(
+            self.client,
+            self.config.subscription_id,
+            self.config.consumer,
+            watch=None if self.config.outage is None else self.stream_watch,
+        )
         writer = ThreadPoolExecutor(1, thread_name_prefix="ingest-writer")
         pending: tuple[Future[tuple[bytes, int]], IngestWindow] | None = None
         try:
@@ -374,6 +453,7 @@ class Ingestor:
             if self._token is None:
                 raise
             return False
+        self.store_watch.succeeded()
         accumulator.committed(window)
         consumer.ack(window.record_ids)  # only now: the generation and the positions are committed
         if accumulator.held:

@@ -2,11 +2,17 @@
 
     diffstore ingest --hstream hstream://127.0.0.1:6570 --subscription S --collection C \\
         (--data DIR [--map-size SIZE] | --url http://host:port) [--window-records N] [--window-ms M] \\
-        [--mapper module:function] [--create-collection] [--lease-ttl-ms T]
+        [--mapper module:function] [--create-collection] [--lease-ttl-ms T] [--give-up-after-s S|never]
 
 Any number of ingestors may run on one subscription and collection (docs/leases.md): one is active, the
 others stand by and take over within T + 1 s once it dies (T = --lease-ttl-ms, default 10000; 0: no lease,
 a single ingestor).
+
+A diffstore or streams server that stops answering while it runs (a restart, a broken link) is waited for
+with bounded back-off -- one log line when the wait starts, one when the server is back -- and ingestion
+goes on exactly once from the positions stored in the collection; --give-up-after-s S exits 1 once a
+server has not answered for S seconds (default: never). At start, a server that is not there is an error
+(exit 2): a wrong address is more likely than a restart.
 
 Progress on a terminal (records/s, lag); ``--log-commits`` prints one JSON line per committed window instead
 (for scripts and tests). SIGTERM or Ctrl-C stops cleanly: the open window is committed and acked first.
@@ -32,6 +38,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from diffstore import jobmetrics, logs, shell
+from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
 from diffstore.collection import Collection
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError
@@ -90,6 +97,9 @@ def add_ingest_command(subparsers: Any) -> None:
         "--lease-owner", metavar="NAME", help="this ingestor's name in the lease (default: host:pid:random)"
     )
     parser.add_argument("--log-commits", action="store_true", help="one JSON line per commit on stdout")
+    parser.add_argument(
+        GIVE_UP_OPTION, type=give_up_argument, default=None, metavar="S|never", help=GIVE_UP_HELP
+    )
     logs.add_arguments(parser)
     jobmetrics.add_arguments(parser)
     parser.set_defaults(func=run_ingest)
@@ -243,6 +253,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             lease_ttl_ms=_lease_ttl(args.lease_ttl_ms),
             # named here (not by the keeper) so that the standby message can tell this ingestor's own lease
             lease_owner=args.lease_owner or default_owner(),
+            outage=RetryPolicy(give_up_after_s=args.give_up_after_s),
         )
         _check_subscription(args.hstream, args.subscription)
         sink = _open_sink(args)
@@ -254,18 +265,20 @@ def run_ingest(args: argparse.Namespace) -> int:
             error=str(exc),
         )
         return 2
+    metrics, metrics_server, outages = None, None, None
+    if args.metrics_port is not None:
+        registry = jobmetrics.CollectorRegistry()
+        metrics = jobmetrics.IngestMetrics(registry, args.subscription, args.collection)
+        labels = {"subscription": args.subscription, "collection": args.collection}
+        outages = jobmetrics.OutageMetrics(registry, "ingest", labels)
+        metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
     client = StreamClient(args.hstream)
-    ingestor = Ingestor(client, sink, config)
+    ingestor = Ingestor(client, sink, config, on_outage=None if outages is None else outages.on_outage)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         ingestor.stop()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    metrics, metrics_server = None, None
-    if args.metrics_port is not None:
-        registry = jobmetrics.CollectorRegistry()
-        metrics = jobmetrics.IngestMetrics(registry, args.subscription, args.collection)
-        metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
     # a window commits window_ms after its first record: twice that without a commit is no record coming
     progress = _Progress(console, args.log_commits, metrics, idle_after_s=max(1.0, 2 * args.window_ms / 1000))
 

@@ -9,7 +9,9 @@ idempotent on the server, so acks pending at a reconnect are simply sent on the 
 that LookupSubscription names, decodes every response into a :class:`ReceivedBatch` and queues it; the
 call's request iterator sends the first request and then the due acks. On a retryable failure (UNAVAILABLE,
 CANCELLED, ALREADY_EXISTS while the server still sees our previous call) it reconnects after an exponential
-backoff; any other failure (e.g. NOT_FOUND) ends the consumer and is raised by :meth:`poll`."""
+backoff -- with a ``watch`` (:class:`~diffstore.outage.OutageWatch`), an unavailable server is waited for by
+that watch's policy, which logs when the server stops answering and when it is back (its lookup answers)
+and may give up; any other failure (e.g. NOT_FOUND) ends the consumer and is raised by :meth:`poll`."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from diffstore.outage import OutageWatch
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams.client import StreamAlreadyExists, StreamClient, StreamError, map_rpc_errors
 from diffstore.streams.records import RecordId, StreamRecord, decode_batch
@@ -123,9 +126,14 @@ class StreamSubscriber:
     """Receives decoded batches of one subscription; the caller acks what it has finished with."""
 
     def __init__(
-        self, client: StreamClient, subscription_id: str, config: SubscriberConfig | None = None
+        self,
+        client: StreamClient,
+        subscription_id: str,
+        config: SubscriberConfig | None = None,
+        watch: OutageWatch | None = None,
     ) -> None:
         self.subscription_id = subscription_id
+        self._watch = watch
         self.config = config or SubscriberConfig()
         self.consumer_name = self.config.consumer_name or f"diffstore-{uuid.uuid4().hex[:12]}"
         self._client = client
@@ -219,9 +227,12 @@ class StreamSubscriber:
             with self._lock:
                 self._connection += 1
                 connection = self._connection
+            delay = backoff
             try:
                 with map_rpc_errors("StreamingFetch"):
                     call = self._client.streaming_fetch(self.subscription_id, self._requests(connection))
+                    if self._watch is not None:
+                        self._watch.succeeded()  # its lookup answered: the server is back
                     self._call = call
                     for response in call:
                         backoff = self.config.reconnect_initial_ms / 1000
@@ -234,6 +245,12 @@ class StreamSubscriber:
                 if not (exc.retryable or isinstance(exc, StreamAlreadyExists)):
                     self._fatal = exc
                     return
+                if exc.retryable and self._watch is not None:
+                    try:
+                        delay = self._watch.failed(exc)
+                    except StreamError as given_up:
+                        self._fatal = given_up
+                        return
             except BaseException as exc:  # a decoding failure must not vanish with the thread
                 self._fatal = exc
                 return
@@ -242,7 +259,7 @@ class StreamSubscriber:
                     self._connection += 1  # retire this call's request iterator
                     self._lock.notify_all()
             self.reconnects += 1
-            self._stopping.wait(backoff)
+            self._stopping.wait(delay)
             backoff = min(backoff * 2, self.config.reconnect_max_ms / 1000)
 
     def _deliver(self, received: pb.ReceivedRecord) -> None:

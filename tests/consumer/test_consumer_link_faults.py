@@ -28,8 +28,8 @@ from .test_consumer_pause import (
 
 FAULTS = ("cut", "stall", "cut")
 
-# A network error propagates out of run() after the window is rolled back (docs/client.md): a real
-# deployment runs it again (a supervisor, or a loop like this one), and so do the consumers here.
+# run() rides out a network error by itself (docs/client.md, "Outages"); the loop here only reports an
+# error that would still escape it (it must not: the test's checks would then show a gap).
 RETRYING_WORKER = WORKER.replace(
     "    consumer.run()\n",
     "    from diffstore.errors import StorageError\n"

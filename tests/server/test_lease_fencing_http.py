@@ -81,6 +81,43 @@ def test_a_fenced_out_owners_writes_commit_and_abort_are_409_and_change_nothing(
     assert [(r.key, r.value) for r in served.store.collection("m").query()] == [(b"b", b"B")]
 
 
+def test_lease_lost_names_the_version_asked_for_and_the_version_that_holds(
+    served: Live, clock: ManualClock
+) -> None:
+    """Issue 54 item 7: a token of a version never issued said "moved to version 1; version 2 no longer
+    holds it"; the reason now tells a version never issued from an old one, and names the holder."""
+    served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "A", "ttlMs": 1000})
+    before = snapshot(served)
+    never = {"name": "w", "version": 2}
+    answer = served.fail(
+        "POST", "/collections/m/generation/start", {"generationId": es("1"), "lease": never},
+        status=409, code="leaseLost",
+    )  # fmt: skip
+    assert answer["reason"] == (
+        "lease 'w' of 'm': version 2 was never issued; the lease is at version 1 (held by 'A')"
+    )
+    assert snapshot(served) == before
+    clock.now_ms += 1000
+    served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "B", "ttlMs": 1000})
+    before = snapshot(served)
+    old = {"name": "w", "version": 1}
+    answer = served.fail(
+        "POST", "/collections/m/generation/start", {"generationId": es("1"), "lease": old},
+        status=409, code="leaseLost",
+    )  # fmt: skip
+    assert answer["reason"] == (
+        "lease 'w' of 'm': version 1 no longer holds it; the lease is at version 2 (held by 'B')"
+    )
+    assert snapshot(served) == before
+    clock.now_ms += 1000  # B's lease expired too: the reason says so, not "held by"
+    answer = served.fail(
+        "POST", "/collections/m/generation/start", {"generationId": es("1"), "lease": old},
+        status=409, code="leaseLost",
+    )  # fmt: skip
+    assert answer["reason"].endswith("the lease is at version 2 ('B', expired)")
+    assert snapshot(served) == before
+
+
 def test_msgpack_writes_carry_the_lease(served: Live) -> None:
     headers = {"content-type": "application/msgpack", "accept": "application/msgpack"}
     lease = served.ok("POST", "/collections/m/leases/w/acquire", {"owner": "A", "ttlMs": 60_000})

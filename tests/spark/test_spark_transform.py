@@ -12,8 +12,11 @@ from helpers_spark import commit_items, initial_load, load_example_job, random_c
 from pyspark.sql import functions as F
 
 from diffstore import Store, shell
+from diffstore.backoff import RetryPolicy
 from diffstore.client import Client
 from diffstore.spark import Transform, TransformError
+from tests.faults import TcpProxy
+from tests.helpers import wait_until
 
 THREAD_DEADLINE_S = 240.0
 
@@ -192,3 +195,64 @@ def test_racing_transforms_commit_once_per_round(spark, server_url, store, names
     assert results["slow"] == [] and len(results["fast"]) == 1
     assert conflicts and all(("BadVersion" in c or "Outdated" in c) for c in conflicts)
     assert snapshot(store, names["C"]) == _expected(store, names)
+
+
+def test_a_watching_runner_rides_out_a_cut_link_to_its_server(spark, server_url, store, names) -> None:
+    """Issue 54 item 1: ``transform --watch`` retried an unreachable server every second (event ``failed``
+    each time); it now waits by the shared back-off policy, says once that it waits and once that the
+    server is back, and the round that follows applies what the sources did meanwhile exactly once."""
+    rng = random.Random(54)
+    users = 100
+    _setup(store, names, rng, users)
+    changes: list[bool] = []
+    caught_up, stop = threading.Event(), threading.Event()
+    failures: list[str] = []
+
+    def on_event(event: str, details: dict[str, Any]) -> None:
+        if event == "caught_up":
+            caught_up.set()
+        if event == "failed":
+            failures.append(details["error"])
+
+    with TcpProxy(server_url.removeprefix("http://")) as proxy:
+        watcher = _transform(
+            spark,
+            f"http://{proxy.address}",
+            names,
+            on_event=on_event,
+            poll_timeout_ms=500,
+            outage=RetryPolicy(initial_s=0.05, max_s=0.5),
+            on_outage=changes.append,
+        )
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                watcher.run(watch=True, should_stop=stop.is_set)
+            except BaseException as exc:  # reported by the test thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        try:
+            thread.start()
+            assert caught_up.wait(THREAD_DEADLINE_S), errors
+            proxy.cut(refuse=True)
+            wait_until(lambda: watcher.outage_watch.waiting or errors, THREAD_DEADLINE_S, what="the wait")
+            a, _ = random_changes(rng, users, 50)
+            commit_items(store, names["A"], a)  # the source moves while the runner cannot reach the server
+            caught_up.clear()
+            proxy.accept()
+            wait_until(
+                lambda: (
+                    errors or (caught_up.is_set() and snapshot(store, names["C"]) == _expected(store, names))
+                ),
+                THREAD_DEADLINE_S,
+                what="the round after the outage",
+            )
+        finally:
+            stop.set()
+            thread.join(THREAD_DEADLINE_S)
+            watcher.close()
+    assert not thread.is_alive() and not errors, errors
+    assert changes == [True, False] and not failures  # one outage, no retry reported as a failed round
+    assert _readers(store, names["C"])["from_a"] == store.collection(names["A"]).generation_id
