@@ -207,3 +207,28 @@ def test_history_marks_collected_generations(store: Store) -> None:
     infos, _ = c.history()
     assert [(info.generation_id, info.collected) for info in infos] == expected
     assert _readable(store) == [b"4", b"5"]
+
+
+def test_backup_and_compaction_keep_the_policy_and_what_it_keeps(open_store, tmp_path) -> None:
+    from diffstore.engine import backup, compact
+
+    source = open_store(tmp_path / "source")
+    seen = _five(source, keep_generations=3)
+    source.collection("c").create_reader("r", generation_id=b"5")
+    run_background(source)
+    source.close()  # (LMDB opens a directory once per process: the backup opens it on its own)
+    backup.backup_directory(tmp_path / "source", tmp_path / "copy")
+    compact.compact(tmp_path / "source")
+    for where in ("source", "copy"):
+        restored = open_store(tmp_path / where)
+        c = restored.collection("c")
+        assert c.retention() == RetentionPolicy(keep_generations=3)
+        run_background(restored)  # GC there honours the policy it came with
+        assert _readable(restored) == [b"3", b"4", b"5"]
+        assert {gen: as_dict(c, generation_id=gen) for gen in (b"3", b"4", b"5")} == {
+            gen: seen[gen] for gen in (b"3", b"4", b"5")
+        }
+        commit(c, b"6", [(b"k", b"v6")], update_readers=[("r", b"6")])
+        run_background(restored)
+        assert _readable(restored) == [b"4", b"5"]
+        restored.close()
