@@ -119,3 +119,26 @@ def test_both_clients_set_and_read_the_policy(server: LiveServer) -> None:
 
     asyncio.run(from_async())
     assert server.store.collection("d").retention() is None
+
+
+def test_diff_to_open_prints_the_pending_changes(
+    capsys: pytest.CaptureFixture[str], server: LiveServer
+) -> None:
+    with Client(server.url) as client:
+        c = client.create_collection("P")
+        c.start_generation(b"p1")
+        c.put_many([(b"tea", b"3"), (b"coffee", b"5")], generation_id=b"p1")
+        c.commit_generation(b"p1")
+        c.start_generation(b"p2")
+        c.put_many([(b"tea", b"4"), (b"coffee", None), (b"milk", b"1")], generation_id=b"p2")
+    assert run(capsys, server, "diff", "P", "--from", "p1", "--to", "@open") == (
+        0,
+        "- coffee\t5\n+ milk\t1\n~ tea\t3\t4\n",
+        "",
+    )
+    assert run(capsys, server, "diff", "P", "--to", "@open") == (0, "+ milk\t1\n+ tea\t4\n", "")
+    assert run(capsys, server, "diff", "P", "--from", "@current", "--to", "@open", "--stat") == (
+        0,
+        "1 inserted, 1 updated, 1 deleted\n",
+        "",
+    )
