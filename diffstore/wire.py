@@ -24,6 +24,8 @@ import msgpack
 import orjson
 
 from diffstore.engine.types import (
+    MAX_KEEP_GENERATIONS,
+    MAX_KEEP_MS,
     UNSET,
     DiffItem,
     DiffPage,
@@ -38,6 +40,7 @@ from diffstore.engine.types import (
     QueryPage,
     Reader,
     Record,
+    RetentionPolicy,
 )
 from diffstore.errors import InvalidEncoding, InvalidJson, InvalidRequest
 from diffstore.wire_columns import (
@@ -451,14 +454,32 @@ def readers_from_wire(obj: Any, codec: Codec, owner: str) -> list[Reader]:
     return readers
 
 
+def retention_to_wire(policy: RetentionPolicy | None) -> Body:
+    """``{keepMs?, keepGenerations?}``: the fields set (``{}``: no policy)."""
+    body: Body = {}
+    if policy is not None:
+        set_if_given(body, "keepMs", policy.keep_ms)
+        set_if_given(body, "keepGenerations", policy.keep_generations)
+    return body
+
+
+def retention_from_wire(obj: Any, codec: Codec, where: str) -> RetentionPolicy:
+    """Parses ``{keepMs?, keepGenerations?}`` (each a positive integer or null; ``{}``: no policy)."""
+    f = Fields(obj, codec, where)
+    return RetentionPolicy(
+        f.integer_opt("keepMs", 1, MAX_KEEP_MS), f.integer_opt("keepGenerations", 1, MAX_KEEP_GENERATIONS)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CollectionState:
-    """The answer of ``GET /collections/{c}``; absent fields are ``None``."""
+    """The answer of ``GET /collections/{c}``; absent fields are ``None`` (``retention`` None: none)."""
 
     manual: bool
     generation_id: bytes | None = None
     next_generation_id: bytes | None = None
-    fields: tuple[str, ...] = field(default=("generationId", "nextGenerationId"))
+    fields: tuple[str, ...] = field(default=("generationId", "nextGenerationId", "retention"))
+    retention: RetentionPolicy | None = None
 
     def to_wire(self, codec: Codec) -> Body:
         body: Body = {"isManual": self.manual}
@@ -466,12 +487,24 @@ class CollectionState:
             set_if_given(body, "generationId", codec.es_opt(self.generation_id))
         if "nextGenerationId" in self.fields:
             set_if_given(body, "nextGenerationId", codec.es_opt(self.next_generation_id))
+        if "retention" in self.fields and self.retention is not None:  # absent: none (diffbelt's shape)
+            body["retention"] = retention_to_wire(self.retention)
         return body
 
     @classmethod
     def from_wire(cls, obj: Any, codec: Codec) -> CollectionState:
         f = Fields(obj, codec, "response")
-        return cls(f.flag("isManual"), f.es_opt("generationId"), f.es_opt("nextGenerationId"))
+        policy = (
+            None
+            if f.raw("retention") is None
+            else retention_from_wire(f.raw("retention"), codec, "response.retention")
+        )
+        return cls(
+            f.flag("isManual"),
+            f.es_opt("generationId"),
+            f.es_opt("nextGenerationId"),
+            retention=None if policy is None or policy.empty else policy,
+        )
 
 
 def error_to_wire(code: str, reason: str, bytes_max: int | None = None) -> Body:

@@ -30,6 +30,7 @@ from diffstore.engine.types import (
     PutResult,
     QueryPage,
     ReaderUpdate,
+    RetentionPolicy,
 )
 from diffstore.errors import InvalidRequest
 from diffstore.wire import (
@@ -38,6 +39,8 @@ from diffstore.wire import (
     Body,
     Codec,
     Fields,
+    retention_from_wire,
+    retention_to_wire,
     set_if_given,
 )
 from diffstore.wire_items import FlaggedItem, item_to_wire, parse_item, parse_items
@@ -49,9 +52,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class CreateCollectionRequest:
+    """``retention`` None: not given (the server's default policy); an empty policy: none."""
+
     collection_name: str
     manual: bool
     initial_generation_id: bytes | None = None
+    retention: RetentionPolicy | None = None
 
     @classmethod
     def from_wire(cls, obj: Any, codec: Codec) -> CreateCollectionRequest:
@@ -60,11 +66,15 @@ class CreateCollectionRequest:
         initial = f.es_opt("initialGenerationId")
         if initial is not None and not manual:
             raise InvalidRequest("initialGenerationId is only allowed for manual collections")
-        return cls(f.text("collectionName"), manual, initial)
+        raw = f.raw("retention")
+        policy = None if raw is None else retention_from_wire(raw, codec, "retention")
+        return cls(f.text("collectionName"), manual, initial, policy)
 
     def to_wire(self, codec: Codec) -> Body:
         body: Body = {"collectionName": self.collection_name, "isManual": self.manual}
         set_if_given(body, "initialGenerationId", codec.es_opt(self.initial_generation_id))
+        if self.retention is not None:
+            body["retention"] = retention_to_wire(self.retention)
         return body
 
 

@@ -601,6 +601,16 @@ def test_cli(tmp_path: Path, server: LiveServer) -> None:
     printed = sh(page.next("diffstore collections create prices --manual"), tmp_path, env).splitlines()
     reverted = "reverted prices to p1: 2 keys changed in generation p3 (open: commit it to keep the revert)"
     assert reverted in printed and printed[-1] == "tea\t3"
+    printed = sh(page.next("diffstore collections create events"), tmp_path, env).splitlines()
+    assert "retention of events: keep 1w, keep 100 generations" in printed
+    assert "retention of events: now keep 2 generations" in printed
+    assert "~ a\t1\t2" in printed
+    assert [line.split("\t")[0] for line in printed if line.startswith(("e2\t", "e1\t", '""'))] == [
+        "e2",
+        "e1",
+        '"" (collected)',
+    ]
+    assert printed[-1] == "retention\tkeep 2 generations"
     page.done()
 
 

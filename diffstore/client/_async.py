@@ -40,6 +40,7 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
     ResolvedRef,
+    RetentionPolicy,
     RevertResult,
 )
 from diffstore.errors import NoSuchGeneration
@@ -104,10 +105,15 @@ class AsyncClient:
         return await self.execute(_calls.list_collections())
 
     async def create_collection(
-        self, name: str, manual: bool = True, initial_generation_id: bytes | None = None
+        self,
+        name: str,
+        manual: bool = True,
+        initial_generation_id: bytes | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> AsyncCollection:
-        """Creates a collection (raises :class:`~diffstore.errors.CollectionExists`)."""
-        await self.execute(_calls.create_collection(name, manual, initial_generation_id))
+        """Creates a collection (raises :class:`~diffstore.errors.CollectionExists`); ``retention`` None: the
+        server's default policy, an empty policy: none."""
+        await self.execute(_calls.create_collection(name, manual, initial_generation_id, retention))
         return AsyncCollection(self, name, manual)
 
     async def collection(self, name: str) -> AsyncCollection:
@@ -474,6 +480,14 @@ class AsyncCollection:
             NoSuchGeneration, NoSuchReader: it names nothing. GenerationCollected: below the minimum.
         """
         return await self._run(_calls.resolve_ref(self.name, ref))
+
+    async def retention(self) -> RetentionPolicy | None:
+        """The collection's retention policy (None: none)."""
+        return await self._run(_calls.retention(self.name))
+
+    async def set_retention(self, policy: RetentionPolicy | None) -> RetentionPolicy | None:
+        """Replaces the retention policy (None or an empty policy: none); returns it as stored."""
+        return await self._run(_calls.set_retention(self.name, policy))
 
     async def history(
         self, before: bytes | None = None, limit: int = 100

@@ -40,6 +40,7 @@ from diffstore.engine.types import (
     ReaderUpdate,
     ReaderUpdateLike,
     ResolvedRef,
+    RetentionPolicy,
     RevertResult,
 )
 from diffstore.wire import (
@@ -57,6 +58,8 @@ from diffstore.wire import (
     put_result_from_wire,
     query_page_from_wire,
     readers_from_wire,
+    retention_from_wire,
+    retention_to_wire,
 )
 from diffstore.wire_leases import (
     AcquireLeaseRequest,
@@ -147,9 +150,26 @@ def list_collections() -> Call[list[CollectionInfo]]:
     return Call("GET", "/collections/", _collection_infos)
 
 
-def create_collection(name: str, manual: bool, initial_generation_id: bytes | None) -> Call[bytes]:
-    request = CreateCollectionRequest(name, manual, initial_generation_id)
+def create_collection(
+    name: str, manual: bool, initial_generation_id: bytes | None, retention: RetentionPolicy | None = None
+) -> Call[bytes]:
+    request = CreateCollectionRequest(name, manual, initial_generation_id, retention)
     return Call("POST", "/collections/", generation_from_wire, request.to_wire)
+
+
+def _retention_answer(obj: Any, codec: Codec) -> RetentionPolicy | None:
+    policy = retention_from_wire(Fields(obj, codec, "response").raw("retention"), codec, "response.retention")
+    return None if policy.empty else policy
+
+
+def retention(name: str) -> Call[RetentionPolicy | None]:
+    return Call("GET", collection_path(name, "retention"), _retention_answer)
+
+
+def set_retention(name: str, policy: RetentionPolicy | None) -> Call[RetentionPolicy | None]:
+    return Call(
+        "PUT", collection_path(name, "retention"), _retention_answer, lambda codec: retention_to_wire(policy)
+    )
 
 
 def collection_state(name: str) -> Call[CollectionState]:
@@ -382,7 +402,8 @@ def resolve_ref(name: str, ref: str) -> Call[ResolvedRef]:
 
 
 def _generation_info(obj: Any, codec: Codec, where: str) -> GenerationInfo:
-    """``{generationId, committedAtMs, changedKeys, metadata}`` (SPEC §8) as the history lists it."""
+    """``{generationId, committedAtMs, changedKeys, metadata, collected?}`` (SPEC §8) as the history lists
+    it."""
     e = Fields(obj, codec, where)
     at, changed, metadata = e.raw("committedAtMs"), e.raw("changedKeys"), e.raw("metadata")
     return GenerationInfo(
@@ -390,6 +411,7 @@ def _generation_info(obj: Any, codec: Codec, where: str) -> GenerationInfo:
         int(at) if at is not None else None,
         int(changed) if changed is not None else None,
         {str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else None,
+        e.raw("collected") is True,
     )
 
 

@@ -48,6 +48,7 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
     ResolvedRef,
+    RetentionPolicy,
     RevertResult,
 )
 from diffstore.errors import NoSuchGeneration
@@ -115,10 +116,15 @@ class Client:
         return self.execute(_calls.list_collections())
 
     def create_collection(
-        self, name: str, manual: bool = True, initial_generation_id: bytes | None = None
+        self,
+        name: str,
+        manual: bool = True,
+        initial_generation_id: bytes | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> Collection:
-        """Creates a collection (raises :class:`~diffstore.errors.CollectionExists`)."""
-        self.execute(_calls.create_collection(name, manual, initial_generation_id))
+        """Creates a collection (raises :class:`~diffstore.errors.CollectionExists`); ``retention`` None: the
+        server's default policy, an empty policy: none."""
+        self.execute(_calls.create_collection(name, manual, initial_generation_id, retention))
         return Collection(self, name, manual)
 
     def collection(self, name: str) -> Collection:
@@ -521,6 +527,14 @@ class Collection:
             if not more or not infos:
                 raise NoSuchGeneration(f"no generation of {self.name!r} was committed by {at_ms} ms")
             before = infos[-1].generation_id
+
+    def retention(self) -> RetentionPolicy | None:
+        """The collection's retention policy (None: none)."""
+        return self._run(_calls.retention(self.name))
+
+    def set_retention(self, policy: RetentionPolicy | None) -> RetentionPolicy | None:
+        """Replaces the retention policy (None or an empty policy: none); returns it as stored."""
+        return self._run(_calls.set_retention(self.name, policy))
 
     def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
         """Committed generations below ``before`` (default: from the current one), newest first, with commit

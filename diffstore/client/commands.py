@@ -1,7 +1,7 @@
 """The data commands of ``diffstore``, over the HTTP API through :class:`diffstore.client.Client`.
 
 ``collections ls|create|rm|show``, ``get``, ``query`` and ``diff`` (the writes are in :mod:`write_cli`,
-the readers in :mod:`readers_cli`). Each takes
+the readers in :mod:`readers_cli`, ``collections retention`` in :mod:`retention_cli`). Each takes
 ``--url``/``DIFFSTORE_URL``, ``--token``/``DIFFSTORE_TOKEN`` and ``--format text|json``. Keys, values and
 generation ids are printed in the one text form of :mod:`diffstore.shell` (printable UTF-8 as is, else
 ``base64:...``), and every option taking one accepts that form back. ``--format json`` prints one JSON
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import orjson
 
 from diffstore import shell
-from diffstore.client import _calls, _plans
+from diffstore.client import _calls, _plans, retention_cli
 from diffstore.client._sync import Client
 from diffstore.client._transport import DEFAULT_URL
 from diffstore.engine import refs
@@ -150,6 +150,7 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="each write commits on its own, shortly after it (what 'diffstore put' writes to)",
     )
+    retention_cli.add_policy_options(parser, "no policy, even where the server has a default one")
     parser.set_defaults(func=collections_create)
     parser = command(collections_sub, "rm", "remove a collection and all its data")
     parser.add_argument("name", metavar="NAME")
@@ -157,9 +158,10 @@ def add_commands(subparsers: Any) -> None:
         "--yes", action="store_true", help="do not ask (needed when stdin is not a terminal: a script)"
     )
     parser.set_defaults(func=collections_rm)
-    parser = command(collections_sub, "show", "show a collection's mode and generations")
+    parser = command(collections_sub, "show", "show a collection's mode, generations and retention")
     parser.add_argument("name", metavar="NAME")
     parser.set_defaults(func=collections_show)
+    retention_cli.add_command(collections_sub, command)
 
     parser = command(subparsers, "get", "print the value of a key")
     parser.add_argument("collection", metavar="COLLECTION")
@@ -233,8 +235,9 @@ def collections_ls(args: argparse.Namespace) -> int:
 
 
 def collections_create(args: argparse.Namespace) -> int:
+    policy = retention_cli.policy_of(args)
     with client_of(args) as client:
-        client.create_collection(args.name, manual=args.manual)
+        client.create_collection(args.name, manual=args.manual, retention=policy)
     mode = "manual" if args.manual else "auto"
     emit(args, {"created": args.name, "manual": args.manual}, f"created collection {args.name} ({mode})")
     return 0
@@ -283,6 +286,7 @@ def collections_show(args: argparse.Namespace) -> int:
         "manual": state.manual,
         "generationId": generation,
         "nextGenerationId": next_generation,
+        "retention": retention_cli.policy_json(state.retention),
     }
     text = "\n".join(
         [
@@ -290,6 +294,7 @@ def collections_show(args: argparse.Namespace) -> int:
             f"mode\t{'manual' if state.manual else 'auto'}",
             f"generation\t{generation if generation is not None else '-'}",
             f"next generation\t{next_generation if next_generation is not None else '-'}",
+            f"retention\t{retention_cli.policy_text(state.retention)}",
         ]
     )
     emit(args, obj, text)

@@ -4,10 +4,12 @@ generations, newest first.
 Text output: one line per generation, the columns separated by a tab -- generation id, commit time (local
 time, then how long ago), changed keys, the commit's metadata as ``key=value`` pairs, and the readers the
 commit moved (``NAME TARGET FROM -> TO`` as ``diffstore lineage`` prints them, ``-`` for a reader at the
-beginning, ``;`` between them; ``?`` when the generation was collected)::
+beginning, ``;`` between them); a generation GC collected is marked ``(collected)``: reads, diffs and lineage
+there answer 410, so nothing is offered for it::
 
     g3  2026-11-25 21:40:02 CET (3 min ago)  12 keys  job=nightly run=42  from_a A a1 -> a2
     g2  2026-11-25 20:11:40 CET (1 h ago)     1 key
+    g1 (collected)  2026-11-25 19:02:11 CET (2 h ago)  4 keys
     ""  -                                     -
 
 A ``-`` is unknown: the initial generation, or one committed by an older server (no commit time then).
@@ -15,7 +17,7 @@ Generation ids use the one text form of :mod:`diffstore.shell`; ``GENERATION`` (
 takes a ref too (``~10``, ``@reader:NAME``, ``@2026-11-25T10:00:00Z``). ``--since`` stops at the first
 generation committed before it: an ISO time (without a zone: local time) or a span back from now
 (``90s``, ``30m``, ``2h``, ``7d``). ``--format json`` prints one JSON object per generation:
-``{"generationId", "committedAtMs", "changedKeys", "metadata", "movedReaders"}``.
+``{"generationId", "committedAtMs", "changedKeys", "metadata", "movedReaders", "collected"}``.
 """
 
 from __future__ import annotations
@@ -127,6 +129,8 @@ def run_log(args: argparse.Namespace) -> int:
 def _moves(collection: Collection, info: GenerationInfo) -> tuple[LineageSource, ...] | None:
     """The readers the commit of ``info`` moved (lineage, one level); None: unknown (collected, or never
     committed: the initial generation)."""
+    if info.collected:
+        return None  # its lineage went with it: asking would answer 410
     if info.committed_at_ms is None and info.generation_id == b"":
         return ()
     try:
@@ -141,6 +145,7 @@ def to_json(info: GenerationInfo, moves: tuple[LineageSource, ...] | None = ()) 
         "committedAtMs": info.committed_at_ms,
         "changedKeys": info.changed_keys,
         "metadata": info.metadata,
+        "collected": info.collected,
         "movedReaders": None
         if moves is None
         else [
@@ -160,13 +165,13 @@ def to_text(
 ) -> list[str]:
     rows = [
         [
-            shell.quote_empty(shell.show(info.generation_id)),
+            shell.quote_empty(shell.show(info.generation_id)) + (" (collected)" if info.collected else ""),
             "-"
             if info.committed_at_ms is None
             else f"{_local(info.committed_at_ms)} ({ago(now_ms - info.committed_at_ms)})",
             "-" if info.changed_keys is None else shell.counted(info.changed_keys, "key"),
             " ".join(f"{key}={value}" for key, value in sorted((info.metadata or {}).items())),
-            _moves_text(moves),
+            "" if info.collected else _moves_text(moves),
         ]
         for info, moves in zip(infos, moved or [()] * len(infos), strict=True)
     ]

@@ -5,11 +5,12 @@ rows, reader positions, the GC position, expiry times), so processes sharing the
 item twice, and a process killed midway leaves the item due for the next worker.
 
 GC of a collection X runs only while some reader targets X. Its horizon is the highest reader
-minimum it has acted on (monotonic, stored in X's metadata, so reads below it answer
-``generationCollected`` even if a reader later moves back). For every generation at or below the
-horizon, in order, and every key written there: all versions older than the key's newest version at
-or below the horizon are deleted, with their ``changes`` entries. That newest version (even a
-tombstone) stays, so reads at or above the horizon, and diffs from the very beginning, still work.
+minimum (lowered to what X's retention policy keeps, see ``retention.py``) it has acted on
+(monotonic, stored in X's metadata, so reads below it answer ``generationCollected`` even if a reader
+later moves back). For every generation at or below the horizon, in order, and every key written
+there: all versions older than the key's newest version at or below the horizon are deleted, with
+their ``changes`` entries. That newest version (even a tombstone) stays, so reads at or above the
+horizon, and diffs from the very beginning, still work.
 
 The steps see the store only as a :class:`~diffstore.engine.access.StoreAccess` and change nothing of its
 own state (the GC positions and due times live in LMDB), so the store calls into this module and never
@@ -22,7 +23,7 @@ import time
 
 import lmdb
 
-from diffstore.engine import changes, layout, lineage, writes
+from diffstore.engine import changes, layout, lineage, retention, writes
 from diffstore.engine.access import StoreAccess
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import gc_minimum
@@ -112,7 +113,8 @@ def collect_step(store: StoreAccess) -> bool:
     with store.read() as txn:
         metas = collection_metas(txn, store.tables)
         # Decided in one snapshot, so idle collections cost no write transaction.
-        due = [meta.name for meta in metas if _gc_due(txn, store.tables, meta)]
+        now_ms = store.config.now_ms()
+        due = [meta.name for meta in metas if _gc_due(txn, store.tables, meta, now_ms)]
     for name in due:
         worked = _gc_collection(store, name) or worked
     worked = _purge_expired_phantoms(store) or worked
@@ -120,8 +122,8 @@ def collect_step(store: StoreAccess) -> bool:
     return worked
 
 
-def _gc_due(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bool:
-    minimum = gc_minimum(txn, tables, meta.name)
+def _gc_due(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, now_ms: int) -> bool:
+    minimum = retention.lower(gc_minimum(txn, tables, meta.name), txn, tables, meta, now_ms)
     if not minimum:
         return False
     horizon = min(max(minimum, meta.gc_horizon or b""), meta.generation)
@@ -141,7 +143,7 @@ def _gc_collection(store: StoreAccess, name: str) -> bool:
         with store.write() as scope:
             txn = scope.txn
             meta = load_meta(txn, tables, name)
-            minimum = gc_minimum(txn, tables, name)
+            minimum = retention.lower(gc_minimum(txn, tables, name), txn, tables, meta, store.config.now_ms())
             if minimum is None or minimum == b"":
                 return False
             horizon = min(max(minimum, meta.gc_horizon or b""), meta.generation)

@@ -28,6 +28,7 @@ from diffstore.engine import (
     refs,
     refs_resolve,
     replication,
+    retention,
     revert,
     writes,
 )
@@ -58,6 +59,7 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
     ResolvedRef,
+    RetentionPolicy,
     RevertResult,
 )
 from diffstore.errors import GenerationMismatch, InvalidRequest, StorageError, text_form
@@ -785,11 +787,29 @@ class Collection:
 
     def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
         """Committed generations below ``before`` (default: from the current one), newest first, each with
-        its commit time, changed keys and metadata (None: unknown, committed by an older store); and
-        whether more remain."""
+        its commit time, changed keys and metadata (None: unknown, committed by an older store) and whether
+        it is collected (reads there answer 410); and whether more remain."""
         with self._store.read() as txn:
-            meta = load_meta(txn, self._store.tables, self.name)
-            return history.committed(txn, self._store.tables, meta, before, limit)
+            tables = self._store.tables
+            meta = load_meta(txn, tables, self.name)
+            floor = readers.readable_floor(txn, tables, meta, self._store.config.now_ms())
+            return history.committed(txn, tables, meta, before, limit, floor)
+
+    def retention(self) -> RetentionPolicy | None:
+        """The collection's retention policy (None: none; see :mod:`diffstore.engine.retention`)."""
+        return self._meta().retention
+
+    def set_retention(self, policy: RetentionPolicy | None) -> RetentionPolicy | None:
+        """Replaces the retention policy (None or an empty policy: none) and returns it as stored.
+
+        A longer policy keeps what is still there from now on; what GC collected before stays collected.
+        """
+        stored = retention.effective(policy)
+        with self._store.write() as scope:
+            meta = load_meta(scope.txn, self._store.tables, self.name)
+            if meta.retention != stored:
+                save_meta(scope.txn, self._store.tables, meta.with_(retention=stored))
+        return stored
 
     def generation_records(
         self,

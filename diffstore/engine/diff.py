@@ -35,7 +35,7 @@ from diffstore.engine.cursors import CursorCodec, DiffCursor
 from diffstore.engine.layout import decode_value
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import load_reader, readable_floor
-from diffstore.engine.reads import cached_cuts, check_split_count, even_form_cuts
+from diffstore.engine.reads import cached_cuts, check_split_count, even_form_cuts, pinned_seq_exists
 from diffstore.engine.tables import (
     Tables,
     check_not_collected,
@@ -108,10 +108,7 @@ def resolve_range(
             f"toGenerationId {text_form(to_gen)} is above the current generation {text_form(meta.generation)}"
             " and is not the open one"
         )
-    if to_gen > meta.generation:  # the open generation: a diff covers committed generations only
-        raise InvalidRequest(
-            f"toGenerationId {text_form(to_gen)} is above the current generation {text_form(meta.generation)}"
-        )
+    # to the open generation: its pending changes, as a read there sees them (a writer checking its work)
     if from_generation_id > to_gen:
         raise InvalidRequest(
             f"fromGenerationId {text_form(from_generation_id)} is above "
@@ -533,6 +530,8 @@ def diff_page(
         floor = readable_floor(txn, tables, meta)
         if floor is not None and (b"" < from_gen < floor or to_gen < floor):
             raise CursorExpired("the cursor's range was garbage-collected")
+        if not pinned_seq_exists(txn, tables, meta, state.to_seq):  # a diff to the open generation
+            raise CursorExpired("the cursor's generation was aborted")
         span = DiffRange(from_gen, state.from_seq, to_gen, state.to_seq)
         after: bytes | None = state.after_key
     else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 
 import lmdb
 
@@ -110,12 +111,20 @@ def newest_first(
 
 
 def committed(
-    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, before: bytes | None, limit: int
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    before: bytes | None,
+    limit: int,
+    floor: bytes | None = None,
 ) -> tuple[list[GenerationInfo], bool]:
     """Up to ``limit`` committed generations below ``before`` (None: from the current one), newest first,
-    with what is known of each, and whether more remain. Collected generations are listed too."""
+    with what is known of each, and whether more remain. Collected generations are listed too, marked
+    ``collected`` when below ``floor`` (the readable floor: reads there answer 410)."""
     walk = newest_first(txn, tables, meta, before)
     found = [info(txn, tables, meta, seq, generation) for seq, generation in itertools.islice(walk, limit)]
+    if floor:
+        found = [replace(item, collected=True) if item.generation_id < floor else item for item in found]
     return found, next(walk, None) is not None
 
 

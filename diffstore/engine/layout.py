@@ -34,7 +34,9 @@ by 16-byte blake2b digests (H16) and keeps the reader's name in the value.
 
 Named tables (sub-databases)::
 
-    collections  name(utf-8)                         -> msgpack meta (see CollectionMeta)
+    collections  name(utf-8)                         -> msgpack meta (see CollectionMeta); its 14th field,
+                                                        the retention policy [keepMs|None, keepGenerations
+                                                        |None] or None, is absent from older rows: none
     gens         cid | seq(u64)                      -> generation id
     gen_ids      cid | generation id                 -> seq(u64)
     commits      cid | seq(u64)                      -> msgpack [committed at ms, changed keys, metadata|None]

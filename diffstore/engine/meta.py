@@ -8,7 +8,7 @@ from typing import Any
 import msgpack
 
 from diffstore.engine import layout
-from diffstore.engine.types import LeaseToken
+from diffstore.engine.types import LeaseToken, RetentionPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,8 @@ class CollectionMeta:
     the highest reader minimum the GC has acted on: reads below it answer ``generationCollected``;
     ``gc_done_seq`` the last generation whose garbage is gone. ``next_lease`` is the fencing token the
     open generation was started under (None: none, or no open generation): writes, the commit and the
-    abort of that generation must carry it (see :mod:`diffstore.engine.leases`).
+    abort of that generation must carry it (see :mod:`diffstore.engine.leases`). ``retention`` is the
+    collection's retention policy (None: none; see :mod:`diffstore.engine.retention`).
     """
 
     name: str
@@ -40,6 +41,7 @@ class CollectionMeta:
     phantom_counter: int = 0
     next_lease: LeaseToken | None = None
     next_keys: int | None = 0
+    retention: RetentionPolicy | None = None
 
     @property
     def cid_prefix(self) -> bytes:
@@ -57,24 +59,24 @@ class CollectionMeta:
         return replace(self, **changes)
 
     def pack(self) -> bytes:
-        return msgpack.packb(  # type: ignore[no-any-return]
-            [
-                self.cid,
-                self.manual,
-                self.generation,
-                self.generation_seq,
-                self.next,
-                self.next_seq,
-                self.last_seq,
-                self.next_count,
-                self.gc_horizon,
-                self.gc_done_seq,
-                self.phantom_counter,
-                None if self.next_lease is None else [self.next_lease.name, self.next_lease.version],
-                self.next_keys,
-            ],
-            use_bin_type=True,
-        )
+        fields: list[Any] = [
+            self.cid,
+            self.manual,
+            self.generation,
+            self.generation_seq,
+            self.next,
+            self.next_seq,
+            self.last_seq,
+            self.next_count,
+            self.gc_horizon,
+            self.gc_done_seq,
+            self.phantom_counter,
+            None if self.next_lease is None else [self.next_lease.name, self.next_lease.version],
+            self.next_keys,
+        ]
+        if self.retention is not None:  # only then: a row without a policy stays what older code reads
+            fields.append([self.retention.keep_ms, self.retention.keep_generations])
+        return msgpack.packb(fields, use_bin_type=True)  # type: ignore[no-any-return]
 
     @classmethod
     def unpack(cls, name: str, raw: bytes) -> CollectionMeta:
@@ -83,6 +85,8 @@ class CollectionMeta:
             fields[11] = LeaseToken(fields[11][0], fields[11][1])
         if len(fields) < 13:  # written before next_keys: the open generation's keys are not counted yet
             fields[11:] = [fields[11] if len(fields) > 11 else None, None if fields[7] else 0]
+        if len(fields) > 13 and fields[13] is not None:  # rows written before retention have 13: none
+            fields[13] = RetentionPolicy(fields[13][0], fields[13][1])
         return cls(name, *fields)
 
 

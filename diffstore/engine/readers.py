@@ -17,7 +17,7 @@ from typing import NamedTuple
 import lmdb
 import msgpack
 
-from diffstore.engine import layout
+from diffstore.engine import layout, retention
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import MAX_NAME_BYTES, Tables, check_not_collected, validate_generation_id
 from diffstore.engine.types import UNSET, Reader, ReaderUpdate
@@ -163,16 +163,19 @@ def delete_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, 
     txn.delete(layout.target_key(existing.collection, owner.cid_prefix, name), db=tables.targets)
 
 
-def readable_floor(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bytes | None:
+def readable_floor(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, now_ms: int | None = None
+) -> bytes | None:
     """The lowest generation of ``meta`` that reads, diffs and reader updates may still name (None: any).
 
-    It is the readers' minimum (capped at the current generation, so the current one stays readable), or
-    the GC horizon where that is higher: the minimum may drop again (a new null reader), but what GC
-    removed stays removed. Answering from the minimum, not from how far GC has got, makes the answer
-    independent of background timing (SPEC §1: "below the minimum answers 410").
+    It is the readers' minimum (capped at the current generation, so the current one stays readable, and
+    lowered to what the retention policy keeps at ``now_ms``, default the store's clock), or the GC horizon
+    where that is higher: the minimum may drop again (a new null reader), but what GC removed stays
+    removed. Answering from the minimum, not from how far GC has got, makes the answer independent of
+    background timing (SPEC §1: "below the minimum answers 410").
     """
     floor = meta.gc_horizon
-    minimum = minimum_generation(txn, tables, meta.name)
+    minimum = _retained(minimum_generation(txn, tables, meta.name), txn, tables, meta, now_ms)
     if minimum:
         live = min(minimum, meta.generation)
         if floor is None or live > floor:
@@ -245,16 +248,26 @@ def gc_minimum(txn: lmdb.Transaction, tables: Tables, target: str) -> bytes | No
     return min(readers_min, holds_min)
 
 
-def kept_floor(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> bytes | None:
+def kept_floor(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, now_ms: int | None = None
+) -> bytes | None:
     """The lowest generation whose records GC keeps whole (None: any): ``readable_floor`` as the holds
     see it. What replicas copy (a generation's records) is answered down to here."""
     floor = meta.gc_horizon
-    minimum = gc_minimum(txn, tables, meta.name)
+    minimum = _retained(gc_minimum(txn, tables, meta.name), txn, tables, meta, now_ms)
     if minimum:
         live = min(minimum, meta.generation)
         if floor is None or live > floor:
             floor = live
     return floor
+
+
+def _retained(
+    minimum: bytes | None, txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, now_ms: int | None
+) -> bytes | None:
+    if minimum is None or meta.retention is None:
+        return minimum
+    return retention.lower(minimum, txn, tables, meta, tables.clock_ms() if now_ms is None else now_ms)
 
 
 def put_copy(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, reader: Reader) -> Reader:

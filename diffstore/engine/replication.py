@@ -45,6 +45,7 @@ from diffstore.engine.types import (
     ReplicaGeneration,
     ReplicaLag,
     ReplicaState,
+    RetentionPolicy,
 )
 from diffstore.errors import BadVersion, InvalidRequest, NoSuchGeneration, NoSuchReader, NotReplica, text_form
 
@@ -306,6 +307,18 @@ def copy_readers(
     for reader in copies:
         readers.put_copy(txn, tables, meta, reader)
     leases.replicate(txn, tables, meta, lease_copies, now_ms)
+    return True
+
+
+def copy_retention(txn: lmdb.Transaction, tables: Tables, name: str, policy: RetentionPolicy | None) -> bool:
+    """Makes the collection's retention policy the primary's (its GC then keeps what the primary keeps);
+    False when it was that already."""
+    require_following(txn, tables)
+    meta = load_meta(txn, tables, name)
+    stored = None if policy is None or policy.empty else policy
+    if meta.retention == stored:
+        return False
+    save_meta(txn, tables, meta.with_(retention=stored))
     return True
 
 

@@ -49,7 +49,15 @@ from diffstore.engine.tables import (
     validate_collection_name,
     validate_generation_id,
 )
-from diffstore.engine.types import CollectionInfo, Lease, Reader, ReplicaGeneration, ReplicaState, StoreConfig
+from diffstore.engine.types import (
+    CollectionInfo,
+    Lease,
+    Reader,
+    ReplicaGeneration,
+    ReplicaState,
+    RetentionPolicy,
+    StoreConfig,
+)
 from diffstore.engine.wakeup import NoticeSource, Wakeup
 from diffstore.errors import DiffstoreError, InvalidRequest, StorageError
 
@@ -122,7 +130,7 @@ class Store:
             self._directory_lock.release()
             raise
         try:
-            self.tables = Tables.open(self.env)
+            self.tables = Tables.open(self.env, self.config.now_ms)
             migrate.upgrade(self.env, self.tables)
         except StorageError:
             self.env.close()
@@ -400,20 +408,27 @@ class Store:
     # --- collections ----------------------------------------------------------------------------
 
     def create_collection(
-        self, name: str, manual: bool = True, initial_generation_id: bytes | None = None
+        self,
+        name: str,
+        manual: bool = True,
+        initial_generation_id: bytes | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> Collection:
         """Creates a collection (raises :class:`CollectionExists`).
 
         Manual collections start at ``initial_generation_id`` (default ``b""``) with no open generation;
-        others start at 8 zero bytes with the next generation open.
+        others start at 8 zero bytes with the next generation open. ``retention`` None: the store's
+        ``default_retention`` (an empty policy: none).
         """
+        if retention is None:
+            retention = self.config.default_retention
         validate_collection_name(name)
         if initial_generation_id is not None:
             validate_generation_id(initial_generation_id, "initialGenerationId")
             if not manual:
                 raise InvalidRequest("initialGenerationId is only for manual collections")
         with self.write() as scope:
-            create_meta(scope.txn, self.tables, name, manual, initial_generation_id)
+            create_meta(scope.txn, self.tables, name, manual, initial_generation_id, retention)
         return Collection(self, name)
 
     def collection(self, name: str) -> Collection:
@@ -508,6 +523,11 @@ class Store:
             return replication.copy_readers(
                 scope.txn, self.tables, name, at_generation, readers, leases, self.config.now_ms()
             )
+
+    def copy_replica_retention(self, name: str, policy: RetentionPolicy | None) -> bool:
+        """Sets a collection's retention policy to its primary's; False when it was that already."""
+        with self.write() as scope:
+            return replication.copy_retention(scope.txn, self.tables, name, policy)
 
     def add_missing_replica_readers(self, name: str, readers: list[Reader]) -> int:
         """Creates at null the readers of ``readers`` the collection lacks (see ``replication``)."""

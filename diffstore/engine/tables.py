@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -9,6 +10,7 @@ import lmdb
 
 from diffstore.engine import layout
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
+from diffstore.engine.types import RetentionPolicy, wall_clock_ms
 from diffstore.errors import (
     CollectionExists,
     GenerationCollected,
@@ -71,10 +73,14 @@ class Tables:
     # LMDB's transaction id of a snapshot -> the overview read from it: nothing written, nothing to recount
     overview_cache: dict[int, Any] = field(default_factory=dict, compare=False)
 
+    # the store's clock (``StoreConfig.now_ms``): what a retention window is measured against, by the
+    # reads and the GC alike, so both see the same generations kept
+    clock_ms: Callable[[], int] = field(default=wall_clock_ms, compare=False)
+
     @classmethod
-    def open(cls, env: lmdb.Environment) -> Tables:
+    def open(cls, env: lmdb.Environment, clock_ms: Callable[[], int] = wall_clock_ms) -> Tables:
         handles = {name.decode(): env.open_db(name, create=True) for name in layout.TABLES}
-        return cls(**handles)
+        return cls(**handles, clock_ms=clock_ms)
 
 
 def validate_collection_name(name: str) -> None:
@@ -181,10 +187,16 @@ def check_not_collected(
 
 
 def create_meta(
-    txn: lmdb.Transaction, tables: Tables, name: str, manual: bool, initial_generation_id: bytes | None
+    txn: lmdb.Transaction,
+    tables: Tables,
+    name: str,
+    manual: bool,
+    initial_generation_id: bytes | None,
+    retention: RetentionPolicy | None = None,
 ) -> CollectionMeta:
     """Creates a collection's row (with a new cid) and registers its first generation(s); see
     ``Store.create_collection``. Raises :class:`CollectionExists`."""
+    kept = None if retention is None or retention.empty else retention
     if txn.get(name.encode(), db=tables.collections) is not None:
         raise CollectionExists(f"collection {name!r} exists")
     raw_cid = txn.get(layout.NEXT_CID, db=tables.collections)
@@ -192,10 +204,12 @@ def create_meta(
     txn.put(layout.NEXT_CID, layout.u64(cid + 1), db=tables.collections)
     if manual:
         gen = bytes(initial_generation_id or b"")
-        meta = CollectionMeta(name, cid, True, gen, 0, None, None, 0)
+        meta = CollectionMeta(name, cid, True, gen, 0, None, None, 0, retention=kept)
         register_generation(txn, tables, meta, gen, 0)
     else:
-        meta = CollectionMeta(name, cid, False, non_manual_generation(0), 0, non_manual_generation(1), 1, 1)
+        meta = CollectionMeta(
+            name, cid, False, non_manual_generation(0), 0, non_manual_generation(1), 1, 1, retention=kept
+        )
         register_generation(txn, tables, meta, meta.generation, 0)
         register_generation(txn, tables, meta, non_manual_generation(1), 1)
     save_meta(txn, tables, meta)

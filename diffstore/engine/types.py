@@ -67,6 +67,9 @@ class StoreConfig:
         clock_ms: the wall clock that lease expiries are read against, in Unix milliseconds (default
             :func:`wall_clock_ms`). Every process that opens one directory must share it, so only tests
             replace it (to move time by hand).
+        default_retention: the retention policy a collection created without one gets (None: none; see
+            :class:`RetentionPolicy`). It is copied into the collection at its creation, so every process
+            that opens the directory later honours it whatever its own default.
     """
 
     map_size: int = 1 << 40
@@ -82,6 +85,7 @@ class StoreConfig:
     read_yield_ms: float = 50.0
     sync_interval_ms: int = 1_000
     clock_ms: Callable[[], int] | None = field(default=None, compare=False)
+    default_retention: RetentionPolicy | None = None
 
     def now_ms(self) -> int:
         """The current time of :attr:`clock_ms` (Unix milliseconds)."""
@@ -98,6 +102,40 @@ class StoreConfig:
             raise InvalidRequest("sync_interval_ms must be >= 1")
         if not 1 <= self.default_page_limit <= self.max_page_limit:
             raise InvalidRequest("default_page_limit must be within 1..max_page_limit")
+
+
+MAX_KEEP_MS = (1 << 53) - 1
+"""The longest ``keepMs`` (what a JSON number holds exactly: about 285,000 years)."""
+MAX_KEEP_GENERATIONS = (1 << 53) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """How much history a collection keeps beyond what its readers need (SPEC §9 "Retention").
+
+    GC never collects a generation the policy keeps: one committed within the last ``keep_ms`` ms (and the
+    one that was current when that window began, so a read "as of" any instant of the window works), or
+    one of the ``keep_generations`` newest committed generations (the current one counts). With both set,
+    a generation either keeps is kept. Neither set: the policy keeps nothing (readers alone decide).
+    """
+
+    keep_ms: int | None = None
+    keep_generations: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, most in (
+            ("keepMs", self.keep_ms, MAX_KEEP_MS),
+            ("keepGenerations", self.keep_generations, MAX_KEEP_GENERATIONS),
+        ):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise InvalidRequest(f"retention {name} must be an integer within 1..{most}, not {value!r}")
+
+    @property
+    def empty(self) -> bool:
+        """Whether the policy keeps nothing (no field set)."""
+        return self.keep_ms is None and self.keep_generations is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,12 +376,14 @@ class Lease:
 @dataclass(frozen=True, slots=True)
 class GenerationInfo:
     """A committed generation as the history shows it (SPEC §8); None: committed before the store recorded
-    commit times (so unknown)."""
+    commit times (so unknown). ``collected``: below the readable floor, so reads, diffs and lineage there
+    answer 410 (the generation stays listed)."""
 
     generation_id: bytes
     committed_at_ms: int | None = None
     changed_keys: int | None = None
     metadata: dict[str, str] | None = None
+    collected: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -386,12 +386,16 @@ class CollectionFollower:
         self.behind_since_ms = None
 
     def copy_readers(self, position: bytes) -> None:
-        """Copies the primary's readers and leases when they changed outside commits (the idle check)."""
+        """Copies the primary's readers, leases and retention policy when they changed outside commits (the
+        idle check)."""
         readers = self.primary.readers()
         if not any(reader.name == self.reader for reader in readers):
             self.drop("our hold on the primary is gone (deleted, or the collection was created again)")
         leases = self.primary.leases()
         local = self.store.collection(self.name)
+        policy = self.primary.state().retention  # what GC keeps here follows the primary's policy too
+        if policy != local.retention():
+            self.store.copy_replica_retention(self.name, policy)
         if not copies_differ(readers, leases, local.readers(), local.leases()):
             return
         if self.primary.generation_id != position:

@@ -12,6 +12,8 @@ import sys
 from typing import Any
 
 from diffstore import logs
+from diffstore.client import retention_cli
+from diffstore.engine.types import RetentionPolicy
 from diffstore.errors import InvalidRequest
 from diffstore.server.config import ServerConfig
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
@@ -56,6 +58,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             log_format=args.log_format,
             replica_of=args.replica_of.rstrip("/") if args.replica_of else None,
             replica_token=args.replica_token or os.environ.get("DIFFSTORE_REPLICA_TOKEN"),
+            default_retention=default_retention(args),
         )
     except InvalidRequest as exc:
         print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
@@ -96,6 +99,13 @@ def default_workers() -> int:
     return max(1, min(cpus, 8))
 
 
+def default_retention(args: argparse.Namespace) -> RetentionPolicy | None:
+    """The store's default policy from ``--default-keep`` / ``--default-keep-generations`` (None: none)."""
+    if args.default_keep is None and args.default_keep_generations is None:
+        return None
+    return RetentionPolicy(args.default_keep, args.default_keep_generations)
+
+
 def add_commands(subparsers: Any) -> None:
     """Adds ``serve`` to the ``diffstore`` command."""
     parser = subparsers.add_parser("serve", help="run the HTTP API over a data directory")
@@ -121,6 +131,19 @@ def add_commands(subparsers: Any) -> None:
         " process but not of the OS; small commits get several times faster",
     )
     parser.add_argument("--map-size", type=size_argument, default=1 << 40, help=MAP_SIZE_HELP)
+    parser.add_argument(
+        "--default-keep",
+        metavar="T",
+        type=retention_cli.duration_ms,
+        help="retention of collections created without a policy: keep the generations committed in the"
+        " last T (e.g. 7d; the collection keeps it, see 'collections retention')",
+    )
+    parser.add_argument(
+        "--default-keep-generations",
+        metavar="N",
+        type=retention_cli.generations,
+        help="retention of collections created without a policy: keep the N newest generations",
+    )
     parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.add_argument(
         "--workers",

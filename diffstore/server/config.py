@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from diffstore.engine.types import RetentionPolicy
 from diffstore.errors import InvalidRequest
 
 MAX_KEY_BYTES = (1 << 24) - 1  # SPEC §1: the largest key
@@ -69,6 +70,8 @@ class ServerConfig:
         log_level, log_format: logging of the server's processes (see :mod:`diffstore.logs`).
         replica_of: the primary's URL when the server is a read replica (``docs/replicas.md``).
         replica_token: the primary's bearer token.
+        default_retention: passed to the store: the retention policy of collections created without one
+            (see ``StoreConfig.default_retention``).
     """
 
     data_dir: str = "./data"
@@ -102,6 +105,7 @@ class ServerConfig:
     log_format: str = "text"
     replica_of: str | None = None
     replica_token: str | None = None
+    default_retention: RetentionPolicy | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:

@@ -65,16 +65,30 @@ class CollectionList(BaseModel):
     items: list[CollectionEntry]
 
 
+class Retention(_Model):
+    """A retention policy: GC keeps the generations committed in the last ``keepMs`` ms (and the one current
+    when that window began) and the ``keepGenerations`` newest ones; ``{}``: none."""
+
+    keepMs: int | None = Field(None, ge=1)
+    keepGenerations: int | None = Field(None, ge=1)
+
+
 class CreateCollection(_Model):
     collectionName: str = Field(min_length=1)
     isManual: bool
     initialGenerationId: ES | None = None
+    retention: Retention | None = Field(None, description="absent: the server's default policy; {}: none")
 
 
 class CollectionStateResponse(BaseModel):
     isManual: bool
     generationId: ES | None = None
     nextGenerationId: ES | None = None
+    retention: Retention | None = Field(None, description="absent: no retention policy")
+
+
+class RetentionResponse(BaseModel):
+    retention: Retention
 
 
 class GetItem(_Model):
@@ -431,6 +445,9 @@ class GenerationEntry(BaseModel):
     committedAtMs: int | None = Field(description="server clock, Unix ms; null: committed by an older store")
     changedKeys: int | None = Field(description="distinct keys the generation wrote; null: unknown")
     metadata: dict[str, str] | None = Field(description="the manual commit's metadata, if any")
+    collected: bool = Field(
+        False, description="true: collected by GC (reads, diffs and lineage there answer 410); absent: false"
+    )
 
 
 class GenerationList(BaseModel):

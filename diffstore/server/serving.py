@@ -185,7 +185,10 @@ def _open_store(config: ServerConfig) -> Iterator[Store]:
     from diffstore.engine.types import StoreConfig
 
     store_config = StoreConfig(
-        commit_delay_ms=config.commit_delay_ms, sync=config.sync, map_size=config.map_size
+        commit_delay_ms=config.commit_delay_ms,
+        sync=config.sync,
+        map_size=config.map_size,
+        default_retention=config.default_retention,
     )
     with Store.open(config.data_dir, store_config) as store:
         yield store

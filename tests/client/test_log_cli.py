@@ -148,13 +148,16 @@ def test_log_shows_the_readers_each_commit_moved(
     assert c2["movedReaders"] == [
         {"readerName": "from_a", "target": "A", "fromGenerationId": "a1", "toGenerationId": "a2"}
     ]
-    # below the readers' minimum a commit's moves are gone with its generation: unknown, not "none"
+    # below the readers' minimum a commit's moves are gone with its generation: marked collected, no moves
     with Client(server.url) as client:
         client.collection("C").create_reader("keep", generation_id=b"c2")
     code, out, _ = run(capsys, server, "log", "C")
-    assert [line.split("\t")[4:] for line in out.splitlines()][1:3] == [["from_a A a1 -> a2"], ["?"]]
+    lines = [line.split("\t") for line in out.splitlines()]
+    assert [line[0] for line in lines] == ["c3", "c2", "c1 (collected)", '"" (collected)']
+    assert [line[4:] for line in lines][1:3] == [["from_a A a1 -> a2"], []]
     code, out, _ = run(capsys, server, "log", "C", "c1", "--format", "json")
-    assert json.loads(out.splitlines()[0])["movedReaders"] is None
+    first = json.loads(out.splitlines()[0])
+    assert first["movedReaders"] is None and first["collected"] is True
 
 
 def test_log_starts_at_a_ref_and_stops_at_since(

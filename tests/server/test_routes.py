@@ -52,6 +52,8 @@ BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/generations/records"),  # what replicas follow (docs/replicas.md)
     ("GET", "/collections/{c}/refs"),  # what a ref names (docs/protocol.md, "Refs")
     ("POST", "/collections/{c}/revert"),  # SPEC §8
+    ("GET", "/collections/{c}/retention"),  # SPEC §9 (docs/protocol.md, "Retention")
+    ("PUT", "/collections/{c}/retention"),  # SPEC §9
 }
 
 

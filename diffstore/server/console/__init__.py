@@ -118,17 +118,18 @@ async def list_generations(
 
     def work(x: Exchange) -> Body:
         infos, more = x.store.collection(c).history(before_id, limit)
-        body: Body = {
-            "items": [
-                {
-                    "generationId": x.out.es(info.generation_id),
-                    "committedAtMs": info.committed_at_ms,
-                    "changedKeys": info.changed_keys,
-                    "metadata": info.metadata,
-                }
-                for info in infos
-            ]
-        }
+        items: list[Body] = []
+        for info in infos:
+            item: Body = {
+                "generationId": x.out.es(info.generation_id),
+                "committedAtMs": info.committed_at_ms,
+                "changedKeys": info.changed_keys,
+                "metadata": info.metadata,
+            }
+            if info.collected:  # reads, diffs and lineage there answer 410: offer none of them
+                item["collected"] = True
+            items.append(item)
+        body: Body = {"items": items}
         if more:  # read replicas and `diffstore log` page back through a long history
             body["nextBefore"] = x.out.es(infos[-1].generation_id)
         return body

@@ -8,11 +8,11 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
-from diffstore.wire import Body, CollectionState
+from diffstore.wire import Body, CollectionState, retention_from_wire, retention_to_wire
 from diffstore.wire_requests import CreateCollectionRequest
 
 router = APIRouter(tags=["collections"])
-_FIELDS = ("generationId", "nextGenerationId")
+_FIELDS = ("generationId", "nextGenerationId", "retention")
 
 
 @route(router, "GET", "/collections/", answer=schemas.CollectionList, summary="List collections by name")
@@ -27,12 +27,12 @@ async def list_collections(request: Request) -> Response:
 async def create_collection(request: Request) -> Response:
     def work(x: Exchange) -> Body:
         req = CreateCollectionRequest.from_wire(x.body, x.codec)
-        if req.manual and req.initial_generation_id is not None:
-            c = x.store.create_collection(
-                req.collection_name, manual=True, initial_generation_id=req.initial_generation_id
-            )
-        else:
-            c = x.store.create_collection(req.collection_name, manual=req.manual)
+        c = x.store.create_collection(
+            req.collection_name,
+            manual=req.manual,
+            initial_generation_id=req.initial_generation_id if req.manual else None,
+            retention=req.retention,
+        )
         return {"generationId": x.out.es(c.generation_id)}
 
     return await handle(request, work, Limit.CREATE_COLLECTION)
@@ -48,16 +48,50 @@ async def create_collection(request: Request) -> Response:
 async def get_collection(
     request: Request,
     c: str,
-    fields: str | None = Query(None, description="comma-separated: generationId,nextGenerationId"),
+    fields: str | None = Query(None, description="comma-separated: generationId,nextGenerationId,retention"),
 ) -> Response:
     wanted = _FIELDS if fields is None else tuple(f for f in _FIELDS if f in fields.split(","))
 
     def work(x: Exchange) -> Body:
         collection = x.store.collection(c)
         state = CollectionState(
-            collection.manual, collection.generation_id, collection.next_generation_id, wanted
+            collection.manual,
+            collection.generation_id,
+            collection.next_generation_id,
+            wanted,
+            collection.retention(),
         )
         return state.to_wire(x.out)
+
+    return await handle(request, work)
+
+
+@route(
+    router,
+    "PUT",
+    "/collections/{c}/retention",
+    body=schemas.Retention,
+    answer=schemas.RetentionResponse,
+    summary="Replace the retention policy ({} removes it)",
+)
+async def put_retention(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        policy = retention_from_wire(x.body, x.codec, "")
+        return {"retention": retention_to_wire(x.store.collection(c).set_retention(policy))}
+
+    return await handle(request, work, Limit.OTHER)
+
+
+@route(
+    router,
+    "GET",
+    "/collections/{c}/retention",
+    answer=schemas.RetentionResponse,
+    summary="The retention policy",
+)
+async def get_retention(request: Request, c: str) -> Response:
+    def work(x: Exchange) -> Body:
+        return {"retention": retention_to_wire(x.store.collection(c).retention())}
 
     return await handle(request, work)
 
