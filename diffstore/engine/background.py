@@ -34,6 +34,7 @@ from diffstore.errors import NoSuchCollection
 _ALL_TABLES_WITH_CID = (
     "gens",
     "commits",
+    "digests",
     "gen_ids",
     "changes",
     "change_chunks",

@@ -54,7 +54,7 @@ from pathlib import Path
 import lmdb
 import msgpack
 
-from diffstore.engine import cursor_spill, files, layout, migrate, producers, storage
+from diffstore.engine import cursor_spill, digests, files, layout, migrate, producers, storage
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import Tables
 from diffstore.errors import InvalidRequest, text_form
@@ -77,6 +77,7 @@ class Report:
 
     problems: list[Problem] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # not problems: what an upgrade would add
 
     @property
     def ok(self) -> bool:
@@ -108,7 +109,7 @@ def check(
         if on_problem is not None:
             on_problem(problem)
 
-    checker = _Checker(txn, tables, bad, report.rows)
+    checker = _Checker(txn, tables, bad, report.rows, report.notes)
     checker.run()
     return report
 
@@ -120,8 +121,9 @@ class _Checker:
         tables: Tables,
         bad: Callable[[str, str], None],
         rows: dict[str, int],
+        notes: list[str],
     ) -> None:
-        self.txn, self.tables, self.bad, self.rows = txn, tables, bad, rows
+        self.txn, self.tables, self.bad, self.rows, self.notes = txn, tables, bad, rows, notes
         self.live: dict[int, _Collection] = {}  # cid -> collection
         self.names: set[str] = set()
         self.dropped: set[int] = set()
@@ -147,6 +149,7 @@ class _Checker:
         self._due()
         self._lineage()
         self._commits()
+        self._digests()
         self._cursors()
         self._replica()
         self._leases()
@@ -591,6 +594,29 @@ class _Checker:
                         f"{owner.meta.name!r}: committed generation {text_form(owner.gens[seq])} (#{seq})"
                         " has no commit row",
                     )
+
+    def _digests(self) -> None:
+        rows: dict[int, dict[int, bytes]] = {}
+        for key, raw in self._rows("digests"):
+            owner = self._owner("digests", key)
+            if owner is not None:
+                seq = layout.seq_of_gen_key(key) if len(key) == 12 else -1
+                rows.setdefault(owner.meta.cid, {})[seq] = raw
+        for owner in self.live.values():
+            meta = owner.meta
+            older = digests.verify(
+                self.txn,
+                self.tables,
+                meta,
+                owner.gens,
+                rows.get(meta.cid, {}),
+                lambda what: self.bad("digests", what),
+            )
+            if older:
+                self.notes.append(
+                    f"{meta.name!r}: {older} committed generations predate digests"
+                    " (diffstore migrate computes them)"
+                )
 
     def _horizon_seq(self, meta: CollectionMeta) -> int:
         """The lowest seq whose ``changes`` rows GC cannot have touched (past every seq: unknown)."""

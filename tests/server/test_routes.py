@@ -52,6 +52,8 @@ BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/generations/records"),  # what replicas follow (docs/replicas.md)
     ("GET", "/collections/{c}/refs"),  # what a ref names (docs/protocol.md, "Refs")
     ("POST", "/collections/{c}/revert"),  # SPEC §8
+    ("GET", "/collections/{c}/digest"),  # SPEC §9 Integrity
+    ("GET", "/collections/{c}/digests"),  # every generation's digest, what check --against compares
 }
 
 
