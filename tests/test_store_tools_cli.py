@@ -55,7 +55,7 @@ def test_backup_of_a_data_directory_opens_as_it_is(tmp_path: Path) -> None:
     done = cli("backup", "--data", str(tmp_path / "src"), str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert "1 collection;" in done.stdout
-    assert sorted(os.listdir(tmp_path / "out")) == [storage.DATA_FILE]
+    assert sorted(os.listdir(tmp_path / "out")) == ["MANIFEST.json", storage.DATA_FILE]
     with Store.open(tmp_path / "out", StoreConfig(background=False)) as copy:
         a = copy.collection("A")
         assert a.generation_id == b"1" and len(list(a.query())) == 100

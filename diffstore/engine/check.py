@@ -54,7 +54,7 @@ from pathlib import Path
 import lmdb
 import msgpack
 
-from diffstore.engine import cursor_spill, digests, files, layout, migrate, producers, storage
+from diffstore.engine import cursor_spill, digests, files, layout, manifest, migrate, producers, storage
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import Tables
 from diffstore.errors import InvalidRequest, text_form
@@ -783,17 +783,37 @@ def check_directory(path: Path, on_problem: Callable[[Problem], None] | None = N
         InvalidRequest: ``path`` holds no diffstore store (a stream server's store is not checked).
         StorageError: it cannot be opened or read.
     """
+    proof = manifest.verify(path) if (Path(path) / manifest.MANIFEST_FILE).exists() else None
     with files.open_existing(path) as opened:
+        if (
+            proof is not None
+        ):  # a backup's manifest first: a file that is not what was written explains the rest
+            report = Report(notes=proof.notes)
+            for what in proof.problems:
+                _report(report, Problem("manifest", what), on_problem)
+            if opened.kind is files.Kind.STREAMS:
+                report.notes.append(f"{path} holds a {opened.kind.value}: only its manifest is verified")
+                return report
         if opened.kind is not files.Kind.STORE:
             raise InvalidRequest(f"{path} holds a {opened.kind.value}: check verifies diffstore stores only")
         try:
             tables = Tables.open(opened.env)
             with opened.env.begin() as txn:
-                return check(txn, tables, on_problem)
+                found = check(txn, tables, on_problem)
+            if proof is not None:
+                found.problems[:0] = report.problems
+                found.notes[:0] = report.notes
+            return found
         except lmdb.Error as exc:
             raise storage.storage_error(
                 exc, path, files.MAP_SIZE, writing=False, doing="check failed"
             ) from exc
+
+
+def _report(report: Report, problem: Problem, on_problem: Callable[[Problem], None] | None) -> None:
+    report.problems.append(problem)
+    if on_problem is not None:
+        on_problem(problem)
 
 
 def _unpacked(raw: bytes) -> list[bytes]:

@@ -56,6 +56,12 @@ def add_commands(subparsers: Any) -> None:
         help="with --data: the share of the store's commit rate the copy may take while writers commit;"
         " it measures their rate with and without it and paces itself (default 0.3; 1: full speed)",
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="then re-read what was written: every file against its SHA-256 in OUT/MANIFEST.json, and every"
+        " collection's digest; exit 1 if anything differs",
+    )
     parser.add_argument("out", metavar="OUT", help="the directory to write (must not exist, or be empty)")
     parser.set_defaults(func=_backup)
 
@@ -134,6 +140,17 @@ def _backup(args: argparse.Namespace) -> int:
         f"backed up a {result.kind.value} into {out}: {result.bytes:,} bytes,"
         f" {counted(result.collections, 'collection')}; left out: {left_out}"
     )
+    if args.verify:
+        from diffstore.engine import manifest
+
+        with _status(f"verifying {out}"):
+            proof = manifest.verify(out)
+        for line in (*proof.problems, *proof.notes):
+            print(line)
+        if not proof.ok:
+            print(f"{out}: the backup is not what was written ({counted(len(proof.problems), 'problem')})")
+            return 1
+        print(f"verified {out}: every file and digest is the one written")
     return 0
 
 
