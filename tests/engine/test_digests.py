@@ -8,15 +8,17 @@ import sys
 import time
 from pathlib import Path
 
+import hypothesis.strategies as st
 import lmdb
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from diffstore import Store, StoreConfig
 from diffstore.engine import check, digests, layout
 from diffstore.engine.meta import non_manual_generation
 from diffstore.engine.tables import load_meta
 from diffstore.engine.types import ReplicaGeneration
-from diffstore.errors import InvalidRequest
+from diffstore.errors import GenerationCollected, InvalidRequest
 from tests.engine.conftest import StoreFactory
 from tests.engine.util import run_background
 
@@ -200,3 +202,72 @@ def test_migrate_computes_the_digests_an_older_store_lacks(tmp_path: Path) -> No
     assert done.returncode == 0 and "4 digests computed (A 4)" in done.stdout, done.stdout + done.stderr
     with Store.open(path, StoreConfig(background=False)) as store:
         assert store.collection("A").digest(b"05") == want
+
+
+KEYS = [b"", b"a", b"a\x00", b"b", LONG + b"1", LONG + b"2", LONG]
+VALUES = [b"", b"1", b"2", None]
+OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("commit"), st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)), max_size=6)
+        ),
+        st.tuples(
+            st.just("abort"), st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)), max_size=3)
+        ),
+        st.tuples(
+            st.just("auto"), st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)), max_size=6)
+        ),
+        st.tuples(st.just("gc"), st.just([])),
+        st.tuples(st.just("revert"), st.just([])),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_digests_follow_any_history(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, list]]
+) -> None:
+    """Random histories (overwrites, tombstones, long keys, aborts, automatic commits at the threshold, GC,
+    reverts): every generation's digest is that of what a read there sees, and ``check`` agrees."""
+    path = tmp_path_factory.mktemp("digests") / "store"
+    with Store.open(path, StoreConfig(background=False, max_generation_records=4)) as store:
+        m = store.create_collection("m")
+        n = store.create_collection("n", manual=False)
+        m.create_reader("r", None, None)
+        committed = [b""]
+        for step, (op, items) in enumerate(ops):
+            g = b"%03d" % step
+            if op == "commit":
+                m.write_generation(g, items)
+                committed.append(g)
+            elif op == "abort":
+                m.start_generation(g)
+                m.put_many(items, generation_id=g)
+                m.abort_generation(g)
+            elif op == "auto":
+                n.put_many(items)  # commits itself at 4 writes; the rest when due
+                run_background(store, now=time.monotonic() + 3600)
+            elif op == "gc":
+                m.update_reader("r", committed[-1])
+                run_background(store)
+            elif len(committed) > 1:
+                m.start_generation(g)
+                try:
+                    m.revert(committed[-2], generation_id=g)
+                except GenerationCollected:
+                    m.abort_generation(g)
+                    continue
+                m.commit_generation(g)
+                committed.append(g)
+        floor = load_meta_of(store, "m").gc_horizon or b""
+        for g in committed:
+            if g >= floor:
+                got = m.digest(g)
+                assert (got.records, got.digest) == expected(store, "m", g), g
+        for g in n.generations(limit=1000)[0]:
+            got = n.digest(g)
+            assert (got.records, got.digest) == expected(store, "n", g), g
+        with store.env.begin() as txn:
+            assert check.check(txn, store.tables).ok
