@@ -63,6 +63,8 @@ def record_commit(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, s
     blake2b, size = hashlib.blake2b, layout.DIGEST_BYTES
     added: list[bytes] = []
     removed: list[bytes] = []
+    # nothing live before (a first load): every older version is a tombstone, whose hash is 0 -- no look-up
+    replaces = records > 0
     # layout.record_digest inlined: this loop runs once per key a generation wrote (a bulk load: millions)
     for form in changes.forms(txn, tables, meta.cid_prefix, seq):
         head = head_prefix + form
@@ -71,7 +73,7 @@ def record_commit(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, s
         raw = value()
         if raw and raw[0] != 2:
             added.append(blake2b(form + raw, digest_size=size).digest())
-        if prev() and key().startswith(head):
+        if replaces and prev() and key().startswith(head):
             raw = value()
             if raw and raw[0] != 2:
                 removed.append(blake2b(form + raw, digest_size=size).digest())
