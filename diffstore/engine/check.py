@@ -600,8 +600,12 @@ class _Checker:
         for key, raw in self._rows("digests"):
             owner = self._owner("digests", key)
             if owner is not None:
-                seq = layout.seq_of_gen_key(key) if len(key) == 12 else -1
-                rows.setdefault(owner.meta.cid, {})[seq] = raw
+                if len(key) == 4:
+                    rows.setdefault(owner.meta.cid, {})[digests.START] = raw
+                elif len(key) == 12:
+                    rows.setdefault(owner.meta.cid, {})[layout.seq_of_gen_key(key)] = raw
+                else:
+                    self.bad("digests", f"{owner.meta.name!r}: digest row {key.hex()} is neither kind")
         for owner in self.live.values():
             meta = owner.meta
             older = digests.verify(

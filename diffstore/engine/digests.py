@@ -34,6 +34,8 @@ from diffstore.engine.types import GenerationDigest
 from diffstore.errors import text_form
 
 MOD = 1 << (8 * layout.DIGEST_BYTES)
+START = -1
+"""The key :func:`verify` takes the start row (``layout.digest_start_key``) under."""
 _BIG = functools.partial(int.from_bytes, byteorder="big")
 
 
@@ -174,6 +176,8 @@ def fill(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> int:
                 db=tables.digests,
             )
             filled += 1
+    if derived.by_seq:  # from the lowest proven generation on, every committed one has its digest now
+        txn.put(layout.digest_start_key(meta.cid_prefix), layout.u64(min(derived.by_seq)), db=tables.digests)
     return filled
 
 
@@ -203,10 +207,17 @@ def verify(
     rows: dict[int, bytes],
     bad: Callable[[str], None],
 ) -> int:
-    """Checks a collection's ``digests`` rows (``rows``: seq -> stored row) against its generations
+    """Checks a collection's ``digests`` rows (``rows``: seq -> stored row, the start row under
+    :data:`START`) against its generations
     ``gens`` (seq -> id) and against the digests re-derived from its records; calls ``bad`` with each
     problem and returns how many committed generations predate digests (no row below the first one)."""
     committed = sorted(seq for seq in gens if seq <= meta.generation_seq)
+    start_row = rows.pop(START, None)
+    start = layout.read_u64(start_row) if start_row is not None and len(start_row) == 8 else None
+    if start_row is not None and start is None:
+        bad(f"{meta.name!r}: the digests' start row is {start_row.hex()}, not a seq")
+    if start is None and rows:
+        bad(f"{meta.name!r}: {len(rows)} digest rows without the row that says where they start")
     unpacked: dict[int, tuple[int, int]] = {}
     for seq, raw in sorted(rows.items()):
         if seq not in gens or seq > meta.generation_seq:
@@ -216,11 +227,11 @@ def verify(
             unpacked[seq] = layout.unpack_digest(raw)
         except ValueError as exc:
             bad(f"{meta.name!r}: the digest row of {text_form(gens[seq])} (#{seq}) does not unpack ({exc})")
-    first = min(unpacked, default=None) if unpacked else None
+    first = start if start is not None else min(unpacked, default=None)
     if first is None:
         return len(committed)
     for seq in committed:
-        if seq > first and seq not in rows:
+        if seq >= first and seq not in rows:
             bad(f"{meta.name!r}: committed generation {text_form(gens[seq])} (#{seq}) has no digest row")
     derived = recompute(txn, tables, meta, committed)
     for seq, (records, digest) in sorted(derived.by_seq.items()):

@@ -43,6 +43,8 @@ Named tables (sub-databases)::
     digests      cid | seq(u64)                      -> live records(u64) | digest(16 bytes)  the state at
                                                         committed generation seq (digests.py; a store
                                                         older than this row has none: digest unknown)
+                 cid                                 -> seq(u64)  the first generation with a digest: every
+                                                        committed one from there on has its row
     records      rcid | K | rseq                     -> record value (below)
     changes      cid | seq(u64) | K                  -> b""        keys written in a generation, one row each
     change_chunks cid | seq(u64) | K1                -> (len(u16) K)...  keys written in a generation, packed
@@ -507,6 +509,11 @@ DIGEST_BYTES = 16
 
 def digest_key(cid_prefix: bytes, seq: int) -> bytes:
     return cid_prefix + _U64.pack(seq)
+
+
+def digest_start_key(cid_prefix: bytes) -> bytes:
+    """The row that says from which seq on every committed generation has a digest."""
+    return cid_prefix
 
 
 def pack_digest(records: int, digest: int) -> bytes:

@@ -201,5 +201,6 @@ def create_meta(
         register_generation(txn, tables, meta, non_manual_generation(1), 1)
     # the first generation holds nothing: its digest (engine/digests.py) is that of no record
     txn.put(layout.digest_key(meta.cid_prefix, 0), layout.pack_digest(0, 0), db=tables.digests)
+    txn.put(layout.digest_start_key(meta.cid_prefix), layout.u64(0), db=tables.digests)
     save_meta(txn, tables, meta)
     return meta
