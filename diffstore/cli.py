@@ -63,6 +63,7 @@ COMMAND_FRONTS = {
     "backup": "diffstore.server.store_cli",
     "check": "diffstore.server.store_cli",
     "compact": "diffstore.server.store_cli",
+    "migrate": "diffstore.server.store_cli",
     "watch": "diffstore.client.cli",
     "collections": "diffstore.client.commands",
     "get": "diffstore.client.commands",

@@ -55,7 +55,7 @@ def test_backup_of_a_data_directory_opens_as_it_is(tmp_path: Path) -> None:
     done = cli("backup", "--data", str(tmp_path / "src"), str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert "1 collection;" in done.stdout
-    assert sorted(os.listdir(tmp_path / "out")) == [storage.DATA_FILE]
+    assert sorted(os.listdir(tmp_path / "out")) == ["MANIFEST.json", storage.DATA_FILE]
     with Store.open(tmp_path / "out", StoreConfig(background=False)) as copy:
         a = copy.collection("A")
         assert a.generation_id == b"1" and len(list(a.query())) == 100
@@ -107,7 +107,7 @@ def test_check_names_damage_of_the_history_cursor_and_replica_tables(tmp_path: P
     done = cli("check", "--data", str(tmp_path / "s"))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     *found, summary = done.stdout.strip().splitlines()
-    assert summary.endswith(f": {len(found)} problems (113 rows in 18 tables)"), summary
+    assert summary.endswith(f": {len(found)} problems (116 rows in 19 tables)"), summary
     assert found == [
         "commits: 'A': the commit of generation 1 (#1) counts 99 changed keys, its index holds 100",
         "cursors: the age row #3 names no stored cursor",

@@ -24,6 +24,7 @@ from diffstore.engine.types import (
     DiffSpec,
     Expected,
     FromReader,
+    GenerationDigest,
     GenerationInfo,
     GenerationRecords,
     GetManyResult,
@@ -496,6 +497,18 @@ class AsyncCollection:
         time (Unix ms), changed keys and metadata (None: unknown, committed by an older server); and whether
         more remain (the next page: ``before=items[-1].generation_id``)."""
         return await self._run(_calls.history(self.name, before, limit))
+
+    async def digest(self, generation_id: bytes | None = None) -> GenerationDigest:
+        """The digest of the live records at committed generation ``generation_id`` (default: the current
+        one), equal on a primary and its replicas; records/digest None: unknown (an older store)."""
+        return await self._run(_calls.digest(self.name, generation_id))
+
+    async def digests(
+        self, before: bytes | None = None, limit: int = 1000
+    ) -> tuple[list[GenerationDigest], bool]:
+        """Committed generations below ``before`` (default: from the current one), newest first, each with
+        its digest; and whether more remain (the next page: ``before=items[-1].generation_id``)."""
+        return await self._run(_calls.digests(self.name, before, limit))
 
     async def generations(self, before: bytes | None = None, limit: int = 100) -> tuple[list[bytes], bool]:
         """Committed generation ids below ``before`` (default: from the current one), newest first (collected

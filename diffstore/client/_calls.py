@@ -24,6 +24,7 @@ from diffstore.engine.types import (
     DiffPage,
     DiffSpec,
     Expected,
+    GenerationDigest,
     GenerationInfo,
     GenerationRecords,
     GetManyResult,
@@ -422,6 +423,35 @@ def history(name: str, before: bytes | None, limit: int) -> Call[tuple[list[Gene
         return infos, f.has("nextBefore") and f.raw("nextBefore") is not None
 
     return Call("GET", collection_path(name, "generations"), parse, params=_generations_params(before, limit))
+
+
+def _generation_digest(obj: Any, codec: Codec, where: str) -> GenerationDigest:
+    """``{generationId, records, digest}`` (SPEC §9 Integrity); null records/digest: unknown."""
+    e = Fields(obj, codec, where)
+    records, digest = e.raw("records"), e.raw("digest")
+    return GenerationDigest(
+        e.es("generationId"),
+        int(records) if records is not None else None,
+        bytes.fromhex(str(digest)) if digest is not None else None,
+    )
+
+
+def digest(name: str, generation_id: bytes | None) -> Call[GenerationDigest]:
+    params = {} if generation_id is None else _generation_param(generation_id)
+
+    def parse(obj: Any, codec: Codec) -> GenerationDigest:
+        return _generation_digest(obj, codec, "response")
+
+    return Call("GET", collection_path(name, "digest"), parse, params=params)
+
+
+def digests(name: str, before: bytes | None, limit: int) -> Call[tuple[list[GenerationDigest], bool]]:
+    def parse(obj: Any, codec: Codec) -> tuple[list[GenerationDigest], bool]:
+        f = Fields(obj, codec, "response")
+        found = [_generation_digest(e, codec, "items[]") for e in f.array("items")]
+        return found, f.has("nextBefore") and f.raw("nextBefore") is not None
+
+    return Call("GET", collection_path(name, "digests"), parse, params=_generations_params(before, limit))
 
 
 def generations(name: str, before: bytes | None, limit: int) -> Call[tuple[list[bytes], bool]]:

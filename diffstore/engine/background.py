@@ -35,6 +35,7 @@ from diffstore.errors import NoSuchCollection
 _ALL_TABLES_WITH_CID = (
     "gens",
     "commits",
+    "digests",
     "gen_ids",
     "changes",
     "change_chunks",

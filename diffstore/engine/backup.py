@@ -51,6 +51,7 @@ from diffstore.engine import (
     crashpoints,
     files,
     layout,
+    manifest,
     producers,
     space,
     storage,
@@ -186,6 +187,7 @@ def finish(out: Path) -> BackupResult:
                 exc, out, files.MAP_SIZE, writing=True, doing="settling the backup failed"
             ) from exc
     crashpoints.reached("backup-settled")
+    manifest.write(out)  # the backup's proof (engine/manifest.py), before the mark goes
     for leftover in (
         storage.LOCK_FILE,
         storage.DIRECTORY_LOCK,

@@ -54,7 +54,7 @@ from pathlib import Path
 import lmdb
 import msgpack
 
-from diffstore.engine import cursor_spill, files, layout, migrate, producers, storage
+from diffstore.engine import cursor_spill, digests, files, layout, manifest, migrate, producers, storage
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import Tables
 from diffstore.errors import InvalidRequest, text_form
@@ -77,6 +77,7 @@ class Report:
 
     problems: list[Problem] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # not problems: what an upgrade would add
 
     @property
     def ok(self) -> bool:
@@ -108,7 +109,7 @@ def check(
         if on_problem is not None:
             on_problem(problem)
 
-    checker = _Checker(txn, tables, bad, report.rows)
+    checker = _Checker(txn, tables, bad, report.rows, report.notes)
     checker.run()
     return report
 
@@ -120,8 +121,9 @@ class _Checker:
         tables: Tables,
         bad: Callable[[str, str], None],
         rows: dict[str, int],
+        notes: list[str],
     ) -> None:
-        self.txn, self.tables, self.bad, self.rows = txn, tables, bad, rows
+        self.txn, self.tables, self.bad, self.rows, self.notes = txn, tables, bad, rows, notes
         self.live: dict[int, _Collection] = {}  # cid -> collection
         self.names: set[str] = set()
         self.dropped: set[int] = set()
@@ -147,6 +149,7 @@ class _Checker:
         self._due()
         self._lineage()
         self._commits()
+        self._digests()
         self._cursors()
         self._replica()
         self._leases()
@@ -592,6 +595,33 @@ class _Checker:
                         " has no commit row",
                     )
 
+    def _digests(self) -> None:
+        rows: dict[int, dict[int, bytes]] = {}
+        for key, raw in self._rows("digests"):
+            owner = self._owner("digests", key)
+            if owner is not None:
+                if len(key) == 4:
+                    rows.setdefault(owner.meta.cid, {})[digests.START] = raw
+                elif len(key) == 12:
+                    rows.setdefault(owner.meta.cid, {})[layout.seq_of_gen_key(key)] = raw
+                else:
+                    self.bad("digests", f"{owner.meta.name!r}: digest row {key.hex()} is neither kind")
+        for owner in self.live.values():
+            meta = owner.meta
+            older = digests.verify(
+                self.txn,
+                self.tables,
+                meta,
+                owner.gens,
+                rows.get(meta.cid, {}),
+                lambda what: self.bad("digests", what),
+            )
+            if older:
+                self.notes.append(
+                    f"{meta.name!r}: {older} committed generations predate digests"
+                    " (diffstore migrate computes them)"
+                )
+
     def _horizon_seq(self, meta: CollectionMeta) -> int:
         """The lowest seq whose ``changes`` rows GC cannot have touched (past every seq: unknown)."""
         if meta.gc_horizon is None:
@@ -757,17 +787,37 @@ def check_directory(path: Path, on_problem: Callable[[Problem], None] | None = N
         InvalidRequest: ``path`` holds no diffstore store (a stream server's store is not checked).
         StorageError: it cannot be opened or read.
     """
+    proof = manifest.verify(path) if (Path(path) / manifest.MANIFEST_FILE).exists() else None
     with files.open_existing(path) as opened:
+        if (
+            proof is not None
+        ):  # a backup's manifest first: a file that is not what was written explains the rest
+            report = Report(notes=proof.notes)
+            for what in proof.problems:
+                _report(report, Problem("manifest", what), on_problem)
+            if opened.kind is files.Kind.STREAMS:
+                report.notes.append(f"{path} holds a {opened.kind.value}: only its manifest is verified")
+                return report
         if opened.kind is not files.Kind.STORE:
             raise InvalidRequest(f"{path} holds a {opened.kind.value}: check verifies diffstore stores only")
         try:
             tables = Tables.open(opened.env)
             with opened.env.begin() as txn:
-                return check(txn, tables, on_problem)
+                found = check(txn, tables, on_problem)
+            if proof is not None:
+                found.problems[:0] = report.problems
+                found.notes[:0] = report.notes
+            return found
         except lmdb.Error as exc:
             raise storage.storage_error(
                 exc, path, files.MAP_SIZE, writing=False, doing="check failed"
             ) from exc
+
+
+def _report(report: Report, problem: Problem, on_problem: Callable[[Problem], None] | None) -> None:
+    report.problems.append(problem)
+    if on_problem is not None:
+        on_problem(problem)
 
 
 def _unpacked(raw: bytes) -> list[bytes]:

@@ -32,6 +32,7 @@ from diffstore.engine import (
     revert,
     writes,
 )
+from diffstore.engine import digests as stored_digests
 from diffstore.engine.access import StoreAccess, WriteScope
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import load_meta, save_meta
@@ -42,6 +43,7 @@ from diffstore.engine.types import (
     DiffSpec,
     Expected,
     FromReader,
+    GenerationDigest,
     GenerationInfo,
     GenerationRecords,
     GetManyResult,
@@ -810,6 +812,32 @@ class Collection:
             if meta.retention != stored:
                 save_meta(scope.txn, self._store.tables, meta.with_(retention=stored))
         return stored
+
+    def digest(self, generation_id: bytes | None = None) -> GenerationDigest:
+        """The digest of the live records at committed generation ``generation_id`` (default: the current
+        one): equal on a primary and its replicas (see ``engine/digests.py``); records/digest None: unknown,
+        committed by an older store (``diffstore migrate`` computes them).
+
+        Raises:
+            InvalidRequest: ``generation_id`` is above the current generation (not committed).
+        """
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            if generation_id is None:
+                generation_id = meta.generation
+            elif generation_id > meta.generation:
+                raise InvalidRequest(
+                    f"generation {text_form(generation_id)} of {self.name!r} is not committed: only a"
+                    f" committed generation has a digest (the current one is {text_form(meta.generation)})"
+                )
+            return stored_digests.at(txn, self._store.tables, meta, generation_id)
+
+    def digests(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationDigest], bool]:
+        """Committed generations below ``before`` (default: from the current one), newest first, each with
+        its digest (collected ones too: a digest outlives GC); and whether more remain."""
+        with self._store.read() as txn:
+            meta = load_meta(txn, self._store.tables, self.name)
+            return stored_digests.newest_first(txn, self._store.tables, meta, before, limit)
 
     def generation_records(
         self,

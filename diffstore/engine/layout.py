@@ -42,6 +42,11 @@ Named tables (sub-databases)::
     commits      cid | seq(u64)                      -> msgpack [committed at ms, changed keys, metadata|None]
                                                         written by the commit of generation seq (a store
                                                         older than this row has none: time unknown)
+    digests      cid | seq(u64)                      -> live records(u64) | digest(16 bytes)  the state at
+                                                        committed generation seq (digests.py; a store
+                                                        older than this row has none: digest unknown)
+                 cid                                 -> seq(u64)  the first generation with a digest: every
+                                                        committed one from there on has its row
     records      rcid | K | rseq                     -> record value (below)
     changes      cid | seq(u64) | K                  -> b""        keys written in a generation, one row each
     change_chunks cid | seq(u64) | K1                -> (len(u16) K)...  keys written in a generation, packed
@@ -165,6 +170,7 @@ TABLES = (
     b"replica",
     b"commits",
     b"change_chunks",
+    b"digests",
 )
 
 TOMBSTONE = b""
@@ -496,6 +502,45 @@ def pack_commit(committed_at_ms: int, changed_keys: int, metadata: dict[str, str
 def unpack_commit(raw: bytes) -> tuple[int, int, dict[str, str] | None]:
     committed_at_ms, changed_keys, metadata = msgpack.unpackb(raw)
     return int(committed_at_ms), int(changed_keys), metadata
+
+
+# --- digests: cid | seq -> records(u64) | digest(16 bytes) ------------------------------------------
+
+DIGEST_BYTES = 16
+
+
+def digest_key(cid_prefix: bytes, seq: int) -> bytes:
+    return cid_prefix + _U64.pack(seq)
+
+
+def digest_start_key(cid_prefix: bytes) -> bytes:
+    """The row that says from which seq on every committed generation has a digest."""
+    return cid_prefix
+
+
+def pack_digest(records: int, digest: int) -> bytes:
+    return _U64.pack(records) + digest.to_bytes(DIGEST_BYTES, "big")
+
+
+def unpack_digest(raw: bytes) -> tuple[int, int]:
+    """(live records, digest) of a ``digests`` row.
+
+    Raises:
+        ValueError: the row is not 8 + 16 bytes.
+    """
+    if len(raw) != 8 + DIGEST_BYTES:
+        raise ValueError(f"a digests row of {len(raw)} bytes")
+    return int(_U64.unpack(raw[:8])[0]), int.from_bytes(raw[8:], "big")
+
+
+def record_digest(form: bytes, raw_value: bytes) -> int:
+    """The hash of one live record that a generation's digest sums (0: a tombstone, which no sum holds).
+
+    K is prefix-free, so ``K | stored value`` names one record; neither holds a seq, so a replica (whose seqs
+    may differ) hashes its records alike."""
+    if not raw_value or raw_value[0] == 2:
+        return 0
+    return int.from_bytes(hashlib.blake2b(form + raw_value, digest_size=DIGEST_BYTES).digest(), "big")
 
 
 # --- replica state (see replication.py) ----------------------------------------------------------

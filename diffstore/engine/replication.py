@@ -27,7 +27,7 @@ from typing import Any
 import lmdb
 import msgpack
 
-from diffstore.engine import changes, history, layout, leases, lineage, readers, writes
+from diffstore.engine import changes, digests, history, layout, leases, lineage, readers, writes
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -228,6 +228,7 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
     assert meta.next_seq is not None
     if step.recorded:  # the primary's time and metadata; its changed keys: the records it sent (one a key)
         history.record(txn, tables, meta, meta.next_seq, step.committed_at_ms, step.metadata, meta.next_keys)
+    digests.record_commit(txn, tables, meta, meta.next_seq)
     meta = _commit(txn, tables, meta)
     if step.floor and step.previous is None and step.records:
         meta = meta.with_(gc_horizon=meta.generation)

@@ -50,6 +50,7 @@ class Tables:
     replica: Table
     commits: Table
     change_chunks: Table
+    digests: Table
     # The engine's only in-memory caches. Each is keyed by what it was computed from, as read from LMDB in
     # the transaction that uses it, so a hit is right whichever process changed the store meanwhile
     # (see docs/process-model.md):
@@ -212,5 +213,8 @@ def create_meta(
         )
         register_generation(txn, tables, meta, meta.generation, 0)
         register_generation(txn, tables, meta, non_manual_generation(1), 1)
+    # the first generation holds nothing: its digest (engine/digests.py) is that of no record
+    txn.put(layout.digest_key(meta.cid_prefix, 0), layout.pack_digest(0, 0), db=tables.digests)
+    txn.put(layout.digest_start_key(meta.cid_prefix), layout.u64(0), db=tables.digests)
     save_meta(txn, tables, meta)
     return meta

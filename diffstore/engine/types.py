@@ -387,6 +387,20 @@ class GenerationInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class GenerationDigest:
+    """The digest of a collection's live records at a committed generation (SPEC §9 Integrity; see
+    ``engine/digests.py``); ``records``/``digest`` None: unknown (committed by a store older than digests)."""
+
+    generation_id: bytes
+    records: int | None
+    digest: bytes | None
+
+    @property
+    def hex(self) -> str | None:
+        return None if self.digest is None else self.digest.hex()
+
+
+@dataclass(frozen=True, slots=True)
 class ResolvedRef:
     """What a ref (``@current``, ``~2``, ``@reader:r``, ...; see ``engine/refs.py``) names: a generation, and
     when it was committed (None: not committed, e.g. ``@open``, or before commit times were recorded)."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import lmdb
 import msgpack
 
-from diffstore.engine import changes, history, layout, leases, lineage, producers, readers
+from diffstore.engine import changes, digests, history, layout, leases, lineage, producers, readers
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -125,6 +125,7 @@ def commit_generation(
     lineage.record(txn, tables, meta, moves)  # the open generation's moves, in the same transaction
     assert meta.next_seq is not None
     history.record(txn, tables, meta, meta.next_seq, now_ms, metadata, meta.next_keys)
+    digests.record_commit(txn, tables, meta, meta.next_seq)
     meta = meta.with_(
         generation=meta.next,
         generation_seq=meta.next_seq,
@@ -167,6 +168,7 @@ def commit_automatic(
     """Commits a non-manual collection's open generation and opens the one after it."""
     assert meta.next is not None and meta.next_seq is not None
     history.record(txn, tables, meta, meta.next_seq, now_ms, changed=meta.next_keys)
+    digests.record_commit(txn, tables, meta, meta.next_seq)
     seq = meta.next_seq + 1
     meta = meta.with_(
         generation=meta.next,

@@ -1,6 +1,7 @@
-"""``diffstore backup``, ``check`` and ``compact``: whole-store tools over a data directory (or, for a
-backup, a running server). The work is in the engine (``engine/backup.py``, ``check.py``, ``compact.py``);
-this module parses, shows progress on a terminal and prints the outcome. Failures are one line on stderr
+"""``diffstore backup``, ``check``, ``migrate`` and ``compact``: whole-store tools over a data directory
+(or, for a backup, a running server). The work is in the engine (``engine/backup.py``, ``check.py``,
+``digests.py``, ``compact.py``); this module parses, shows progress on a terminal and prints the outcome.
+Failures are one line on stderr
 (``diffstore.cli``) and a non-zero exit.
 
 ``diffstore backup`` tells the two kinds of store apart by itself: the data directory of ``diffstore serve``
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from diffstore.errors import InvalidRequest, StorageError, Unauthorized, error_from_code
-from diffstore.shell import counted
+from diffstore.shell import counted, quote_empty, show
 
 _CHUNK = 1 << 20
 # what GET /backup answers with (server/routes/backup.py, not imported: it pulls in FastAPI)
@@ -28,7 +29,7 @@ EXPECTED_BYTES_HEADER = "x-diffstore-backup-expected-bytes"
 
 
 def add_commands(subparsers: Any) -> None:
-    """Registers ``backup``, ``check`` and ``compact`` on the ``diffstore`` command."""
+    """Registers ``backup``, ``check``, ``migrate`` and ``compact`` on the ``diffstore`` command."""
     parser = subparsers.add_parser(
         "backup",
         help="copy one consistent committed state of a store into a new directory",
@@ -55,18 +56,48 @@ def add_commands(subparsers: Any) -> None:
         help="with --data: the share of the store's commit rate the copy may take while writers commit;"
         " it measures their rate with and without it and paces itself (default 0.3; 1: full speed)",
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="then re-read what was written: every file against its SHA-256 in OUT/MANIFEST.json, and every"
+        " collection's digest; exit 1 if anything differs",
+    )
     parser.add_argument("out", metavar="OUT", help="the directory to write (must not exist, or be empty)")
     parser.set_defaults(func=_backup)
 
     parser = subparsers.add_parser(
         "check",
-        help="verify every invariant of a store's layout",
-        description="Verifies every invariant of a diffstore store's layout in one read transaction (on a "
-        "live store, beside its writers, or on a backup): one line per problem, then a summary.",
-        epilog="Exit 0 only when every invariant holds, 1 otherwise. See docs/backups.md.",
+        help="verify every invariant of a store's layout, or that a replica holds what its primary holds",
+        description="With --data: verifies every invariant of a diffstore store's layout in one read "
+        "transaction (on a live store, beside its writers, or on a backup), each generation's digest "
+        "re-derived from its records included: one line per problem, then a summary. With --url REPLICA "
+        "--against PRIMARY: compares the digest of every collection at every generation both servers hold "
+        "and names, per collection, the oldest generation that differs.",
+        epilog="Exit 0 only when every invariant holds (every compared digest is equal), 1 otherwise. "
+        "See docs/backups.md and docs/replicas.md.",
     )
-    parser.add_argument("--data", metavar="DIR", required=True, help="the data directory to check")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--data", metavar="DIR", help="the data directory to check")
+    target.add_argument("--url", metavar="URL", help="with --against: the base URL of the replica to compare")
+    parser.add_argument("--against", metavar="URL", help="with --url: the base URL of its primary")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("DIFFSTORE_TOKEN"),
+        help="with --url: bearer token of servers started with --token (env DIFFSTORE_TOKEN)",
+    )
     parser.set_defaults(func=_check)
+
+    parser = subparsers.add_parser(
+        "migrate",
+        help="bring a store written by an older diffstore up to date (layout, digests)",
+        description="Opens the store (which upgrades an older storage layout) and computes what a store "
+        "written by an older diffstore lacks: the digest of every committed generation that its records can "
+        "still prove (at or above each collection's GC horizon). Each collection in its own write "
+        "transaction, beside a running server.",
+        epilog="Safe to run again: it only adds what is missing. See docs/backups.md.",
+    )
+    parser.add_argument("--data", metavar="DIR", required=True, help="the data directory to migrate")
+    parser.set_defaults(func=_migrate)
 
     parser = subparsers.add_parser(
         "compact",
@@ -109,20 +140,89 @@ def _backup(args: argparse.Namespace) -> int:
         f"backed up a {result.kind.value} into {out}: {result.bytes:,} bytes,"
         f" {counted(result.collections, 'collection')}; left out: {left_out}"
     )
+    if args.verify:
+        from diffstore.engine import manifest
+
+        with _status(f"verifying {out}"):
+            proof = manifest.verify(out)
+        for line in (*proof.problems, *proof.notes):
+            print(line)
+        if not proof.ok:
+            print(f"{out}: the backup is not what was written ({counted(len(proof.problems), 'problem')})")
+            return 1
+        print(f"verified {out}: every file and digest is the one written")
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
     from diffstore.engine import check
 
+    if args.url is not None or args.against is not None:
+        return _check_against(args)
     with _status(f"checking {args.data}"):
         report = check.check_directory(Path(args.data), lambda problem: print(problem, flush=True))
+    for note in report.notes:
+        print(f"note: {note}")
     rows = sum(report.rows.values())
     if report.ok:
         print(f"{args.data}: every invariant holds ({rows:,} rows in {len(report.rows)} tables)")
         return 0
     print(f"{args.data}: {len(report.problems)} problems ({rows:,} rows in {len(report.rows)} tables)")
     return 1
+
+
+def _check_against(args: argparse.Namespace) -> int:
+    from diffstore.client import digest_check
+    from diffstore.client._sync import Client
+
+    if args.url is None or args.against is None:
+        raise InvalidRequest("check compares two servers with --url REPLICA --against PRIMARY: give both")
+    differ = 0
+    with (
+        Client(args.url, token=args.token or None) as replica,
+        Client(args.against, token=args.token or None) as primary,
+    ):
+        for found in digest_check.compare(replica, primary):
+            line = _comparison_line(found)
+            differ += found.first_difference is not None or found.missing is not None
+            print(line, flush=True)
+    if differ:
+        print(f"{args.url} differs from {args.against} in {counted(differ, 'collection')}")
+        return 1
+    print(f"{args.url} holds what {args.against} holds at every generation both hold")
+    return 0
+
+
+def _comparison_line(found: Any) -> str:
+    if found.missing is not None:
+        return f"{found.name}: the {found.missing} has no such collection"
+    counts = (
+        f"{counted(found.compared, 'generation')} compared, {found.unknown} unknown,"
+        f" {found.only_primary} only on the primary, {found.only_replica} only on the replica"
+    )
+    if found.first_difference is None:
+        return f"{found.name}: equal ({counts})"
+    mine, theirs = found.first_difference
+    return (
+        f"{found.name}: DIFFERS first at generation {quote_empty(show(mine.generation_id))}: replica"
+        f" {mine.records} records {mine.hex}, primary {theirs.records} records {theirs.hex} ({counts})"
+    )
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from diffstore.engine import digests
+    from diffstore.engine.store import Store
+    from diffstore.engine.types import StoreConfig
+
+    with (
+        _status(f"migrating {args.data}"),
+        Store.open(Path(args.data), StoreConfig(background=False)) as store,
+    ):
+        filled = digests.fill_all(store.env, store.tables)
+    total = sum(filled.values())
+    where = ", ".join(f"{name} {count}" for name, count in sorted(filled.items()))
+    print(f"migrated {args.data}: {counted(total, 'digest')} computed" + (f" ({where})" if where else ""))
+    return 0
 
 
 def _compact(args: argparse.Namespace) -> int:

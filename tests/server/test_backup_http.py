@@ -65,7 +65,7 @@ def test_a_backup_over_http_while_another_process_commits(tmp_path: Path) -> Non
     finally:
         stop(writer)
     out = tmp_path / "out"
-    assert sorted(os.listdir(out)) == [storage.DATA_FILE]
+    assert sorted(os.listdir(out)) == ["MANIFEST.json", storage.DATA_FILE]
     assert check.check_directory(out).ok
     with Store.open(source, StoreConfig(background=False)) as live_store, Store.open(out) as copy:
         w = copy.collection("w")

@@ -54,6 +54,8 @@ BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/revert"),  # SPEC §8
     ("GET", "/collections/{c}/retention"),  # SPEC §9 (docs/protocol.md, "Retention")
     ("PUT", "/collections/{c}/retention"),  # SPEC §9
+    ("GET", "/collections/{c}/digest"),  # SPEC §9 Integrity
+    ("GET", "/collections/{c}/digests"),  # every generation's digest, what check --against compares
 }
 
 

@@ -60,7 +60,7 @@ def test_a_stream_server_directory_is_backed_up_and_compacted_like_a_store(tmp_p
     done = cli("backup", "--data", str(source), str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("backed up a stream server store into")
-    assert sorted(os.listdir(tmp_path / "out")) == [storage.DATA_FILE]
+    assert sorted(os.listdir(tmp_path / "out")) == ["MANIFEST.json", storage.DATA_FILE]
     assert state(tmp_path / "out") == before
     done = cli("compact", "--data", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr

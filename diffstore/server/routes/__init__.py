@@ -9,6 +9,7 @@ from diffstore.server.routes import (
     backup,
     collections,
     diff,
+    digest,
     generation,
     generations,
     health,
@@ -45,6 +46,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     refs.router,
     revert.router,
     replica.router,
+    digest.router,
 )
 
 # served in raw ASGI before the router (see diffstore.server.fastlane); the routers above document them

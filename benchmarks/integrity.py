@@ -1,0 +1,159 @@
+"""What integrity costs (issue 49): the digest every commit keeps, on a bulk load and on a 1,000-key
+generation, against the same engine with the digest switched off, in the same run; a diff (which reads no
+digest) likewise; ``check`` of the whole store against a raw py-lmdb scan of every table; listing every
+generation's digest (what ``check --against`` reads from each side).
+
+    .venv/bin/python benchmarks/integrity.py [--keys N] [--rounds R] [--generations G]
+
+The baseline of the first three is the engine with ``digests.record_commit`` replaced by a no-op: the same
+code, the same store shape, runs alternating so that load on the machine falls on both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import lmdb  # noqa: E402
+from _harness import machine, median, ratio_line  # noqa: E402
+
+from diffstore import Store, StoreConfig  # noqa: E402
+from diffstore.engine import check, digests, writes  # noqa: E402
+
+
+def key(i: int) -> bytes:
+    return b"key-%012d" % i
+
+
+def value(i: int, salt: int = 0) -> bytes:
+    return (b"%d-%d-" % (i, salt)) * 8
+
+
+@contextmanager
+def digests_off() -> Iterator[None]:
+    original = digests.record_commit
+    writes.digests.record_commit = lambda *args: None  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        writes.digests.record_commit = original  # type: ignore[attr-defined]
+
+
+def bulk_load(root: Path, n: int) -> float:
+    with Store.open(root, StoreConfig(background=False)) as store:
+        coll = store.create_collection("A")
+        started = time.perf_counter()
+        coll.start_generation(b"1")
+        for low in range(0, n, 10_000):
+            coll.put_many([(key(i), value(i)) for i in range(low, min(n, low + 10_000))], generation_id=b"1")
+        coll.commit_generation(b"1")
+        return time.perf_counter() - started
+
+
+def alternate(rounds: int, run: Callable[[], float]) -> tuple[float, float]:
+    """Median seconds of ``run`` with digests on and off, alternating."""
+    on: list[float] = []
+    off: list[float] = []
+    for turn in range(rounds):
+        if turn % 2:  # each goes first half of the time: warm caches favour neither
+            on.append(run())
+        with digests_off():
+            off.append(run())
+        if not turn % 2:
+            on.append(run())
+    return median(on), median(off)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--generations", type=int, default=2_000)
+    args = parser.parse_args()
+    print(machine())
+    n = args.keys
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        counter = iter(range(1_000_000))
+        on, off = alternate(args.rounds, lambda: bulk_load(root / f"bulk{next(counter)}", n))
+        print(
+            ratio_line(f"bulk load of {n:,} keys in one generation", n / on, n / off, "rec/s", "<= 5% slower")
+        )
+
+        store = Store.open(root / "big", StoreConfig(background=False))
+        coll = store.create_collection("A")
+        coll.write_generation(b"0000", [(key(i), value(i)) for i in range(n)])
+        state = {"g": 0}
+
+        def generation() -> float:
+            state["g"] += 1
+            g = b"%04d" % state["g"]
+            items = [(key((j * 7919 + state["g"]) % n), value(j, state["g"])) for j in range(1000)]
+            started = time.perf_counter()
+            coll.write_generation(g, items)
+            return time.perf_counter() - started
+
+        on, off = alternate(args.rounds * 4, generation)
+        print(
+            ratio_line("1,000-key generation (write_generation)", on * 1e3, off * 1e3, "ms", "<= 5% slower")
+        )
+
+        def diff() -> float:
+            started = time.perf_counter()
+            for _ in coll.diff(b"0001", b"0002"):
+                pass
+            return time.perf_counter() - started
+
+        on, off = alternate(args.rounds * 4, diff)
+        print(ratio_line("diff of a 1,000-key generation", on * 1e3, off * 1e3, "ms", "<= 5% slower"))
+        store.close()
+
+        with Store.open(root / "checked", StoreConfig(background=False)) as store:  # every digest kept
+            coll = store.create_collection("A")
+            coll.write_generation(b"0", [(key(i), value(i)) for i in range(n)])
+            for g in range(args.generations):
+                coll.write_generation(b"g%06d" % g, [(key(g * 7919 % n), value(g, 1))])
+
+        started = time.perf_counter()
+        report = check.check_directory(root / "checked")
+        checked = time.perf_counter() - started
+        assert report.ok, report.problems[:3]
+        env = lmdb.open(str(root / "checked"), max_dbs=64, readonly=True, lock=False)
+        started = time.perf_counter()
+        with env.begin() as txn:
+            rows = 0
+            for name, _ in txn.cursor():
+                for _row in txn.cursor(db=env.open_db(bytes(name), txn=txn, create=False)):
+                    rows += 1
+        raw = time.perf_counter() - started
+        env.close()
+        print(ratio_line(f"check of {rows:,} rows (raw scan: baseline)", checked, raw, "s", "<= 3x"))
+
+        with Store.open(root / "checked", StoreConfig(background=False)) as store:
+            coll = store.collection("A")
+            started = time.perf_counter()
+            listed, before, more = 0, None, True
+            while more:
+                found, more = coll.digests(before, 10_000)
+                listed += len(found)
+                before = found[-1].generation_id if found else None
+            took = time.perf_counter() - started
+            started = time.perf_counter()
+            gens, before, more = 0, None, True
+            while more:
+                ids, more = coll.generations(before, 10_000)
+                gens += len(ids)
+                before = ids[-1] if ids else None
+            plain = time.perf_counter() - started
+        print(ratio_line(f"digests of {listed:,} generations (generation list: baseline)", took, plain, "s"))
+
+
+if __name__ == "__main__":
+    main()
