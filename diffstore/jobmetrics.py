@@ -6,6 +6,9 @@ default) while it runs: the same text format as the server's ``/metrics``.
 - ingest: records applied and skipped, records/s (over the last seconds), lag per shard (seconds from the
   publish time of the newest record applied from that shard to its commit), windows committed.
 - transform: rounds committed, round seconds (histogram), rows read per source and rows written, retries.
+
+prometheus_client comes with the extras of these jobs ('streams', 'spark'), so it is imported when a job
+builds its metrics, not with this module: the jobs' parsers add :func:`add_arguments` without it.
 """
 
 from __future__ import annotations
@@ -14,12 +17,22 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-
 __all__ = ["CollectorRegistry", "IngestMetrics", "TransformMetrics", "MetricsServer", "add_arguments"]
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from diffstore.streams.ingest import CommitStats
+
+
+def __getattr__(name: str) -> Any:
+    """``CollectorRegistry``, prometheus_client's, imported when a job first asks for it."""
+    if name == "CollectorRegistry":
+        from prometheus_client import CollectorRegistry
+
+        return CollectorRegistry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ROUND_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -38,6 +51,8 @@ class MetricsServer:
     """``registry`` served over HTTP by a daemon thread (port 0: any free port, then in :attr:`port`)."""
 
     def __init__(self, registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> None:
+        from prometheus_client import start_http_server
+
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         self.port: int = self._server.server_port
 
@@ -52,6 +67,8 @@ class IngestMetrics:
     ingestors of several pipelines scraped into one Prometheus stay apart."""
 
     def __init__(self, registry: CollectorRegistry, subscription: str = "", collection: str = "") -> None:
+        from prometheus_client import Counter, Gauge
+
         names = ["subscription", "collection"]
         self.applied = Counter(
             "diffstore_ingest_records", "Records applied to the collection", names, registry=registry
@@ -96,6 +113,8 @@ class IngestMetrics:
 
 class TransformMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        from prometheus_client import Counter, Histogram
+
         self.rounds = Counter("diffstore_transform_rounds", "Rounds committed", registry=registry)
         self.round_seconds = Histogram(
             "diffstore_transform_round_seconds",

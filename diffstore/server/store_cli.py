@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from diffstore.errors import InvalidRequest, StorageError, Unauthorized, error_from_code
+from diffstore.guides import guide
 from diffstore.shell import counted
 
 _CHUNK = 1 << 20
@@ -37,7 +38,7 @@ def add_commands(subparsers: Any) -> None:
         "processes that write it; a stream server's directory too) or from a running server (--url).",
         epilog="Open generations are left out (manual collections: as if aborted; automatic ones: kept "
         "open, empty), and so are phantoms. A backup cut off midway leaves OUT marked unfinished: serve and "
-        "check refuse it. See docs/backups.md.",
+        f"check refuse it. See {guide('backups.md')}",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", metavar="DIR", help="the data directory of the store to back up")
@@ -63,7 +64,7 @@ def add_commands(subparsers: Any) -> None:
         help="verify every invariant of a store's layout",
         description="Verifies every invariant of a diffstore store's layout in one read transaction (on a "
         "live store, beside its writers, or on a backup): one line per problem, then a summary.",
-        epilog="Exit 0 only when every invariant holds, 1 otherwise. See docs/backups.md.",
+        epilog=f"Exit 0 only when every invariant holds, 1 otherwise. See {guide('backups.md')}",
     )
     parser.add_argument("--data", metavar="DIR", required=True, help="the data directory to check")
     parser.set_defaults(func=_check)
@@ -75,7 +76,7 @@ def add_commands(subparsers: Any) -> None:
         "in atomically: a crash leaves the old store or the new one) and reports the sizes before and after. "
         "No other process may have the store open: it refuses while one has.",
         epilog="/metrics (diffstore_store_free_pages) and /overview tell when compacting is worth it. "
-        "See docs/backups.md.",
+        f"See {guide('backups.md')}",
     )
     parser.add_argument("--data", metavar="DIR", required=True, help="the data directory to compact")
     parser.set_defaults(func=_compact)
