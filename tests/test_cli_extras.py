@@ -8,14 +8,14 @@ runs in seconds, in this venv, and fails on the code that built parsers with the
 
 from __future__ import annotations
 
-import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from diffstore import cli
+from tests.helpers import HELP_OF_EVERY_COMMAND, command_paths, help_failures
 
 # The top-level modules the extras bring (pyproject.toml): none of them may be needed to build a parser.
 EXTRA_MODULES = {
@@ -25,20 +25,6 @@ EXTRA_MODULES = {
 }
 NO_EXTRAS = sorted({module for modules in EXTRA_MODULES.values() for module in modules})
 DEADLINE_S = 120.0
-
-
-def command_paths() -> list[list[str]]:
-    """Every command and sub-command of the whole command line, as argv prefixes (``[]``: the top)."""
-
-    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
-        paths = [prefix]
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    paths += walk(sub, [*prefix, name])
-        return paths
-
-    return walk(cli.build_parser(), [])
 
 
 def without(modules: list[str], code: str) -> str:
@@ -52,34 +38,12 @@ def run(code: str, *argv: str, cwd: Path | None = None) -> subprocess.CompletedP
     )
 
 
-HELP_OF_EVERY_COMMAND = """
-import contextlib, io, json
-from diffstore.cli import main
-results = {}
-for path in json.loads(sys.argv[1]):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([*path, "--help"])
-        except SystemExit as exc:
-            code = exc.code
-    results[" ".join(path)] = [code, out.getvalue(), err.getvalue()]
-print(json.dumps(results))
-"""
-
-
 def test_every_command_s_help_works_without_any_extra() -> None:
-    import json
-
     paths = command_paths()
     assert len(paths) > 30  # every command and sub-command, not a front that failed to load
     done = run(without(NO_EXTRAS, HELP_OF_EVERY_COMMAND), json.dumps(paths))
     assert done.returncode == 0, done.stderr
-    results = json.loads(done.stdout)
-    for path in paths:
-        code, out, err = results[" ".join(path)]
-        assert (code, err) == (0, ""), f"diffstore {' '.join(path)} --help: exit {code}: {err}"
-        assert out.startswith(f"usage: {' '.join(['diffstore', *path])} "), out
+    assert help_failures(json.loads(done.stdout), paths) == []
 
 
 def test_a_bare_diffstore_prints_the_usage_without_any_extra() -> None:
