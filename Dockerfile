@@ -2,7 +2,10 @@
 #   docker build -t diffstore . && docker run -p 3030:3030 -e DIFFSTORE_TOKEN=... -v diffstore-data:/data diffstore
 # It binds 0.0.0.0, so it refuses to start without DIFFSTORE_TOKEN (every route but /healthz and the
 # console's static shell then needs `Authorization: Bearer <token>`).
-FROM python:3.11-slim
+# BASE: any image with Python 3.11 as `python`/`pip` and apt-get (scripts/docker_smoke.sh builds one from
+# Debian's packages where no registry is reachable).
+ARG BASE=python:3.11-slim
+FROM ${BASE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -20,16 +23,20 @@ RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['p
 COPY setup.py README.md LICENSE ./
 COPY diffstore ./diffstore
 # gcc only while installing: it builds the engine's compiled hot loops (diffstore/engine/_accel.c; without
-# it the engine would run their pure-Python twins).
+# it the engine would run their pure-Python twins). The source is removed once installed: in /app it would
+# shadow the installed package (which holds the compiled accelerator) for the check and for any
+# `python -c` run there. tests/test_dockerfile.py replays these steps without Docker.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --no-deps . \
-    && python -c "from diffstore.engine import layout; assert layout.ACCEL is not None" \
+    && cd / && rm -rf /app \
+    && python -c "from diffstore.engine import layout; assert layout.ACCEL is not None, 'no accelerator'" \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home diffstore \
     && mkdir -p /data \
     && chown diffstore:diffstore /data
 
+WORKDIR /data
 USER diffstore
 VOLUME ["/data"]
 EXPOSE 3030

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -21,6 +22,7 @@ from importlib import metadata
 from typing import Any
 
 from diffstore.errors import DiffstoreError, StorageError, Unauthorized
+from diffstore.guides import guide
 
 # Modules that contribute sub-commands; each may be missing while its front is optional (spark).
 _FRONTS = (
@@ -40,7 +42,9 @@ _FRONTS = (
 
 # What the optional extras of pyproject.toml bring (the base package is the embedded engine, the Python
 # client and the commands on a data directory or a URL): the extra a command needs, and the extra that
-# brings each third-party module, so that a missing one is said in one line with what to install.
+# brings each third-party module, so that a missing one is said in one line with what to install. Every
+# command's parser is built without its extra (the fronts import their extras' modules when a command
+# runs), so `--help` works everywhere: tests/test_cli_extras.py.
 COMMAND_EXTRAS = {"serve": "server", "streams": "streams", "ingest": "streams", "transform": "spark"}
 MODULE_EXTRAS = {
     "fastapi": "server",
@@ -53,6 +57,15 @@ MODULE_EXTRAS = {
     "pyspark": "spark",
     "pyarrow": "spark",
     "pandas": "spark",
+}
+# The package a user knows an extra by (named when it is missing, rather than whichever of the extra's
+# modules happened to be imported first), and the pip name of a module whose import name differs.
+EXTRA_MODULES = {"server": "fastapi", "streams": "grpc", "spark": "pyspark"}
+PIP_NAMES = {
+    "grpc": "grpcio",
+    "google": "protobuf",
+    "prometheus_client": "prometheus-client",
+    "fastapi_offline": "fastapi-offline",
 }
 
 # The front that registers each command, so that a command loads only its own front: the others import
@@ -104,7 +117,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="diffstore",
         description="A generational key-value diff store.",
         epilog="Run 'diffstore COMMAND --help' for a command's options. The HTTP protocol, its error codes "
-        "and limits are described in docs/protocol.md.",
+        f"and limits are described in {guide('protocol.md')}",
     )
     parser.add_argument("--version", action="version", version=f"diffstore {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
@@ -140,8 +153,11 @@ def _missing_extra(exc: ModuleNotFoundError, command: str | None) -> str | None:
     extra = COMMAND_EXTRAS.get(command or "") or MODULE_EXTRAS.get(module)
     if extra is None:
         return None
+    if importlib.util.find_spec(EXTRA_MODULES[extra]) is None:
+        module = EXTRA_MODULES[extra]  # the extra's main package, rather than the first of its modules tried
+    package = PIP_NAMES.get(module, module)
     return (
-        f"needs the '{extra}' extra ({module} is not installed): pip install 'diffstore[{extra}]'"
+        f"needs the '{extra}' extra ({package} is not installed): pip install 'diffstore[{extra}]'"
         f" (from a clone: pip install '.[{extra}]')"
     )
 
@@ -154,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fix = _missing_extra(exc, arguments[0] if arguments else None)
         if fix is None:
             raise
-        print(f"diffstore {arguments[0]}: {fix}", file=sys.stderr)
+        print(f"{' '.join(['diffstore', *arguments[:1]])}: {fix}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

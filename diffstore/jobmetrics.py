@@ -8,6 +8,9 @@ default) while it runs: the same text format as the server's ``/metrics``.
 - transform: rounds committed, round seconds (histogram), rows read per source and rows written, retries.
 - both: ``diffstore_<job>_waiting{server}`` (1 while the job waits for a server that does not answer) and
   ``diffstore_<job>_outages_total{server}`` (outages it met), ``server`` = ``diffstore`` or ``streams``.
+
+prometheus_client comes with the extras of these jobs ('streams', 'spark'), so it is imported when a job
+builds its metrics, not with this module: the jobs' parsers add :func:`add_arguments` without it.
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 __all__ = [
     "CollectorRegistry",
@@ -28,7 +29,19 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from diffstore.streams.ingest import CommitStats
+
+
+def __getattr__(name: str) -> Any:
+    """``CollectorRegistry``, prometheus_client's, imported when a job first asks for it."""
+    if name == "CollectorRegistry":
+        from prometheus_client import CollectorRegistry
+
+        return CollectorRegistry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ROUND_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -47,6 +60,8 @@ class MetricsServer:
     """``registry`` served over HTTP by a daemon thread (port 0: any free port, then in :attr:`port`)."""
 
     def __init__(self, registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> None:
+        from prometheus_client import start_http_server
+
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         self.port: int = self._server.server_port
 
@@ -61,6 +76,8 @@ class IngestMetrics:
     ingestors of several pipelines scraped into one Prometheus stay apart."""
 
     def __init__(self, registry: CollectorRegistry, subscription: str = "", collection: str = "") -> None:
+        from prometheus_client import Counter, Gauge
+
         names = ["subscription", "collection"]
         self.applied = Counter(
             "diffstore_ingest_records", "Records applied to the collection", names, registry=registry
@@ -108,6 +125,8 @@ class OutageMetrics:
     job's own labels."""
 
     def __init__(self, registry: CollectorRegistry, job: str, labels: dict[str, str] | None = None) -> None:
+        from prometheus_client import Counter, Gauge
+
         self._labels = dict(labels or {})
         names = [*self._labels, "server"]
         self._waiting = Gauge(
@@ -132,6 +151,8 @@ class OutageMetrics:
 
 class TransformMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        from prometheus_client import Counter, Histogram
+
         self.rounds = Counter("diffstore_transform_rounds", "Rounds committed", registry=registry)
         self.round_seconds = Histogram(
             "diffstore_transform_round_seconds",

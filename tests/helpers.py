@@ -135,3 +135,48 @@ def running_server(
             yield LiveServer(url, store, token)
     finally:
         store.close()
+
+
+def command_paths() -> list[list[str]]:
+    """Every command and sub-command of the ``diffstore`` command line, as argv prefixes (``[]``: the top)."""
+    import argparse
+
+    from diffstore import cli
+
+    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+        paths = [prefix]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    paths += walk(sub, [*prefix, name])
+        return paths
+
+    return walk(cli.build_parser(), [])
+
+
+HELP_OF_EVERY_COMMAND = """
+import contextlib, io, json, sys
+from diffstore.cli import main
+results = {}
+for path in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([*path, "--help"])
+        except SystemExit as exc:
+            code = exc.code
+    results[" ".join(path)] = [code, out.getvalue(), err.getvalue()]
+print(json.dumps(results))
+"""
+"""A script that prints, as JSON, ``[exit code, stdout, stderr]`` of ``diffstore PATH --help`` for each
+command path of ``argv[1]`` (JSON), in one interpreter (see :func:`help_failures`)."""
+
+
+def help_failures(results: dict[str, list[Any]], paths: list[list[str]]) -> list[str]:
+    """The commands whose ``--help`` (:data:`HELP_OF_EVERY_COMMAND`'s report) failed or printed no usage."""
+    failures = []
+    for path in paths:
+        code, out, err = results[" ".join(path)]
+        if (code, err) != (0, "") or not out.startswith(f"usage: {' '.join(['diffstore', *path])} "):
+            failures.append(f"diffstore {' '.join(path)} --help: exit {code}: {err or out[:200]}")
+    return failures

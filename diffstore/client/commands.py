@@ -30,8 +30,9 @@ from diffstore.client._transport import DEFAULT_URL
 from diffstore.engine import refs
 from diffstore.engine.types import DiffItem, DiffSpec, Record, ResolvedRef
 from diffstore.errors import BadRequest, Gone, InvalidRequest, NotFound, StorageError
+from diffstore.guides import guide
 
-PROTOCOL_DOC = "docs/protocol.md"
+PROTOCOL_DOC = guide("protocol.md")
 
 
 def server_options() -> argparse.ArgumentParser:

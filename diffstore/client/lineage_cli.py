@@ -25,6 +25,7 @@ from diffstore import shell
 from diffstore.client._sync import Client
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
 from diffstore.engine.types import MAX_LINEAGE_DEPTH, Lineage, LineageSource
+from diffstore.guides import guide
 
 _INDENT = "  "
 
@@ -38,7 +39,7 @@ def add_commands(subparsers: Any) -> None:
         description=text[:1].upper() + text[1:] + " (down to the streams they were ingested from).",
         parents=[server_options(), output_options()],
         epilog="Generation ids are UTF-8 text when printable, else 'base64:' and their base64 (the form "
-        f"every command prints). {REFS_HELP} Lineage is described in docs/lineage.md.",
+        f"every command prints). {REFS_HELP} Lineage is described in {guide('lineage.md')}",
     )
     parser.add_argument("collection", metavar="COLLECTION")
     parser.add_argument(

@@ -7,6 +7,7 @@ from typing import Any
 
 from diffstore.client._sync import Client
 from diffstore.client.commands import server_options
+from diffstore.guides import guide
 
 
 def add_commands(subparsers: Any) -> None:
@@ -15,7 +16,7 @@ def add_commands(subparsers: Any) -> None:
         "promote",
         help="turn a read replica into a primary that accepts writes",
         description="Stops a read replica (diffstore serve --replica-of) following its primary and makes it "
-        "accept writes. What it had applied stays; nothing is half-applied. See docs/replicas.md.",
+        f"accept writes. What it had applied stays; nothing is half-applied. See {guide('replicas.md')}",
         parents=[server_options()],
         epilog="--url is the replica's address. On a server that is not a replica: notReplica, exit 1.",
     )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
+from diffstore.guides import guide
 from diffstore.server import console, docs, metrics
 from diffstore.server.auth import BearerAuth
 from diffstore.server.budget import BodyBudget, Budget
@@ -26,14 +27,16 @@ if TYPE_CHECKING:
 
     from diffstore.engine.store import Store
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 The diffstore collection API, wire-compatible with diffbelt.
 
 The protocol (semantics of generations, readers, diffs and phantoms; error codes; limits) is described in
-`docs/protocol.md` of the diffstore repository.
+[the protocol guide]({guide("protocol.md")}); lineage in [the lineage guide]({guide("lineage.md")}), read
+replicas in [the replicas guide]({guide("replicas.md")}).
 
 Bodies are JSON (`application/json`) or msgpack (`application/msgpack`, every EncodedString a raw `bin`);
-answers are msgpack when `Accept` asks for it. Errors are `{"error": code, "reason": text}` with a 4xx status.
+answers are msgpack when `Accept` asks for it. Errors are `{{"error": code, "reason": text}}` with a 4xx
+status.
 """
 
 

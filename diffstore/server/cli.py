@@ -15,6 +15,7 @@ from diffstore import logs
 from diffstore.client import retention_cli
 from diffstore.engine.types import RetentionPolicy
 from diffstore.errors import InvalidRequest
+from diffstore.guides import guide
 from diffstore.server.config import ServerConfig
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 
@@ -108,7 +109,12 @@ def default_retention(args: argparse.Namespace) -> RetentionPolicy | None:
 
 def add_commands(subparsers: Any) -> None:
     """Adds ``serve`` to the ``diffstore`` command."""
-    parser = subparsers.add_parser("serve", help="run the HTTP API over a data directory")
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the HTTP API over a data directory",
+        epilog=f"The HTTP protocol is described in {guide('protocol.md')} and read replicas in "
+        f"{guide('replicas.md')}",
+    )
     parser.add_argument("--data", default="./data", help="data directory (default ./data)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=3030, help="port (default 3030)")
@@ -229,7 +235,7 @@ def add_commands(subparsers: Any) -> None:
         metavar="URL",
         default=None,
         help="serve a read replica of the diffstore server at URL (writes answer 409 readOnlyReplica;"
-        " 'diffstore promote' makes it a primary; see docs/replicas.md)",
+        " 'diffstore promote' makes it a primary; see the replicas guide below)",
     )
     parser.add_argument(
         "--replica-token",

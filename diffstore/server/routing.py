@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from diffstore.guides import guide
 from diffstore.server import schemas
 from diffstore.wire import MSGPACK_CONTENT_TYPE
 from diffstore.wire_columns import COLUMNS_CONTENT_TYPE
@@ -55,7 +56,10 @@ def route(
         extra["requestBody"] = {"required": body_required, "content": _content(body)}
     responses: dict[int | str, dict[str, Any]] = {
         200: {"description": "OK", "content": _content(answer)},
-        "default": {"description": "an error (codes: docs/protocol.md)", "content": _content(schemas.Error)},
+        "default": {
+            "description": f"an error (codes: [the protocol]({guide('protocol.md')}))",
+            "content": _content(schemas.Error),
+        },
     }
     if columns is not None:
         responses[200]["content"][COLUMNS_CONTENT_TYPE] = {"schema": schema_ref(columns)}

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from diffstore.guides import guide
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -436,7 +438,7 @@ class Overview(BaseModel):
     storeFreePages: int = Field(description="pages holding no data: what diffstore compact gives back")
     storePageBytes: int = Field(description="the size of one page")
     replica: ReplicaResponse | None = Field(
-        None, description="on a read replica: its primary and lag (docs/replicas.md)"
+        None, description=f"on a read replica: its primary and lag ([replicas]({guide('replicas.md')}))"
     )
 
 

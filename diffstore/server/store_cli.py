@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from diffstore.errors import InvalidRequest, StorageError, Unauthorized, error_from_code
+from diffstore.guides import guide
 from diffstore.shell import counted, quote_empty, show
 
 _CHUNK = 1 << 20
@@ -38,7 +39,7 @@ def add_commands(subparsers: Any) -> None:
         "processes that write it; a stream server's directory too) or from a running server (--url).",
         epilog="Open generations are left out (manual collections: as if aborted; automatic ones: kept "
         "open, empty), and so are phantoms. A backup cut off midway leaves OUT marked unfinished: serve and "
-        "check refuse it. See docs/backups.md.",
+        f"check refuse it. See {guide('backups.md')}",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", metavar="DIR", help="the data directory of the store to back up")
@@ -74,7 +75,7 @@ def add_commands(subparsers: Any) -> None:
         "--against PRIMARY: compares the digest of every collection at every generation both servers hold "
         "and names, per collection, the oldest generation that differs.",
         epilog="Exit 0 only when every invariant holds (every compared digest is equal), 1 otherwise. "
-        "See docs/backups.md and docs/replicas.md.",
+        f"See {guide('backups.md')} and {guide('replicas.md')}",
     )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--data", metavar="DIR", help="the data directory to check")
@@ -94,7 +95,7 @@ def add_commands(subparsers: Any) -> None:
         "written by an older diffstore lacks: the digest of every committed generation that its records can "
         "still prove (at or above each collection's GC horizon). Each collection in its own write "
         "transaction, beside a running server.",
-        epilog="Safe to run again: it only adds what is missing. See docs/backups.md.",
+        epilog=f"Safe to run again: it only adds what is missing. See {guide('backups.md')}",
     )
     parser.add_argument("--data", metavar="DIR", required=True, help="the data directory to migrate")
     parser.set_defaults(func=_migrate)
@@ -106,7 +107,7 @@ def add_commands(subparsers: Any) -> None:
         "in atomically: a crash leaves the old store or the new one) and reports the sizes before and after. "
         "No other process may have the store open: it refuses while one has.",
         epilog="/metrics (diffstore_store_free_pages) and /overview tell when compacting is worth it. "
-        "See docs/backups.md.",
+        f"See {guide('backups.md')}",
     )
     parser.add_argument("--data", metavar="DIR", required=True, help="the data directory to compact")
     parser.set_defaults(func=_compact)

@@ -20,6 +20,7 @@ from diffstore import jobmetrics, logs, shell
 from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
 from diffstore.client import DEFAULT_URL, Client, Collection
 from diffstore.errors import InvalidRequest, NoSuchCollection, NotManual
+from diffstore.guides import guide
 from diffstore.lease_keeper import DEFAULT_TTL_MS, LeaseConfig
 from diffstore.wire import decode_es, encode_es
 
@@ -87,7 +88,7 @@ def add_commands(subparsers: Any) -> None:
     preview = parser.add_argument_group(
         "preview",
         "print what one round would write if the named sources' phantoms were committed, as a new phantom "
-        "of the target, and commit nothing (docs/preview.md)",
+        f"of the target, and commit nothing ({guide('preview.md')})",
     )
     preview.add_argument(
         "--preview",

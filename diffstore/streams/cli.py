@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from diffstore.guides import guide
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
+from diffstore.streams import DEFAULT_PORT
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -44,12 +46,11 @@ def _serve_command(args: argparse.Namespace) -> int:
 
 
 def _add_serve(commands: Subparsers) -> None:
-    from diffstore.streams.server.config import DEFAULT_PORT
-
     serve = commands.add_parser(
         "serve",
         help="run the embedded HStream-compatible server",
-        description="Serve the HStreamDB gRPC API (docs/streams-server.md) from a local LMDB directory.",
+        description="Serve the HStreamDB gRPC API from a local LMDB directory.",
+        epilog=f"What it implements of HStreamDB: {guide('streams-server.md')}",
     )
     serve.add_argument("--data", type=Path, default=Path("./hstream-data"), help="data directory")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")

@@ -29,12 +29,12 @@ from urllib.parse import urlsplit
 import grpc
 from google.protobuf import empty_pb2
 
+from diffstore.streams import DEFAULT_PORT as DEFAULT_PORT
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams._proto import hstream_pb2_grpc as pb_grpc
 from diffstore.streams.records import RecordId, record_ids_from_protos
 from diffstore.streams.sharding import SPLIT_SHARD_METHOD, ShardMap
 
-DEFAULT_PORT = 6570
 _T = TypeVar("_T")
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 256 * 1024 * 1024),

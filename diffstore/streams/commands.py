@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -28,18 +28,10 @@ from diffstore.errors import (
     NotFound,
     StorageError,
 )
-from diffstore.streams.client import (
-    DEFAULT_PORT,
-    StreamAlreadyExists,
-    StreamClient,
-    StreamClientConfig,
-    StreamError,
-    StreamInvalidArgument,
-    StreamNotFound,
-    StreamPreconditionFailed,
-    StreamUnavailable,
-    StreamUrl,
-)
+from diffstore.streams import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from diffstore.streams.client import StreamClient
 
 DEFAULT_HSTREAM_URL = f"hstream://127.0.0.1:{DEFAULT_PORT}"
 CONNECT_TIMEOUT_S = 2.0
@@ -124,6 +116,16 @@ def add_stream_commands(commands: Any) -> None:
 @contextlib.contextmanager
 def stream_errors(url: str) -> Iterator[None]:
     """Turns stream failures into diffstore errors whose message says what to do (one place)."""
+    # grpc (the 'streams' extra) is imported when a command runs, not when the parsers are built
+    from diffstore.streams.client import (
+        StreamAlreadyExists,
+        StreamError,
+        StreamInvalidArgument,
+        StreamNotFound,
+        StreamPreconditionFailed,
+        StreamUnavailable,
+    )
+
     try:
         yield
     except StreamUnavailable as exc:
@@ -143,6 +145,8 @@ def stream_errors(url: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def connected(args: argparse.Namespace) -> Iterator[StreamClient]:
+    from diffstore.streams.client import StreamClient, StreamClientConfig, StreamUrl
+
     try:
         StreamUrl.parse(args.hstream)
     except ValueError as exc:
@@ -228,6 +232,7 @@ def subscribe(args: argparse.Namespace) -> int:
 
 def produce(args: argparse.Namespace) -> int:
     """Appends each line of stdin (without its line break) as one raw record; prints how many."""
+    from diffstore.streams.client import StreamError
     from diffstore.streams.producer import BufferedProducer, ProducerError
 
     count = 0

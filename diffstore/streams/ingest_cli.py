@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
@@ -42,14 +42,31 @@ from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up
 from diffstore.collection import Collection
 from diffstore.engine.types import LeaseToken
 from diffstore.errors import DiffstoreError
+from diffstore.guides import guide
 from diffstore.lease_keeper import DEFAULT_TTL_MS, default_owner
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
-from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
 from diffstore.streams.commands import CONNECT_TIMEOUT_S
-from diffstore.streams.ingest import CommitStats, IngestConfig, Ingestor, lease_name, load_mapper
 from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
 
+if TYPE_CHECKING:
+    from diffstore.streams.ingest import CommitStats
+
 _log = logging.getLogger("diffstore.ingest")
+
+# `ingest --help`: the module's docstring in plain text (no reST markup), laid out as it is printed
+DESCRIPTION = """\
+Consume one HStream subscription into one manual collection, exactly once.
+
+  diffstore ingest --hstream hstream://127.0.0.1:6570 --subscription S --collection C \\
+      (--data DIR [--map-size SIZE] | --url http://host:port) [--window-records N] [--window-ms M] \\
+      [--mapper module:function] [--create-collection] [--lease-ttl-ms T]
+
+Any number of ingestors may run on one subscription and collection: one is active, the others stand by
+and take over within T + 1 s once it dies (T = --lease-ttl-ms, default 10000; 0: no lease, a single
+ingestor).
+
+Progress on a terminal (records/s, lag); --log-commits prints one JSON line per committed window instead
+(for scripts and tests). SIGTERM or Ctrl-C stops cleanly: the open window is committed and acked first."""
 
 
 def add_ingest_command(subparsers: Any) -> None:
@@ -57,7 +74,9 @@ def add_ingest_command(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "ingest",
         help="consume an HStream subscription into a manual collection, exactly once",
-        description=__doc__,
+        description=DESCRIPTION,
+        epilog=f"Exactly once, windows, ordering:\n  {guide('streams.md')}\nSeveral ingestors, leases:\n  "
+        f"{guide('leases.md')}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -83,7 +102,7 @@ def add_ingest_command(subparsers: Any) -> None:
         type=float,
         default=None,
         help="how long after an owner change the server may still resend records that were in flight "
-        "elsewhere (default: automatic, see docs/streams.md)",
+        "elsewhere (default: automatic, as the streams guide below says)",
     )
     parser.add_argument(
         "--lease-ttl-ms",
@@ -113,6 +132,8 @@ def _check_subscription(url: str, subscription: str) -> None:
     """Fails before anything is opened or created (``--create-collection``) when the stream side cannot work:
     a malformed ``--hstream`` (ValueError), a server that does not answer or a missing subscription
     (StreamError)."""
+    from diffstore.streams.client import StreamClient, StreamClientConfig
+
     with StreamClient(StreamClientConfig(url, timeout_s=PROBE_TIMEOUT_S)) as probe:
         probe.check_reachable(CONNECT_TIMEOUT_S)  # a server that is not there: said within 2 s, not 10
         probe.get_subscription(subscription)
@@ -239,6 +260,10 @@ def _lease_ttl(value: int) -> int | None:
 
 def run_ingest(args: argparse.Namespace) -> int:
     """Runs the ingestor until SIGTERM/SIGINT; returns the exit code."""
+    # grpc (the 'streams' extra) is imported when ingest runs, so that `ingest --help` works without it
+    from diffstore.streams.client import StreamClient, StreamError
+    from diffstore.streams.ingest import IngestConfig, Ingestor, lease_name, load_mapper
+
     console = logs.console()
     logs.configure_from(args)
     report = logs.Reporter(console, _log, args.log_format)

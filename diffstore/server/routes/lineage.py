@@ -20,7 +20,7 @@ router = APIRouter(tags=["lineage"])
     "/collections/{c}/lineage",
     body=schemas.LineageQuery,
     answer=schemas.LineageResponse,
-    summary="The readers moved by a generation's commit, walked depth levels back (docs/lineage.md)",
+    summary="The readers moved by a generation's commit, walked depth levels back",
 )
 async def lineage(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:

@@ -37,7 +37,7 @@ async def start_phantom(request: Request, c: str) -> Response:
     "/collections/{c}/phantom/changes",
     body=schemas.PhantomChangesQuery,
     answer=schemas.PhantomChangesResponse,
-    summary="What a phantom changes at a generation (beyond diffbelt; see docs/protocol.md)",
+    summary="What a phantom changes at a generation (beyond diffbelt)",
 )
 async def phantom_changes(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:

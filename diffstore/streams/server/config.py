@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diffstore.engine.types import MIN_MAP_SIZE
-
-DEFAULT_PORT = 6570
+from diffstore.streams import DEFAULT_PORT as DEFAULT_PORT
 
 
 @dataclass(frozen=True, slots=True)
