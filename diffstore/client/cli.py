@@ -27,9 +27,10 @@ from typing import Any, TextIO
 import orjson
 
 from diffstore import shell
-from diffstore.client._sync import Client, Collection
+from diffstore.client.backend import Backend, open_backend
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
-from diffstore.engine.types import DiffItem
+from diffstore.collection import Collection
+from diffstore.engine.types import DiffItem, DiffSpec
 
 _LINE = orjson.OPT_APPEND_NEWLINE
 
@@ -40,14 +41,17 @@ def add_commands(subparsers: Any) -> None:
         "watch",
         help="print each new generation of a collection as it commits",
         description="Prints each new generation of a collection as it commits, until Ctrl-C.",
-        parents=[server_options(), output_options()],
+        parents=[server_options(data=True), output_options()],
         epilog="Generation ids, keys and values are UTF-8 text when printable, else 'base64:' and their "
         f"base64; --since and every other command accept that form back. {REFS_HELP}",
     )
     parser.add_argument("collection", metavar="COLLECTION")
     parser.add_argument("--diff", action="store_true", help="also print the changed keys of each generation")
     parser.add_argument(
-        "--wire", choices=("msgpack", "json"), default="msgpack", help="wire format (json for diffbelt)"
+        "--wire",
+        choices=("msgpack", "json"),
+        default="msgpack",
+        help="with --url: the wire format (json for diffbelt)",
     )
     parser.add_argument(
         "--since",
@@ -60,16 +64,17 @@ def add_commands(subparsers: Any) -> None:
 
 def run_watch(args: argparse.Namespace) -> int:
     try:
-        with Client(args.url, token=args.token or None, format=args.wire) as client:
-            collection = client.collection(args.collection)
+        with open_backend(args) as store:
+            collection = store.collection(args.collection)
             since = resolve_generation(collection, args.since, "--since")
-            watch(collection, args.diff, sys.stdout, since, args.format)
+            watch(store, collection, args.diff, sys.stdout, since, args.format)
     except KeyboardInterrupt:
         return 0
     return 0
 
 
 def watch(
+    store: Backend,
     collection: Collection,
     with_diff: bool,
     out: TextIO,
@@ -78,10 +83,11 @@ def watch(
 ) -> None:
     """Prints forever: a line per new generation and, with ``with_diff``, a line per changed key."""
     previous = collection.generation_id if since is None else since
-    for generation_id in collection.watch(previous):
+    for generation_id in store.watch(collection.name, previous):
         _print(out, output, generation_line(collection.name, previous, generation_id))
         if with_diff:
-            for item in collection.diff(from_generation_id=previous, to_generation_id=generation_id):
+            spec = DiffSpec.of(previous, generation_id, None, False, None, None, None)
+            for item in store.changes(collection, spec):
                 _print(out, output, item_line(collection.name, generation_id, item))
         previous = generation_id
 

@@ -32,8 +32,9 @@ from typing import Any
 import orjson
 
 from diffstore import shell
-from diffstore.client._sync import Client, Collection
+from diffstore.client.backend import open_backend
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
+from diffstore.collection import Collection
 from diffstore.engine.types import GenerationInfo, LineageSource
 from diffstore.errors import GenerationCollected, InvalidRequest
 
@@ -51,7 +52,7 @@ def add_commands(subparsers: Any) -> None:
         description="Lists a collection's committed generations, newest first: when each was committed "
         "(local time, and how long ago), how many keys it changed, its commit's metadata, and the readers "
         "the commit moved (NAME TARGET FROM -> TO).",
-        parents=[server_options(), output_options()],
+        parents=[server_options(data=True), output_options()],
         epilog="Generation ids are UTF-8 text when printable, else 'base64:' and their base64 (the form "
         "every command accepts back). '-' means unknown (the initial generation, or one committed by an "
         f"older server); '?' readers of a collected generation. {REFS_HELP}",
@@ -96,8 +97,8 @@ def since_ms(text: str, now_ms: int | None = None) -> int:
 def run_log(args: argparse.Namespace) -> int:
     found: list[GenerationInfo] = []
     moved: list[tuple[LineageSource, ...] | None] = []
-    with Client(args.url, token=args.token or None) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         start = resolve_generation(collection, args.generation, "GENERATION")
         # the smallest id above START: the listing includes START itself
         before = None if start is None else start + b"\x00"
