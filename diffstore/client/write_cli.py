@@ -27,7 +27,7 @@ from diffstore.client.commands import (
 )
 from diffstore.collection import Collection
 from diffstore.engine.types import PutResult
-from diffstore.errors import NotManual
+from diffstore.errors import NotAutomatic
 
 
 def add_commands(subparsers: Any) -> None:
@@ -119,7 +119,7 @@ def _write(args: argparse.Namespace, key: bytes, value: bytes | None, done: str)
         collection = store.collection(args.collection)
         at = resolve_generation(collection, args.generation, "--generation")
         if at is None and collection.manual:
-            raise NotManual(
+            raise NotAutomatic(
                 f"collection {args.collection} is manual: write into its open generation with --generation "
                 f"G (after 'diffstore generation start {args.collection} G'), or create one with --auto"
             )
