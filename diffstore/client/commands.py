@@ -61,6 +61,21 @@ def output_options() -> argparse.ArgumentParser:
     return parent
 
 
+def add_no_headers(parser: argparse.ArgumentParser) -> None:
+    """``--no-headers`` on a command that prints a table: its text output without the header row."""
+    parser.add_argument(
+        "--no-headers", action="store_true", help="print the rows without the header row (for scripts)"
+    )
+
+
+def emit_table(args: argparse.Namespace, header: str, rows: list[tuple[dict[str, Any], str]]) -> None:
+    """``rows`` as :func:`emit_all` prints them, led in text by the ``header`` row (tab-separated column
+    names, as the rows' columns), unless ``--no-headers`` or there is no row."""
+    if rows and args.format != "json" and not getattr(args, "no_headers", False):
+        sys.stdout.write(header + "\n")
+    emit_all(args, rows)
+
+
 REFS_HELP = (
     "An option taking a generation also takes a ref: @current, @open, ~N (N commits before the current "
     "one), @reader:NAME or @reader:OWNER/NAME (a reader's position), or @ and an ISO time "
@@ -82,8 +97,8 @@ def resolve_generation(collection: _Resolving, text: str | None, what: str) -> b
     server (``GET /collections/{c}/refs``, one grammar for every front), else a generation id's text form.
 
     Raises:
-        BadRequest, NotFound, Gone: the server's refusal (an unknown ref or reader, a time in the future),
-            its message led by ``what``.
+        BadRequest, NotFound, Gone: the server's refusal (an unknown ref or reader, a time before the first
+            commit), its message led by ``what``.
     """
     return None if text is None else resolve_given(collection, text, what)
 
@@ -146,6 +161,7 @@ def add_commands(subparsers: Any) -> None:
     parser.set_defaults(func=collections_rm)
     parser = command(collections_sub, "show", "show a collection's mode and generations")
     parser.add_argument("name", metavar="NAME")
+    add_no_headers(parser)
     parser.set_defaults(func=collections_show)
 
     parser = command(subparsers, "get", "print the value of a key")
@@ -269,8 +285,10 @@ def collections_show(args: argparse.Namespace) -> int:
         "generationId": generation,
         "nextGenerationId": next_generation,
     }
+    header = [] if getattr(args, "no_headers", False) else ["FIELD\tVALUE"]
     text = "\n".join(
-        [
+        header
+        + [
             f"name\t{args.name}",
             f"mode\t{'manual' if manual else 'auto'}",
             f"generation\t{generation if generation is not None else '-'}",

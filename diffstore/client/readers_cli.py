@@ -16,7 +16,7 @@ from typing import Any
 
 from diffstore import shell
 from diffstore.client.backend import Backend, open_backend
-from diffstore.client.commands import REFS_HELP, add_command, emit, emit_all, resolve_given
+from diffstore.client.commands import REFS_HELP, add_command, add_no_headers, emit, emit_table, resolve_given
 from diffstore.engine.types import UNSET, Expected, Reader
 from diffstore.errors import NoSuchReader
 
@@ -32,6 +32,7 @@ def add_commands(subparsers: Any) -> None:
     actions = readers.add_subparsers(dest="action", metavar="ACTION", required=True)
     parser = add_command(actions, "ls", "list the readers of a collection")
     parser.add_argument("collection", metavar="COLLECTION")
+    add_no_headers(parser)
     parser.set_defaults(func=readers_ls)
 
     parser = add_command(actions, "create", "create a reader in a collection")
@@ -65,10 +66,11 @@ def add_commands(subparsers: Any) -> None:
 
 
 def readers_ls(args: argparse.Namespace) -> int:
-    """One line per reader: ``NAME<TAB>TARGET<TAB>GENERATION`` (``-`` when the reader has none)."""
+    """One line per reader: ``NAME<TAB>TARGET<TAB>GENERATION`` (``-`` when the reader has none), after a
+    header row (text, unless ``--no-headers``)."""
     with open_backend(args) as store:
         readers = store.collection(args.collection).readers()
-    emit_all(args, [_line(reader) for reader in readers])
+    emit_table(args, "NAME\tTARGET\tGENERATION", [_line(reader) for reader in readers])
     return 0
 
 
