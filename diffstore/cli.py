@@ -194,7 +194,8 @@ OUTPUT_OPTIONS = {"--format": 1, "--no-headers": 0}
 
 def output_options_after_command(arguments: list[str]) -> list[str]:
     """``arguments`` with the output options given before the command moved after it, where the command
-    (and its action: ``collections ls``) takes them; the rest is left as it is."""
+    (and its action: ``collections ls``) takes them; one the command is also given keeps the command's
+    value. The rest is left as it is."""
     moved: list[str] = []
     rest = list(arguments)
     while rest:
@@ -202,12 +203,19 @@ def output_options_after_command(arguments: list[str]) -> list[str]:
         if name not in OUTPUT_OPTIONS:
             break
         count = 0 if value else OUTPUT_OPTIONS[name]
-        moved += rest[: 1 + count]
-        rest = rest[1 + count :]
+        option, rest = rest[: 1 + count], rest[1 + count :]
+        moved += option
     if not moved or not rest:
         return arguments  # nothing moved, or no command: the top parser says what is wrong
     end = rest.index("--") if "--" in rest else len(rest)
-    return rest[:end] + moved + rest[end:]
+    given = {word.partition("=")[0] for word in rest[:end]}
+    kept: list[str] = []
+    while moved:
+        count = 0 if "=" in moved[0] else OUTPUT_OPTIONS[moved[0]]
+        option, moved = moved[: 1 + count], moved[1 + count :]
+        if option[0].partition("=")[0] not in given:
+            kept += option
+    return rest[:end] + kept + rest[end:]
 
 
 def one_line(exc: DiffstoreError, args: argparse.Namespace) -> str:

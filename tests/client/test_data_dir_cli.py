@@ -207,3 +207,44 @@ def test_watch_on_a_data_directory_prints_what_it_prints_over_http(tmp_path: Pat
     assert local == served
     assert [json.loads(line or "{}").get("generationId") for line in local] == ["g1", "g1", "g2", "g2"]
     assert json.loads(local[3] or "{}")["toValue"] is None
+
+
+def test_output_options_may_come_before_the_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """As ``kubectl -o json get``: ``diffstore --format json query C`` is ``query C --format json``."""
+    data = ["--data", str(tmp_path / "d")]
+    assert main(["collections", "create", "A", "--auto", *data]) == 0
+    assert main(["put", "A", "k", "v", *data]) == 0
+    assert main(["readers", "create", "A", "r", *data]) == 0
+    capsys.readouterr()
+    assert main(["--format", "json", "query", "A", *data]) == 0
+    assert capsys.readouterr().out == '{"key":"k","value":"v"}\n'
+    assert main(["--format=json", "collections", "ls", *data]) == 0
+    assert json.loads(capsys.readouterr().out) == {"collections": [{"name": "A", "manual": False}]}
+    assert main(["--no-headers", "--format", "text", "readers", "ls", "A", *data]) == 0
+    assert capsys.readouterr().out == "r\tA\t-\n"
+    assert main(["--format", "json", "query", "A", "--format", "text", *data]) == 0  # the command's own wins
+    assert capsys.readouterr().out == "k\tv\n"
+    # a command without the option says so in its own usage, as for any flag it does not take
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--format", "json", "compact", *data])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: diffstore compact" in err and "unrecognized arguments: --format json" in err
+
+
+def test_output_options_move_behind_the_command_and_before_a_double_dash() -> None:
+    from diffstore.cli import output_options_after_command as moved
+
+    assert moved(["--format", "json", "get", "C", "--", "-k"]) == ["get", "C", "--format", "json", "--", "-k"]
+    assert moved(["--no-headers", "--format=json", "log", "C"]) == [
+        "log",
+        "C",
+        "--no-headers",
+        "--format=json",
+    ]
+    assert moved(["query", "C", "--format", "json"]) == ["query", "C", "--format", "json"]
+    assert moved(["--format", "json", "query", "--format=text"]) == ["query", "--format=text"]
+    assert moved(["--format", "json"]) == ["--format", "json"]  # no command: the top parser answers
+    assert moved(["--version"]) == ["--version"]
