@@ -57,6 +57,8 @@ def test_create_ls_subscribe_produce_consume_rm(
     # consumed records were acknowledged: nothing is left for the subscription
     code, out, _ = run(capsys, stream_server, "consume", "s1", "--idle", "0.5", "--format", "json")
     assert (code, out) == (0, "")
+    one = cli("produce", "orders", "--hstream", stream_server.url, stdin="four\n")
+    assert (one.returncode, one.stdout) == (0, "produced 1 record to orders\n"), one.stderr  # not "1 records"
     assert run(capsys, stream_server, "rm", "orders", "--force") == (0, "removed stream orders\n", "")
     assert run(capsys, stream_server, "ls") == (0, "", "")
 
