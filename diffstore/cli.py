@@ -120,6 +120,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         f"and limits are described in {guide('protocol.md')}",
     )
     parser.add_argument("--version", action="version", version=f"diffstore {_version()}")
+    output = parser.add_argument_group(
+        "output (also accepted before the command, as 'diffstore --format json query C')"
+    )
+    output.add_argument("--format", choices=("text", "json"), help="the command's output format")
+    output.add_argument("--no-headers", action="store_true", help="tables without their header row")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     if argv and argv[0] == "--version":
         return parser  # needs no front at all
@@ -163,7 +168,7 @@ def _missing_extra(exc: ModuleNotFoundError, command: str | None) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    arguments = output_options_after_command(list(sys.argv[1:] if argv is None else argv))
     try:
         parser = build_parser(arguments)
     except ModuleNotFoundError as exc:  # the command's front needs an extra that is not installed
@@ -172,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{' '.join(['diffstore', *arguments[:1]])}: {fix}", file=sys.stderr)
         return 1
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -198,6 +203,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = ": stop what listens there or pick another --port" if exc.errno == errno.EADDRINUSE else ""
         print(f"{_command(args)}: {exc.strerror or exc}{_filename(exc)}{hint}", file=sys.stderr)
         return 1
+
+
+OUTPUT_OPTIONS = {"--format": 1, "--no-headers": 0}
+"""Options a user may give before the command (``kubectl -o json get``): their number of values."""
+
+
+def output_options_after_command(arguments: list[str]) -> list[str]:
+    """``arguments`` with the output options given before the command moved after it, where the command
+    (and its action: ``collections ls``) takes them; one the command is also given keeps the command's
+    value. The rest is left as it is."""
+    moved: list[str] = []
+    rest = list(arguments)
+    while rest:
+        name, _, value = rest[0].partition("=")
+        if name not in OUTPUT_OPTIONS:
+            break
+        count = 0 if value else OUTPUT_OPTIONS[name]
+        option, rest = rest[: 1 + count], rest[1 + count :]
+        moved += option
+    if not moved or not rest:
+        return arguments  # nothing moved, or no command: the top parser says what is wrong
+    end = rest.index("--") if "--" in rest else len(rest)
+    given = {word.partition("=")[0] for word in rest[:end]}
+    kept: list[str] = []
+    while moved:
+        count = 0 if "=" in moved[0] else OUTPUT_OPTIONS[moved[0]]
+        option, moved = moved[: 1 + count], moved[1 + count :]
+        if option[0].partition("=")[0] not in given:
+            kept += option
+    return rest[:end] + kept + rest[end:]
 
 
 def one_line(exc: DiffstoreError, args: argparse.Namespace) -> str:

@@ -21,6 +21,7 @@ from diffstore.engine.types import (
     DiffSpec,
     Expected,
     FromReader,
+    GenerationInfo,
     GetManyResult,
     GetResult,
     KeysAround,
@@ -35,6 +36,7 @@ from diffstore.engine.types import (
     ReaderUpdateLike,
     Record,
     ResolvedRef,
+    RetentionPolicy,
     RevertResult,
 )
 
@@ -246,6 +248,14 @@ class Collection(Protocol):
 
     def generation_at(self, at_ms: int) -> bytes:
         """The newest generation committed at or before ``at_ms`` (raises ``NoSuchGeneration``)."""
+        ...
+
+    def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
+        """Committed generations below ``before`` (default: all), newest first, and whether more remain."""
+        ...
+
+    def retention(self) -> RetentionPolicy | None:
+        """The collection's retention policy (None: none)."""
         ...
 
     def resolve_ref(self, ref: str) -> ResolvedRef:

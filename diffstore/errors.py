@@ -24,6 +24,7 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   ├── OutdatedGeneration
     │   ├── GenerationMismatch
     │   ├── NotManual
+    │   ├── NotAutomatic .......... (the command line) a write without a generation on a manual collection
     │   ├── BadVersion
     │   ├── LeaseLost ............. a lease (or a fencing token) that no longer holds
     │   ├── ReadOnlyReplica ....... a write sent to a read replica
@@ -127,6 +128,13 @@ class GenerationMismatch(Conflict):
 
 class NotManual(Conflict):
     code = "notManual"
+
+
+class NotAutomatic(Conflict):
+    """A write without a generation on a manual collection, which only its writer's generations take (the
+    command line's refusal; over HTTP such a put answers ``generationMismatch``, as in diffbelt)."""
+
+    code = "notAutomatic"
 
 
 class BadVersion(Conflict):

@@ -1,8 +1,10 @@
 """Process-wide logging of the ``diffstore`` commands: ``--log-level`` and ``--log-format text|json``.
 
 JSON is one object per line: ``time`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``, ``event``
-(the message) and the record's own fields: whatever a caller passed with ``extra=``, and for uvicorn's
-access log the request's ``client``, ``method``, ``path``, ``http_version`` and ``status``. An exception
+(the message), ``pid`` (the process), ``worker`` (the worker's number under ``serve --workers N``; absent
+in other processes) and the record's own fields: whatever a caller passed with ``extra=``, and for
+uvicorn's access log the request's ``client``, ``method``, ``path``, ``http_version``, ``status`` and
+``duration_ms`` (from the request's first byte to its response's end). An exception
 adds ``exc_info`` (its formatted traceback). Servers hand uvicorn ``log_config=None`` (see
 :func:`uvicorn_options`) so that its ``uvicorn.error`` and ``uvicorn.access`` loggers go through the same
 handler instead of uvicorn's own.
@@ -30,14 +32,19 @@ FORMATS = ("text", "json")
 
 # attributes every LogRecord has; anything else on a record came from ``extra=``
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
-_ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
+_ACCESS_FIELDS = ("client", "method", "path", "http_version", "status", "duration_ms")
 # uvicorn adds ``color_message``, its message with terminal colours, to its records; JSON has no terminal
 _NOT_FIELDS = _STANDARD | {"color_message"}
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record, on one line."""
+    """One JSON object per record, on one line; ``worker``: the number of this process among a server's
+    workers (None: not a worker)."""
+
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self.worker = worker
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -45,9 +52,13 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": _ANSI.sub("", record.getMessage()),
+            "pid": record.process,
         }
-        if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
-            entry.update(zip(_ACCESS_FIELDS, record.args, strict=True))
+        if self.worker is not None:
+            entry["worker"] = self.worker
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) >= 5:
+            # uvicorn's five, and the duration diffstore's protocol adds (server.uvicorn_adapter)
+            entry.update(zip(_ACCESS_FIELDS, record.args, strict=False))
         for name, value in vars(record).items():
             if name not in _NOT_FIELDS and not name.startswith("_") and name not in entry:
                 entry[name] = _ANSI.sub("", value) if isinstance(value, str) else value
@@ -56,13 +67,16 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
-def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> None:
-    """Sends every logger's records (uvicorn's too) to one handler on ``stream`` (stderr by default)."""
+def configure(
+    level: str = "info", fmt: str = "text", stream: TextIO | None = None, worker: int | None = None
+) -> None:
+    """Sends every logger's records (uvicorn's too) to one handler on ``stream`` (stderr by default);
+    ``worker``: this process's number among a server's workers (a JSON field)."""
     if level not in LEVELS or fmt not in FORMATS:
         raise ValueError(f"log level must be one of {LEVELS} and format one of {FORMATS}")
     handler = logging.StreamHandler(stream or sys.stderr)
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(worker))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

@@ -45,9 +45,11 @@ def show_opt(data: bytes | None) -> str | None:
     return None if data is None else show(data)
 
 
-def counted(count: int, noun: str) -> str:
-    """``1 key``, ``2 keys``: a count and its noun, in the plural unless the count is one."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+def counted(count: int, noun: str, grouped: bool = False) -> str:
+    """``1 key``, ``2 keys``: a count and its noun, in the plural unless the count is one; ``grouped``
+    writes the count with thousands separators (``1,024 rows``)."""
+    number = f"{count:,}" if grouped else f"{count}"
+    return f"{number} {noun}{'' if count == 1 else 's'}"
 
 
 def quote_empty(text: str) -> str:

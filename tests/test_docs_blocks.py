@@ -373,8 +373,9 @@ def test_first_hour(tmp_path: Path) -> None:
                 what="ingestion",
             )
         said = ingest.read_text()  # alone, it takes the lease: nobody to stand by for
-        assert "ingest: acquiring the lease of 'colours'" in said and "standby" not in said, said
-        assert "ingest: active" in said, said
+        acquiring = "ingest: acquiring lease 'ingest:fruit-to-store' of collection 'colours'"
+        assert acquiring in said and "standby" not in said, said
+        assert "ingest: active (lease 'ingest:fruit-to-store' of collection 'colours', version" in said, said
         out = sh(page.next("diffstore collections ls"), tmp_path, env)
         assert "colours\tmanual\n" in out and "apple\tgreen\npear\tyellow\n" in out and "green\n" in out
         assert "hstream/fruit-to-store/" in out  # the readers
@@ -648,9 +649,9 @@ def test_operations_json_logs(tmp_path: Path) -> None:
         # the address line, as the page shows it (on our port), and no terminal colours anywhere
         ready = json.loads(ready_sample.replace("3030", str(port)))
         logged = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-        assert [{**entry, "time": ""} for entry in logged if entry["logger"] == "diffstore.server"] == [
-            {**ready, "time": ""}
-        ]
+        server = [entry for entry in logged if entry["logger"] == "diffstore.server"]
+        assert [{**entry, "time": "", "pid": 0} for entry in server] == [{**ready, "time": "", "pid": 0}]
+        assert all(isinstance(entry["pid"], int) for entry in logged)
         assert "\x1b" not in log.read_text() and "\\u001b" not in log.read_text()
         assert jobs.stop_all() == [0]
     page.done()
@@ -701,10 +702,9 @@ def test_spark(tmp_path: Path, server: LiveServer) -> None:
     segments = [
         ("spark.md: local_session", local(page.next("from diffstore.client import Client"), server.url)),
         (
-            "set-up: A with a reader",
+            "set-up: A (the page creates its reader indexer)",
             """
 a = client.create_collection("A", manual=True)
-a.create_reader("indexer", generation_id=None)
 a.start_generation(b"1")
 a.put_many([(b"k1", b"a1"), (b"k2", b"a2")], generation_id=b"1")
 a.commit_generation(b"1")
@@ -716,6 +716,7 @@ a.commit_generation(b"1")
             """
 assert sorted(map(tuple, snapshot.collect())) == [(b"k1", b"a1"), (b"k2", b"a2")]
 assert sorted(map(tuple, diff.collect())) == [(b"k1", None, b"a1"), (b"k2", None, b"a2")]
+assert [(r.name, r.generation_id) for r in a.readers()] == [("indexer", None)]
 """,
         ),
         ("spark.md: writing", page.next('c = client.create_collection("C", manual=True)')),
@@ -776,6 +777,7 @@ spark.stop()
         timeout=600,
     )
     assert done.returncode == 0 and done.stdout.endswith("--- all ran\n"), done.stdout + done.stderr[-5000:]
+    assert "| k1|   a1|" in done.stdout, done.stdout  # the cast shows keys and values as text
     check_synopsis(page.next("diffstore transform --url"))
     page.done()
 

@@ -47,6 +47,33 @@ def test_json_lines_carry_time_level_event_and_fields(restore_logging: None) -> 
     assert first["collection"] == "c" and first["records"] == 3 and first["logger"] == "diffstore.test"
     assert first["time"].endswith("+00:00")
     assert lines[1]["level"] == "error" and "ValueError: boom" in lines[1]["exc_info"]
+    assert all(line["pid"] == os.getpid() and "worker" not in line for line in lines)
+
+
+def test_a_workers_lines_carry_its_number(restore_logging: None) -> None:
+    out = io.StringIO()
+    logs.configure("info", "json", out, worker=3)
+    logging.getLogger("diffstore.test").info("hello")
+    line = json.loads(out.getvalue())
+    assert (line["pid"], line["worker"]) == (os.getpid(), 3)
+
+
+def test_an_access_line_says_how_long_the_request_took(restore_logging: None) -> None:
+    from diffstore.server.uvicorn_adapter import TimedAccessLog
+
+    out = io.StringIO()
+    logs.configure("info", "json", out)
+    now = [10.0]
+    access = TimedAccessLog(logging.getLogger("uvicorn.access"), 10.0, lambda: now[0])
+    now[0] = 10.0125
+    access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", "/healthz", "1.1", 200)
+    line = json.loads(out.getvalue())
+    assert line["duration_ms"] == 12.5 and line["status"] == 200 and line["path"] == "/healthz"
+    assert line["event"] == '127.0.0.1:5 - "GET /healthz HTTP/1.1" 200 in 12.5 ms'
+    text = io.StringIO()
+    logs.configure("info", "text", text)
+    access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", "/healthz", "1.1", 200)
+    assert text.getvalue().rstrip().endswith('"GET /healthz HTTP/1.1" 200 in 12.5 ms')
 
 
 def test_level_filters(restore_logging: None) -> None:
@@ -113,12 +140,20 @@ def test_serve_writes_json_lines_with_uvicorns_logs(tmp_path: Path, workers: str
     assert started and started[0] < ready
     assert not [line for line in lines if line["level"] == "warning"], lines
     for line in lines:
-        assert {"time", "level", "event", "logger"} <= line.keys(), line
+        assert {"time", "level", "event", "logger", "pid"} <= line.keys(), line
+    # one process: its pid, no worker; a supervisor's own lines too, its workers' lines their pid and number
+    assert lines[ready]["pid"] == process.pid and "worker" not in lines[ready]
+    served = [line for line in lines if line["logger"].startswith("uvicorn")]
+    if workers == "1":
+        assert all(line["pid"] == process.pid and "worker" not in line for line in served), served
+    else:
+        assert all(line["pid"] != process.pid and line["worker"] in (1, 2) for line in served), served
     access = [line for line in lines if line["logger"] == "uvicorn.access"]
     assert any(
         line["path"] == "/collections/" and line["status"] == 200 and line["method"] == "GET"
         for line in access
     )
+    assert all(isinstance(line["duration_ms"], float) and line["duration_ms"] >= 0 for line in access)
     assert any(
         line["logger"] == "uvicorn.error" and "Started server process" in line["event"] for line in lines
     ), lines

@@ -477,7 +477,7 @@ class AsyncCollection:
         collection), or ``@`` and an ISO time such as ``@2026-11-25T10:00:00Z`` (see docs/http.md).
 
         Raises:
-            InvalidRequest: not a ref, a time in the future, a reader name several collections own.
+            InvalidRequest: not a ref, a reader name several collections own.
             NoSuchGeneration, NoSuchReader: it names nothing. GenerationCollected: below the minimum.
         """
         return await self._run(_calls.resolve_ref(self.name, ref))

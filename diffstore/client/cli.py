@@ -34,9 +34,10 @@ import orjson
 
 from diffstore import logs, shell
 from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
-from diffstore.client._sync import Client, Collection
+from diffstore.client.backend import Backend, open_backend
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
-from diffstore.engine.types import DiffItem
+from diffstore.collection import Collection
+from diffstore.engine.types import DiffItem, DiffSpec
 from diffstore.errors import DiffstoreError
 from diffstore.outage import OutageWatch, is_outage
 
@@ -49,14 +50,17 @@ def add_commands(subparsers: Any) -> None:
         "watch",
         help="print each new generation of a collection as it commits",
         description="Prints each new generation of a collection as it commits, until Ctrl-C.",
-        parents=[server_options(), output_options()],
+        parents=[server_options(data=True), output_options()],
         epilog="Generation ids, keys and values are UTF-8 text when printable, else 'base64:' and their "
         f"base64; --since and every other command accept that form back. {REFS_HELP}",
     )
     parser.add_argument("collection", metavar="COLLECTION")
     parser.add_argument("--diff", action="store_true", help="also print the changed keys of each generation")
     parser.add_argument(
-        "--wire", choices=("msgpack", "json"), default="msgpack", help="wire format (json for diffbelt)"
+        "--wire",
+        choices=("msgpack", "json"),
+        default="msgpack",
+        help="with --url: the wire format (json for diffbelt)",
     )
     parser.add_argument(
         "--since",
@@ -77,19 +81,21 @@ _log = logging.getLogger("diffstore.watch")
 def run_watch(args: argparse.Namespace) -> int:
     logs.configure_from(args)
     try:
-        with Client(args.url, token=args.token or None, format=args.wire) as client:
-            collection = client.collection(args.collection)
+        with open_backend(args) as store:
+            collection = store.collection(args.collection)
             since = resolve_generation(collection, args.since, "--since")
-            outage = OutageWatch(
-                f"the diffstore server {args.url}", RetryPolicy(give_up_after_s=args.give_up_after_s), _log
-            )
-            watch(collection, args.diff, sys.stdout, since, args.format, outage)
+            outage = None
+            if getattr(args, "url", None) and not getattr(args, "data", None):
+                policy = RetryPolicy(give_up_after_s=args.give_up_after_s)
+                outage = OutageWatch(f"the diffstore server {args.url}", policy, _log)
+            watch(store, collection, args.diff, sys.stdout, since, args.format, outage)
     except KeyboardInterrupt:
         return 0
     return 0
 
 
 def watch(
+    store: Backend,
     collection: Collection,
     with_diff: bool,
     out: TextIO,
@@ -110,8 +116,8 @@ def watch(
     def finish(generation_id: bytes) -> None:
         nonlocal previous, pending, printed
         if with_diff:
-            items = collection.diff(from_generation_id=previous, to_generation_id=generation_id)
-            for number, item in enumerate(items):
+            spec = DiffSpec.of(previous, generation_id, None, False, None, None, None)
+            for number, item in enumerate(store.changes(collection, spec)):
                 if number >= printed:
                     _print(out, output, item_line(collection.name, generation_id, item))
                     printed += 1
@@ -124,7 +130,7 @@ def watch(
                 outage.succeeded()
             if pending is not None:
                 finish(pending)
-            for generation_id in collection.watch(previous):
+            for generation_id in store.watch(collection.name, previous):
                 _print(out, output, generation_line(collection.name, previous, generation_id))
                 pending = generation_id
                 finish(generation_id)

@@ -1,8 +1,9 @@
-"""The data commands of ``diffstore``, over the HTTP API through :class:`diffstore.client.Client`.
+"""The data commands of ``diffstore``, over the HTTP API or on a data directory (:mod:`backend`).
 
 ``collections ls|create|rm|show``, ``get``, ``query`` and ``diff`` (the writes are in :mod:`write_cli`,
 the readers in :mod:`readers_cli`, ``collections retention`` in :mod:`retention_cli`). Each takes
-``--url``/``DIFFSTORE_URL``, ``--token``/``DIFFSTORE_TOKEN`` and ``--format text|json``. Keys, values and
+``--url``/``DIFFSTORE_URL`` or ``--data DIR`` (the store opened in this process; the output is the same),
+``--token``/``DIFFSTORE_TOKEN`` and ``--format text|json``. Keys, values and
 generation ids are printed in the one text form of :mod:`diffstore.shell` (printable UTF-8 as is, else
 ``base64:...``), and every option taking one accepts that form back. ``--format json`` prints one JSON
 object (one per line for ``query`` and ``diff``) with the same text forms as strings.
@@ -15,41 +16,27 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
-import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
 import orjson
 
 from diffstore import shell
-from diffstore.client import _calls, _plans, retention_cli
-from diffstore.client._sync import Client
-from diffstore.client._transport import DEFAULT_URL
+from diffstore.client import backend, retention_cli
+from diffstore.client.backend import Backend, open_backend
 from diffstore.engine import refs
 from diffstore.engine.types import DiffItem, DiffSpec, Record, ResolvedRef
-from diffstore.errors import BadRequest, Gone, InvalidRequest, NotFound, StorageError
+from diffstore.errors import BadRequest, Gone, InvalidRequest, NotFound
 from diffstore.guides import guide
 
 PROTOCOL_DOC = guide("protocol.md")
 
 
-def server_options() -> argparse.ArgumentParser:
-    """The options of every command that talks to a server (an argparse parent parser)."""
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("server")
-    group.add_argument(
-        "--url",
-        default=os.environ.get("DIFFSTORE_URL", DEFAULT_URL),
-        type=shell.http_url,
-        help=f"the server's base URL (env DIFFSTORE_URL; default {DEFAULT_URL})",
-    )
-    group.add_argument(
-        "--token",
-        default=os.environ.get("DIFFSTORE_TOKEN"),
-        help="bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
-    )
+def server_options(data: bool = False) -> argparse.ArgumentParser:
+    """The options of every command that talks to a server (an argparse parent parser); with ``data`` (a
+    data command) ``--data DIR`` too, a data directory instead of a server (:mod:`backend`)."""
+    parent = backend.options(data)
     # the wire's field names in the server's messages, as this command's flags name them (diffstore.cli)
     parent.set_defaults(wire_flags=WIRE_FLAGS)
     return parent
@@ -75,6 +62,21 @@ def output_options() -> argparse.ArgumentParser:
     return parent
 
 
+def add_no_headers(parser: argparse.ArgumentParser) -> None:
+    """``--no-headers`` on a command that prints a table: its text output without the header row."""
+    parser.add_argument(
+        "--no-headers", action="store_true", help="print the rows without the header row (for scripts)"
+    )
+
+
+def emit_table(args: argparse.Namespace, header: str, rows: list[tuple[dict[str, Any], str]]) -> None:
+    """``rows`` as :func:`emit_all` prints them, led in text by the ``header`` row (tab-separated column
+    names, as the rows' columns), unless ``--no-headers`` or there is no row."""
+    if rows and args.format != "json" and not getattr(args, "no_headers", False):
+        sys.stdout.write(header + "\n")
+    emit_all(args, rows)
+
+
 REFS_HELP = (
     "An option taking a generation also takes a ref: @current, @open, ~N (N commits before the current "
     "one), @reader:NAME or @reader:OWNER/NAME (a reader's position), or @ and an ISO time "
@@ -96,8 +98,8 @@ def resolve_generation(collection: _Resolving, text: str | None, what: str) -> b
     server (``GET /collections/{c}/refs``, one grammar for every front), else a generation id's text form.
 
     Raises:
-        BadRequest, NotFound, Gone: the server's refusal (an unknown ref or reader, a time in the future),
-            its message led by ``what``.
+        BadRequest, NotFound, Gone: the server's refusal (an unknown ref or reader, a time before the first
+            commit), its message led by ``what``.
     """
     return None if text is None else resolve_given(collection, text, what)
 
@@ -118,7 +120,7 @@ def add_command(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
         name,
         help=help,
         description=help[:1].upper() + help[1:] + ".",
-        parents=[server_options(), output_options()],
+        parents=[server_options(data=True), output_options()],
         epilog=_EPILOG,
     )
     return parser
@@ -161,6 +163,7 @@ def add_commands(subparsers: Any) -> None:
     parser.set_defaults(func=collections_rm)
     parser = command(collections_sub, "show", "show a collection's mode, generations and retention")
     parser.add_argument("name", metavar="NAME")
+    add_no_headers(parser)
     parser.set_defaults(func=collections_show)
     retention_cli.add_command(collections_sub, command)
 
@@ -200,10 +203,6 @@ def add_commands(subparsers: Any) -> None:
     parser.set_defaults(func=diff)
 
 
-def client_of(args: argparse.Namespace) -> Client:
-    return Client(args.url, token=args.token or None)
-
-
 def _opt(text: str | None, what: str) -> bytes | None:
     return None if text is None else shell.parse(text, what)
 
@@ -225,8 +224,8 @@ def emit_all(args: argparse.Namespace, rows: Iterable[tuple[dict[str, Any], str]
 
 
 def collections_ls(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
-        infos = client.collections()
+    with open_backend(args) as store:
+        infos = store.collections()
     if args.format == "json":
         emit(args, {"collections": [{"name": i.name, "manual": i.manual} for i in infos]}, "")
     else:
@@ -237,8 +236,8 @@ def collections_ls(args: argparse.Namespace) -> int:
 
 def collections_create(args: argparse.Namespace) -> int:
     policy = retention_cli.policy_of(args)
-    with client_of(args) as client:
-        client.create_collection(args.name, manual=args.manual, retention=policy)
+    with open_backend(args, create=True) as store:
+        store.create_collection(args.name, manual=args.manual, retention=policy)
     mode = "manual" if args.manual else "auto"
     emit(args, {"created": args.name, "manual": args.manual}, f"created collection {args.name} ({mode})")
     return 0
@@ -247,11 +246,11 @@ def collections_create(args: argparse.Namespace) -> int:
 def collections_rm(args: argparse.Namespace) -> int:
     """Removes the collection once confirmed: ``--yes``, or ``y`` typed on a terminal; without a terminal
     and without ``--yes`` it refuses (a script must say so), and a missing collection fails first."""
-    with client_of(args) as client:
+    with open_backend(args) as store:
         if not args.yes:
-            state = client.collection(args.name).state()  # noSuchCollection before any question
-            confirm_removal(args.name, state.generation_id)
-        client.delete_collection(args.name)
+            current = store.collection(args.name).generation_id  # noSuchCollection before any question
+            confirm_removal(args.name, current)
+        store.delete_collection(args.name)
     emit(args, {"removed": args.name}, f"removed collection {args.name}")
     return 0
 
@@ -278,24 +277,29 @@ def confirm_removal(name: str, generation_id: bytes | None) -> None:
 
 
 def collections_show(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
-        state = client.collection(args.name).state()
-    generation = shell.show_opt(state.generation_id)
-    next_generation = shell.show_opt(state.next_generation_id)
+    with open_backend(args) as store:
+        collection = store.collection(args.name)
+        current, opened = collection.generation_state()
+        manual = collection.manual
+        policy = collection.retention()
+    generation = shell.show_opt(current)
+    next_generation = shell.show_opt(opened)
     obj = {
         "name": args.name,
-        "manual": state.manual,
+        "manual": manual,
         "generationId": generation,
         "nextGenerationId": next_generation,
-        "retention": retention_cli.policy_json(state.retention),
+        "retention": retention_cli.policy_json(policy),
     }
+    header = [] if getattr(args, "no_headers", False) else ["FIELD\tVALUE"]
     text = "\n".join(
-        [
+        header
+        + [
             f"name\t{args.name}",
-            f"mode\t{'manual' if state.manual else 'auto'}",
+            f"mode\t{'manual' if manual else 'auto'}",
             f"generation\t{generation if generation is not None else '-'}",
             f"next generation\t{next_generation if next_generation is not None else '-'}",
-            f"retention\t{retention_cli.policy_text(state.retention)}",
+            f"retention\t{retention_cli.policy_text(policy)}",
         ]
     )
     emit(args, obj, text)
@@ -309,8 +313,8 @@ def get(args: argparse.Namespace) -> int:
     """Prints the value (text) or ``{"key","value","generationId"}`` (json); exit 1 when the key is absent."""
     key = shell.parse(args.key, "KEY")
     phantom = _opt(args.phantom, "--phantom")
-    with client_of(args) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         at = resolve_generation(collection, args.generation, "--generation")
         result = collection.get_result(key, at, phantom)
     value = None if result.record is None else shell.show(result.record.value)
@@ -328,38 +332,26 @@ def get(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMIT_WAIT_S = 30.0
-"""How long ``put``, ``delete`` and ``revert`` wait for the server to commit what they wrote."""
+COMMIT_WAIT_S = backend.COMMIT_WAIT_S
 
 
-def wait_for_commit(client: Client, name: str, generation_id: bytes) -> None:
+def wait_for_commit(store: Backend, name: str, generation_id: bytes) -> None:
     """Returns once ``generation_id`` is committed, so that the id ``put`` prints can be read at once.
 
-    A non-manual collection commits a write a short delay after it (``commit_delay_ms``); the long poll
-    answers as soon as the current generation moves.
+    A non-manual collection commits a write a short delay after it (``commit_delay_ms``).
     """
-    deadline = time.monotonic() + COMMIT_WAIT_S
-    current = client.execute(_calls.generation_stream(name, None))
-    while current < generation_id:
-        left_ms = int((deadline - time.monotonic()) * 1000)
-        if left_ms <= 0:
-            raise StorageError(
-                f"generation {shell.show(generation_id)} of {name} was not committed within "
-                f"{COMMIT_WAIT_S:.0f} s: the write is stored and will be visible once it commits"
-            )
-        current = client.execute(_calls.generation_stream(name, current, min(left_ms, 5_000)))
+    store.wait_for_commit(name, generation_id)
 
 
 def query(args: argparse.Namespace) -> int:
     """One line per record: ``KEY<TAB>VALUE`` (text) or ``{"key","value"}`` (json)."""
-    with client_of(args) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         records = collection.query(
             generation_id=resolve_generation(collection, args.generation, "--generation"),
             phantom_id=_opt(args.phantom, "--phantom"),
             from_key=_opt(args.from_key, "--from-key"),
             to_key=_opt(args.to_key, "--to-key"),
-            limit=min(args.limit, 1000) if args.limit else None,
         )
         if args.limit:
             records = itertools.islice(records, args.limit)
@@ -377,8 +369,8 @@ def diff(args: argparse.Namespace) -> int:
     """One line per changed key: ``+ KEY<TAB>NEW``, ``- KEY<TAB>OLD`` or ``~ KEY<TAB>OLD<TAB>NEW``; with
     ``--stat`` one line of counts, ``N inserted, N updated, N deleted`` (json: ``{"inserted", "updated",
     "deleted"}``), counted as the pages arrive."""
-    with client_of(args) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         request = DiffSpec.of(
             resolve_generation(collection, args.from_generation, "--from"),
             resolve_generation(collection, args.to_generation, "--to"),
@@ -389,7 +381,7 @@ def diff(args: argparse.Namespace) -> int:
             limit=None,
         )
         # each key once, from --from to --to, also over a range the server answers in several spans
-        items = _plans.drive(_plans.net_diff_items(collection.name, request), client.execute)
+        items = store.changes(collection, request)
         if args.stat:
             counts = diff_stat(items)
             text = ", ".join(f"{count} {kind}" for kind, count in counts.items())

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from diffstore import shell
-from diffstore.client._sync import Client
+from diffstore.client.backend import open_backend
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
 from diffstore.engine.types import MAX_LINEAGE_DEPTH, Lineage, LineageSource
 from diffstore.guides import guide
@@ -37,7 +37,7 @@ def add_commands(subparsers: Any) -> None:
         "lineage",
         help=text,
         description=text[:1].upper() + text[1:] + " (down to the streams they were ingested from).",
-        parents=[server_options(), output_options()],
+        parents=[server_options(data=True), output_options()],
         epilog="Generation ids are UTF-8 text when printable, else 'base64:' and their base64 (the form "
         f"every command prints). {REFS_HELP} Lineage is described in {guide('lineage.md')}",
     )
@@ -58,8 +58,8 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_lineage(args: argparse.Namespace) -> int:
-    with Client(args.url, token=args.token or None) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         asked = resolve_generation(collection, args.generation, "GENERATION")
         generation_id = collection.generation_id if asked is None else asked
         lineage = collection.lineage(generation_id, depth=args.depth)

@@ -1,12 +1,14 @@
 """``diffstore log COLLECTION [GENERATION] [--limit N] [--since TIME]``: the collection's committed
 generations, newest first.
 
-Text output: one line per generation, the columns separated by a tab -- generation id, commit time (local
+Text output: a header row (left out with ``--no-headers``), then one line per generation, the columns
+separated by a tab -- generation id, commit time (local
 time, then how long ago), changed keys, the commit's metadata as ``key=value`` pairs, and the readers the
 commit moved (``NAME TARGET FROM -> TO`` as ``diffstore lineage`` prints them, ``-`` for a reader at the
 beginning, ``;`` between them); a generation GC collected is marked ``(collected)``: reads, diffs and lineage
 there answer 410, so nothing is offered for it::
 
+    GENERATION  COMMITTED                             CHANGED  METADATA  READERS MOVED
     g3  2026-11-25 21:40:02 CET (3 min ago)  12 keys  job=nightly run=42  from_a A a1 -> a2
     g2  2026-11-25 20:11:40 CET (1 h ago)     1 key
     g1 (collected)  2026-11-25 19:02:11 CET (2 h ago)  4 keys
@@ -34,11 +36,20 @@ from typing import Any
 import orjson
 
 from diffstore import shell
-from diffstore.client._sync import Client, Collection
-from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
+from diffstore.client.backend import open_backend
+from diffstore.client.commands import (
+    REFS_HELP,
+    add_no_headers,
+    output_options,
+    resolve_generation,
+    server_options,
+)
+from diffstore.collection import Collection
 from diffstore.engine.types import GenerationInfo, LineageSource
 from diffstore.errors import GenerationCollected, InvalidRequest
 
+HEADER = "GENERATION\tCOMMITTED\tCHANGED\tMETADATA\tREADERS MOVED"
+"""The header row of the text output (``--no-headers`` leaves it out)."""
 _PAGE = 1000
 _LINEAGE_REQUESTS = 8
 """Lineage requests in flight at once: one per listed generation, so a long listing waits on round trips."""
@@ -53,7 +64,7 @@ def add_commands(subparsers: Any) -> None:
         description="Lists a collection's committed generations, newest first: when each was committed "
         "(local time, and how long ago), how many keys it changed, its commit's metadata, and the readers "
         "the commit moved (NAME TARGET FROM -> TO).",
-        parents=[server_options(), output_options()],
+        parents=[server_options(data=True), output_options()],
         epilog="Generation ids are UTF-8 text when printable, else 'base64:' and their base64 (the form "
         "every command accepts back). '-' means unknown (the initial generation, or one committed by an "
         f"older server); '?' readers of a collected generation. {REFS_HELP}",
@@ -75,6 +86,7 @@ def add_commands(subparsers: Any) -> None:
         help="only generations committed at or after TIME: an ISO time (2026-11-25T10:00, local unless it "
         "has a zone) or a span back from now (90s, 30m, 2h, 7d)",
     )
+    add_no_headers(parser)
     parser.set_defaults(func=run_log)
 
 
@@ -98,8 +110,8 @@ def since_ms(text: str, now_ms: int | None = None) -> int:
 def run_log(args: argparse.Namespace) -> int:
     found: list[GenerationInfo] = []
     moved: list[tuple[LineageSource, ...] | None] = []
-    with Client(args.url, token=args.token or None) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         start = resolve_generation(collection, args.generation, "GENERATION")
         # the smallest id above START: the listing includes START itself
         before = None if start is None else start + b"\x00"
@@ -121,7 +133,10 @@ def run_log(args: argparse.Namespace) -> int:
         for info, moves in zip(found, moved, strict=True):
             sys.stdout.write(orjson.dumps(to_json(info, moves), option=orjson.OPT_APPEND_NEWLINE).decode())
     else:
-        sys.stdout.write("".join(line + "\n" for line in to_text(found, now_ms, moved)))
+        lines = to_text(found, now_ms, moved)
+        if lines and not args.no_headers:
+            lines.insert(0, HEADER)
+        sys.stdout.write("".join(line + "\n" for line in lines))
     sys.stdout.flush()
     return 0
 

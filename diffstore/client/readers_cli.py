@@ -15,8 +15,8 @@ import argparse
 from typing import Any
 
 from diffstore import shell
-from diffstore.client._sync import Client
-from diffstore.client.commands import REFS_HELP, add_command, client_of, emit, emit_all, resolve_given
+from diffstore.client.backend import Backend, open_backend
+from diffstore.client.commands import REFS_HELP, add_command, add_no_headers, emit, emit_table, resolve_given
 from diffstore.engine.types import UNSET, Expected, Reader
 from diffstore.errors import NoSuchReader
 
@@ -32,6 +32,7 @@ def add_commands(subparsers: Any) -> None:
     actions = readers.add_subparsers(dest="action", metavar="ACTION", required=True)
     parser = add_command(actions, "ls", "list the readers of a collection")
     parser.add_argument("collection", metavar="COLLECTION")
+    add_no_headers(parser)
     parser.set_defaults(func=readers_ls)
 
     parser = add_command(actions, "create", "create a reader in a collection")
@@ -65,10 +66,11 @@ def add_commands(subparsers: Any) -> None:
 
 
 def readers_ls(args: argparse.Namespace) -> int:
-    """One line per reader: ``NAME<TAB>TARGET<TAB>GENERATION`` (``-`` when the reader has none)."""
-    with client_of(args) as client:
-        readers = client.collection(args.collection).readers()
-    emit_all(args, [_line(reader) for reader in readers])
+    """One line per reader: ``NAME<TAB>TARGET<TAB>GENERATION`` (``-`` when the reader has none), after a
+    header row (text, unless ``--no-headers``)."""
+    with open_backend(args) as store:
+        readers = store.collection(args.collection).readers()
+    emit_table(args, "NAME\tTARGET\tGENERATION", [_line(reader) for reader in readers])
     return 0
 
 
@@ -80,46 +82,46 @@ def _line(reader: Reader) -> tuple[dict[str, Any], str]:
 
 def readers_create(args: argparse.Namespace) -> int:
     target = args.target or args.collection
-    with client_of(args) as client:
-        at = _position(client, target, args.generation, "--generation")
-        client.collection(args.collection).create_reader(args.name, collection=target, generation_id=at)
-        reader = _reader(client, args.collection, args.name)
+    with open_backend(args) as store:
+        at = _position(store, target, args.generation, "--generation")
+        store.collection(args.collection).create_reader(args.name, collection=target, generation_id=at)
+        reader = _reader(store, args.collection, args.name)
     obj, line = _line(reader)
     emit(args, obj, f"created reader {line}")
     return 0
 
 
 def readers_move(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
-        reader = _reader(client, args.collection, args.name)
-        at = _position(client, reader.collection, args.generation, "G")
+    with open_backend(args) as store:
+        reader = _reader(store, args.collection, args.name)
+        at = _position(store, reader.collection, args.generation, "G")
         expected: Expected = UNSET
         if args.expect is not None:
-            expected = _position(client, reader.collection, args.expect, "--expect")
-        client.collection(args.collection).update_reader(args.name, at, expected)
-        reader = _reader(client, args.collection, args.name)
+            expected = _position(store, reader.collection, args.expect, "--expect")
+        store.collection(args.collection).update_reader(args.name, at, expected)
+        reader = _reader(store, args.collection, args.name)
     obj, line = _line(reader)
     emit(args, obj, f"moved reader {line}")
     return 0
 
 
 def readers_rm(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
-        _reader(client, args.collection, args.name)  # a typo is an error, not a silent no-op
-        client.collection(args.collection).delete_reader(args.name)
+    with open_backend(args) as store:
+        _reader(store, args.collection, args.name)  # a typo is an error, not a silent no-op
+        store.collection(args.collection).delete_reader(args.name)
     emit(args, {"removed": args.name, "collection": args.collection}, f"removed reader {args.name}")
     return 0
 
 
-def _reader(client: Client, collection: str, name: str) -> Reader:
-    for reader in client.collection(collection).readers():
+def _reader(store: Backend, collection: str, name: str) -> Reader:
+    for reader in store.collection(collection).readers():
         if reader.name == name:
             return reader
     raise NoSuchReader(f"collection {collection} has no reader {name}")
 
 
-def _position(client: Client, target: str, text: str | None, what: str) -> bytes | None:
+def _position(store: Backend, target: str, text: str | None, what: str) -> bytes | None:
     """A generation of ``target`` (``-``: the beginning); a ref only where the target is a collection."""
     if text is None or text == "-":
         return None
-    return resolve_given(client.collection(target), text, what)
+    return resolve_given(store.collection(target), text, what)

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from diffstore import shell
-from diffstore.client._sync import Client
+from diffstore.client.backend import open_backend
 from diffstore.client.commands import (
     REFS_HELP,
     output_options,
@@ -43,7 +43,7 @@ def add_commands(subparsers: Any) -> None:
         "generation GENERATION: into the open generation named by --generation (a manual collection; "
         "its writer then commits or aborts it), or into the next generation of an automatic collection "
         "(committed shortly after: the command waits for it). Prints how many keys changed.",
-        parents=[server_options(), output_options()],
+        parents=[server_options(data=True), output_options()],
         epilog="Generation ids are UTF-8 text when printable, else 'base64:' and their base64 (the form "
         f"'diffstore log' prints). {REFS_HELP} A generation below the readers' minimum was "
         "garbage-collected and cannot be restored (generationCollected).",
@@ -61,8 +61,8 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_revert(args: argparse.Namespace) -> int:
-    with Client(args.url, token=args.token or None) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         to_generation = resolve_generation(collection, args.to_generation, "GENERATION")
         assert to_generation is not None  # a positional argument: always given
         open_generation = resolve_generation(collection, args.generation, "--generation")
@@ -78,7 +78,7 @@ def run_revert(args: argparse.Namespace) -> int:
             )
         result = collection.revert(to_generation, generation_id=open_generation)
         if open_generation is None and result.changed_keys:
-            wait_for_commit(client, args.collection, result.generation_id)
+            wait_for_commit(store, args.collection, result.generation_id)
     generation = shell.show(result.generation_id)
     if args.format == "json":
         body = {

@@ -17,17 +17,17 @@ import argparse
 from typing import Any
 
 from diffstore import shell
-from diffstore.client._sync import Collection
+from diffstore.client.backend import open_backend
 from diffstore.client.commands import (
     add_command,
-    client_of,
     emit,
     resolve_generation,
     resolve_given,
     wait_for_commit,
 )
+from diffstore.collection import Collection
 from diffstore.engine.types import PutResult
-from diffstore.errors import NotManual
+from diffstore.errors import NotAutomatic
 
 
 def add_commands(subparsers: Any) -> None:
@@ -115,17 +115,17 @@ def delete(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, key: bytes, value: bytes | None, done: str) -> int:
-    with client_of(args) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         at = resolve_generation(collection, args.generation, "--generation")
         if at is None and collection.manual:
-            raise NotManual(
+            raise NotAutomatic(
                 f"collection {args.collection} is manual: write into its open generation with --generation "
                 f"G (after 'diffstore generation start {args.collection} G'), or create one with --auto"
             )
         result = collection.put(key, value, generation_id=at)
         if at is None:
-            wait_for_commit(client, args.collection, result.generation_id)
+            wait_for_commit(store, args.collection, result.generation_id)
     _report(args, key, result, done, at is not None)
     return 0
 
@@ -157,8 +157,8 @@ def next_generation_id(current: bytes) -> bytes:
 
 
 def generation_start(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         if args.generation is None:
             current, open_id = collection.generation_state()
             # past an open generation too: starting it again would quietly join another writer's generation
@@ -177,8 +177,8 @@ def generation_start(args: argparse.Namespace) -> int:
 
 def generation_commit(args: argparse.Namespace) -> int:
     metadata = dict(args.metadata) or None
-    with client_of(args) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         generation_id = _open_one(collection, args.generation)
         collection.commit_generation(generation_id, metadata=metadata)
     shown = shell.quote_empty(shell.show(generation_id))
@@ -191,8 +191,8 @@ def generation_commit(args: argparse.Namespace) -> int:
 
 
 def generation_abort(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
-        collection = client.collection(args.collection)
+    with open_backend(args) as store:
+        collection = store.collection(args.collection)
         generation_id = _open_one(collection, args.generation)
         collection.abort_generation(generation_id)
     shown = shell.quote_empty(shell.show(generation_id))

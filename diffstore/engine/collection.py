@@ -779,13 +779,13 @@ class Collection:
         ``@reader:[OWNER/]NAME`` or ``@`` and an ISO time; see ``engine/refs.py``) and its commit time.
 
         Raises:
-            InvalidRequest: not a ref, a time in the future, an ambiguous reader name. NoSuchGeneration,
+            InvalidRequest: not a ref, an ambiguous reader name. NoSuchGeneration,
             NoSuchReader: it names nothing. GenerationCollected: below the readers' minimum.
         """
         parsed = refs.parse(ref)
         with self._store.read() as txn:
             meta = load_meta(txn, self._store.tables, self.name)
-            return refs_resolve.resolve(txn, self._store.tables, meta, parsed, self._store.config.now_ms())
+            return refs_resolve.resolve(txn, self._store.tables, meta, parsed)
 
     def history(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationInfo], bool]:
         """Committed generations below ``before`` (default: from the current one), newest first, each with

@@ -19,9 +19,22 @@ import msgpack
 
 from diffstore.engine import layout, retention
 from diffstore.engine.meta import CollectionMeta
-from diffstore.engine.tables import MAX_NAME_BYTES, Tables, check_not_collected, validate_generation_id
+from diffstore.engine.tables import (
+    MAX_NAME_BYTES,
+    Tables,
+    check_not_collected,
+    require_known,
+    validate_generation_id,
+)
 from diffstore.engine.types import UNSET, Reader, ReaderUpdate
-from diffstore.errors import BadVersion, InvalidRequest, NoSuchReader, ReaderExists
+from diffstore.errors import (
+    BadVersion,
+    InvalidRequest,
+    NoSuchCollection,
+    NoSuchReader,
+    ReaderExists,
+    text_form,
+)
 
 MAX_READER_NAME = 255
 
@@ -70,19 +83,47 @@ def _store_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, 
     )
 
 
+def is_stream_target(target: str) -> bool:
+    """Whether ``target`` names something other than a collection: a URL such as ``hstream://s`` (a
+    collection name may hold no ``/``)."""
+    return "://" in target
+
+
 def _check_target_horizon(
-    txn: lmdb.Transaction, tables: Tables, target: str, generation_id: bytes | None, name: str = ""
+    txn: lmdb.Transaction,
+    tables: Tables,
+    target: str,
+    generation_id: bytes | None,
+    name: str = "",
+    *,
+    known: bool = False,
 ) -> None:
     """A reader may not move below what the target's GC may already have removed; a hold (a replica's
-    position) may stay anywhere GC kept, even below where readers read: it is not a reader of the data."""
+    position) may stay anywhere GC kept, even below where readers read: it is not a reader of the data.
+    With ``known`` (a new reader) it may not stand above the target's current generation unless it is the
+    open one (``noSuchGeneration``, as a read there). A stream target is not checked."""
     if generation_id is None or generation_id == b"":
         return
     encoded = target.encode()
     raw = txn.get(encoded, db=tables.collections) if len(encoded) <= MAX_NAME_BYTES else None
     if raw is not None:
         meta = CollectionMeta.unpack(target, raw)
+        if known:
+            require_known(meta, generation_id)
         floor = kept_floor(txn, tables, meta) if is_hold(name) else readable_floor(txn, tables, meta)
         check_not_collected(meta, generation_id, floor)
+
+
+def _require_target(txn: lmdb.Transaction, tables: Tables, target: str) -> None:
+    """A new reader's target is a collection that exists, or a stream (``scheme://...``): a mistyped
+    collection name would hold no data back and be reported broken by ``check``."""
+    if is_stream_target(target):
+        return
+    encoded = target.encode()
+    if len(encoded) > MAX_NAME_BYTES or txn.get(encoded, db=tables.collections) is None:
+        raise NoSuchCollection(
+            f"reader target {target!r} is no collection (a stream target is a URL such as hstream://NAME)"
+        )
 
 
 def list_readers(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta) -> list[Reader]:
@@ -116,7 +157,8 @@ def create_reader(
         if existing != wanted:
             raise ReaderExists(f"reader {name!r} exists with other data")
         return
-    _check_target_horizon(txn, tables, target, generation_id, name)
+    _require_target(txn, tables, target)
+    _check_target_horizon(txn, tables, target, generation_id, name, known=True)
     _store_reader(txn, tables, owner, wanted)
 
 
@@ -144,7 +186,8 @@ def apply_updates(
             expected
         ):
             raise BadVersion(
-                f"reader {update.name!r} is at {current.generation_id!r}, expected {update.expected!r}"
+                f"reader {update.name!r} is at {_position(current.generation_id)}, expected "
+                f"{_position(normalize_generation(expected))}"
             )
         _check_target_horizon(txn, tables, current.collection, update.generation_id, update.name)
         staged[update.name] = Reader(
@@ -153,6 +196,11 @@ def apply_updates(
     for reader in staged.values():
         _store_reader(txn, tables, owner, reader)
     return [(before[name], reader) for name, reader in staged.items()]
+
+
+def _position(generation_id: bytes | None) -> str:
+    """A reader's position in a message: its generation's text form, or "the beginning" for null."""
+    return "the beginning (null)" if generation_id is None else text_form(generation_id)
 
 
 def delete_reader(txn: lmdb.Transaction, tables: Tables, owner: CollectionMeta, name: str) -> None:

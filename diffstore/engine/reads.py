@@ -17,6 +17,7 @@ from diffstore.engine.tables import (
     Tables,
     check_not_collected,
     generation_of_seq,
+    require_known,
     resolve_seq,
     validate_generation_id,
 )
@@ -31,18 +32,7 @@ from diffstore.engine.visibility import (
     upper_form,
     visible_stream,
 )
-from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor, NoSuchGeneration, text_form
-
-
-def require_known(meta: CollectionMeta, generation_id: bytes) -> None:
-    """Refuses a read above the current generation that is not the open one (SPEC §8): it used to read the
-    current data, so a mistyped or future id answered as if it were there. A phantom read is exempt (a
-    phantom write may name any generation, future ones included, and reads it back there)."""
-    if generation_id > meta.generation and generation_id != meta.next:
-        raise NoSuchGeneration(
-            f"generation {text_form(generation_id)} of {meta.name!r} is above the current generation "
-            f"{text_form(meta.generation)} and is not the open one"
-        )
+from diffstore.errors import CursorExpired, InvalidRequest, NoSuchCursor
 
 
 def read_point(

@@ -14,15 +14,20 @@ import lmdb
 from diffstore.engine import history, layout
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.readers import load_reader, readable_floor, readers_targeting
-from diffstore.engine.reads import require_known
 from diffstore.engine.refs import AsOf, Back, Current, Open, ReaderPosition, Ref
-from diffstore.engine.tables import Tables, check_not_collected, load_meta, validate_generation_id
+from diffstore.engine.tables import (
+    Tables,
+    check_not_collected,
+    load_meta,
+    require_known,
+    validate_generation_id,
+)
 from diffstore.engine.types import ResolvedRef
 from diffstore.errors import InvalidRequest, NoSuchCollection, NoSuchGeneration, NoSuchReader
 
 
 def resolve(
-    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, ref: Ref, now_ms: int
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, ref: Ref
 ) -> ResolvedRef:
     """The generation ``ref`` names in ``meta``'s collection, and its commit time (None: not committed, or
     committed before commit times were recorded).
@@ -30,8 +35,8 @@ def resolve(
     Raises:
         NoSuchGeneration: no open generation, ~N beyond the history, a time before the first commit, an id
             above the current one that is not the open one. GenerationCollected: below the readers'
-            minimum. NoSuchReader: no such reader targets the collection. InvalidRequest: a time in the
-            future, a reader name that several collections own.
+            minimum. NoSuchReader: no such reader targets the collection. InvalidRequest: a reader name
+            that several collections own.
     """
     if isinstance(ref, Open):
         if meta.next is None:
@@ -42,8 +47,9 @@ def resolve(
     elif isinstance(ref, Back):
         generation_id = _back(txn, tables, meta, ref.commits)
     elif isinstance(ref, AsOf):
-        if ref.at_ms > now_ms:
-            raise InvalidRequest(f"{_iso(ref.at_ms)} is in the future (the server's time is {_iso(now_ms)})")
+        # a time in the future names the current generation, as asOfMs reads (SPEC §8: the newest
+        # generation committed at or before the instant): one rule for both, and no refusal of a
+        # client whose clock runs ahead of the server's
         try:
             generation_id = history.generation_at(txn, tables, meta, ref.at_ms)
         except NoSuchGeneration as exc:

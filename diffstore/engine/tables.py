@@ -16,6 +16,7 @@ from diffstore.errors import (
     GenerationCollected,
     InvalidRequest,
     NoSuchCollection,
+    NoSuchGeneration,
     text_form,
 )
 
@@ -168,6 +169,17 @@ def generation_of_seq(txn: lmdb.Transaction, tables: Tables, meta: CollectionMet
     if raw is None:
         raise InvalidRequest(f"generation #{seq} is unknown")
     return bytes(raw)
+
+
+def require_known(meta: CollectionMeta, generation_id: bytes) -> None:
+    """Refuses a read above the current generation that is not the open one (SPEC §8): it used to read the
+    current data, so a mistyped or future id answered as if it were there. A phantom read is exempt (a
+    phantom write may name any generation, future ones included, and reads it back there)."""
+    if generation_id > meta.generation and generation_id != meta.next:
+        raise NoSuchGeneration(
+            f"generation {text_form(generation_id)} of {meta.name!r} is above the current generation "
+            f"{text_form(meta.generation)} and is not the open one"
+        )
 
 
 def check_not_collected(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -87,7 +88,7 @@ def start_generation(
     if generation_id <= meta.generation:
         raise OutdatedGeneration(
             f"generation {text_form(generation_id)} is not above the current generation "
-            f"{text_form(meta.generation)}"
+            f"{text_form(meta.generation)}{bytewise_hint(generation_id, meta.generation)}"
         )
     if meta.next is not None and meta.next_lease != lease:
         if not leases.supersedes(lease, meta.next_lease, opened_holds):
@@ -136,6 +137,25 @@ def commit_generation(
     )
     save_meta(txn, tables, meta)
     return meta
+
+
+_NUMBERED = re.compile(rb"(.*?)(\d+)")
+
+
+def bytewise_hint(generation_id: bytes, current: bytes) -> str:
+    """A hint when ``generation_id`` counts above ``current`` as a number but sorts below it bytewise
+    (``g10`` after ``g3``): ids are compared as bytes, so their numbers need zero-padding."""
+    asked, now = _NUMBERED.fullmatch(generation_id), _NUMBERED.fullmatch(current)
+    if asked is None or now is None or asked.group(1) != now.group(1):
+        return ""
+    if int(asked.group(2)) <= int(now.group(2)):
+        return ""
+    width = max(len(asked.group(2)), len(now.group(2))) + 1
+    example = text_form(asked.group(1) + asked.group(2).zfill(width))
+    return (
+        ": generation ids compare bytewise, not as numbers; zero-pad the numbers to one width "
+        f"(e.g. {example}) so that they sort in order"
+    )
 
 
 def _not_open(generation_id: bytes, meta: CollectionMeta) -> str:

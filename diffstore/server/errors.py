@@ -40,6 +40,7 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.OutdatedGeneration: 409,
     e.GenerationMismatch: 409,
     e.NotManual: 409,
+    e.NotAutomatic: 409,
     e.BadVersion: 409,
     e.LeaseLost: 409,
     e.ReadOnlyReplica: 409,

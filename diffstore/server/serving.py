@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import dataclasses
 import gc
+import itertools
 import logging
 import multiprocessing
 import os
@@ -248,13 +249,16 @@ def worker_main(
     supervisor: int,
     ready: Any = None,
     heartbeat: socket.socket | None = None,
+    number: int | None = None,
 ) -> None:
     """One worker process: its own store over the shared directory, serving on its own listening socket
     bound to the supervisor's port (Linux), or on the supervisor's shared one; sets the ``ready`` event
-    (a ``multiprocessing`` Event) once it accepts, then beats on ``heartbeat`` (see :func:`beat`)."""
+    (a ``multiprocessing`` Event) once it accepts, then beats on ``heartbeat`` (see :func:`beat`).
+    ``number``: which worker it is (1, 2, ...; a replacement gets the next one), in its JSON logs."""
     if not _die_with_parent(supervisor):
         return  # the supervisor died while this worker was starting
-    logs.configure(config.log_level, config.log_format)  # a spawned process starts without handlers
+    # a spawned process starts without handlers
+    logs.configure(config.log_level, config.log_format, worker=number)
     if _REUSE_PORT:
         sock = bind(dataclasses.replace(config, port=sock.getsockname()[1]))
     with _open_store(config) as store:
@@ -319,11 +323,15 @@ def _supervise(config: ServerConfig) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     workers: dict[int, _Worker] = {}  # by the process's sentinel
     early_deaths = 0
+    numbers = itertools.count(1)  # each worker's number in the logs; a replacement gets a new one
 
     def start() -> None:
         ours, theirs = socket.socketpair()
+        number = next(numbers)
         process = context.Process(
-            target=worker_main, args=(config, sock, os.getpid(), ready, theirs), name="diffstore-worker"
+            target=worker_main,
+            args=(config, sock, os.getpid(), ready, theirs, number),
+            name=f"diffstore-worker-{number}",
         )
         process.start()
         theirs.close()  # the worker has its own copy

@@ -138,7 +138,7 @@ def _backup(args: argparse.Namespace) -> int:
         f" {counted(result.phantoms_left_out, 'phantom record')}"
     )
     print(
-        f"backed up a {result.kind.value} into {out}: {result.bytes:,} bytes,"
+        f"backed up a {result.kind.value} into {out}: {counted(result.bytes, 'byte', grouped=True)},"
         f" {counted(result.collections, 'collection')}; left out: {left_out}"
     )
     if args.verify:
@@ -165,10 +165,11 @@ def _check(args: argparse.Namespace) -> int:
     for note in report.notes:
         print(f"note: {note}")
     rows = sum(report.rows.values())
+    scanned = f"{counted(rows, 'row', grouped=True)} in {counted(len(report.rows), 'table')}"
     if report.ok:
-        print(f"{args.data}: every invariant holds ({rows:,} rows in {len(report.rows)} tables)")
+        print(f"{args.data}: every invariant holds ({scanned})")
         return 0
-    print(f"{args.data}: {len(report.problems)} problems ({rows:,} rows in {len(report.rows)} tables)")
+    print(f"{args.data}: {counted(len(report.problems), 'problem')} ({scanned})")
     return 1
 
 
@@ -233,8 +234,9 @@ def _compact(args: argparse.Namespace) -> int:
         result = compact.compact(Path(args.data), progress)
     saved = result.before_bytes - result.after_bytes
     print(
-        f"compacted the {result.kind.value} in {args.data}: {result.before_bytes:,} -> {result.after_bytes:,}"
-        f" bytes ({saved:,} bytes given back)"
+        f"compacted the {result.kind.value} in {args.data}: {result.before_bytes:,} -> "
+        f"{counted(result.after_bytes, 'byte', grouped=True)}"
+        f" ({counted(saved, 'byte', grouped=True)} given back)"
     )
     return 0
 

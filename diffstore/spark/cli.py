@@ -182,7 +182,8 @@ def print_preview(target: Collection, phantom: bytes, output: str, shown: int = 
         return
     lines = [
         f"phantom {shell.show(phantom)}",
-        f"{target.name} at generation {encode_generation(generation)}: {puts} put(s), {deletes} delete(s)",
+        f"{target.name} at generation {encode_generation(generation)}: {shell.counted(puts, 'put')}, "
+        f"{shell.counted(deletes, 'delete')}",
     ]
     for row in rows:
         key, old, new = row["key"], row["fromValue"], row["toValue"]

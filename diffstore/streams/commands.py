@@ -77,6 +77,9 @@ def add_stream_commands(commands: Any) -> None:
     )
     parser.set_defaults(func=create)
     parser = command("ls", "list the streams")
+    parser.add_argument(
+        "--no-headers", action="store_true", help="print the rows without the header row (for scripts)"
+    )
     parser.set_defaults(func=ls)
     parser = command("rm", "remove a stream and its records")
     parser.add_argument("name", metavar="NAME")
@@ -179,9 +182,11 @@ def create(args: argparse.Namespace) -> int:
 
 
 def ls(args: argparse.Namespace) -> int:
-    """One line per stream: ``NAME<TAB>SHARDS``."""
+    """One line per stream: ``NAME<TAB>SHARDS``, after a header row (text, unless ``--no-headers``)."""
     with connected(args) as client:
         streams = client.list_streams()
+    if streams and args.format != "json" and not args.no_headers:
+        sys.stdout.write("NAME\tSHARDS\n")
     for stream in sorted(streams, key=lambda s: s.streamName):
         _emit(
             args,
@@ -252,7 +257,8 @@ def produce(args: argparse.Namespace) -> int:
         finally:
             with contextlib.suppress(Exception):  # the failure above is the one to report
                 producer.close()
-    _emit(args, {"stream": args.stream, "records": count}, f"produced {count} records to {args.stream}")
+    produced = f"produced {shell.counted(count, 'record')} to {args.stream}"
+    _emit(args, {"stream": args.stream, "records": count}, produced)
     return 0
 
 

@@ -307,21 +307,23 @@ def run_ingest(args: argparse.Namespace) -> int:
     # a window commits window_ms after its first record: twice that without a commit is no record coming
     progress = _Progress(console, args.log_commits, metrics, idle_after_s=max(1.0, 2 * args.window_ms / 1000))
 
+    # the lease is named as GET /collections/{c}/leases/ and docs/leases.md name it, in every message
+    lease = lease_name(args.subscription)
+    where = f"lease {lease!r} of collection {args.collection!r}"
+
     def on_state(state: str, token: LeaseToken | None) -> None:
         if token is None:
-            holder = _lease_holder(sink.collection, lease_name(args.subscription))
+            holder = _lease_holder(sink.collection, lease)
             if holder is None or holder == config.lease_owner:  # nobody else: it takes the lease in a moment
-                report.say(
-                    logging.INFO, f"ingest: acquiring the lease of {args.collection!r}", "ingest acquiring"
-                )
+                report.say(logging.INFO, f"ingest: acquiring {where}", "ingest acquiring", lease=lease)
             else:
                 text = (
-                    f"ingest: standby ({holder} holds the lease of {args.collection!r}; this ingestor takes "
-                    "over when it stops or its lease expires)"
+                    f"ingest: standby ({holder} holds {where}; this ingestor takes over when it stops or the "
+                    "lease expires)"
                 )
-                report.say(logging.INFO, text, "ingest standby", holder=holder)
+                report.say(logging.INFO, text, "ingest standby", holder=holder, lease=lease)
         else:
-            text = f"ingest: active (lease {token.name!r} version {token.version})"
+            text = f"ingest: active ({where}, version {token.version})"
             report.say(logging.INFO, text, "ingest active", lease=token.name, version=token.version)
 
     try:
@@ -348,7 +350,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             metrics_server.stop()
     report.say(
         logging.INFO,
-        f"ingest: stopped after {ingestor.applied_total:,} records",
+        f"ingest: stopped after {shell.counted(ingestor.applied_total, 'record', grouped=True)}",
         "ingest stopped",
         applied=ingestor.applied_total,
     )

@@ -64,6 +64,8 @@ def test_collections_ls_create_show_rm(capsys: pytest.CaptureFixture[str], serve
     code, out, _ = run(capsys, server, "collections", "show", "m", "--format", "json")
     assert code == 0 and json.loads(out)["manual"] is True
     code, out, _ = run(capsys, server, "collections", "show", "orders")
+    assert code == 0 and out.splitlines()[:3] == ["FIELD\tVALUE", "name\torders", "mode\tauto"]
+    code, out, _ = run(capsys, server, "collections", "show", "orders", "--no-headers")
     assert code == 0 and out.splitlines()[:2] == ["name\torders", "mode\tauto"]
     assert run(capsys, server, "collections", "rm", "m", "--yes") == (0, "removed collection m\n", "")
     assert [info.name for info in server.store.collections()] == ["orders"]
@@ -137,7 +139,10 @@ def test_readers_ls_and_diff_from_reader(capsys: pytest.CaptureFixture[str], ser
     with server.client() as client:
         client.collection("c").create_reader("indexer", generation_id=first)
     assert run(capsys, server, "put", "c", "b", "2")[0] == 0  # waits for its generation to commit
-    assert run(capsys, server, "readers", "ls", "c") == (0, f"indexer\tc\t{shell.show(first)}\n", "")
+    row = f"indexer\tc\t{shell.show(first)}\n"
+    assert run(capsys, server, "readers", "ls", "c") == (0, "NAME\tTARGET\tGENERATION\n" + row, "")
+    assert run(capsys, server, "readers", "ls", "c", "--no-headers") == (0, row, "")
+    assert run(capsys, server, "--no-headers", "readers", "ls", "c") == (0, row, "")
     code, out, _ = run(capsys, server, "readers", "ls", "c", "--format", "json")
     assert json.loads(out) == {"name": "indexer", "collection": "c", "generationId": shell.show(first)}
     assert run(capsys, server, "diff", "c", "--from-reader", "indexer") == (0, "+ b\t2\n", "")

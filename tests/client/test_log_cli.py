@@ -58,7 +58,10 @@ def test_log_prints_time_keys_and_metadata(capsys: pytest.CaptureFixture[str], s
     _commits(server)
     code, out, err = run(capsys, server, "log", "C")
     assert (code, err) == (0, "")
-    lines = [line.split("\t") for line in out.splitlines()]
+    header, *rows = out.splitlines()
+    assert header == "GENERATION\tCOMMITTED\tCHANGED\tMETADATA\tREADERS MOVED"
+    assert run(capsys, server, "log", "C", "--no-headers")[1] == "".join(row + "\n" for row in rows)
+    lines = [line.split("\t") for line in rows]
     assert [line[0] for line in lines] == [shell.show(b"g2\xff"), "g1", '""']
     assert lines[0][2] == "1 key" and lines[1][2] == "2 keys" and lines[1][3] == "job=nightly run=42"
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+ \((just now|\d+ \S+ ago)\)", lines[0][1])
@@ -134,7 +137,7 @@ def test_log_shows_the_readers_each_commit_moved(
     capsys: pytest.CaptureFixture[str], server: LiveServer
 ) -> None:
     _pipeline(server)
-    code, out, err = run(capsys, server, "log", "C")
+    code, out, err = run(capsys, server, "log", "C", "--no-headers")
     assert (code, err) == (0, "")
     assert [line.split("\t")[3:] for line in out.splitlines()] == [
         ["round=c3"],
@@ -151,7 +154,7 @@ def test_log_shows_the_readers_each_commit_moved(
     # below the readers' minimum a commit's moves are gone with its generation: marked collected, no moves
     with Client(server.url) as client:
         client.collection("C").create_reader("keep", generation_id=b"c2")
-    code, out, _ = run(capsys, server, "log", "C")
+    code, out, _ = run(capsys, server, "log", "C", "--no-headers")
     lines = [line.split("\t") for line in out.splitlines()]
     assert [line[0] for line in lines] == ["c3", "c2", "c1 (collected)", '"" (collected)']
     assert [line[4:] for line in lines][1:3] == [["from_a A a1 -> a2"], []]
@@ -164,24 +167,24 @@ def test_log_starts_at_a_ref_and_stops_at_since(
     capsys: pytest.CaptureFixture[str], server: LiveServer
 ) -> None:
     _pipeline(server)
-    code, out, _ = run(capsys, server, "log", "C", "~1")
+    code, out, _ = run(capsys, server, "log", "C", "~1", "--no-headers")
     assert code == 0 and [line.split("\t")[0] for line in out.splitlines()] == ["c2", "c1", '""']
-    code, out, _ = run(capsys, server, "log", "C", "c1", "--limit", "1")
+    code, out, _ = run(capsys, server, "log", "C", "c1", "--limit", "1", "--no-headers")
     assert [line.split("\t")[0] for line in out.splitlines()] == ["c1"]
     # --since: a span back from now (every commit is recent) and a time after the last commit
-    code, out, _ = run(capsys, server, "log", "C", "--since", "1h")
+    code, out, _ = run(capsys, server, "log", "C", "--since", "1h", "--no-headers")
     assert [line.split("\t")[0] for line in out.splitlines()] == ["c3", "c2", "c1"]
     with Client(server.url) as client:
         times = {g: client.collection("C").resolve_ref(g).committed_at_ms for g in ("c3", "c2", "c1")}
     c2_ms = times["c2"]
     assert c2_ms is not None
     iso = datetime.fromtimestamp(c2_ms // 1000, UTC) + timedelta(milliseconds=c2_ms % 1000)
-    code, out, _ = run(capsys, server, "log", "C", "--since", iso.isoformat())
+    code, out, _ = run(capsys, server, "log", "C", "--since", iso.isoformat(), "--no-headers")
     # c3 and c2, and c1 only if it was committed in the same millisecond as c2
     since = [g for g, at in times.items() if at is not None and at >= c2_ms]
     assert [line.split("\t")[0] for line in out.splitlines()] == since
     later = datetime.now(UTC) + timedelta(hours=1)
-    assert run(capsys, server, "log", "C", "--since", later.isoformat()) == (0, "", "")
+    assert run(capsys, server, "log", "C", "--since", later.isoformat()) == (0, "", "")  # no header alone
 
 
 def test_since_reads_spans_and_times() -> None:

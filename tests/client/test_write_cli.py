@@ -151,7 +151,9 @@ def test_readers_create_move_rm(capsys: pytest.CaptureFixture[str], server: Live
         capsys, server, "readers", "move", "dst", "from_src", "@current", "--expect", "s1", "--format", "json"
     )
     assert json.loads(out) == {"name": "from_src", "collection": "src", "generationId": "s2"}
-    assert run(capsys, server, "readers", "ls", "dst")[1] == "from_src\tsrc\ts2\nself\tdst\t-\n"
+    assert (
+        run(capsys, server, "readers", "ls", "dst", "--no-headers")[1] == "from_src\tsrc\ts2\nself\tdst\t-\n"
+    )
     assert run(capsys, server, "readers", "rm", "dst", "from_src") == (0, "removed reader from_src\n", "")
     assert [r.name for r in server.store.collection("dst").readers()] == ["self"]
 
@@ -171,12 +173,17 @@ def _manual_with_open(server: LiveServer) -> None:
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["put", "m", "k", "x"], ["diffstore put: collection m is manual", "--generation", "notManual"]),
+        (["put", "m", "k", "x"], ["diffstore put: collection m is manual", "--generation", "(notAutomatic)"]),
+        (["delete", "m", "k"], ["collection m is manual", "(notAutomatic)"]),
         (["put", "m", "k", "x", "--generation", "g9"], ["generationMismatch"]),
         (["put", "m", "k", "x", "--generation", "@nope"], ["--generation @nope", "invalidRequest"]),
         (["delete", "m", "k", "--generation", "g1"], ["generationMismatch"]),
         (["delete", "nosuch", "k"], ["noSuchCollection"]),
         (["generation", "start", "m", "g0"], ["outdatedGeneration"]),
+        (
+            ["generation", "start", "m", "g09"],
+            ["not above the current generation g1", "zero-pad", "outdatedGeneration"],
+        ),
         (["generation", "start", "a", "x"], ["notManual"]),
         (["generation", "commit", "m", "g9"], ["generationMismatch"]),
         (["generation", "commit", "m", "--metadata", "big=" + "x" * 5000], ["invalidRequest", "4096"]),
@@ -187,7 +194,9 @@ def _manual_with_open(server: LiveServer) -> None:
             ["readers", "create", "m", "x", "--target", "nosuch", "--generation", "~1"],
             ["nosuch", "noSuchCollection"],
         ),
-        (["readers", "move", "m", "r", "@current", "--expect", "g9"], ["badVersion"]),
+        (["readers", "move", "m", "r", "@current", "--expect", "g9"], ["is at g1, expected g9 (badVersion)"]),
+        (["readers", "create", "m", "x", "--target", "TYPO"], ["reader target 'TYPO'", "noSuchCollection"]),
+        (["readers", "create", "m", "x", "--generation", "zz"], ["generation zz", "noSuchGeneration"]),
         (["readers", "move", "m", "nobody", "@current"], ["diffstore readers move:", "noSuchReader"]),
         (["readers", "move", "m", "r", "~5"], ["G ~5", "noSuchGeneration"]),
         (["readers", "rm", "m", "nobody"], ["noSuchReader"]),

@@ -25,7 +25,7 @@ from .util import as_dict, commit, raw_state, run_background
 
 def test_create_list_update_delete_reader(store: Store) -> None:
     c = store.create_collection("c", manual=True)
-    store.create_collection("other", manual=True)
+    commit(store.create_collection("other", manual=True), b"5", [])
     c.create_reader("self")
     c.create_reader("b", collection="other", generation_id=b"5")
     c.create_reader("s", collection="hstream://stream", generation_id=b"\x00" * 12)
@@ -45,11 +45,11 @@ def test_create_list_update_delete_reader(store: Store) -> None:
 
 def test_create_same_reader_again_is_ok_different_is_reader_exists(store: Store) -> None:
     c = store.create_collection("c", manual=True)
-    c.create_reader("r", collection="x", generation_id=b"1")
+    c.create_reader("r", collection="hstream://x", generation_id=b"1")
     before = raw_state(store)
-    c.create_reader("r", collection="x", generation_id=b"1")
+    c.create_reader("r", collection="hstream://x", generation_id=b"1")
     assert raw_state(store) == before
-    for target, gen in (("x", b"2"), ("y", b"1"), ("x", None), (None, b"1")):
+    for target, gen in (("hstream://x", b"2"), ("hstream://y", b"1"), ("hstream://x", None), (None, b"")):
         with pytest.raises(ReaderExists) as info:
             c.create_reader("r", collection=target, generation_id=gen)
         assert info.value.code == "readerExists"
@@ -67,7 +67,7 @@ def test_bad_reader_name_is_invalid(store: Store, name: str) -> None:
 
 def test_update_of_unknown_reader_is_no_such_reader(store: Store) -> None:
     c = store.create_collection("c", manual=True)
-    c.create_reader("r", generation_id=b"1")
+    c.create_reader("r")
     before = raw_state(store)
     with pytest.raises(NoSuchReader) as info:
         c.update_reader("nope", b"2")
@@ -96,11 +96,11 @@ def test_delete_missing_reader_is_ok(store: Store) -> None:
 )
 def test_update_reader_cas(store: Store, stored, expected, ok: bool) -> None:
     c = store.create_collection("c", manual=True)
-    c.create_reader("r", collection="t", generation_id=stored)
+    c.create_reader("r", collection="hstream://t", generation_id=stored)
     before = raw_state(store)
     if ok:
         c.update_reader("r", b"9", expected=expected)
-        assert c.readers() == [Reader("r", "t", b"9")]
+        assert c.readers() == [Reader("r", "hstream://t", b"9")]
     else:
         with pytest.raises(BadVersion) as info:
             c.update_reader("r", b"9", expected=expected)
@@ -110,15 +110,15 @@ def test_update_reader_cas(store: Store, stored, expected, ok: bool) -> None:
 
 def test_commit_applies_reader_updates_atomically(store: Store) -> None:
     c = store.create_collection("c", manual=True)
-    c.create_reader("from_a", collection="a")
-    c.create_reader("from_b", collection="b", generation_id=b"x")
+    c.create_reader("from_a", collection="hstream://a")
+    c.create_reader("from_b", collection="hstream://b", generation_id=b"x")
     c.start_generation(b"1")
     c.put(b"k", b"v", generation_id=b"1")
     c.commit_generation(
         b"1", update_readers=[("from_a", b"ga"), ReaderUpdate("from_b", b"gb", expected=b"x")]
     )
     assert c.generation_id == b"1"
-    assert c.readers() == [Reader("from_a", "a", b"ga"), Reader("from_b", "b", b"gb")]
+    assert c.readers() == [Reader("from_a", "hstream://a", b"ga"), Reader("from_b", "hstream://b", b"gb")]
 
 
 @pytest.mark.parametrize(
@@ -132,8 +132,8 @@ def test_commit_applies_reader_updates_atomically(store: Store) -> None:
 )
 def test_commit_with_bad_reader_update_changes_nothing(store: Store, updates, error) -> None:
     c = store.create_collection("c", manual=True)
-    c.create_reader("from_a", collection="a")
-    c.create_reader("from_b", collection="b", generation_id=b"x")
+    c.create_reader("from_a", collection="hstream://a")
+    c.create_reader("from_b", collection="hstream://b", generation_id=b"x")
     c.start_generation(b"1")
     c.put(b"k", b"v", generation_id=b"1")
     before = raw_state(store)
@@ -143,7 +143,7 @@ def test_commit_with_bad_reader_update_changes_nothing(store: Store, updates, er
     assert c.generation_id == b""
     assert c.next_generation_id == b"1"
     assert c.get(b"k") is None
-    assert c.readers() == [Reader("from_a", "a", None), Reader("from_b", "b", b"x")]
+    assert c.readers() == [Reader("from_a", "hstream://a", None), Reader("from_b", "hstream://b", b"x")]
     c.commit_generation(b"1")  # the generation is still open and commits fine afterwards
     assert c.get(b"k") is not None
 
@@ -151,10 +151,10 @@ def test_commit_with_bad_reader_update_changes_nothing(store: Store, updates, er
 def test_readers_survive_reopen(open_store) -> None:
     store = open_store()
     c = store.create_collection("c", manual=True)
-    c.create_reader("r", collection="t", generation_id=b"1")
+    c.create_reader("r", collection="hstream://t", generation_id=b"1")
     commit(c, b"1", [], update_readers=[("r", b"2")])
     store.close()
-    assert open_store().collection("c").readers() == [Reader("r", "t", b"2")]
+    assert open_store().collection("c").readers() == [Reader("r", "hstream://t", b"2")]
 
 
 # --- minimumGenerationId and GC ------------------------------------------------------------------------
@@ -291,7 +291,8 @@ def test_minimum_is_over_readers_in_every_collection(store: Store) -> None:
 
 def test_gc_horizon_never_passes_current_generation(store: Store) -> None:
     c = _history(store)
-    c.create_reader("r", generation_id=b"9")  # a reader ahead of the collection
+    c.create_reader("r")
+    c.update_reader("r", b"9")  # a reader moved ahead of the collection (created there: refused)
     c.start_generation(b"6")
     c.put(b"a", b"a6", generation_id=b"6")
     run_background(store)
@@ -362,7 +363,8 @@ def test_diff_from_reader(store: Store) -> None:
 
 def test_reader_ahead_of_a_fresh_collection_does_not_break_gc(store: Store) -> None:
     c = store.create_collection("c", manual=True)  # still at its initial generation ""
-    c.create_reader("r", generation_id=b"x")
+    c.create_reader("r")
+    c.update_reader("r", b"x")
     run_background(store)
     commit(c, b"1", [(b"k", b"1")])
     commit(c, b"2", [(b"k", b"2")])
@@ -375,7 +377,8 @@ def test_reader_ahead_of_a_fresh_collection_does_not_break_gc(store: Store) -> N
 def test_background_worker_survives_gc_of_fresh_collection(open_store) -> None:
     store = open_store(background=True, gc_interval_ms=5)
     fresh = store.create_collection("fresh", manual=True)
-    fresh.create_reader("r", generation_id=b"x")
+    fresh.create_reader("r")
+    fresh.update_reader("r", b"x")
     c = _history(store)
     c.create_reader("r", generation_id=b"5")
     wait_until(lambda: _versions_per_key(store)[layout.key_form(b"a")] == 1, what="GC after the fresh one")
@@ -404,10 +407,15 @@ def test_capped_diff_from_beginning_after_gc_covers_everything(open_store) -> No
 
 @pytest.mark.parametrize(
     ("owner", "reader", "target"),
-    [("c" * 255, "r" * 255, None), ("c", "x", "t" * 1024), ("c", "y", "hstream://" + "s" * 500)],
+    [
+        ("c" * 255, "r" * 255, None),
+        ("c", "x", "hstream://" + "t" * 1014),
+        ("c", "y", "hstream://" + "s" * 500),
+    ],
 )
 def test_longest_reader_names_and_targets_work(store: Store, owner, reader, target) -> None:
     c = store.create_collection(owner, manual=True)
+    commit(c, b"1", [])
     c.create_reader(reader, collection=target, generation_id=b"1")
     c.update_reader(reader, b"2", expected=b"1")
     assert c.readers() == [Reader(reader, target or owner, b"2")]

@@ -545,7 +545,10 @@ class StoreMachine(RuleBasedStateMachine):
                 error = ReaderExists
         else:
             floor = self._floor(tgt) if tgt in self.model else None
-            if gen not in (None, b"") and floor is not None and gen < floor:
+            target = self.model.get(tgt)
+            if gen not in (None, b"") and target is not None and gen > target.current and gen != target.next:
+                error = NoSuchGeneration  # SPEC §8: where a read would be refused, a new reader is too
+            elif gen not in (None, b"") and floor is not None and gen < floor:
                 error = GenerationCollected
             else:
                 m.readers[reader] = (tgt, gen or None)

@@ -187,7 +187,7 @@ def _collected(c, n: int) -> bool:
 def test_racing_transform_workers_commit_at_most_once_per_reader_position(store: Store) -> None:
     """SPEC §6 race: two workers start/put/commit with a CAS on the same reader; one wins each round."""
     c = store.create_collection("target", manual=True, initial_generation_id=u64(0))
-    c.create_reader("from_a", collection="a", generation_id=u64(0))
+    c.create_reader("from_a", collection="hstream://a", generation_id=u64(0))
     rounds, lost = 40, (BadVersion, GenerationMismatch, OutdatedGeneration)
 
     for r in range(1, rounds + 1):

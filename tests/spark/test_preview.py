@@ -199,7 +199,7 @@ def test_the_command_prints_the_preview_phantom_and_its_changes(spark, server_ur
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].startswith("phantom base64:")
-    assert f"{len(expected)} put(s), 0 delete(s)" in lines[1]
+    assert f"{len(expected)} put{'' if len(expected) == 1 else 's'}, 0 deletes" in lines[1]
     assert all(line.startswith("+ ") for line in lines[2 : 2 + min(10, len(expected))])
     # the id as printed is what 'diffstore query --phantom' takes back
     query = subprocess.run(

@@ -95,7 +95,7 @@ def test_snapshot_and_diff_match_the_http_api(spark, server_url, store: Store, n
 def test_writing_commits_once_with_reader_updates(spark, server_url, store: Store, names) -> None:
     name = names["C"]
     c = store.create_collection(name, manual=True)
-    c.create_reader("from_x", "elsewhere", None)
+    c.create_reader("from_x", "hstream://elsewhere", None)  # a target need not be a collection
     generation = b"\x00\x00\x00\x00\x00\x00\x00\x01"
     c.start_generation(generation)
     rows = [(user_key(i), None if i % 4 == 0 else b"w%d" % i) for i in range(40)]

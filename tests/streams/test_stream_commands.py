@@ -41,7 +41,8 @@ def test_create_ls_subscribe_produce_consume_rm(
         "created stream orders (2 shards)\n",
         "",
     )
-    assert run(capsys, stream_server, "ls") == (0, "orders\t2\n", "")
+    assert run(capsys, stream_server, "ls") == (0, "NAME\tSHARDS\norders\t2\n", "")
+    assert run(capsys, stream_server, "ls", "--no-headers") == (0, "orders\t2\n", "")
     code, out, _ = run(capsys, stream_server, "ls", "--format", "json")
     assert json.loads(out) == {"name": "orders", "shards": 2}
     assert run(capsys, stream_server, "subscribe", "orders", "--subscription", "s1")[0] == 0
@@ -56,6 +57,8 @@ def test_create_ls_subscribe_produce_consume_rm(
     # consumed records were acknowledged: nothing is left for the subscription
     code, out, _ = run(capsys, stream_server, "consume", "s1", "--idle", "0.5", "--format", "json")
     assert (code, out) == (0, "")
+    one = cli("produce", "orders", "--hstream", stream_server.url, stdin="four\n")
+    assert (one.returncode, one.stdout) == (0, "produced 1 record to orders\n"), one.stderr  # not "1 records"
     assert run(capsys, stream_server, "rm", "orders", "--force") == (0, "removed stream orders\n", "")
     assert run(capsys, stream_server, "ls") == (0, "", "")
 
@@ -76,7 +79,7 @@ def test_failures_are_one_line(
     code, out, err = run(capsys, stream_server, *argv)
     assert code == 1 and out == ""
     assert expected in err and err.count("\n") == 1 and err.startswith(f"diffstore streams {argv[0]}: ")
-    assert run(capsys, stream_server, "ls")[1] == "dup\t1\n"
+    assert run(capsys, stream_server, "ls", "--no-headers")[1] == "dup\t1\n"
 
 
 def test_a_bad_or_unreachable_url_is_one_line(tmp_path: Path) -> None:
@@ -114,7 +117,7 @@ def test_split_adds_a_shard_and_a_bad_split_changes_nothing(
     assert lower["shard"] == only.shard_id and int(lower["startHash"], 16) == 0
     assert int(upper["startHash"], 16) == int(lower["endHash"], 16) + 1
     assert int(upper["endHash"], 16) == 2**128 - 1
-    assert run(capsys, stream_server, "ls")[1] == "orders\t2\n"
+    assert run(capsys, stream_server, "ls", "--no-headers")[1] == "orders\t2\n"
     # without --shard, one of the two widest ranges (both halves) is split: three contiguous quarters/half
     code, out, _ = run(capsys, stream_server, "split", "orders", "--format", "json")
     after = [json.loads(line) for line in out.splitlines()]
@@ -122,11 +125,11 @@ def test_split_adds_a_shard_and_a_bad_split_changes_nothing(
     widths = sorted(int(s["endHash"], 16) - int(s["startHash"], 16) + 1 for s in after)
     assert widths == [2**126, 2**126, 2**127]
     assert all(int(b["startHash"], 16) == int(a["endHash"], 16) + 1 for a, b in itertools.pairwise(after))
-    assert run(capsys, stream_server, "ls")[1] == "orders\t3\n"
+    assert run(capsys, stream_server, "ls", "--no-headers")[1] == "orders\t3\n"
     # an unknown shard or stream: one line, exit 1, the stream as it was
     for argv in (("split", "orders", "--shard", "999999"), ("split", "missing", "--shard", "0")):
         code, out, err = run(capsys, stream_server, *argv)
         assert (
             code == 1 and out == "" and err.count("\n") == 1 and err.startswith("diffstore streams split: ")
         )
-    assert run(capsys, stream_server, "ls")[1] == "orders\t3\n"
+    assert run(capsys, stream_server, "ls", "--no-headers")[1] == "orders\t3\n"
