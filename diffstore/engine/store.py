@@ -34,7 +34,7 @@ from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import background, layout, migrate, replication, storage
+from diffstore.engine import background, fencing, layout, migrate, replication, storage
 from diffstore.engine.access import WriteScope
 from diffstore.engine.collection import Collection
 from diffstore.engine.cursors import CursorCodec, CursorSecret
@@ -49,7 +49,15 @@ from diffstore.engine.tables import (
     validate_collection_name,
     validate_generation_id,
 )
-from diffstore.engine.types import CollectionInfo, Lease, Reader, ReplicaGeneration, ReplicaState, StoreConfig
+from diffstore.engine.types import (
+    CollectionInfo,
+    Fencing,
+    Lease,
+    Reader,
+    ReplicaGeneration,
+    ReplicaState,
+    StoreConfig,
+)
 from diffstore.engine.wakeup import NoticeSource, Wakeup
 from diffstore.errors import DiffstoreError, InvalidRequest, StorageError
 
@@ -454,14 +462,43 @@ class Store:
         with self.write() as scope:
             return replication.become(scope.txn, self.tables, primary, replica_id)
 
-    def promote_replica(self) -> None:
-        """Stops following, in one transaction: every later apply is refused, writes are accepted.
+    def promote_replica(self, term: int = 0) -> int:
+        """Stops following, in one transaction: every later apply is refused, writes are accepted. The
+        replication term becomes ``term`` or one more than it was, whichever is higher; returns it.
 
         Raises:
             NotReplica: the store is not a replica (or was promoted already).
         """
         with self.write() as scope:
-            replication.promote(scope.txn, self.tables, self.config.now_ms())
+            return replication.promote(scope.txn, self.tables, self.config.now_ms(), term)
+
+    def check_writable(self) -> None:
+        """Raises ``ReadOnlyReplica`` (a following replica) or ``Fenced`` (stepped down); three point
+        reads. The HTTP server asks it before every write (see ``engine.fencing``)."""
+        with self.read() as txn:
+            fencing.check_writable(txn, self.tables)
+
+    def replication_term(self) -> int:
+        """The store's replication term (0: it never took part in a promotion)."""
+        with self.read() as txn:
+            return fencing.term(txn, self.tables)
+
+    def learn_term(self, term: int) -> bool:
+        """A term a request carried: a higher one is stored and a primary steps down (``fenced``)."""
+        if term <= self.replication_term():
+            return False
+        with self.write() as scope:
+            return fencing.learn_term(scope.txn, self.tables, term, self.config.now_ms())
+
+    def step_down(self, term: int, primary: str, replica_id: str | None) -> Fencing | None:
+        """Told by a new primary promoted at ``term``: see ``fencing.step_down``."""
+        with self.write() as scope:
+            return fencing.step_down(scope.txn, self.tables, term, primary, replica_id, self.config.now_ms())
+
+    def unfence(self) -> int:
+        """Lifts a stepped-down store's fencing; returns its new term (see ``fencing.unfence``)."""
+        with self.write() as scope:
+            return fencing.unfence(scope.txn, self.tables)
 
     def apply_replica_generation(self, step: ReplicaGeneration) -> bool:
         """Applies one generation of the primary (its id, records, reader moves, the replica's position) in
