@@ -18,7 +18,8 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import orjson
@@ -29,7 +30,15 @@ from diffstore.client._sync import Client
 from diffstore.client._transport import DEFAULT_URL
 from diffstore.engine import refs
 from diffstore.engine.types import DiffItem, DiffSpec, Record, ResolvedRef
-from diffstore.errors import BadRequest, Gone, InvalidRequest, NotFound, StorageError
+from diffstore.errors import (
+    BadRequest,
+    DiffstoreError,
+    Gone,
+    InvalidRequest,
+    NotFound,
+    ReadOnlyReplica,
+    StorageError,
+)
 
 PROTOCOL_DOC = "docs/protocol.md"
 
@@ -201,6 +210,30 @@ def client_of(args: argparse.Namespace) -> Client:
     return Client(args.url, token=args.token or None)
 
 
+@contextmanager
+def writer_of(args: argparse.Namespace) -> Iterator[Client]:
+    """The client of a command that writes. On a read replica the write would answer
+    ``readOnlyReplica`` whatever it names, so a lookup before it that finds nothing there (a collection
+    the replica has not copied yet, a reader) fails as ``readOnlyReplica`` too, not ``noSuch...``."""
+    with client_of(args) as client:
+        try:
+            yield client
+        except NotFound as exc:
+            if not _is_replica(client):
+                raise
+            raise ReadOnlyReplica(
+                f"{args.url} is a read replica: send writes to its primary (or promote it)"
+            ) from exc
+
+
+def _is_replica(client: Client) -> bool:
+    try:
+        answer = client.execute(_calls.replication())
+    except DiffstoreError:
+        return False
+    return isinstance(answer, dict) and answer.get("role") == "replica"
+
+
 def _opt(text: str | None, what: str) -> bytes | None:
     return None if text is None else shell.parse(text, what)
 
@@ -243,7 +276,7 @@ def collections_create(args: argparse.Namespace) -> int:
 def collections_rm(args: argparse.Namespace) -> int:
     """Removes the collection once confirmed: ``--yes``, or ``y`` typed on a terminal; without a terminal
     and without ``--yes`` it refuses (a script must say so), and a missing collection fails first."""
-    with client_of(args) as client:
+    with writer_of(args) as client:
         if not args.yes:
             state = client.collection(args.name).state()  # noSuchCollection before any question
             confirm_removal(args.name, state.generation_id)

@@ -16,7 +16,15 @@ from typing import Any
 
 from diffstore import shell
 from diffstore.client._sync import Client
-from diffstore.client.commands import REFS_HELP, add_command, client_of, emit, emit_all, resolve_given
+from diffstore.client.commands import (
+    REFS_HELP,
+    add_command,
+    client_of,
+    emit,
+    emit_all,
+    resolve_given,
+    writer_of,
+)
 from diffstore.engine.types import UNSET, Expected, Reader
 from diffstore.errors import NoSuchReader
 
@@ -80,7 +88,7 @@ def _line(reader: Reader) -> tuple[dict[str, Any], str]:
 
 def readers_create(args: argparse.Namespace) -> int:
     target = args.target or args.collection
-    with client_of(args) as client:
+    with writer_of(args) as client:
         at = _position(client, target, args.generation, "--generation")
         client.collection(args.collection).create_reader(args.name, collection=target, generation_id=at)
         reader = _reader(client, args.collection, args.name)
@@ -90,7 +98,7 @@ def readers_create(args: argparse.Namespace) -> int:
 
 
 def readers_move(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
+    with writer_of(args) as client:
         reader = _reader(client, args.collection, args.name)
         at = _position(client, reader.collection, args.generation, "G")
         expected: Expected = UNSET
@@ -104,7 +112,7 @@ def readers_move(args: argparse.Namespace) -> int:
 
 
 def readers_rm(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
+    with writer_of(args) as client:
         _reader(client, args.collection, args.name)  # a typo is an error, not a silent no-op
         client.collection(args.collection).delete_reader(args.name)
     emit(args, {"removed": args.name, "collection": args.collection}, f"removed reader {args.name}")

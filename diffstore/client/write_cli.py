@@ -20,11 +20,11 @@ from diffstore import shell
 from diffstore.client._sync import Collection
 from diffstore.client.commands import (
     add_command,
-    client_of,
     emit,
     resolve_generation,
     resolve_given,
     wait_for_commit,
+    writer_of,
 )
 from diffstore.engine.types import PutResult
 from diffstore.errors import NotManual
@@ -115,7 +115,7 @@ def delete(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, key: bytes, value: bytes | None, done: str) -> int:
-    with client_of(args) as client:
+    with writer_of(args) as client:
         collection = client.collection(args.collection)
         at = resolve_generation(collection, args.generation, "--generation")
         if at is None and collection.manual:
@@ -157,7 +157,7 @@ def next_generation_id(current: bytes) -> bytes:
 
 
 def generation_start(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
+    with writer_of(args) as client:
         collection = client.collection(args.collection)
         if args.generation is None:
             current, open_id = collection.generation_state()
@@ -177,7 +177,7 @@ def generation_start(args: argparse.Namespace) -> int:
 
 def generation_commit(args: argparse.Namespace) -> int:
     metadata = dict(args.metadata) or None
-    with client_of(args) as client:
+    with writer_of(args) as client:
         collection = client.collection(args.collection)
         generation_id = _open_one(collection, args.generation)
         collection.commit_generation(generation_id, metadata=metadata)
@@ -191,7 +191,7 @@ def generation_commit(args: argparse.Namespace) -> int:
 
 
 def generation_abort(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
+    with writer_of(args) as client:
         collection = client.collection(args.collection)
         generation_id = _open_one(collection, args.generation)
         collection.abort_generation(generation_id)

@@ -668,6 +668,9 @@ class _Checker:
                 self.bad("replica", "the fencing is not [term at most the store's, URL, id, ms]")
         if not rows:
             return
+        address = rows.pop(layout.REPLICA_SELF, None)
+        if address is not None and (not _is_text(address) or "://" not in address.decode()):
+            self.bad("replica", f"the promoted store's address {address!r} is not a URL")
         primary = rows.pop(layout.REPLICA_PRIMARY, None)
         replica_id = rows.pop(layout.REPLICA_ID, None)
         promoted = rows.pop(layout.REPLICA_PROMOTED, None)

@@ -121,6 +121,22 @@ def step_down(
     return stepped
 
 
+def step_up(txn: lmdb.Transaction, tables: Tables, told: int, replica_id: str | None) -> None:
+    """The promotion that stepped this store down at ``told`` was abandoned (its replica could not catch
+    up): the fencing is lifted, the term stays (the next promotion goes above it). A store that is not
+    fenced answers the same (asked again).
+
+    Raises:
+        Fenced: the store was stepped down by another replica or at another term, or its term moved on.
+    """
+    fenced = fencing(txn, tables)
+    if fenced is None:
+        return
+    if fenced.term != told or fenced.replica_id != replica_id or term(txn, tables) != told:
+        raise fenced_error(fenced)
+    txn.delete(layout.REPLICA_FENCED, db=tables.replica)
+
+
 def unfence(txn: lmdb.Transaction, tables: Tables) -> int:
     """Lifts a store's fencing (an operator's decision: the primary it stepped down for is gone); its term
     goes one above the one it was fenced at. Returns the new term.

@@ -61,6 +61,7 @@ Named tables (sub-databases)::
                  "applied"                           -> u64  primary generations applied, ever
                  "lag" | name(utf-8)                 -> msgpack [lag generations, unapplied since ms | None]
                  "term"                              -> u64  the replication term (any store; absent: 0)
+                 "self"                              -> URL(utf-8)  the promoted store's address (as reached)
                  "fenced"                            -> msgpack [term, primary URL | None, replica id | None,
                                                         unix ms]  stepped down: writes refused (409 fenced)
 
@@ -507,6 +508,7 @@ REPLICA_PROMOTED = b"promoted"
 REPLICA_APPLIED = b"applied"
 REPLICA_LAG = b"lag"
 REPLICA_TERM = b"term"
+REPLICA_SELF = b"self"
 REPLICA_FENCED = b"fenced"
 
 

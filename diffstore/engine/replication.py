@@ -86,7 +86,12 @@ def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
         lags=tuple(lags),
         term=fencing.term(txn, tables),
         fenced=fencing.fencing(txn, tables),
+        address=_text(txn.get(layout.REPLICA_SELF, db=tables.replica)),
     )
+
+
+def _text(raw: bytes | None) -> str | None:
+    return bytes(raw).decode() if raw is not None else None
 
 
 def is_following(txn: lmdb.Transaction, tables: Tables) -> bool:
@@ -121,14 +126,19 @@ def become(txn: lmdb.Transaction, tables: Tables, primary: str, replica_id: str)
     return current
 
 
-def promote(txn: lmdb.Transaction, tables: Tables, now_ms: int, new_term: int = 0) -> int:
+def promote(
+    txn: lmdb.Transaction, tables: Tables, now_ms: int, new_term: int = 0, address: str | None = None
+) -> int:
     """Stops following: from this transaction on the store is a primary (raises :class:`NotReplica`).
 
     Its term becomes ``new_term``, or one more than it was if that is higher; returns the term.
+    ``address`` is the URL it was promoted under (told to the old primary when it steps down).
     """
     if not is_following(txn, tables):
         raise NotReplica("this server is not a replica")
     txn.put(layout.REPLICA_PROMOTED, layout.u64(now_ms), db=tables.replica)
+    if address:
+        txn.put(layout.REPLICA_SELF, address.encode(), db=tables.replica)
     raised = max(new_term, fencing.term(txn, tables) + 1)
     fencing.set_term(txn, tables, raised)
     txn.delete(layout.REPLICA_FENCED, db=tables.replica)

@@ -462,15 +462,16 @@ class Store:
         with self.write() as scope:
             return replication.become(scope.txn, self.tables, primary, replica_id)
 
-    def promote_replica(self, term: int = 0) -> int:
+    def promote_replica(self, term: int = 0, address: str | None = None) -> int:
         """Stops following, in one transaction: every later apply is refused, writes are accepted. The
         replication term becomes ``term`` or one more than it was, whichever is higher; returns it.
+        ``address``: the URL it is promoted under (see ``replication.promote``).
 
         Raises:
             NotReplica: the store is not a replica (or was promoted already).
         """
         with self.write() as scope:
-            return replication.promote(scope.txn, self.tables, self.config.now_ms(), term)
+            return replication.promote(scope.txn, self.tables, self.config.now_ms(), term, address)
 
     def check_writable(self) -> None:
         """Raises ``ReadOnlyReplica`` (a following replica) or ``Fenced`` (stepped down); three point
@@ -494,6 +495,11 @@ class Store:
         """Told by a new primary promoted at ``term``: see ``fencing.step_down``."""
         with self.write() as scope:
             return fencing.step_down(scope.txn, self.tables, term, primary, replica_id, self.config.now_ms())
+
+    def step_up(self, term: int, replica_id: str | None) -> None:
+        """An abandoned promotion lifts the fencing it set: see ``fencing.step_up``."""
+        with self.write() as scope:
+            fencing.step_up(scope.txn, self.tables, term, replica_id)
 
     def unfence(self) -> int:
         """Lifts a stepped-down store's fencing; returns its new term (see ``fencing.unfence``)."""

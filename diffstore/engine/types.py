@@ -448,7 +448,8 @@ class ReplicaState:
     ``promoted_at_ms`` set: it did, and was promoted to a primary then (it accepts writes).
     ``replica_id`` names the readers it holds on the primary; ``applied`` counts the primary generations
     it applied, ever. ``term`` is the store's replication term (any store; promotion raises it) and
-    ``fenced`` says why a store that stepped down refuses writes.
+    ``fenced`` says why a store that stepped down refuses writes; ``address`` is the URL a promoted
+    store was promoted under.
     """
 
     primary: str | None = None
@@ -458,6 +459,7 @@ class ReplicaState:
     lags: tuple[ReplicaLag, ...] = ()
     term: int = 0
     fenced: Fencing | None = None
+    address: str | None = None
 
     @property
     def role(self) -> str:

@@ -15,8 +15,10 @@ One collection's step, from the replica's position R (its current generation the
    created again meanwhile), apply it; then move our reader on the primary to the new position.
 
 A collection deleted on the primary is deleted on the replica. Errors reaching the primary are retried
-after ``retry_s``; a promotion (``NotReplica`` from the engine) stops every thread, and the readers the
-replica held on its primary are deleted (best effort: the primary may be the reason of the promotion).
+after ``retry_s``; a promotion (``NotReplica`` from the engine) stops every thread, then the old primary
+is told to step down at the new term and the replica's holds there are deleted, in every collection of
+the primary (copied or not) -- retried until the old primary answers, so one that was away during the
+promotion is fenced when it comes back (see :mod:`diffstore.replica.promotion`).
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ from diffstore.engine.store import Store
 from diffstore.engine.types import GenerationInfo, Reader, ReplicaGeneration
 from diffstore.errors import (
     DiffstoreError,
+    Fenced,
     GenerationCollected,
     NoSuchCollection,
     NoSuchGeneration,
     NoSuchReader,
+    NoSuchRoute,
     NotReplica,
     ReaderExists,
     text_form,
@@ -79,6 +83,7 @@ class Follower:
         self.store = store
         self.config = config
         self._stopping = threading.Event()
+        self._closing = threading.Event()  # the server stops (the promotion's clean-up ends too)
         self._threads: dict[str, threading.Thread] = {}
         self._main: threading.Thread | None = None
         self.primary_names: frozenset[str] = frozenset()  # the primary's collections, as last listed
@@ -88,6 +93,7 @@ class Follower:
         self._main.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        self._closing.set()
         self._stopping.set()
         if self._main is not None:
             self._main.join(timeout_s)
@@ -142,13 +148,47 @@ class Follower:
                     self._stopping.wait(self.config.retry_s)
 
     def _promoted(self, client: Client) -> None:
-        """Lets go of the readers this replica held on its primary (best effort)."""
-        ours = reader_name(self.config.replica_id)
-        for info in self.store.collections():
+        """Tells the old primary to step down and lets go of the holds there, in every collection of
+        either side; retried (backing off to 5 s) until done, a newer primary shows up, or the server
+        stops."""
+        wait_s = self.config.retry_s
+        told_failure = False
+        while not self._closing.is_set():
             try:
-                client.collection(info.name).delete_reader(ours)
-            except DiffstoreError:
+                self._step_down_old_primary(client)
+                return
+            except Fenced as exc:
+                _log.error("replica: the old primary knows a newer primary than this one: %s", exc.reason)
+                return
+            except DiffstoreError as exc:
+                if not told_failure:
+                    _log.warning(
+                        "replica: promoted; the old primary %s does not answer (%s): telling it to step down"
+                        " and deleting the holds there as soon as it does",
+                        self.config.primary,
+                        exc.reason,
+                    )
+                    told_failure = True
+            self._closing.wait(wait_s)
+            wait_s = min(5.0, wait_s * 2)
+
+    def _step_down_old_primary(self, client: Client) -> None:
+        state = self.store.replica_state()
+        if state.address is not None:
+            try:
+                client.execute(calls.step_down(state.term, state.address, self.config.replica_id))
+            except NoSuchRoute:
+                pass  # a server from before terms: nothing to tell
+        ours = reader_name(self.config.replica_id)
+        names = {info.name for info in client.collections()} | {
+            info.name for info in self.store.collections()
+        }
+        for name in sorted(names):
+            try:
+                Collection(client, name, True).delete_reader(ours)
+            except NoSuchCollection:
                 pass
+        _log.info("replica: promoted at term %d; the old primary %s let go", state.term, self.config.primary)
 
 
 @dataclass(frozen=True, slots=True)
