@@ -59,3 +59,7 @@ class StoreAccess(Protocol):
     def write(self) -> AbstractContextManager[WriteScope]:
         """One atomic write transaction."""
         ...
+
+    def user_write(self, hold: bool = False) -> AbstractContextManager[WriteScope]:
+        """One atomic write transaction of a user's request: refused once the store stepped down."""
+        ...

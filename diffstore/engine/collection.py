@@ -115,7 +115,7 @@ class Collection:
             LeaseLost: ``lease`` no longer holds, or the open generation was started under another lease
                 (or none) that ``lease`` does not supersede; nothing changes.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             self._start_in(scope, meta, generation_id, abort_outdated, lease)
@@ -164,7 +164,7 @@ class Collection:
         """
         updates = _reader_updates(update_readers)
         stored = history.validate_metadata(metadata)
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             self._commit_in(scope, meta, generation_id, updates, lease, stored)
@@ -213,7 +213,7 @@ class Collection:
         """
         updates = _reader_updates(update_readers)
         stored = history.validate_metadata(metadata)
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             meta = self._start_in(scope, meta, generation_id, abort_outdated, lease)
@@ -228,7 +228,7 @@ class Collection:
             GenerationMismatch: ``generation_id`` is not the open generation.
             LeaseLost: ``lease`` no longer holds, or neither is the generation's lease nor supersedes it.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             opened_holds = self._opened_holds(scope.txn, meta)
@@ -258,7 +258,7 @@ class Collection:
                 the lease the generation was started under -- a write without one into a generation
                 started with one included; nothing is written.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             _, result = self._put_in(
@@ -372,7 +372,7 @@ class Collection:
             NoSuchGeneration: ``to_generation_id`` is not a committed generation of this collection.
             GenerationCollected: ``to_generation_id`` is below the readers' minimum.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             target = writes.open_target(meta, generation_id, lease)
@@ -596,14 +596,14 @@ class Collection:
         self, name: str, collection: str | None = None, generation_id: bytes | None = None
     ) -> None:
         """Creates reader ``name`` targeting ``collection`` (default: this one); same data again is fine."""
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             target = self.name if collection is None else collection
             readers.create_reader(scope.txn, self._store.tables, meta, name, target, generation_id)
 
     def update_reader(self, name: str, generation_id: bytes | None, expected: Expected = UNSET) -> None:
         """Moves a reader; with ``expected`` only if it is still there (else ``badVersion``)."""
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             readers.apply_updates(
                 scope.txn, self._store.tables, meta, [ReaderUpdate(name, generation_id, expected)]
@@ -611,7 +611,7 @@ class Collection:
 
     def delete_reader(self, name: str) -> None:
         """Deletes a reader (a missing one is fine)."""
-        with self._store.write() as scope:
+        with self._store.user_write(hold=name.startswith(readers.HOLD_PREFIX)) as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             readers.delete_reader(scope.txn, self._store.tables, meta, name)
 
@@ -646,7 +646,7 @@ class Collection:
             or not 0 < ttl_seconds <= 10**8
         ):
             raise InvalidRequest("ttlSeconds must be a positive number")
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             counter = meta.phantom_counter + 1
             if counter > layout.PHANTOM_COUNTER_MAX:
@@ -702,7 +702,7 @@ class Collection:
             leases.validate_name(owner, "owner")
             leases.validate_ttl(ttl_ms)
             leases.refuse_acquire(txn, tables, meta, name, owner, clock.now_ms())
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, tables, self.name)
             return leases.acquire(scope.txn, tables, meta, name, owner, ttl_ms, clock.now_ms())
 
@@ -712,7 +712,7 @@ class Collection:
         Raises:
             LeaseLost: the lease is not at ``version`` of ``owner`` any more.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             return leases.renew(
                 scope.txn, self._store.tables, meta, name, owner, version, ttl_ms, self._store.config.now_ms()
@@ -724,7 +724,7 @@ class Collection:
         Raises:
             LeaseLost: the lease is not at ``version`` of ``owner`` (releasing it twice is fine).
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             leases.release(scope.txn, self._store.tables, meta, name, owner, version)
 

@@ -63,6 +63,13 @@ def fenced_error(fenced: Fencing) -> Fenced:
     )
 
 
+def refuse_if_fenced(txn: lmdb.Transaction, tables: Tables) -> None:
+    """Raises ``Fenced`` once the store stepped down (inside every user write transaction)."""
+    raw = txn.get(layout.REPLICA_FENCED, db=tables.replica)
+    if raw is not None:
+        raise fenced_error(fencing(txn, tables))  # type: ignore[arg-type]
+
+
 def check_writable(txn: lmdb.Transaction, tables: Tables) -> None:
     """Raises why the store refuses writes now: a following replica, or a primary that stepped down.
 

@@ -262,6 +262,16 @@ class Store:
         if self._write_listeners:
             self._tell_writers(scope)
 
+    @contextlib.contextmanager
+    def user_write(self, hold: bool = False) -> Iterator[WriteScope]:
+        """:meth:`write` for what a user asks (not background work, not replication): refused with
+        ``Fenced`` in its own transaction once the store stepped down, so no write of any process lands
+        after the step-down (``hold``: deleting a replica's hold, which a stepped-down store allows)."""
+        with self.write() as scope:
+            if not hold:
+                fencing.refuse_if_fenced(scope.txn, self.tables)
+            yield scope
+
     def _schedule(self, scope: WriteScope) -> float | None:
         """Writes the due rows of the scope's automatic commits; the monotonic due time of the first."""
         if not (scope.first_writes or scope.threshold_commits):
@@ -396,7 +406,7 @@ class Store:
             validate_generation_id(initial_generation_id, "initialGenerationId")
             if not manual:
                 raise InvalidRequest("initialGenerationId is only for manual collections")
-        with self.write() as scope:
+        with self.user_write() as scope:
             create_meta(scope.txn, self.tables, name, manual, initial_generation_id)
         return Collection(self, name)
 
@@ -428,6 +438,8 @@ class Store:
             txn, tables = scope.txn, self.tables
             if replica_copy:
                 replication.require_following(txn, tables)
+            else:
+                fencing.refuse_if_fenced(txn, tables)
             meta = load_meta(txn, tables, name)
             prefix = meta.cid_prefix
             drop_readers_of(txn, tables, meta)
@@ -485,16 +497,27 @@ class Store:
             return fencing.term(txn, self.tables)
 
     def learn_term(self, term: int) -> bool:
-        """A term a request carried: a higher one is stored and a primary steps down (``fenced``)."""
+        """A term a request carried: a higher one is stored and a primary steps down (``fenced``; its
+        pending automatic writes are committed, as in :meth:`step_down`)."""
         if term <= self.replication_term():
             return False
         with self.write() as scope:
-            return fencing.learn_term(scope.txn, self.tables, term, self.config.now_ms())
+            learnt = fencing.learn_term(scope.txn, self.tables, term, self.config.now_ms())
+            if learnt and fencing.fencing(scope.txn, self.tables) is not None:
+                scope.commits.extend(background.commit_pending(scope.txn, self.tables, self.config.now_ms()))
+            return learnt
 
     def step_down(self, term: int, primary: str, replica_id: str | None) -> Fencing | None:
-        """Told by a new primary promoted at ``term``: see ``fencing.step_down``."""
+        """Told by a new primary promoted at ``term``: see ``fencing.step_down``. The writes automatic
+        collections took and had not committed yet are committed in the same transaction: when it
+        returns, what the store holds is final (a replica that catches up holds every acknowledged write).
+        """
         with self.write() as scope:
-            return fencing.step_down(scope.txn, self.tables, term, primary, replica_id, self.config.now_ms())
+            now_ms = self.config.now_ms()
+            stepped = fencing.step_down(scope.txn, self.tables, term, primary, replica_id, now_ms)
+            if stepped is not None:
+                scope.commits.extend(background.commit_pending(scope.txn, self.tables, now_ms))
+            return stepped
 
     def step_up(self, term: int, replica_id: str | None) -> None:
         """An abandoned promotion lifts the fencing it set: see ``fencing.step_up``."""

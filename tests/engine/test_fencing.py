@@ -111,3 +111,37 @@ def test_promotion_raises_the_term_above_what_the_replica_learnt(
     other = open_store(tmp_path / "p2")
     other.become_replica("http://primary", "r2")
     assert other.promote_replica(7) == 7
+
+
+def test_a_stepped_down_store_takes_no_user_write_and_commits_what_it_acknowledged(
+    open_store: StoreFactory, tmp_path: Path
+) -> None:
+    store = _primary(open_store, tmp_path / "p")
+    auto = store.create_collection("B", manual=False)
+    pending = auto.put(b"acked", b"1")  # acknowledged, waiting for its automatic commit
+    assert auto.generation_id != pending.generation_id
+    a = store.collection("A")
+    a.create_reader("diffstore-replica:r9", generation_id=b"1")  # a replica's hold
+    before = (a.generation_state(), auto.generation_state(), [c.name for c in store.collections()])
+    assert store.step_down(1, "http://new:1", "r9") is not None
+    # the pending write is committed by the step-down itself: the store's state is final
+    assert auto.generation_id == pending.generation_id
+    assert auto.get(b"acked").value == b"1"  # type: ignore[union-attr]
+    refused = [
+        lambda: a.start_generation(b"2"),
+        lambda: auto.put(b"late", b"x"),
+        lambda: auto.put_many([(b"late", b"x")]),
+        lambda: a.create_reader("other", generation_id=None),
+        lambda: a.delete_reader("r"),
+        lambda: a.start_phantom(),
+        lambda: a.acquire_lease("l", "me", 10_000),
+        lambda: store.create_collection("C", manual=True),
+        lambda: store.delete_collection("A"),
+    ]
+    for write in refused:
+        with pytest.raises(Fenced):
+            write()
+    after = (a.generation_state(), auto.generation_state(), [c.name for c in store.collections()])
+    assert after == (before[0], (pending.generation_id, auto.next_generation_id), before[2])
+    a.delete_reader("diffstore-replica:r9")  # the new primary lets its hold go
+    assert [r.name for r in a.readers()] == []
