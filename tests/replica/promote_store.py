@@ -4,12 +4,14 @@ promotion happens, and the questions the tests ask of servers (their role, wheth
 The primary's store (:func:`live`): a manual collection whose first generations were garbage-collected
 (its reader moved on), a pipeline (an automatic source and a manual target whose commits move a reader
 of the source), a collection deleted and created again, an empty one, one with a lease. Built through
-the HTTP API as a user's jobs would, then GC is waited for.
+the HTTP API as a user's jobs would, then GC is waited for. The tests start their replicas first, so that
+they follow this life as it happens (a replica started on it afterwards is the follower's concern).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -22,19 +24,24 @@ from tests.helpers import wait_until
 LIVE = ("D", "E", "L", "M", "S", "T")
 
 
-def live(p: Client) -> None:
-    """Gives the primary's store its history (see the module); returns once GC collected M's start."""
+def live(p: Client, settle: Callable[[], object] = lambda: None) -> None:
+    """Gives the primary's store its history (see the module); returns once GC collected M's start.
+
+    ``settle()`` waits for the replicas to copy: called once M exists, so that their holds keep what they
+    copy next from the primary's GC.
+    """
     m = p.create_collection("M", manual=True)
     m.create_reader("r", generation_id=None)
+    settle()
     m.write_generation(b"g1", [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")], [("r", b"g1")])
     m.write_generation(b"g2", [(b"a", b"2"), (b"c", None)], [("r", b"g2")])  # "" and g1 collectable
     s = p.create_collection("S", manual=False)
     t = p.create_collection("T", manual=True)
     t.create_reader("from_s", "S", None)
     for round_ in range(1, 4):
-        s.put_many([(b"s%d" % i, b"%d" % (i * round_)) for i in range(20)])
-        current = wait_until(lambda: s.generation_id != b"\0" * 8 and s.generation_id, 60)
-        wait_until(lambda: s.next_generation_id is not None, 60)
+        written = s.put_many([(b"s%d" % i, b"%d" % (i * round_)) for i in range(20)]).generation_id
+        wait_until(lambda w=written: s.generation_id == w, 60, what="S's automatic commit")
+        current = written
         g = b"t%d" % round_
         t.write_generation(g, [(b"seen", current)], [ReaderUpdate("from_s", current)])
     d = p.create_collection("D", manual=True)
@@ -45,7 +52,8 @@ def live(p: Client) -> None:
     p.create_collection("E", manual=True)
     lease = p.create_collection("L", manual=False)
     lease.acquire_lease("owner", "job-1", 600_000)
-    lease.put(b"l", b"1")
+    written = lease.put(b"l", b"1").generation_id
+    wait_until(lambda: lease.generation_id == written, 60, what="L's automatic commit")
     wait_until(lambda: _collected(m, b"g1"), 120, what="GC to collect M's first generations")
 
 
