@@ -52,6 +52,9 @@ def run_promote(args: argparse.Namespace) -> int:
             _print_collections(exc.collections, sys.stderr)
             raise
     _print_collections(answer.get("collections") or [], sys.stdout)
+    if answer.get("unfenced"):
+        print(f"promoted: {args.url} is a primary again at term {answer.get('term')} (its fencing lifted)")
+        return 0
     if not answer.get("primaryReachable"):
         fenced = "the old primary did not answer: it is told to step down when it does (stop it meanwhile)"
     elif answer.get("steppedDown"):

@@ -141,6 +141,7 @@ def _lift_fencing(store: Store, asked: Promotion) -> Body:
         "term": term,
         "primaryReachable": False,
         "steppedDown": False,
+        "unfenced": True,
         "collections": [],
     }
 

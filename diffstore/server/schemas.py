@@ -543,4 +543,5 @@ class PromoteResponse(BaseModel):
     primaryReachable: bool = Field(description="false: the old primary did not answer (it was not fenced)")
     steppedDown: bool = Field(description="the old primary was told to step down, and did")
     holdsDeleted: int | None = None
+    unfenced: bool | None = Field(None, description="a stepped-down primary made a primary again (force)")
     collections: list[PromoteCollection]

@@ -223,3 +223,18 @@ def test_a_request_carrying_a_higher_term_fences_a_primary(tmp_path: Path, serve
         assert (told["role"], told["term"], told["fencedBy"]["primary"]) == ("fenced", 3, None)
     with primary.client() as p:
         assert state(p) == before
+        # making it a primary again is an operator's decision: refused without force, then one term above
+        with pytest.raises(Fenced):
+            p.promote()
+        cli = subprocess.run(
+            [sys.executable, "-m", "diffstore.cli", "promote", "--url", primary.url, "--force"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert (
+            cli.stdout.strip() == f"promoted: {primary.url} is a primary again at term 4 (its fencing lifted)"
+        )
+        assert (replication(primary.url)["role"], replication(primary.url)["term"]) == ("primary", 4)
+        assert writable(primary.url) and state(p) == before
