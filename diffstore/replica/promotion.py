@@ -46,7 +46,7 @@ from diffstore.wire import Body
 PRIMARY_TIMEOUT_S = 5.0  # each call to the old primary: a paused or cut-off one counts as away
 DEFAULT_WAIT_MS = 10_000
 MAX_WAIT_MS = 300_000
-_POLL_S = 0.1
+_POLL_S = 0.02  # the follower applies within tens of ms: look that often
 _COUNT_MAX = 100_000  # a lag counted past this is shown as this
 
 
