@@ -28,7 +28,9 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   ├── BadVersion
     │   ├── LeaseLost ............. a lease (or a fencing token) that no longer holds
     │   ├── ReadOnlyReplica ....... a write sent to a read replica
-    │   └── NotReplica ............ a replica operation (promote) sent to a primary
+    │   ├── NotReplica ............ a replica operation (promote) sent to a primary
+    │   ├── ReplicaBehind ......... a promotion refused: collections not copied or behind (listed)
+    │   └── Fenced ................ a write sent to a primary that stepped down (a higher term exists)
     ├── Gone ...................... 410
     │   ├── GenerationCollected
     │   └── CursorExpired
@@ -54,6 +56,13 @@ class DiffstoreError(Exception):
     def __init__(self, reason: str = "") -> None:
         super().__init__(reason or self.code)
         self.reason = reason or self.code
+
+    def details(self) -> dict[str, object]:
+        """The fields an error answer carries besides ``error`` and ``reason`` (wire names)."""
+        return {}
+
+    def take_details(self, body: dict[str, object]) -> None:
+        """Takes :meth:`details` back from an error answer's body (the client's side)."""
 
 
 class BadRequest(DiffstoreError):
@@ -160,6 +169,51 @@ class NotReplica(Conflict):
     """A replica-only operation (promote, the replica's status) asked of a server that is not a replica."""
 
     code = "notReplica"
+
+
+class ReplicaBehind(Conflict):
+    """A promotion refused (nothing changed): collections of the primary the replica has not copied, or
+    is behind on while the primary still answers. ``collections`` lists them as the wire does:
+    ``{collectionName, state, lagGenerations}``."""
+
+    code = "replicaBehind"
+
+    def __init__(self, reason: str = "", collections: list[dict[str, object]] | None = None) -> None:
+        super().__init__(reason)
+        self.collections = collections or []
+
+    def details(self) -> dict[str, object]:
+        return {"collections": self.collections}
+
+    def take_details(self, body: dict[str, object]) -> None:
+        found = body.get("collections")
+        if isinstance(found, list):
+            self.collections = [item for item in found if isinstance(item, dict)]
+
+
+class Fenced(Conflict):
+    """A write refused because the store stepped down: a primary with a higher replication ``term``
+    exists (``primary``: its URL, when the store was told). Nothing changed."""
+
+    code = "fenced"
+
+    def __init__(self, reason: str = "", term: int = 0, primary: str | None = None) -> None:
+        super().__init__(reason)
+        self.term = term
+        self.primary = primary
+
+    def details(self) -> dict[str, object]:
+        found: dict[str, object] = {"term": self.term}
+        if self.primary is not None:
+            found["primary"] = self.primary
+        return found
+
+    def take_details(self, body: dict[str, object]) -> None:
+        term, primary = body.get("term"), body.get("primary")
+        if isinstance(term, int):
+            self.term = term
+        if isinstance(primary, str):
+            self.primary = primary
 
 
 class Gone(DiffstoreError):

@@ -94,9 +94,10 @@ class AsyncClient:
         (raises :class:`~diffstore.errors.NotReplica` on a primary)."""
         return await self.execute(_calls.replica_status())
 
-    async def promote(self) -> bool:
-        """Turns a read replica into a primary (raises :class:`~diffstore.errors.NotReplica` on a primary)."""
-        return await self.execute(_calls.promote())
+    async def promote(self, force: bool = False, wait_ms: int | None = None) -> bool:
+        """Turns a read replica into a primary (raises :class:`~diffstore.errors.NotReplica` on a primary,
+        :class:`~diffstore.errors.ReplicaBehind` when it is not caught up, unless ``force``)."""
+        return await self.execute(_calls.promote(force, wait_ms))
 
     async def healthz(self) -> bool:
         return await self.execute(_calls.healthz())

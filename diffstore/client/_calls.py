@@ -553,11 +553,67 @@ def replica_status() -> Call[Any]:
     return Call("GET", "/replica", lambda obj, codec: obj)
 
 
-def promote() -> Call[bool]:
+def promote(force: bool = False, wait_ms: int | None = None) -> Call[bool]:
     def parse(obj: Any, codec: Codec) -> bool:
         return Fields(obj, codec, "response").flag("promoted")
 
-    return Call("POST", "/replica/promote", parse)
+    return Call(
+        "POST",
+        "/replica/promote",
+        parse,
+        _promotion_body(force, wait_ms),
+        timeout_s=_promote_timeout(wait_ms),
+    )
+
+
+def promotion(force: bool = False, wait_ms: int | None = None) -> Call[Any]:
+    """``POST /replica/promote``: the whole answer as decoded (``{promoted, term, collections, ...}``)."""
+    body = _promotion_body(force, wait_ms)
+    return Call("POST", "/replica/promote", lambda obj, codec: obj, body, timeout_s=_promote_timeout(wait_ms))
+
+
+def _promotion_body(force: bool, wait_ms: int | None) -> Callable[[Codec], Body]:
+    def body(codec: Codec) -> Body:
+        out: Body = {"force": force}
+        if wait_ms is not None:
+            out["waitMs"] = wait_ms
+        return out
+
+    return body
+
+
+def _promote_timeout(wait_ms: int | None) -> float:
+    # a promotion waits up to twice waitMs for the replica to catch up, plus its calls to the old primary
+    return 2 * (wait_ms if wait_ms is not None else 10_000) / 1000 + 60
+
+
+def replication() -> Call[Any]:
+    """``GET /replication``: any server's role and term, as decoded."""
+    return Call("GET", "/replication", lambda obj, codec: obj)
+
+
+def step_down(term: int, primary: str, replica_id: str | None) -> Call[Any]:
+    """``POST /replica/stepDown``: a new primary promoted at ``term`` tells its old primary to step down."""
+
+    def body(codec: Codec) -> Body:
+        out: Body = {"term": term, "primary": primary}
+        if replica_id is not None:
+            out["replicaId"] = replica_id
+        return out
+
+    return Call("POST", "/replica/stepDown", lambda obj, codec: obj, body)
+
+
+def step_up(term: int, replica_id: str | None) -> Call[Any]:
+    """``POST /replica/stepUp``: the promotion that stepped this primary down at ``term`` was abandoned."""
+
+    def body(codec: Codec) -> Body:
+        out: Body = {"term": term}
+        if replica_id is not None:
+            out["replicaId"] = replica_id
+        return out
+
+    return Call("POST", "/replica/stepUp", lambda obj, codec: obj, body)
 
 
 def healthz() -> Call[bool]:

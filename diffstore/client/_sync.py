@@ -105,9 +105,10 @@ class Client:
         (raises :class:`~diffstore.errors.NotReplica` on a primary)."""
         return self.execute(_calls.replica_status())
 
-    def promote(self) -> bool:
-        """Turns a read replica into a primary (raises :class:`~diffstore.errors.NotReplica` on a primary)."""
-        return self.execute(_calls.promote())
+    def promote(self, force: bool = False, wait_ms: int | None = None) -> bool:
+        """Turns a read replica into a primary (raises :class:`~diffstore.errors.NotReplica` on a primary,
+        :class:`~diffstore.errors.ReplicaBehind` when it is not caught up, unless ``force``)."""
+        return self.execute(_calls.promote(force, wait_ms))
 
     def healthz(self) -> bool:
         return self.execute(_calls.healthz())

@@ -146,6 +146,7 @@ def error_from_response(status: int, codec: Codec, content: bytes) -> DiffstoreE
         error = error_from_code(body["error"], reason)
         if isinstance(error, PayloadTooLarge) and isinstance(body.get("bytesMax"), int):
             error.bytes_max = body["bytesMax"]
+        error.take_details(body)
         return error
     text = content[:500].decode("utf-8", "replace")
     cls = _ERRORS_BY_STATUS.get(status, StorageError if status >= 500 else DiffstoreError)

@@ -17,17 +17,26 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import orjson
 
 from diffstore import shell
-from diffstore.client import backend, retention_cli
+from diffstore.client import _calls, backend, retention_cli
+from diffstore.client._sync import Client
 from diffstore.client.backend import Backend, open_backend
 from diffstore.engine import refs
 from diffstore.engine.types import DiffItem, DiffSpec, Record, ResolvedRef
-from diffstore.errors import BadRequest, Gone, InvalidRequest, NotFound
+from diffstore.errors import (
+    BadRequest,
+    DiffstoreError,
+    Gone,
+    InvalidRequest,
+    NotFound,
+    ReadOnlyReplica,
+)
 from diffstore.guides import guide
 
 PROTOCOL_DOC = guide("protocol.md")
@@ -203,6 +212,35 @@ def add_commands(subparsers: Any) -> None:
     parser.set_defaults(func=diff)
 
 
+def client_of(args: argparse.Namespace) -> Client:
+    return Client(args.url, token=args.token or None)
+
+
+@contextmanager
+def writer_of(args: argparse.Namespace) -> Iterator[Backend]:
+    """The store of a command that writes. On a read replica the write would answer
+    ``readOnlyReplica`` whatever it names, so a lookup before it that finds nothing there (a collection
+    the replica has not copied yet, a reader) fails as ``readOnlyReplica`` too, not ``noSuch...``."""
+    with open_backend(args) as store:
+        try:
+            yield store
+        except NotFound as exc:
+            client = getattr(store, "client", None)
+            if client is None or not _is_replica(client):
+                raise
+            raise ReadOnlyReplica(
+                f"{args.url} is a read replica: send writes to its primary (or promote it)"
+            ) from exc
+
+
+def _is_replica(client: Client) -> bool:
+    try:
+        answer = client.execute(_calls.replication())
+    except DiffstoreError:
+        return False
+    return isinstance(answer, dict) and answer.get("role") == "replica"
+
+
 def _opt(text: str | None, what: str) -> bytes | None:
     return None if text is None else shell.parse(text, what)
 
@@ -246,7 +284,7 @@ def collections_create(args: argparse.Namespace) -> int:
 def collections_rm(args: argparse.Namespace) -> int:
     """Removes the collection once confirmed: ``--yes``, or ``y`` typed on a terminal; without a terminal
     and without ``--yes`` it refuses (a script must say so), and a missing collection fails first."""
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         if not args.yes:
             current = store.collection(args.name).generation_id  # noSuchCollection before any question
             confirm_removal(args.name, current)

@@ -16,7 +16,15 @@ from typing import Any
 
 from diffstore import shell
 from diffstore.client.backend import Backend, open_backend
-from diffstore.client.commands import REFS_HELP, add_command, add_no_headers, emit, emit_table, resolve_given
+from diffstore.client.commands import (
+    REFS_HELP,
+    add_command,
+    add_no_headers,
+    emit,
+    emit_table,
+    resolve_given,
+    writer_of,
+)
 from diffstore.engine.types import UNSET, Expected, Reader
 from diffstore.errors import NoSuchReader
 
@@ -82,7 +90,7 @@ def _line(reader: Reader) -> tuple[dict[str, Any], str]:
 
 def readers_create(args: argparse.Namespace) -> int:
     target = args.target or args.collection
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         at = _position(store, target, args.generation, "--generation")
         store.collection(args.collection).create_reader(args.name, collection=target, generation_id=at)
         reader = _reader(store, args.collection, args.name)
@@ -92,7 +100,7 @@ def readers_create(args: argparse.Namespace) -> int:
 
 
 def readers_move(args: argparse.Namespace) -> int:
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         reader = _reader(store, args.collection, args.name)
         at = _position(store, reader.collection, args.generation, "G")
         expected: Expected = UNSET
@@ -106,7 +114,7 @@ def readers_move(args: argparse.Namespace) -> int:
 
 
 def readers_rm(args: argparse.Namespace) -> int:
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         _reader(store, args.collection, args.name)  # a typo is an error, not a silent no-op
         store.collection(args.collection).delete_reader(args.name)
     emit(args, {"removed": args.name, "collection": args.collection}, f"removed reader {args.name}")

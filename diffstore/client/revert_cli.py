@@ -21,13 +21,13 @@ from typing import Any
 import orjson
 
 from diffstore import shell
-from diffstore.client.backend import open_backend
 from diffstore.client.commands import (
     REFS_HELP,
     output_options,
     resolve_generation,
     server_options,
     wait_for_commit,
+    writer_of,
 )
 from diffstore.errors import GenerationMismatch
 
@@ -61,7 +61,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_revert(args: argparse.Namespace) -> int:
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         collection = store.collection(args.collection)
         to_generation = resolve_generation(collection, args.to_generation, "GENERATION")
         assert to_generation is not None  # a positional argument: always given

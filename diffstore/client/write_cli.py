@@ -17,13 +17,13 @@ import argparse
 from typing import Any
 
 from diffstore import shell
-from diffstore.client.backend import open_backend
 from diffstore.client.commands import (
     add_command,
     emit,
     resolve_generation,
     resolve_given,
     wait_for_commit,
+    writer_of,
 )
 from diffstore.collection import Collection
 from diffstore.engine.types import PutResult
@@ -115,7 +115,7 @@ def delete(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, key: bytes, value: bytes | None, done: str) -> int:
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         collection = store.collection(args.collection)
         at = resolve_generation(collection, args.generation, "--generation")
         if at is None and collection.manual:
@@ -157,7 +157,7 @@ def next_generation_id(current: bytes) -> bytes:
 
 
 def generation_start(args: argparse.Namespace) -> int:
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         collection = store.collection(args.collection)
         if args.generation is None:
             current, open_id = collection.generation_state()
@@ -177,7 +177,7 @@ def generation_start(args: argparse.Namespace) -> int:
 
 def generation_commit(args: argparse.Namespace) -> int:
     metadata = dict(args.metadata) or None
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         collection = store.collection(args.collection)
         generation_id = _open_one(collection, args.generation)
         collection.commit_generation(generation_id, metadata=metadata)
@@ -191,7 +191,7 @@ def generation_commit(args: argparse.Namespace) -> int:
 
 
 def generation_abort(args: argparse.Namespace) -> int:
-    with open_backend(args) as store:
+    with writer_of(args) as store:
         collection = store.collection(args.collection)
         generation_id = _open_one(collection, args.generation)
         collection.abort_generation(generation_id)

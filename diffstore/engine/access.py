@@ -63,3 +63,7 @@ class StoreAccess(Protocol):
     def let_waiting_writers_in(self, timeout_s: float = 1.0) -> None:
         """Between two write transactions of a long job: the writers waiting for the lock go first."""
         ...
+
+    def user_write(self, hold: bool = False) -> AbstractContextManager[WriteScope]:
+        """One atomic write transaction of a user's request: refused once the store stepped down."""
+        ...

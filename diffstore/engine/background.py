@@ -108,6 +108,32 @@ def auto_commit(store: StoreAccess, name: str, now_ms: int) -> bool:
     return True
 
 
+def commit_pending(txn: lmdb.Transaction, tables: Tables, now_ms: int) -> list[tuple[str, bytes]]:
+    """Commits, in ``txn``, every automatic collection's writes that wait for their automatic commit;
+    returns the (collection, generation) committed. A primary stepping down does it: what it answered
+    ``put`` to is then committed, for the new primary to copy."""
+    names: list[str] = []
+    cursor = txn.cursor(db=tables.due)
+    if cursor.set_range(layout.AUTO_COMMIT_DUE_PREFIX):
+        for raw_key in cursor.iternext(values=False):
+            name = layout.name_of_auto_commit_due_key(raw_key)
+            if name is None:
+                break
+            names.append(name)
+    committed: list[tuple[str, bytes]] = []
+    for name in names:
+        txn.delete(layout.auto_commit_due_key(name), db=tables.due)
+        try:
+            meta = load_meta(txn, tables, name)
+        except NoSuchCollection:
+            continue
+        if meta.manual or meta.next_count == 0:
+            continue
+        meta = writes.commit_automatic(txn, tables, meta, now_ms)
+        committed.append((name, meta.generation))
+    return committed
+
+
 def collect_step(store: StoreAccess) -> bool:
     """One bounded step of each kind of garbage; True if anything was removed."""
     worked = False

@@ -681,8 +681,26 @@ class _Checker:
 
     def _replica(self) -> None:
         rows = dict(self._rows("replica"))
+        # any store may carry a replication term, and a fencing once it stepped down (replication.py)
+        term_raw = rows.pop(layout.REPLICA_TERM, None)
+        if term_raw is not None and len(term_raw) != 8:
+            self.bad("replica", "the replication term is not 8 bytes")
+        fenced_raw = rows.pop(layout.REPLICA_FENCED, None)
+        if fenced_raw is not None:
+            try:
+                told, primary_url, fenced_id, at_ms = msgpack.unpackb(fenced_raw)
+                stored = layout.read_u64(term_raw) if term_raw is not None and len(term_raw) == 8 else 0
+                texts = all(x is None or type(x) is str for x in (primary_url, fenced_id))
+                well_formed = type(told) is int and type(at_ms) is int and told <= stored and texts
+            except (ValueError, TypeError, msgpack.UnpackException):
+                well_formed = False
+            if not well_formed:
+                self.bad("replica", "the fencing is not [term at most the store's, URL, id, ms]")
         if not rows:
             return
+        address = rows.pop(layout.REPLICA_SELF, None)
+        if address is not None and (not _is_text(address) or "://" not in address.decode()):
+            self.bad("replica", f"the promoted store's address {address!r} is not a URL")
         primary = rows.pop(layout.REPLICA_PRIMARY, None)
         replica_id = rows.pop(layout.REPLICA_ID, None)
         promoted = rows.pop(layout.REPLICA_PROMOTED, None)

@@ -121,7 +121,7 @@ class Collection:
             LeaseLost: ``lease`` no longer holds, or the open generation was started under another lease
                 (or none) that ``lease`` does not supersede; nothing changes.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             self._start_in(scope, meta, generation_id, abort_outdated, lease)
@@ -170,7 +170,7 @@ class Collection:
         """
         updates = _reader_updates(update_readers)
         stored = history.validate_metadata(metadata)
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             self._commit_in(scope, meta, generation_id, updates, lease, stored)
@@ -219,7 +219,7 @@ class Collection:
         """
         updates = _reader_updates(update_readers)
         stored = history.validate_metadata(metadata)
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             meta = self._start_in(scope, meta, generation_id, abort_outdated, lease)
@@ -234,7 +234,7 @@ class Collection:
             GenerationMismatch: ``generation_id`` is not the open generation.
             LeaseLost: ``lease`` no longer holds, or neither is the generation's lease nor supersedes it.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             opened_holds = self._opened_holds(scope.txn, meta)
@@ -264,7 +264,7 @@ class Collection:
                 the lease the generation was started under -- a write without one into a generation
                 started with one included; nothing is written.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             self._fence(scope.txn, meta, lease)
             _, result = self._put_in(
@@ -386,7 +386,7 @@ class Collection:
             raise InvalidRequest("batch_keys must be >= 1")
         written, lower, opened_seq = 0, b"", None
         while True:
-            with self._store.write() as scope:
+            with self._store.user_write() as scope:
                 meta = load_meta(scope.txn, self._store.tables, self.name)
                 self._fence(scope.txn, meta, lease)
                 target = writes.open_target(meta, generation_id, lease)
@@ -621,14 +621,14 @@ class Collection:
         self, name: str, collection: str | None = None, generation_id: bytes | None = None
     ) -> None:
         """Creates reader ``name`` targeting ``collection`` (default: this one); same data again is fine."""
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             target = self.name if collection is None else collection
             readers.create_reader(scope.txn, self._store.tables, meta, name, target, generation_id)
 
     def update_reader(self, name: str, generation_id: bytes | None, expected: Expected = UNSET) -> None:
         """Moves a reader; with ``expected`` only if it is still there (else ``badVersion``)."""
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             readers.apply_updates(
                 scope.txn, self._store.tables, meta, [ReaderUpdate(name, generation_id, expected)]
@@ -636,7 +636,7 @@ class Collection:
 
     def delete_reader(self, name: str) -> None:
         """Deletes a reader (a missing one is fine)."""
-        with self._store.write() as scope:
+        with self._store.user_write(hold=name.startswith(readers.HOLD_PREFIX)) as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             readers.delete_reader(scope.txn, self._store.tables, meta, name)
 
@@ -671,7 +671,7 @@ class Collection:
             or not 0 < ttl_seconds <= 10**8
         ):
             raise InvalidRequest("ttlSeconds must be a positive number")
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             counter = meta.phantom_counter + 1
             if counter > layout.PHANTOM_COUNTER_MAX:
@@ -727,7 +727,7 @@ class Collection:
             leases.validate_name(owner, "owner")
             leases.validate_ttl(ttl_ms)
             leases.refuse_acquire(txn, tables, meta, name, owner, clock.now_ms())
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, tables, self.name)
             return leases.acquire(scope.txn, tables, meta, name, owner, ttl_ms, clock.now_ms())
 
@@ -737,7 +737,7 @@ class Collection:
         Raises:
             LeaseLost: the lease is not at ``version`` of ``owner`` any more.
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             return leases.renew(
                 scope.txn, self._store.tables, meta, name, owner, version, ttl_ms, self._store.config.now_ms()
@@ -749,7 +749,7 @@ class Collection:
         Raises:
             LeaseLost: the lease is not at ``version`` of ``owner`` (releasing it twice is fine).
         """
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             leases.release(scope.txn, self._store.tables, meta, name, owner, version)
 
@@ -807,7 +807,7 @@ class Collection:
         A longer policy keeps what is still there from now on; what GC collected before stays collected.
         """
         stored = retention.effective(policy)
-        with self._store.write() as scope:
+        with self._store.user_write() as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             if meta.retention != stored:
                 save_meta(scope.txn, self._store.tables, meta.with_(retention=stored))

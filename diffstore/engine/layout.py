@@ -67,6 +67,10 @@ Named tables (sub-databases)::
                  "promoted"                          -> unix ms(u64)  promoted: a primary since then
                  "applied"                           -> u64  primary generations applied, ever
                  "lag" | name(utf-8)                 -> msgpack [lag generations, unapplied since ms | None]
+                 "term"                              -> u64  the replication term (any store; absent: 0)
+                 "self"                              -> URL(utf-8)  the promoted store's address (as reached)
+                 "fenced"                            -> msgpack [term, primary URL | None, replica id | None,
+                                                        unix ms]  stepped down: writes refused (409 fenced)
 
 Which keys a generation wrote (its *run*) is the union of its ``changes`` rows and its ``change_chunks``
 rows. A chunk holds sorted key forms (at most ``CHUNK_BYTES`` of them, K1 its first), and the chunks of a
@@ -550,6 +554,9 @@ REPLICA_ID = b"id"
 REPLICA_PROMOTED = b"promoted"
 REPLICA_APPLIED = b"applied"
 REPLICA_LAG = b"lag"
+REPLICA_TERM = b"term"
+REPLICA_SELF = b"self"
+REPLICA_FENCED = b"fenced"
 
 
 def replica_lag_key(name: str) -> bytes:

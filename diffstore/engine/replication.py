@@ -10,6 +10,7 @@ collection of its primary. The engine knows nothing of where they come from; it 
 - :func:`copy_readers`: the primary's readers and leases as they are, applied only while the replica is
   at the generation they were read at (readers also move outside commits, leases never commit).
 - the ``replica`` table's state (primary, id, promotion, counters, lag), read and written here only.
+- promotion raises the store's replication term (see :mod:`diffstore.engine.fencing`).
 
 Invariants:
 - Generation ids, and so the order of generations, are the primary's. An automatic collection keeps
@@ -27,7 +28,7 @@ from typing import Any
 import lmdb
 import msgpack
 
-from diffstore.engine import changes, digests, history, layout, leases, lineage, readers, writes
+from diffstore.engine import changes, digests, fencing, history, layout, leases, lineage, readers, writes
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import (
     Tables,
@@ -47,7 +48,14 @@ from diffstore.engine.types import (
     ReplicaState,
     RetentionPolicy,
 )
-from diffstore.errors import BadVersion, InvalidRequest, NoSuchGeneration, NoSuchReader, NotReplica, text_form
+from diffstore.errors import (
+    BadVersion,
+    InvalidRequest,
+    NoSuchGeneration,
+    NoSuchReader,
+    NotReplica,
+    text_form,
+)
 
 # an apply writes a whole primary generation into one generation, whatever its size
 _NO_THRESHOLD = 1 << 62
@@ -60,7 +68,7 @@ def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
     """The store's replica state as stored."""
     primary = txn.get(layout.REPLICA_PRIMARY, db=tables.replica)
     if primary is None:
-        return ReplicaState()
+        return ReplicaState(term=fencing.term(txn, tables), fenced=fencing.fencing(txn, tables))
     replica_id = txn.get(layout.REPLICA_ID, db=tables.replica)
     promoted = txn.get(layout.REPLICA_PROMOTED, db=tables.replica)
     applied = txn.get(layout.REPLICA_APPLIED, db=tables.replica)
@@ -77,7 +85,14 @@ def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
         promoted_at_ms=layout.read_u64(promoted) if promoted else None,
         applied=layout.read_u64(applied) if applied else 0,
         lags=tuple(lags),
+        term=fencing.term(txn, tables),
+        fenced=fencing.fencing(txn, tables),
+        address=_text(txn.get(layout.REPLICA_SELF, db=tables.replica)),
     )
+
+
+def _text(raw: bytes | None) -> str | None:
+    return bytes(raw).decode() if raw is not None else None
 
 
 def is_following(txn: lmdb.Transaction, tables: Tables) -> bool:
@@ -112,11 +127,22 @@ def become(txn: lmdb.Transaction, tables: Tables, primary: str, replica_id: str)
     return current
 
 
-def promote(txn: lmdb.Transaction, tables: Tables, now_ms: int) -> None:
-    """Stops following: from this transaction on the store is a primary (raises :class:`NotReplica`)."""
+def promote(
+    txn: lmdb.Transaction, tables: Tables, now_ms: int, new_term: int = 0, address: str | None = None
+) -> int:
+    """Stops following: from this transaction on the store is a primary (raises :class:`NotReplica`).
+
+    Its term becomes ``new_term``, or one more than it was if that is higher; returns the term.
+    ``address`` is the URL it was promoted under (told to the old primary when it steps down).
+    """
     if not is_following(txn, tables):
         raise NotReplica("this server is not a replica")
     txn.put(layout.REPLICA_PROMOTED, layout.u64(now_ms), db=tables.replica)
+    if address:
+        txn.put(layout.REPLICA_SELF, address.encode(), db=tables.replica)
+    raised = max(new_term, fencing.term(txn, tables) + 1)
+    fencing.set_term(txn, tables, raised)
+    txn.delete(layout.REPLICA_FENCED, db=tables.replica)
     cursor = txn.cursor(db=tables.replica)
     lag_keys: list[bytes] = []
     if cursor.set_range(layout.REPLICA_LAG):
@@ -126,6 +152,7 @@ def promote(txn: lmdb.Transaction, tables: Tables, now_ms: int) -> None:
             lag_keys.append(bytes(key))
     for key in lag_keys:
         txn.delete(key, db=tables.replica)
+    return raised
 
 
 def require_following(txn: lmdb.Transaction, tables: Tables) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import background, layout, migrate, replication, storage
+from diffstore.engine import background, fencing, layout, migrate, replication, storage
 from diffstore.engine.access import WriteScope
 from diffstore.engine.collection import Collection
 from diffstore.engine.cursors import CursorCodec, CursorSecret
@@ -51,6 +51,7 @@ from diffstore.engine.tables import (
 )
 from diffstore.engine.types import (
     CollectionInfo,
+    Fencing,
     Lease,
     Reader,
     ReplicaGeneration,
@@ -286,6 +287,16 @@ class Store:
                     return
                 self._turns.wait(left)
 
+    @contextlib.contextmanager
+    def user_write(self, hold: bool = False) -> Iterator[WriteScope]:
+        """:meth:`write` for what a user asks (not background work, not replication): refused with
+        ``Fenced`` in its own transaction once the store stepped down, so no write of any process lands
+        after the step-down (``hold``: deleting a replica's hold, which a stepped-down store allows)."""
+        with self.write() as scope:
+            if not hold:
+                fencing.refuse_if_fenced(scope.txn, self.tables)
+            yield scope
+
     def _schedule(self, scope: WriteScope) -> float | None:
         """Writes the due rows of the scope's automatic commits; the monotonic due time of the first."""
         if not (scope.first_writes or scope.threshold_commits):
@@ -427,7 +438,7 @@ class Store:
             validate_generation_id(initial_generation_id, "initialGenerationId")
             if not manual:
                 raise InvalidRequest("initialGenerationId is only for manual collections")
-        with self.write() as scope:
+        with self.user_write() as scope:
             create_meta(scope.txn, self.tables, name, manual, initial_generation_id, retention)
         return Collection(self, name)
 
@@ -459,6 +470,8 @@ class Store:
             txn, tables = scope.txn, self.tables
             if replica_copy:
                 replication.require_following(txn, tables)
+            else:
+                fencing.refuse_if_fenced(txn, tables)
             meta = load_meta(txn, tables, name)
             prefix = meta.cid_prefix
             drop_readers_of(txn, tables, meta)
@@ -493,14 +506,60 @@ class Store:
         with self.write() as scope:
             return replication.become(scope.txn, self.tables, primary, replica_id)
 
-    def promote_replica(self) -> None:
-        """Stops following, in one transaction: every later apply is refused, writes are accepted.
+    def promote_replica(self, term: int = 0, address: str | None = None) -> int:
+        """Stops following, in one transaction: every later apply is refused, writes are accepted. The
+        replication term becomes ``term`` or one more than it was, whichever is higher; returns it.
+        ``address``: the URL it is promoted under (see ``replication.promote``).
 
         Raises:
             NotReplica: the store is not a replica (or was promoted already).
         """
         with self.write() as scope:
-            replication.promote(scope.txn, self.tables, self.config.now_ms())
+            return replication.promote(scope.txn, self.tables, self.config.now_ms(), term, address)
+
+    def check_writable(self) -> None:
+        """Raises ``ReadOnlyReplica`` (a following replica) or ``Fenced`` (stepped down); three point
+        reads. The HTTP server asks it before every write (see ``engine.fencing``)."""
+        with self.read() as txn:
+            fencing.check_writable(txn, self.tables)
+
+    def replication_term(self) -> int:
+        """The store's replication term (0: it never took part in a promotion)."""
+        with self.read() as txn:
+            return fencing.term(txn, self.tables)
+
+    def learn_term(self, term: int) -> bool:
+        """A term a request carried: a higher one is stored and a primary steps down (``fenced``; its
+        pending automatic writes are committed, as in :meth:`step_down`)."""
+        if term <= self.replication_term():
+            return False
+        with self.write() as scope:
+            learnt = fencing.learn_term(scope.txn, self.tables, term, self.config.now_ms())
+            if learnt and fencing.fencing(scope.txn, self.tables) is not None:
+                scope.commits.extend(background.commit_pending(scope.txn, self.tables, self.config.now_ms()))
+            return learnt
+
+    def step_down(self, term: int, primary: str, replica_id: str | None) -> Fencing | None:
+        """Told by a new primary promoted at ``term``: see ``fencing.step_down``. The writes automatic
+        collections took and had not committed yet are committed in the same transaction: when it
+        returns, what the store holds is final (a replica that catches up holds every acknowledged write).
+        """
+        with self.write() as scope:
+            now_ms = self.config.now_ms()
+            stepped = fencing.step_down(scope.txn, self.tables, term, primary, replica_id, now_ms)
+            if stepped is not None:
+                scope.commits.extend(background.commit_pending(scope.txn, self.tables, now_ms))
+            return stepped
+
+    def step_up(self, term: int, replica_id: str | None) -> None:
+        """An abandoned promotion lifts the fencing it set: see ``fencing.step_up``."""
+        with self.write() as scope:
+            fencing.step_up(scope.txn, self.tables, term, replica_id)
+
+    def unfence(self) -> int:
+        """Lifts a stepped-down store's fencing; returns its new term (see ``fencing.unfence``)."""
+        with self.write() as scope:
+            return fencing.unfence(scope.txn, self.tables)
 
     def apply_replica_generation(self, step: ReplicaGeneration) -> bool:
         """Applies one generation of the primary (its id, records, reader moves, the replica's position) in

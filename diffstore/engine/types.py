@@ -495,12 +495,25 @@ class ReplicaLag:
 
 
 @dataclass(frozen=True, slots=True)
+class Fencing:
+    """Why a store refuses writes with 409 ``fenced``: it stepped down at ``term`` (told by a new primary,
+    ``primary``/``replica_id`` when known, or by a client that carried a higher term) at ``at_ms``."""
+
+    term: int
+    primary: str | None
+    replica_id: str | None
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaState:
     """Whether a store follows a primary: ``primary`` None is a store that never did.
 
     ``promoted_at_ms`` set: it did, and was promoted to a primary then (it accepts writes).
     ``replica_id`` names the readers it holds on the primary; ``applied`` counts the primary generations
-    it applied, ever.
+    it applied, ever. ``term`` is the store's replication term (any store; promotion raises it) and
+    ``fenced`` says why a store that stepped down refuses writes; ``address`` is the URL a promoted
+    store was promoted under.
     """
 
     primary: str | None = None
@@ -508,6 +521,16 @@ class ReplicaState:
     promoted_at_ms: int | None = None
     applied: int = 0
     lags: tuple[ReplicaLag, ...] = ()
+    term: int = 0
+    fenced: Fencing | None = None
+    address: str | None = None
+
+    @property
+    def role(self) -> str:
+        """``replica`` (following), ``fenced`` (stepped down) or ``primary``."""
+        if self.following:
+            return "replica"
+        return "fenced" if self.fenced is not None else "primary"
 
     @property
     def following(self) -> bool:

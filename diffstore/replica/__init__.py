@@ -50,7 +50,10 @@ def check_primary(url: str, token: str | None) -> str | None:
     except NotReplica:
         return None
     except Unauthorized:
-        return f"{url} refused the token: give the primary's token with --replica-token"
+        return (
+            f"{url} refused the token: give the primary's token with --replica-token-file F"
+            " (or DIFFSTORE_REPLICA_TOKEN)"
+        )
     except StorageError as exc:
         raise Unreachable(f"cannot reach {url} ({exc.reason}); following it when it answers") from exc
     except DiffstoreError:

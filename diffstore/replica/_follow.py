@@ -14,8 +14,10 @@ continuously is followed within one round trip, not one overview check.
 Never silent (docs/replicas.md, "States"): each collection is ``copying``, ``following`` or ``stalled``
 (:mod:`diffstore.replica._status`); a failure backs off (bounded, with jitter); the first failure of a run
 and every change of state is one log line, and is stored with the collection's lag (``GET /replica``,
-metrics, the console). A promotion (``NotReplica`` from the engine) stops everything, and the holds the
-replica kept on its primary are deleted (best effort: the primary may be the reason of the promotion).
+metrics, the console). A promotion (``NotReplica`` from the engine) stops everything, then the old primary
+is told to step down at the new term and the replica's holds there are deleted, in every collection of
+the primary (copied or not) -- retried until the old primary answers, so one that was away during the
+promotion is fenced when it comes back (see :mod:`diffstore.replica.promotion`).
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from diffstore.client import Client
+from diffstore.client import Client, Collection
+from diffstore.client import _calls as calls
 from diffstore.client._calls import Call
 from diffstore.engine.store import Store
-from diffstore.errors import DiffstoreError, NoSuchCollection, NotReplica
+from diffstore.errors import DiffstoreError, Fenced, NoSuchCollection, NoSuchRoute, NotReplica
 from diffstore.replica._collection import CollectionFollower, Dropped, Settings, Waiting
 from diffstore.replica._plan import READER_PREFIX, reader_name
 from diffstore.replica._status import COPYING, FOLLOWING, Backoff, Change, Tracker
@@ -120,6 +123,7 @@ class Follower:
         self.primary_names: frozenset[str] = frozenset()  # the primary's collections, as last listed
         self.tracker = Tracker(config.backoff)
         self._stopping = threading.Event()
+        self._closing = threading.Event()  # the server stops (the promotion's clean-up ends too)
         self._lock = threading.Condition()
         self._queued: collections.deque[str] = collections.deque()
         self._queued_set: set[str] = set()
@@ -141,6 +145,7 @@ class Follower:
         self._main.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        self._closing.set()
         self._stopping.set()
         self._wake.set()
         with self._lock:
@@ -385,16 +390,47 @@ class Follower:
     # --- promotion ----------------------------------------------------------------------------------------
 
     def _promoted(self) -> None:
-        """Lets go of the holds this replica kept on its primary (best effort)."""
-        try:
-            names = set(self.primary_names) | {info.name for info in self.store.collections()}
-        except DiffstoreError:
-            names = set(self.primary_names)
+        """Tells the old primary to step down and lets go of the holds there, in every collection of
+        either side; retried (backing off to 5 s) until done, a newer primary shows up, or the server
+        stops."""
+        wait_s = 0.5
+        told_failure = False
+        while not self._closing.is_set():
+            try:
+                self._step_down_old_primary()
+                return
+            except Fenced as exc:
+                _log.error("replica: the old primary knows a newer primary than this one: %s", exc.reason)
+                return
+            except DiffstoreError as exc:
+                if not told_failure:
+                    _log.warning(
+                        "replica: promoted; the old primary %s does not answer (%s): telling it to step down"
+                        " and deleting the holds there as soon as it does",
+                        self.config.primary,
+                        exc.reason,
+                    )
+                    told_failure = True
+            self._closing.wait(wait_s)
+            wait_s = min(5.0, wait_s * 2)
+
+    def _step_down_old_primary(self) -> None:
+        client = self._client
+        state = self.store.replica_state()
+        if state.address is not None:
+            try:
+                client.execute(calls.step_down(state.term, state.address, self.config.replica_id))
+            except NoSuchRoute:
+                pass  # a server from before terms: nothing to tell
+        names = {info.name for info in client.collections()} | {
+            info.name for info in self.store.collections()
+        }
         for name in sorted(names):
             try:
-                self._client.collection(name).delete_reader(self.hold)
-            except DiffstoreError:
+                Collection(client, name, True).delete_reader(self.hold)
+            except NoSuchCollection:
                 pass
+        _log.info("replica: promoted at term %d; the old primary %s let go", state.term, self.config.primary)
 
 
 def _now() -> tuple[int, float]:

@@ -20,7 +20,7 @@ from diffstore.server.longpoll import RAW_SEND, CommitHub
 from diffstore.server.openapi import build_openapi
 from diffstore.server.overview_watch import OverviewWatch
 from diffstore.server.routes import FAST_LANE, ROUTERS
-from diffstore.server.routes.replica import ReadOnlyGuard
+from diffstore.server.routes.replica import WriteGate
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -98,9 +98,9 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     install_error_handlers(app)
     # in front of the router, inside the authentication: the hottest routes skip FastAPI's per-request work
     app.add_middleware(FastLane, store=store, config=config, hub=hub, handlers=FAST_LANE)
-    # a replica, or a promoted one (the guard asks the store); no store: only the schema is built
-    if store is not None and store.replica_state().primary is not None:
-        app.add_middleware(ReadOnlyGuard, store=store)
+    # any store may follow a primary or step down (the gate asks the store); no store: only the schema
+    if store is not None:
+        app.add_middleware(WriteGate, store=store)
     # outside the fast lane, so that its bodies count too; inside the authentication, so that a refused
     # client holds nothing
     largest = max(config.limit(kind) for kind in Limit)

@@ -58,7 +58,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             log_format=args.log_format,
             replica_of=args.replica_of.rstrip("/") if args.replica_of else None,
-            replica_token=args.replica_token or os.environ.get("DIFFSTORE_REPLICA_TOKEN"),
+            replica_token=replica_token(args),
             default_retention=default_retention(args),
         )
     except InvalidRequest as exc:
@@ -79,6 +79,40 @@ def _serve_command(args: argparse.Namespace) -> int:
     from diffstore.server.serving import serve
 
     return serve(config)
+
+
+def replica_token(args: argparse.Namespace) -> str | None:
+    """The primary's token: ``--replica-token-file F``, ``--replica-token T`` (which warns: every user of
+    the machine can read a command line) or ``$DIFFSTORE_REPLICA_TOKEN``, in that order.
+
+    Raises:
+        InvalidRequest: both flags given, the file unreadable, or the token empty.
+    """
+    if args.replica_token is not None and args.replica_token_file is not None:
+        raise InvalidRequest("give --replica-token-file or --replica-token, not both")
+    if args.replica_token_file is not None:
+        try:
+            with open(args.replica_token_file, encoding="utf-8") as file:
+                token = file.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InvalidRequest(f"--replica-token-file {args.replica_token_file}: {reason}") from exc
+        source = f"--replica-token-file {args.replica_token_file}"
+    elif args.replica_token is not None:
+        print(
+            "diffstore serve: warning: --replica-token can be read by every user of this machine (ps,"
+            " /proc); give it with --replica-token-file F or DIFFSTORE_REPLICA_TOKEN instead",
+            file=sys.stderr,
+        )
+        token, source = args.replica_token, "--replica-token"
+    else:
+        found = os.environ.get("DIFFSTORE_REPLICA_TOKEN")
+        if found is None:
+            return None
+        token, source = found, "DIFFSTORE_REPLICA_TOKEN"
+    if not token.strip() or any(ch in token for ch in "\r\n"):
+        raise InvalidRequest(f"{source} is empty or holds more than one line; give one token")
+    return token
 
 
 def is_loopback(host: str) -> bool:
@@ -241,7 +275,14 @@ def add_commands(subparsers: Any) -> None:
         "--replica-token",
         metavar="T",
         default=None,
-        help="the primary's bearer token (default: $DIFFSTORE_REPLICA_TOKEN)",
+        help="the primary's bearer token (other users of the machine can read it: prefer"
+        " --replica-token-file or $DIFFSTORE_REPLICA_TOKEN, the default)",
+    )
+    parser.add_argument(
+        "--replica-token-file",
+        metavar="F",
+        default=None,
+        help="read the primary's bearer token from file F (one line), so that it is on no command line",
     )
     logs.add_arguments(parser)
     parser.set_defaults(func=_serve_command)

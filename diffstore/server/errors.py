@@ -45,6 +45,8 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.LeaseLost: 409,
     e.ReadOnlyReplica: 409,
     e.NotReplica: 409,
+    e.ReplicaBehind: 409,
+    e.Fenced: 409,
     e.Gone: 410,
     e.GenerationCollected: 410,
     e.CursorExpired: 410,
@@ -70,7 +72,9 @@ def encode_error(exc: e.DiffstoreError, codec: Codec, method: str, path: str) ->
     if status >= 500:
         log.error("%s %s failed: %r", method, path, exc)
     bytes_max = exc.bytes_max if isinstance(exc, e.PayloadTooLarge) else None
-    return status, codec.dumps(error_to_wire(exc.code, exc.reason, bytes_max))
+    body = error_to_wire(exc.code, exc.reason, bytes_max)
+    body.update(exc.details())
+    return status, codec.dumps(body)
 
 
 def error_headers(exc: e.DiffstoreError) -> dict[str, str]:

@@ -428,7 +428,47 @@ class ReplicaCollection(BaseModel):
 
 class ReplicaResponse(BaseModel):
     primary: str
+    term: int = Field(description="the replication term (promotion raises it)")
     collections: list[ReplicaCollection]
+
+
+class FencedBy(BaseModel):
+    primary: str | None = Field(description="the new primary's URL, when it said")
+    replicaId: str | None
+    term: int
+    atMs: int
+
+
+class ReplicationResponse(BaseModel):
+    role: str = Field(description="primary | replica | fenced (stepped down: writes answer 409 fenced)")
+    term: int
+    primary: str | None = Field(description="a replica: its primary; fenced: the primary it stepped down for")
+    replicaId: str | None = None
+    fencedBy: FencedBy | None = None
+    promotedFrom: str | None = Field(None, description="a promoted replica: its old primary")
+    promotedAtMs: int | None = None
+
+
+class PromoteRequest(BaseModel):
+    force: bool = Field(False, description="promote even when collections are not copied or behind")
+    waitMs: int = Field(10_000, description="how long to wait for the replica to catch up (0..300000)")
+
+
+class PromoteCollection(BaseModel):
+    collectionName: str
+    state: str = Field(description="copying (not copied yet) | following")
+    lagGenerations: int
+
+
+class StepDownRequest(BaseModel):
+    term: int = Field(description="the new primary's term: above this server's")
+    primary: str = Field(description="the new primary's URL")
+    replicaId: str | None = None
+
+
+class StepUpRequest(BaseModel):
+    term: int
+    replicaId: str | None = None
 
 
 class Overview(BaseModel):
@@ -528,3 +568,9 @@ class GenerationRecordsResponse(BaseModel):
 
 class PromoteResponse(BaseModel):
     promoted: bool
+    term: int
+    primaryReachable: bool = Field(description="false: the old primary did not answer (it was not fenced)")
+    steppedDown: bool = Field(description="the old primary was told to step down, and did")
+    holdsDeleted: int | None = None
+    unfenced: bool | None = Field(None, description="a stepped-down primary made a primary again (force)")
+    collections: list[PromoteCollection]

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from diffstore.errors import NotReplica
+from diffstore.errors import Fenced, NotReplica
 from tests.helpers import wait_until
 
 from .compare import caught_up, every_read, generations, state
@@ -97,10 +97,12 @@ def test_every_write_is_refused_until_promotion(primary: Server, replica: Server
         b.put(b"b", b"2")
         wait_until(lambda: b.get(b"b") is not None and b.get(b"b").value == b"2", 30)  # type: ignore[union-attr]
         assert b.generation_id == (int.from_bytes(held["B"][-1], "big") + 1).to_bytes(8, "big")
+        # the old primary stepped down (it refuses writes: fenced, naming the new primary); the holds went
         pa = p.collection("A")
-        pa.start_generation(b"3")
-        pa.commit_generation(b"3")
-        wait_until(lambda: not any(x.name.startswith("diffstore-replica:") for x in pa.readers()), 30)
+        with pytest.raises(Fenced) as fenced:
+            pa.start_generation(b"3")
+        assert fenced.value.primary == replica.url and fenced.value.term == 1
+        assert not any(x.name.startswith("diffstore-replica:") for x in pa.readers())
         assert r.collection("A").generation_id == b"2"
         with httpx.Client(base_url=replica.url, timeout=30) as http:
             assert http.get("/overview").json()["replica"] is None
@@ -126,9 +128,18 @@ def test_what_cannot_be_followed_is_refused_in_one_line(
     )
     secured = Server(tmp_path / "secured", token="s3cret")
     servers.append(secured.start())
-    wrong = _serve(tmp_path, "--port", "0", "--replica-of", secured.url, "--replica-token", "nope")
+    (tmp_path / "wrong-token").write_text("nope\n")
+    wrong = _serve(
+        tmp_path,
+        "--port",
+        "0",
+        "--replica-of",
+        secured.url,
+        "--replica-token-file",
+        str(tmp_path / "wrong-token"),
+    )
     assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1
-    assert "refused the token" in wrong.stderr
+    assert "refused the token" in wrong.stderr and "--replica-token-file" in wrong.stderr
     not_diffstore = _serve(tmp_path, "--port", "0", "--replica-of", f"{primary.url}/healthz/x")
     assert not_diffstore.returncode == 2 and len(not_diffstore.stderr.strip().splitlines()) == 1
     assert "is not a diffstore server" in not_diffstore.stderr

@@ -45,6 +45,9 @@ SPEC_ROUTES = {
     ("GET", "/backup"),  # SPEC §8
     ("GET", "/replica"),  # SPEC §8
     ("POST", "/replica/promote"),  # SPEC §8
+    ("GET", "/replication"),  # SPEC §9: any server's role and term (docs/replicas.md)
+    ("POST", "/replica/stepDown"),  # SPEC §9: fencing the old primary
+    ("POST", "/replica/stepUp"),  # an abandoned promotion lifts its fencing
 }
 BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/phantom/changes"),  # transform previews (docs/protocol.md)
