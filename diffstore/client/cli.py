@@ -126,7 +126,7 @@ def watch(
     while True:
         try:
             if outage is not None and outage.waiting:
-                collection.state()  # a plain call: says the server is back before the next commit would
+                collection.generation_state()  # says the server is back before a commit would
                 outage.succeeded()
             if pending is not None:
                 finish(pending)
