@@ -522,11 +522,14 @@ class AsyncCollection:
         from_key: bytes | None = None,
         limit: int = 1000,
         hold: str | None = None,
+        visible: bool = False,
     ) -> GenerationRecords:
         """A page of the records the committed generation ``generation_id`` wrote, from ``from_key``; the
         first page also holds the previous generation, the readers its commit moved and the collection's
-        readers. With ``hold``: ``NoSuchReader`` unless the collection holds that reader."""
-        return await self._run(_calls.generation_records(self.name, generation_id, from_key, limit, hold))
+        readers. With ``hold``: ``NoSuchReader`` unless the collection holds that reader. With
+        ``visible``: every record visible there instead, in key order (a replica's first copy)."""
+        call = _calls.generation_records(self.name, generation_id, from_key, limit, hold, visible)
+        return await self._run(call)
 
     async def splits(
         self, count: int, generation_id: bytes | None = None, from_generation_id: bytes | None = None
