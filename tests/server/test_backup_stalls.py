@@ -377,6 +377,14 @@ def test_a_server_killed_during_a_stalled_backup_leaves_no_copy_behind(tmp_path:
             [pid] = wait_until(lambda: copy_processes(0, data), DEADLINE_S, what="the copy process")
             worker = parent_of(pid)
             assert worker != server.pid  # a worker process streams it
+            # writes that fail and writes that do not, on new connections (any worker): all answered
+            for _ in range(4):
+                with httpx.Client(base_url=url, timeout=DEADLINE_S) as http:
+                    gen = {"generationId": {"value": "9"}}
+                    assert http.post("/collections/big/generation/commit", json=gen).status_code == 409
+                    assert http.post("/collections/big/generation/start", json=gen).status_code == 200
+                    assert http.post("/collections/big/generation/abort", json=gen).status_code == 200
+            assert pid in copy_processes(0, data)  # all beside the stalled backup
             kill9(worker)  # the process serving the backup dies (its supervisor starts another)
             # its end of the pipe is gone: the copy's next write fails, and it ends
             wait_until(
