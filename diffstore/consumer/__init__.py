@@ -19,7 +19,8 @@ Delivery guarantee — what holds, exactly:
     * **At-least-once windows.** A window may be delivered more than once: after a rollback (a callback
       raised or returned ``False``; ``on_rollback`` is called, then the *same* window — same ``from``,
       same requested ``to`` — is replayed), after an I/O error inside the window (``on_rollback``, then
-      the error propagates; the next run reloads the checkpoint), and after a crash or a lost checkpoint
+      the error propagates -- except an outage of the server, which :meth:`Consumer.run` rides out; the next
+      run, or the loop after the outage, reloads the checkpoint), and after a crash or a lost checkpoint
       answer (no ``on_rollback``: the process may be gone). A consumer whose window processing is
       idempotent, or commits its own state together with ``to``, gets effectively-once processing.
     * **Exactly-once checkpoint advance.** The checkpoint is the set of readers in a *manual* checkpoint

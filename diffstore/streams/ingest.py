@@ -68,6 +68,7 @@ MapperResult = tuple[bytes | str, bytes | None] | Iterable[tuple[bytes | str, by
 Mapper = Callable[[StreamRecord], MapperResult]
 EMBEDDED_SERVER_MARK = "diffstore"
 PROBE_INTERVAL_S = 0.01  # between two questions to the server about held records
+PROBE_CONNECT_S = 2.0  # how long a check that the streams server is back waits for a connection
 _log = logging.getLogger("diffstore.ingest")
 _FLAG = attrgetter("flag")
 _PARTITION_KEY = attrgetter("partition_key")
@@ -339,9 +340,12 @@ class Ingestor:
                     self._token = None
 
     def _attempt(self, body: Callable[[], None], guard: LeaseGuard | None = None) -> bool:
-        """Runs the active loop ``body``: True once it returned, False when an outage ended it and its
-        back-off has passed (run it again). Any other error, and an outage past the policy's limit, is
-        raised.
+        """Runs the active loop ``body``: True once it returned (or the ingestor was stopped during an
+        outage), False when an outage ended it and the server answers again (run it again). Any other
+        error, and an outage past the policy's limit, is raised.
+
+        The server is asked directly after each back-off, so that the end of the outage is known (and
+        logged) even when the loop does not run again at once: a lease lost meanwhile makes it stand by.
 
         With a lease the next loop runs under a new version of it: a request of this loop that the link
         held back and delivers late is then fenced (under the same version it could write into the next
@@ -361,8 +365,26 @@ class Ingestor:
             if guard is not None:
                 guard.report_lost(self._token, "an outage ended its loop: taking a new version")
             self.restarts += 1
-            _log.debug("restarting from the positions stored in the collection in %.2f s: %s", delay, exc)
-            return self.stop_event.wait(delay)
+            _log.debug("restarting from the positions stored in the collection: %s", exc)
+            while not self.stop_event.wait(delay):
+                try:
+                    self._ask(watch)
+                except (DiffstoreError, StreamError) as again:
+                    if not is_outage(again):
+                        raise
+                    delay = watch.failed(again)
+                    continue
+                watch.succeeded()
+                return False
+            return True
+
+    def _ask(self, watch: OutageWatch) -> None:
+        """One cheap call to the server that ``watch`` waits for; raises what the call raises."""
+        if watch is self.stream_watch:
+            self.client.check_reachable(PROBE_CONNECT_S)  # a server still away: said in seconds, not 30
+            self.client.describe_cluster()
+        else:
+            self.sink.collection.generation_state()
 
     def _run_active(self, on_commit: Callable[[CommitStats], None] | None, guard: LeaseGuard | None) -> None:
         """The loop of an active ingestor; with ``guard`` it returns early once the lease is lost."""

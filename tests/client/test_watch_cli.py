@@ -220,3 +220,32 @@ def test_a_diff_cut_short_by_an_outage_is_finished_without_printing_a_line_twice
             f"+ {k.decode()}\tv" for k in keys
         ]
         assert not outage.waiting
+
+
+def test_watch_gives_up_after_the_time_it_was_given(tmp_path: Path) -> None:
+    server = Server(tmp_path / "db").start()
+    process: subprocess.Popen[str] | None = None
+    try:
+        with server.client() as client:
+            client.create_collection("W", manual=True).write_generation(b"1")
+        command = [sys.executable, "-m", "diffstore.cli", "watch", "W", "--since", "", "--url", server.url]
+        process = subprocess.Popen(
+            [*command, "--give-up-after-s", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+        assert process.stdout is not None
+        threading.Thread(target=read_lines, args=(process.stdout, lines), daemon=True).start()
+        assert lines.get(timeout=OUTAGE_DEADLINE_S) == 'generation 1 (from "")'  # it runs
+        server.kill9()
+        assert process.wait(timeout=OUTAGE_DEADLINE_S) == 1
+        assert process.stderr is not None
+        err = process.stderr.read()
+        assert "does not answer; retrying with back-off for up to 1 s" in err and "gave up after" in err
+        assert "Traceback" not in err
+    finally:
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            close_pipes(process)
+        server.kill9()
