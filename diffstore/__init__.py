@@ -32,6 +32,7 @@ from diffstore.engine.types import (
     ReaderUpdate,
     Record,
     ResolvedRef,
+    RetentionPolicy,
     RevertResult,
     StoreConfig,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "ReaderUpdate",
     "Record",
     "ResolvedRef",
+    "RetentionPolicy",
     "RevertResult",
     "Store",
     "StoreConfig",

@@ -17,7 +17,8 @@ leaves the window, with no write needed to wake it.
 
 Cost: finding the floor walks the generations it keeps, newest first (stopping at the GC horizon, below
 which nothing can be kept anyway), so it grows with the number of kept generations, never with the size
-of the collection; the disk keeps every version written in a kept generation.
+of the collection; it is cached until a commit, GC or (for a time window) the clock changes it, so reads
+pay for it once. The disk keeps every version written in a kept generation.
 """
 
 from __future__ import annotations
@@ -35,19 +36,37 @@ def effective(policy: RetentionPolicy | None) -> RetentionPolicy | None:
     return None if policy is None or policy.empty else policy
 
 
+_CACHE_SIZE = 4096
+_NEVER = 1 << 63
+
+
 def floor(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, now_ms: int) -> bytes | None:
     """The oldest generation ``meta``'s policy keeps (None: it has none, so it keeps nothing).
 
     A result at or below the GC horizon means "everything still there" (the walk stops at the horizon).
+    Every read asks, so the answer is cached (``Tables.retention_cache``): a hit costs no walk.
     """
     policy = meta.retention
     if policy is None or policy.empty:
         return None
+    cache = tables.retention_cache
+    if len(cache) >= _CACHE_SIZE:
+        cache.clear()
+    key = (meta.cid, meta.generation_seq, meta.gc_horizon)
     found: list[bytes] = []
     if policy.keep_generations is not None:
-        found.append(_by_count(txn, tables, meta, policy.keep_generations))
+        count_key = ("n", *key, policy.keep_generations)
+        hit = cache.get(count_key)
+        if hit is None:
+            hit = cache[count_key] = (_by_count(txn, tables, meta, policy.keep_generations), -_NEVER, _NEVER)
+        found.append(hit[0])
     if policy.keep_ms is not None:
-        found.append(_by_time(txn, tables, meta, now_ms - policy.keep_ms))
+        cutoff = now_ms - policy.keep_ms
+        time_key = ("t", *key, policy.keep_ms)
+        hit = cache.get(time_key)
+        if hit is None or not hit[1] <= cutoff < hit[2]:
+            hit = cache[time_key] = _by_time(txn, tables, meta, cutoff)
+        found.append(hit[0])
     return min(found)
 
 
@@ -75,10 +94,19 @@ def _by_count(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, count
     return b""
 
 
-def _by_time(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, cutoff_ms: int) -> bytes:
+def _by_time(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, cutoff_ms: int
+) -> tuple[bytes, int, int]:
+    """The newest generation committed at or before ``cutoff_ms``, and the cutoffs ``[low, high)`` for
+    which that is still the answer (from its commit time up to the earliest commit time passed over)."""
     prefix = meta.cid_prefix
+    high = _NEVER
     for seq, generation_id in history.newest_first(txn, tables, meta):
         raw = txn.get(layout.commit_key(prefix, seq), db=tables.commits)
-        if raw is None or layout.unpack_commit(raw)[0] <= cutoff_ms or _stop(meta, generation_id):
-            return generation_id
-    return b""
+        if raw is None or _stop(meta, generation_id):
+            return generation_id, -_NEVER, high
+        at_ms = layout.unpack_commit(raw)[0]
+        if at_ms <= cutoff_ms:
+            return generation_id, at_ms, high
+        high = min(high, at_ms)
+    return b"", -_NEVER, high

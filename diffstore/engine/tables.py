@@ -75,6 +75,13 @@ class Tables:
     # LMDB's transaction id of a snapshot -> the overview read from it: nothing written, nothing to recount
     overview_cache: dict[int, Any] = field(default_factory=dict, compare=False)
 
+    # (kind, cid, current seq, GC horizon, policy field) -> what retention.floor found: the oldest
+    # generation a policy keeps, and the range of cutoffs (time windows) it holds for. Generations at or
+    # below the current one and their commit rows never change (GC keeps both), so a hit is right in any
+    # process; every read asks (readers.readable_floor), and the answer walks the kept generations
+    retention_cache: dict[tuple[Any, ...], tuple[bytes, int, int]] = field(
+        default_factory=dict, compare=False
+    )
     # the store's clock (``StoreConfig.now_ms``): what a retention window is measured against, by the
     # reads and the GC alike, so both see the same generations kept
     clock_ms: Callable[[], int] = field(default=wall_clock_ms, compare=False)

@@ -210,7 +210,7 @@ def test_history_marks_collected_generations(store: Store) -> None:
 
 
 def test_backup_and_compaction_keep_the_policy_and_what_it_keeps(open_store, tmp_path) -> None:
-    from diffstore.engine import backup, compact
+    from diffstore.engine import backup, check, compact
 
     source = open_store(tmp_path / "source")
     seen = _five(source, keep_generations=3)
@@ -220,6 +220,7 @@ def test_backup_and_compaction_keep_the_policy_and_what_it_keeps(open_store, tmp
     backup.backup_directory(tmp_path / "source", tmp_path / "copy")
     compact.compact(tmp_path / "source")
     for where in ("source", "copy"):
+        assert check.check_directory(tmp_path / where).ok  # a row with a policy is a sound row
         restored = open_store(tmp_path / where)
         c = restored.collection("c")
         assert c.retention() == RetentionPolicy(keep_generations=3)

@@ -35,6 +35,7 @@ WRITES: list[tuple[str, str, Any]] = [
     ("POST", "/collections/A/leases/l/renew", {"owner": "me", "version": 1}),
     ("POST", "/collections/A/leases/l/release", {"owner": "me", "version": 1}),
     ("POST", "/collections/A/revert", {"toGenerationId": {"value": ""}}),
+    ("PUT", "/collections/A/retention", {"keepGenerations": 5}),
     ("PATCH", "/collections/A", {}),
 ]
 

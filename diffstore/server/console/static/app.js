@@ -506,6 +506,12 @@ async function viewCollections(signal) {
         (stalled.length ? ` · ${stalled.join(" · ")}` : "");
     }
     const tbody = document.querySelector("#collections tbody");
+    if (!overview.collections.length) {
+      tbody.innerHTML = `<tr class="empty"><td colspan="6" class="muted">No collections yet. Create one from a shell:
+<code>diffstore collections create orders --manual</code> (or <code>--auto</code>), or with <code>POST /collections/</code>;
+it shows here at once (every route: <a href="/docs">the API reference</a>).</td></tr>`;
+      return;
+    }
     // a screenful at once, the rest right after: the first page shows before thousands of rows are laid out
     tbody.innerHTML = collectionRows(overview.collections.slice(0, FIRST_ROWS));
     applyFilter();
@@ -850,7 +856,9 @@ async function viewDiff(signal, name, params) {
 <p id="banner" class="banner" hidden></p><p id="problem" class="error" role="alert" hidden></p><p id="range" class="muted"></p>
 <p id="totals" aria-live="polite"></p>
 <p id="legend" class="muted">Legend: ${Object.values(KINDS).map((k) => `<span class="total ${k.row}"><span class="mark" aria-hidden="true">${k.mark}</span> ${k.words}</span>`).join(" ")};
-in a JSON object or array, <mark class="field changed">the fields that changed</mark> are marked and listed under the new value.</p>
+in a JSON object or array, <mark class="field changed">the fields that changed</mark> are marked and listed under the new value.
+<span id="between-help"><b>between</b> shows the values a key had in the generations strictly between From and To, oldest first
+(a key written several times in the range; the diff itself compares only its two ends).</span></p>
 <table id="diff"><thead><tr><th class="mark"><span class="visually-hidden">Change</span></th><th>Key</th><th>From</th><th>To</th><th></th></tr></thead><tbody></tbody></table>
 <div class="pager"><button type="button" class="secondary" id="prev">Previous</button><button type="button" class="secondary" id="next">Next</button><span id="page" class="muted"></span></div>`;
   fillGenerationList(signal, name);
@@ -912,7 +920,7 @@ in a JSON object or array, <mark class="field changed">the fields that changed</
       const json = kind === "updated" ? jsonDiffHtml(item) : null;
       const from = json ? json.from : valueHtml(item.fromValue);
       const to = json ? json.to : valueHtml(item.toValue);
-      return `<tr class="${k.row}" data-kind="${kind}" data-key="${esc(textForm(item.key))}" data-i="${i}"><td class="mark" title="${kind}"><span aria-hidden="true">${k.mark}</span><span class="visually-hidden">${kind}</span></td><td class="key">${valueHtml(item.key)}</td><td class="from">${from}</td><td class="to">${to}</td><td><button type="button" class="secondary between" data-i="${i}" title="values of the generations in between">between</button></td></tr>`;
+      return `<tr class="${k.row}" data-kind="${kind}" data-key="${esc(textForm(item.key))}" data-i="${i}"><td class="mark" title="${kind}"><span aria-hidden="true">${k.mark}</span><span class="visually-hidden">${kind}</span></td><td class="key">${valueHtml(item.key)}</td><td class="from">${from}</td><td class="to">${to}</td><td><button type="button" class="secondary between" data-i="${i}" title="the values this key had in the generations strictly between From and To, oldest first">between</button></td></tr>`;
     });
     const tbody = document.querySelector("#diff tbody");
     tbody.innerHTML = rows.join("") || '<tr><td colspan="5" class="muted">no changes in this range</td></tr>';
@@ -945,7 +953,10 @@ in a JSON object or array, <mark class="field changed">the fields that changed</
     render(page);
   };
 
-  const run = async () => {
+  // live: a commit runs the diff again with the body the user last asked for, its "from" as resolved then
+  // (a ref such as @current names the generation current when the view opened, not each new one); only
+  // "to" follows the commits
+  const run = async (live = false) => {
     const choice = document.getElementById("reader").value;
     const [owner, reader] = choice ? JSON.parse(choice) : [null, null];
     setHashQuery("diff", name, {
@@ -956,7 +967,13 @@ in a JSON object or array, <mark class="field changed">the fields that changed</
       kind: document.getElementById("kind").value,
     });
     clearProblem();
-    const body = await firstBody();
+    let body;
+    if (live && pages.length) {
+      body = { ...pages[0].body };
+      delete body.toGenerationId;
+    } else {
+      body = await firstBody();
+    }
     wantedTo = body.toGenerationId || null;
     pages = [];
     seen = 0;
@@ -1040,7 +1057,7 @@ in a JSON object or array, <mark class="field changed">the fields that changed</
   follow(signal, name, collection.generationId, async (generation) => {
     if (document.getElementById("to").value.trim()) return;
     if (index <= 0) {
-      await run();
+      await run(true);
       banner(`Generation ${idLabel(generation)} committed: diff updated at ${new Date().toLocaleTimeString()}`);
     } else {
       banner(`Generation ${idLabel(generation)} committed: press Diff to see it`);
@@ -1085,18 +1102,28 @@ Generations committed before diffstore recorded commit times show “time unknow
   const rowHtml = (item, previous) => {
     const id = idLabel(item.generationId);
     if (id === "") {
-      return `<tr class="origin" data-generation=""><td>${labelHtml(item.generationId)}</td>
-<td colspan="4" class="muted">the empty generation the collection started at</td></tr>`;
+      return `<tr class="origin${item.collected ? " collected" : ""}" data-generation=""><td>${labelHtml(item.generationId)}</td>
+<td colspan="4" class="muted">the empty generation the collection started at${item.collected ? " (collected)" : ""}</td></tr>`;
     }
     const href = encodeURIComponent(name);
-    const diffQuery = new URLSearchParams({ from: previous === null ? "" : idLabel(previous), to: id });
+    if (item.collected) {
+      // GC collected it (docs/protocol.md, "Retention"): its reads, diff and lineage answer 410
+      return `<tr class="collected" data-generation="${esc(id)}"><td title="generation ${esc(id)}, collected">${labelHtml(item.generationId)}
+<span class="tag auto" title="garbage-collected: reads, diffs and lineage there answer 410">collected</span></td>
+<td>${item.committedAtMs === null ? '<span class="muted">time unknown</span>' : `<time class="at" data-ms="${item.committedAtMs}">${esc(whenText(item.committedAtMs))}</time>`}</td>
+<td class="num">${item.changedKeys === null ? '<span class="muted">?</span>' : item.changedKeys}</td><td>${metadataHtml(item.metadata)}</td><td></td></tr>`;
+    }
+    // the diff starts at the generation before: when that one was collected (and is not the beginning),
+    // the diff would answer 410, so none is offered
+    const previousGone = previous !== null && previous.collected && idLabel(previous.generationId) !== "";
+    const diffQuery = new URLSearchParams({ from: previous === null ? "" : idLabel(previous.generationId), to: id });
     const when = item.committedAtMs === null
       ? '<span class="muted" title="committed before diffstore recorded commit times">time unknown</span>'
       : `<time class="at" datetime="${new Date(item.committedAtMs).toISOString()}" data-ms="${item.committedAtMs}"
           title="generation ${esc(id)} committed ${esc(new Date(item.committedAtMs).toLocaleString())}">${esc(whenText(item.committedAtMs))}</time>`;
     return `<tr data-generation="${esc(id)}"><td title="generation ${esc(id)}">${labelHtml(item.generationId)}</td><td>${when}</td>
 <td class="num">${item.changedKeys === null ? '<span class="muted">?</span>' : item.changedKeys}</td><td>${metadataHtml(item.metadata)}</td>
-<td><a class="to-diff" href="#/diff/${href}?${diffQuery}" title="what generation ${esc(id)} changed">diff</a>
+<td>${previousGone ? '<span class="muted" title="the generation before it was collected">diff gone</span>' : `<a class="to-diff" href="#/diff/${href}?${diffQuery}" title="what generation ${esc(id)} changed">diff</a>`}
 <a class="to-lineage" href="#/lineage/${href}?${new URLSearchParams({ g: id })}" title="the readers generation ${esc(id)} moved">lineage</a></td></tr>`;
   };
 
@@ -1114,7 +1141,7 @@ Generations committed before diffstore recorded commit times show “time unknow
     const more = list.items.length > size;
     older = more ? shown[shown.length - 1].generationId : null;
     document.querySelector("#history tbody").innerHTML =
-      shown.map((item, i) => rowHtml(item, i + 1 < list.items.length ? list.items[i + 1].generationId : null)).join("") ||
+      shown.map((item, i) => rowHtml(item, i + 1 < list.items.length ? list.items[i + 1] : null)).join("") ||
       '<tr><td colspan="5" class="muted">No commits yet.</td></tr>';
     document.getElementById("page").textContent = `page ${befores.length + 1}${more ? "" : " · the oldest commits"}`;
     document.getElementById("newer").disabled = befores.length === 0;
@@ -1237,6 +1264,10 @@ async function render() {
   const controller = new AbortController();
   state.view = controller;
   const { view, name, params } = currentRoute();
+  // the previous view and its error go at once: a view that fails must not leave another one on screen
+  clearTimeout(showError.timer);
+  document.getElementById("error").hidden = true;
+  main().innerHTML = '<p class="muted loading">Loading…</p>';
   for (const link of document.querySelectorAll("header nav a")) {
     link.classList.toggle("active", link.dataset.view === view);
   }
@@ -1250,7 +1281,7 @@ async function render() {
   } catch (error) {
     if (!controller.signal.aborted) {
       showError(error);
-      main().insertAdjacentHTML("beforeend", `<p class="error">${esc(error.message || error)}</p>`);
+      main().innerHTML = `<p class="error" role="alert">${esc(error.message || error)}</p>`;
     }
   }
 }
