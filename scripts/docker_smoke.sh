@@ -47,7 +47,7 @@ TOKEN="smoke-token-$$"
 CONTAINERS=()
 
 cleanup() {
-    for c in "${CONTAINERS[@]}"; do docker rm -f "$c" > /dev/null 2>&1 || true; done
+    for c in "${CONTAINERS[@]}"; do docker rm -f -v "$c" > /dev/null 2>&1 || true; done  # -v: anonymous /data too
     docker volume rm "$VOLUME" "$AUX" > /dev/null 2>&1 || true
     docker image rm "$TAG" > /dev/null 2>&1 || true
 }
