@@ -6,13 +6,16 @@
 # The base image is --base (or $DIFFSTORE_DOCKER_BASE), else python:3.11-slim when it is present or can be
 # pulled, else one built here from Debian's packages with debootstrap (needs root and Debian's mirror, not
 # a registry): Debian's Python 3.11 and its headers, with a venv on PATH so that `python` and `pip` are what
-# they are in python:3.11-slim, and the host's certificate authorities (for pip behind a TLS proxy). Then, with every container on the host's network:
+# they are in python:3.11-slim, and the host's certificate authorities (for pip behind a TLS proxy). Then
+# (the other containers on the host's network):
 #   1. docker build (the Dockerfile's own check: the installed package has the compiled accelerator);
-#   2. serve (the image's default command, with a token): /healthz, a put and a query through the image's CLI;
+#   2. serve, the image's default command (0.0.0.0:3030, a token, the volume /data) on a published port:
+#      its HEALTHCHECK turns healthy, a request without the token is refused, a put and a query through
+#      the image's CLI;
 #   3. streams serve + ingest: records produced to a stream land, exactly once, in a collection of the server;
-#   4. backup of the running server (--url) into the volume, then check of the backup.
+#   4. backup of the running server (--url) into a volume, then check of the backup.
 # Without Docker (no client, or no daemon that answers) it says so and exits 0, unless --require (exit 1).
-# Containers, the volume and the image it made are removed at exit; the Debian base image is kept (cached).
+# Containers, volumes and the image it made are removed at exit; the Debian base image is kept (cached).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,7 +25,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --base) BASE="$2"; shift 2 ;;
         --require) REQUIRE=1; shift ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "docker_smoke: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -38,13 +41,14 @@ docker info > /dev/null 2>&1 || skip "no Docker daemon answers (start dockerd, o
 DEBIAN_BASE=diffstore-smoke-base:bookworm-python3.11
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 TAG="diffstore-smoke:$$"
-VOLUME="diffstore-smoke-$$"
+VOLUME="diffstore-smoke-$$"  # serve's /data
+AUX="diffstore-smoke-aux-$$"  # /data of the stream server and of the backup
 TOKEN="smoke-token-$$"
 CONTAINERS=()
 
 cleanup() {
-    for c in "${CONTAINERS[@]}"; do docker rm -f "$c" > /dev/null 2>&1 || true; done
-    docker volume rm "$VOLUME" > /dev/null 2>&1 || true
+    for c in "${CONTAINERS[@]}"; do docker rm -f -v "$c" > /dev/null 2>&1 || true; done  # -v: anonymous /data too
+    docker volume rm "$VOLUME" "$AUX" > /dev/null 2>&1 || true
     docker image rm "$TAG" > /dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -113,15 +117,19 @@ HSTREAM_PORT=$(free_port)
 URL="http://127.0.0.1:$HTTP_PORT"
 HSTREAM="hstream://127.0.0.1:$HSTREAM_PORT"
 docker volume create "$VOLUME" > /dev/null
-run() {  # a one-off command of the image's CLI, on the host's network, with the volume at /data
-    docker run --rm --network host -e DIFFSTORE_TOKEN="$TOKEN" -v "$VOLUME:/data" "$TAG" "$@"
+docker volume create "$AUX" > /dev/null
+run() {  # a one-off command of the image's CLI, on the host's network, with the aux volume at /data
+    docker run --rm --network host -e DIFFSTORE_TOKEN="$TOKEN" -v "$AUX:/data" "$TAG" "$@"
 }
 
 echo "docker_smoke: serve" >&2
 CONTAINERS+=("diffstore-smoke-serve-$$")
-docker run -d --name "diffstore-smoke-serve-$$" --network host -e DIFFSTORE_TOKEN="$TOKEN" \
-    -v "$VOLUME:/data" "$TAG" serve --host 127.0.0.1 --port "$HTTP_PORT" --data /data/store > /dev/null
-wait_for 120 "serve answers /healthz" curl -fsS "$URL/healthz"
+docker run -d --name "diffstore-smoke-serve-$$" -p "127.0.0.1:$HTTP_PORT:3030" -e DIFFSTORE_TOKEN="$TOKEN" \
+    -v "$VOLUME:/data" "$TAG" > /dev/null
+healthy() { [ "$(docker inspect -f '{{.State.Health.Status}}' "diffstore-smoke-serve-$$")" = healthy ]; }
+wait_for 180 "serve's HEALTHCHECK turns healthy" healthy
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/collections")" = 401 ] \
+    || { echo "docker_smoke: FAILED: a request without the token was not refused" >&2; exit 1; }
 run collections create smoke --manual --url "$URL" > /dev/null
 run generation start smoke g1 --url "$URL" > /dev/null
 run put smoke hello world --generation g1 --url "$URL" > /dev/null
@@ -131,7 +139,7 @@ run generation commit smoke g1 --url "$URL" > /dev/null
 
 echo "docker_smoke: streams serve + ingest" >&2
 CONTAINERS+=("diffstore-smoke-streams-$$")
-docker run -d --name "diffstore-smoke-streams-$$" --network host -v "$VOLUME:/data" "$TAG" \
+docker run -d --name "diffstore-smoke-streams-$$" --network host -v "$AUX:/data" "$TAG" \
     streams serve --host 127.0.0.1 --port "$HSTREAM_PORT" --data /data/hstream > /dev/null
 wait_for 120 "streams serve answers" run streams ls --hstream "$HSTREAM"
 run streams create events --hstream "$HSTREAM" > /dev/null
