@@ -20,6 +20,7 @@ import pytest
 from diffstore import shell
 from diffstore.backoff import RetryPolicy
 from diffstore.client import Client
+from diffstore.client.backend import RemoteBackend
 from diffstore.client.cli import watch
 from diffstore.outage import OutageWatch
 from tests.faults import TcpProxy
@@ -214,7 +215,8 @@ def test_a_diff_cut_short_by_an_outage_is_finished_without_printing_a_line_twice
         restorer = threading.Thread(target=restore, daemon=True)
         restorer.start()
         with Client(f"http://{proxy.address}") as through_proxy, pytest.raises(Done):
-            watch(through_proxy.collection("W"), True, output, b"", "text", outage)
+            remote = RemoteBackend(through_proxy)
+            watch(remote, remote.collection("W"), True, output, b"", "text", outage)
         restorer.join(OUTAGE_DEADLINE_S)
         assert output.getvalue().splitlines() == ['generation 1 (from "")'] + [
             f"+ {k.decode()}\tv" for k in keys
