@@ -214,7 +214,8 @@ def test_a_request_carrying_a_higher_term_fences_a_primary(tmp_path: Path, serve
         assert http.get("/healthz", headers={"Diffstore-Term": "0"}).status_code == 200  # not above: nothing
         assert writable(primary.url)
         # a client that learnt of term 3 (a newer primary) tells this one, on any request
-        assert http.get("/collections/", headers={"Diffstore-Term": "3"}).status_code == 200
+        with Client(primary.url, term=3) as newer:  # the Python client carries it when told (term=)
+            assert [info.name for info in newer.collections()] == sorted(before)
         for _ in range(6):  # every worker process refuses
             refused = http.post("/collections/", json={"collectionName": "X", "isManual": True})
             assert refused.status_code == 409 and refused.json()["error"] == "fenced"
