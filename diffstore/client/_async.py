@@ -60,6 +60,8 @@ class AsyncClient:
         format: ``"msgpack"`` (default, compact and fast) or ``"json"`` (what diffbelt speaks).
         timeout_s: the timeout of every request but long polls (which get the poll's own timeout).
         http: an httpx client to use instead of a private one (it is then not closed by :meth:`close`).
+        term: the newest replication term this client knows of, sent with every request
+            (``Diffstore-Term``): a primary whose term is below it steps down (``fenced``).
 
     Errors are the engine's exception classes (:mod:`diffstore.errors`); an unreachable server raises
     :class:`~diffstore.errors.StorageError`.
@@ -72,8 +74,9 @@ class AsyncClient:
         format: WireFormat = "msgpack",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         http: httpx.AsyncClient | None = None,
+        term: int | None = None,
     ) -> None:
-        self.settings = Settings(url, token, format, timeout_s)
+        self.settings = Settings(url, token, format, timeout_s, term)
         self._transport = AsyncTransport(self.settings, http)
 
     async def __aenter__(self) -> AsyncClient:

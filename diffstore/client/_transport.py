@@ -65,6 +65,7 @@ class Settings:
     token: str | None = None
     format: WireFormat = "msgpack"
     timeout_s: float = DEFAULT_TIMEOUT_S
+    term: int | None = None  # sent as Diffstore-Term: a primary below it steps down (docs/replicas.md)
 
     def __post_init__(self) -> None:
         if self.format not in ("msgpack", "json"):
@@ -78,6 +79,8 @@ class Settings:
         headers = {"Accept": self.codec.content_type}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
+        if self.term is not None:
+            headers["Diffstore-Term"] = str(self.term)
         return headers
 
 

@@ -8,10 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from diffstore import Store
-from diffstore.engine import check
+from diffstore.engine import check, layout
 from diffstore.engine.types import ReplicaGeneration
 from diffstore.errors import Fenced, NotReplica, ReadOnlyReplica
 from tests.engine.conftest import StoreFactory
@@ -145,3 +146,25 @@ def test_a_stepped_down_store_takes_no_user_write_and_commits_what_it_acknowledg
     assert after == (before[0], (pending.generation_id, auto.next_generation_id), before[2])
     a.delete_reader("diffstore-replica:r9")  # the new primary lets its hold go
     assert [r.name for r in a.readers()] == []
+
+
+@pytest.mark.parametrize(
+    ("row", "raw", "expected"),
+    [
+        (layout.REPLICA_FENCED, msgpack.packb([9, None, None, 1]), "the fencing is not [term at most"),
+        (layout.REPLICA_FENCED, b"\xc1", "the fencing is not [term at most"),
+        (layout.REPLICA_TERM, b"\x01", "the replication term is not 8 bytes"),
+        (layout.REPLICA_SELF, b"nowhere", "is not a URL"),
+    ],
+    ids=["above-the-term", "not-msgpack", "short-term", "address"],
+)
+def test_check_finds_damaged_fencing_rows(
+    open_store: StoreFactory, tmp_path: Path, row: bytes, raw: bytes, expected: str
+) -> None:
+    store = _primary(open_store, tmp_path / "p")
+    store.step_down(2, "http://new:1", "r9")
+    with store.write() as scope:
+        scope.txn.put(row, raw, db=store.tables.replica)
+    store.close()
+    found = [str(problem) for problem in check.check_directory(tmp_path / "p").problems]
+    assert any(expected in line for line in found), found

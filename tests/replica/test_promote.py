@@ -61,7 +61,7 @@ def test_promotion_while_the_old_primary_answers_leaves_one_writable_primary(
         writer = Writer(primary.url)
         writer.start()
         wait_until(lambda: len(writer.acked) >= 20, FOLLOW_S, what="the writer to write")
-        answer = r1.execute(calls.promotion())
+        answer = r1.execute(calls.promotion(wait_ms=60_000))  # a generous deadline: it answers once caught up
         writer.join(60)  # it stops at its first refused write
         assert isinstance(writer.refused, Fenced), writer.refused
         assert writer.refused.primary == first.url and writer.refused.term == 1
@@ -194,7 +194,7 @@ def test_a_promotion_that_cannot_catch_up_lets_the_old_primary_write_again(
             p.collection("M").write_generation(b"g4", [(b"b", b"4")], [("r", b"g4")])
             assert not writable(replica.url)
         wait_until(lambda: caught_up(p, r), FOLLOW_S, what="the resumed replica to catch up")
-        answer = r.execute(calls.promotion())
+        answer = r.execute(calls.promotion(wait_ms=60_000))
         assert answer["term"] == 2 and answer["steppedDown"]
         assert write_answer(primary.url) == (409, "fenced") and writable(replica.url)
         assert r.collection("M").generation_id == b"g4"
@@ -214,7 +214,8 @@ def test_a_request_carrying_a_higher_term_fences_a_primary(tmp_path: Path, serve
         assert http.get("/healthz", headers={"Diffstore-Term": "0"}).status_code == 200  # not above: nothing
         assert writable(primary.url)
         # a client that learnt of term 3 (a newer primary) tells this one, on any request
-        assert http.get("/collections/", headers={"Diffstore-Term": "3"}).status_code == 200
+        with Client(primary.url, term=3) as newer:  # the Python client carries it when told (term=)
+            assert [info.name for info in newer.collections()] == sorted(before)
         for _ in range(6):  # every worker process refuses
             refused = http.post("/collections/", json={"collectionName": "X", "isManual": True})
             assert refused.status_code == 409 and refused.json()["error"] == "fenced"
