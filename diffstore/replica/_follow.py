@@ -63,7 +63,7 @@ class FollowerConfig:
     replica_id: str
     poll_ms: int = 2_000
     threads: int = 4
-    hot_poll_ms: int = 1_000
+    hot_poll_ms: int = 2_000
     idle_check_s: float = 2.0
     idle_checks_per_s: float = 50.0
     batch_records: int = 20_000
