@@ -179,6 +179,15 @@ class Follower:
     # --- the watcher --------------------------------------------------------------------------------------
 
     def _watch(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._watch_until_failure()
+                return
+            except Exception:  # noqa: BLE001 -- a bug must not end the watcher; logged, then tried again
+                _log.exception("replica: unexpected failure of the watcher")
+                self._stopping.wait(self.config.backoff.cap_s)
+
+    def _watch_until_failure(self) -> None:
         version: str | None = None
         while not self._stopping.is_set():
             if not self.store.read_only():
@@ -261,7 +270,7 @@ class Follower:
                 self._queue(name)
             elif self._readers_moved(name, primary) or now - self._checked.get(name, 0.0) >= idle_every:
                 self._queue(name)
-        for name in list(self.tracker.statuses):
+        for name in list(self.tracker.statuses):  # a copy: workers add statuses meanwhile
             if name not in names:
                 self.tracker.forget(name)
 
