@@ -283,7 +283,7 @@ def memory(tmp: Path, primary: Served, collections: int) -> None:
 
 def _follow_all(data: Path, primary: Served, count: int) -> tuple[float, int, float]:
     started = time.perf_counter()
-    with diffstore_serve(data, *SERVE, "--replica-of", primary.url) as replica:
+    with diffstore_serve(data, *SERVE, "--replica-of", primary.url, quiet=False) as replica:
         _wait(
             lambda: sum(i["state"] == "following" for i in _replica_items(replica.url)) >= count,
             3600,

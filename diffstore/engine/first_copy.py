@@ -15,9 +15,13 @@ import lmdb
 from diffstore.engine import layout, readers
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import Tables, check_not_collected
-from diffstore.engine.types import GenerationRecords
-from diffstore.engine.visibility import ReadPoint, in_key_order, lower_form, visible_stream
+from diffstore.engine.types import GenerationRecords, Record
+from diffstore.engine.visibility import ReadPoint, compiled_records, in_key_order, lower_form, visible_stream
 from diffstore.errors import NoSuchGeneration, NoSuchReader, text_form
+
+
+def _no_name(seq: int) -> bytes:
+    return b""  # a first copy keeps no record's generation: they all count as written by it
 
 
 def visible_records(
@@ -51,7 +55,20 @@ def visible_records(
     point = ReadPoint(meta, bytes(generation_id), layout.read_u64(raw_seq))
     found: list[tuple[bytes, bytes | None]] = []
     next_key: bytes | None = None
-    for key, raw, _ in in_key_order(visible_stream(txn, tables, point, lower_form(from_key))):
+    lower = lower_form(from_key)
+    # short keys through the compiled scan of queries; the key-order stream from a long key on
+    compiled = compiled_records(
+        txn, tables, point, lower, None, (from_key, None, None), limit + 1, Record, _no_name, {}
+    )
+    if compiled is not None:
+        items, handed = compiled
+        if len(items) > limit:
+            return GenerationRecords([(r.key, r.value) for r in items[:limit]], items[limit].key)
+        found = [(r.key, r.value) for r in items]
+        if handed is None:
+            return GenerationRecords(found, None)
+        lower = handed
+    for key, raw, _ in in_key_order(visible_stream(txn, tables, point, lower)):
         if from_key is not None and key < from_key:
             continue  # the rest of a long key's group, below the resume key
         if not raw:

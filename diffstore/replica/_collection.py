@@ -42,6 +42,8 @@ from diffstore.errors import (
 )
 from diffstore.replica._plan import READER_PREFIX, Pending, copies_differ, reader_copies, reader_name
 
+FIRST_COPY_PAGE = 10_000  # records a page of a first copy (the most a page holds)
+
 
 class Dropped(Exception):
     """The replica's copy of a collection was dropped (the message says why, in one line): copy it again."""
@@ -183,7 +185,7 @@ class CollectionFollower:
             from_key: bytes | None = None
             while True:
                 page = self.primary.generation_records(
-                    oldest, from_key, self.settings.page_records, self.reader, visible=True
+                    oldest, from_key, FIRST_COPY_PAGE, self.reader, visible=True
                 )
                 records.extend(page.records)
                 from_key = page.next_key

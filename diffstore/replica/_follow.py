@@ -66,7 +66,7 @@ class FollowerConfig:
     replica_id: str
     poll_ms: int = 2_000
     threads: int = 4
-    hot_poll_ms: int = 1_000
+    hot_poll_ms: int = 2_000
     idle_check_s: float = 2.0
     idle_checks_per_s: float = 50.0
     batch_records: int = 20_000
@@ -184,6 +184,15 @@ class Follower:
     # --- the watcher --------------------------------------------------------------------------------------
 
     def _watch(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._watch_until_failure()
+                return
+            except Exception:  # noqa: BLE001 -- a bug must not end the watcher; logged, then tried again
+                _log.exception("replica: unexpected failure of the watcher")
+                self._stopping.wait(self.config.backoff.cap_s)
+
+    def _watch_until_failure(self) -> None:
         version: str | None = None
         while not self._stopping.is_set():
             if not self.store.read_only():
@@ -266,7 +275,7 @@ class Follower:
                 self._queue(name)
             elif self._readers_moved(name, primary) or now - self._checked.get(name, 0.0) >= idle_every:
                 self._queue(name)
-        for name in list(self.tracker.statuses):
+        for name in list(self.tracker.statuses):  # a copy: workers add statuses meanwhile
             if name not in names:
                 self.tracker.forget(name)
 

@@ -123,5 +123,6 @@ class Tracker:
 
     def next_retry(self, now: float) -> float | None:
         """Seconds until the first back-off ends (None: nobody waits)."""
-        waits = [s.retry_at - now for s in self.statuses.values() if s.retry_at > now]
+        # a copy (one step under the GIL): the follower's workers add statuses while its watcher asks
+        waits = [s.retry_at - now for s in list(self.statuses.values()) if s.retry_at > now]
         return min(waits) if waits else None
