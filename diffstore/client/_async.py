@@ -58,6 +58,10 @@ class AsyncClient:
         format: ``"msgpack"`` (default, compact and fast) or ``"json"`` (what diffbelt speaks).
         timeout_s: the timeout of every request but long polls (which get the poll's own timeout).
         http: an httpx client to use instead of a private one (it is then not closed by :meth:`close`).
+        ca_file: for ``https://``: PEM file of the authority that signed the server's certificate (default:
+            ``$DIFFSTORE_CA_FILE``, else the system's authorities).
+        cert: for a server that asks for one: the client certificate and its key, PEM files (default:
+            ``$DIFFSTORE_CLIENT_CERT`` and ``$DIFFSTORE_CLIENT_KEY``).
 
     Errors are the engine's exception classes (:mod:`diffstore.errors`); an unreachable server raises
     :class:`~diffstore.errors.StorageError`.
@@ -70,8 +74,10 @@ class AsyncClient:
         format: WireFormat = "msgpack",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         http: httpx.AsyncClient | None = None,
+        ca_file: str | None = None,
+        cert: tuple[str, str] | None = None,
     ) -> None:
-        self.settings = Settings(url, token, format, timeout_s)
+        self.settings = Settings(url, token, format, timeout_s, ca_file, cert)
         self._transport = AsyncTransport(self.settings, http)
 
     async def __aenter__(self) -> AsyncClient:

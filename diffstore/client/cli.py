@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from diffstore import shell
+from diffstore import shell, tls
 from diffstore.client._sync import Client, Collection
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
 from diffstore.engine.types import DiffItem
@@ -60,7 +60,9 @@ def add_commands(subparsers: Any) -> None:
 
 def run_watch(args: argparse.Namespace) -> int:
     try:
-        with Client(args.url, token=args.token or None, format=args.wire) as client:
+        with Client(
+            args.url, token=args.token or None, format=args.wire, **tls.client_kwargs(args)
+        ) as client:
             collection = client.collection(args.collection)
             since = resolve_generation(collection, args.since, "--since")
             watch(collection, args.diff, sys.stdout, since, args.format)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from diffstore import shell
+from diffstore import shell, tls
 from diffstore.client import _calls, _plans
 from diffstore.client._sync import Client
 from diffstore.client._transport import DEFAULT_URL
@@ -44,11 +44,12 @@ def server_options() -> argparse.ArgumentParser:
         type=shell.http_url,
         help=f"the server's base URL (env DIFFSTORE_URL; default {DEFAULT_URL})",
     )
-    group.add_argument(
-        "--token",
-        default=os.environ.get("DIFFSTORE_TOKEN"),
-        help="bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
+    tls.add_client_token_arguments(
+        group,
+        "bearer token of a server started with --token (env DIFFSTORE_TOKEN; other users of the machine"
+        " can read a command line: prefer the environment or --token-from-file)",
     )
+    tls.add_client_arguments(group)
     # the wire's field names in the server's messages, as this command's flags name them (diffstore.cli)
     parent.set_defaults(wire_flags=WIRE_FLAGS)
     return parent
@@ -198,7 +199,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def client_of(args: argparse.Namespace) -> Client:
-    return Client(args.url, token=args.token or None)
+    return Client(args.url, token=args.token or None, **tls.client_kwargs(args))
 
 
 def _opt(text: str | None, what: str) -> bytes | None:

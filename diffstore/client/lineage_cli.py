@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from diffstore import shell
+from diffstore import shell, tls
 from diffstore.client._sync import Client
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
 from diffstore.engine.types import MAX_LINEAGE_DEPTH, Lineage, LineageSource
@@ -57,7 +57,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_lineage(args: argparse.Namespace) -> int:
-    with Client(args.url, token=args.token or None) as client:
+    with Client(args.url, token=args.token or None, **tls.client_kwargs(args)) as client:
         collection = client.collection(args.collection)
         asked = resolve_generation(collection, args.generation, "GENERATION")
         generation_id = collection.generation_id if asked is None else asked

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from diffstore import shell
+from diffstore import shell, tls
 from diffstore.client._sync import Client, Collection
 from diffstore.client.commands import REFS_HELP, output_options, resolve_generation, server_options
 from diffstore.engine.types import GenerationInfo, LineageSource
@@ -96,7 +96,7 @@ def since_ms(text: str, now_ms: int | None = None) -> int:
 def run_log(args: argparse.Namespace) -> int:
     found: list[GenerationInfo] = []
     moved: list[tuple[LineageSource, ...] | None] = []
-    with Client(args.url, token=args.token or None) as client:
+    with Client(args.url, token=args.token or None, **tls.client_kwargs(args)) as client:
         collection = client.collection(args.collection)
         start = resolve_generation(collection, args.generation, "GENERATION")
         # the smallest id above START: the listing includes START itself

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from diffstore import shell
+from diffstore import shell, tls
 from diffstore.client._sync import Client
 from diffstore.client.commands import (
     REFS_HELP,
@@ -61,7 +61,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_revert(args: argparse.Namespace) -> int:
-    with Client(args.url, token=args.token or None) as client:
+    with Client(args.url, token=args.token or None, **tls.client_kwargs(args)) as client:
         collection = client.collection(args.collection)
         to_generation = resolve_generation(collection, args.to_generation, "GENERATION")
         assert to_generation is not None  # a positional argument: always given

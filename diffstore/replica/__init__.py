@@ -35,7 +35,9 @@ class Unreachable(Exception):
     """The primary does not answer now (the replica starts anyway and keeps trying)."""
 
 
-def check_primary(url: str, token: str | None) -> str | None:
+def check_primary(
+    url: str, token: str | None, ca_file: str | None = None, cert: tuple[str, str] | None = None
+) -> str | None:
     """Why ``url`` cannot be followed (one line), or None when it is a diffstore primary.
 
     A primary answers ``GET /replica`` with 409 ``notReplica``; a replica answers it (a replica of a
@@ -45,7 +47,7 @@ def check_primary(url: str, token: str | None) -> str | None:
         Unreachable: nothing answers at ``url`` now.
     """
     try:
-        with Client(url, token=token, timeout_s=10.0) as client:
+        with Client(url, token=token, timeout_s=10.0, ca_file=ca_file, cert=cert) as client:
             status = client.replica_status()
     except NotReplica:
         return None

@@ -60,6 +60,7 @@ class FollowerConfig:
             generation is read whole, it is applied in one transaction).
         page_records: records per request.
         retry_s: the wait after a failed request to the primary.
+        ca_file, cert: how an ``https://`` primary is checked and shown a client certificate.
     """
 
     primary: str
@@ -70,6 +71,8 @@ class FollowerConfig:
     batch_records: int = 20_000
     page_records: int = 5_000
     retry_s: float = 0.5
+    ca_file: str | None = None
+    cert: tuple[str, str] | None = None
 
 
 class Follower:
@@ -125,7 +128,9 @@ class Follower:
                 self._promoted(client)  # after the threads: none of them acts on a hold that went away
 
     def _client(self) -> Client:
-        return Client(self.config.primary, token=self.config.token)
+        return Client(
+            self.config.primary, token=self.config.token, ca_file=self.config.ca_file, cert=self.config.cert
+        )
 
     def _follow(self, name: str) -> None:
         with self._client() as client:

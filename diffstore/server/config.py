@@ -63,6 +63,9 @@ class ServerConfig:
         log_level, log_format: logging of the server's processes (see :mod:`diffstore.logs`).
         replica_of: the primary's URL when the server is a read replica (``docs/replicas.md``).
         replica_token: the primary's bearer token.
+        tls_cert, tls_key: PEM certificate and key: every worker serves HTTPS only (none: plain HTTP).
+        tls_client_ca: PEM authority whose client certificates a TLS connection must show (none: not asked).
+        replica_ca_file, replica_cert: how the replica link checks an ``https://`` primary and proves itself.
     """
 
     data_dir: str = "./data"
@@ -93,6 +96,11 @@ class ServerConfig:
     log_format: str = "text"
     replica_of: str | None = None
     replica_token: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    replica_ca_file: str | None = None
+    replica_cert: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:
@@ -107,6 +115,10 @@ class ServerConfig:
             raise InvalidRequest("inflight_body_max_bytes and inflight_connection_max_bytes must be >= 1")
         if self.body_min_rate_bytes_s < 0:
             raise InvalidRequest("body_min_rate_bytes_s must be >= 0")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise InvalidRequest("--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise InvalidRequest("--tls-client-ca needs --tls-cert and --tls-key")
         if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:
             raise InvalidRequest("long_poll_default_ms must be within 0..long_poll_max_ms")
 
