@@ -156,6 +156,55 @@ def speaks_tls(url: str, timeout_s: float = 5.0) -> bool:
         return False
 
 
+def asks_client_certificate(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether the server of an ``https://`` URL refuses a connection without a client certificate (started
+    with ``--tls-client-ca``): probed with a request of ``/healthz`` over a connection showing none."""
+    parts = urlsplit(url)
+    if parts.scheme != "https" or parts.hostname is None:
+        return False
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE  # only asks what the server wants; nothing secret is sent
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 443), timeout=timeout_s) as raw:
+            with probe.wrap_socket(raw, server_hostname=parts.hostname) as conn:
+                conn.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+                return not conn.recv(1)  # TLS 1.3: the refusal comes as an alert on the first read
+    except ssl.SSLError as exc:
+        return "CERTIFICATE" in str(exc).upper()
+    except OSError:
+        return False
+
+
+def explain(url: str, exc: BaseException) -> str | None:
+    """One line that says what is wrong with a failed TLS exchange with the server at ``url`` (its base
+    URL), or None when the failure is not about TLS (a refused connection, a timeout)."""
+    text = str(exc)
+    upper = text.upper()
+    if "CERTIFICATE_VERIFY_FAILED" in upper:
+        return (
+            f"{url}: the server's certificate is not trusted ({text}): give the authority that signed it"
+            " with --ca-file or DIFFSTORE_CA_FILE (ca_file= in Python)"
+        )
+    if url.startswith("https://") and any(
+        sign in upper for sign in ("WRONG_VERSION_NUMBER", "RECORD LAYER FAILURE", "PACKET_LENGTH_TOO_LONG")
+    ):
+        plain = "http://" + url.split("://", 1)[1]
+        return f"{url}: the server does not speak TLS: use {plain}"
+    kind = type(exc).__name__
+    # probed only after the server dropped a connection without an answer (not refused, not timed out)
+    if url.startswith("https://") and kind in ("RemoteProtocolError", "ReadError", "ConnectError"):
+        if "CERTIFICATE" in upper or (kind != "ConnectError" and asks_client_certificate(url)):
+            return (
+                f"{url}: the server refused the connection without a client certificate it trusts: give one"
+                " signed by its --tls-client-ca with --client-cert and --client-key (or DIFFSTORE_CLIENT_CERT"
+                " and DIFFSTORE_CLIENT_KEY; cert= in Python)"
+            )
+    if url.startswith("http://") and kind == "RemoteProtocolError" and speaks_tls(url, 2.0):
+        return speaks_tls_message(url)
+    return None
+
+
 def speaks_tls_message(url: str) -> str:
     """The one line for a plain request refused by a TLS server."""
     https = "https://" + url.split("://", 1)[1] if "://" in url else url

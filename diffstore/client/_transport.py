@@ -178,9 +178,10 @@ def translated_transport_errors(request: HttpRequest) -> Iterator[None]:
         yield
     except httpx.TransportError as exc:
         where = f"{request.method} {request.url}"
-        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError) and tls.speaks_tls(request.url, 2.0):
-            # not chained: the server was reached and answered, in TLS; retrying over http:// cannot help
-            raise StorageError(tls.speaks_tls_message(request.url.removesuffix(request.path))) from None
+        explained = tls.explain(request.url.removesuffix(request.path), exc)
+        if explained is not None:
+            # not chained: the server was reached and spoke; retrying with the same settings cannot help
+            raise StorageError(explained) from None
         raise StorageError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
 

@@ -170,8 +170,9 @@ def _backup_from_server(
                     " marked unfinished: delete it and take the backup again"
                 ) from None
     except httpx.HTTPError as exc:  # the server cannot be reached: diffstore.cli says so in one line
-        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError) and tls.speaks_tls(url, 2.0):
-            raise StorageError(tls.speaks_tls_message(url.rstrip("/"))) from None
+        explained = tls.explain(url.rstrip("/"), exc)
+        if explained is not None:
+            raise StorageError(explained) from None
         raise StorageError(str(exc) or type(exc).__name__) from exc
 
 

@@ -157,7 +157,19 @@ def test_a_client_without_the_private_ca_refuses_the_server(
         result = cli("collections", "ls", "--url", server.url)
         assert result.returncode == 1
         assert len(result.stderr.strip().splitlines()) == 1
-        assert "CERTIFICATE_VERIFY_FAILED" in result.stderr
+        assert "CERTIFICATE_VERIFY_FAILED" in result.stderr and "not trusted" in result.stderr
+        assert "--ca-file" in result.stderr
+
+
+def test_https_to_a_plain_server_fails_in_one_line(tmp_path: Path, certs: Certificates) -> None:
+    with serving(tmp_path / "data", certs, "--workers", "1") as server:
+        secure = server.url.replace("http://", "https://")
+        with Client(secure, ca_file=str(certs.ca)) as client, pytest.raises(StorageError) as caught:
+            client.collections()
+        assert caught.value.reason == f"{secure}: the server does not speak TLS: use {server.url}"
+        result = cli("collections", "ls", "--url", secure, "--ca-file", str(certs.ca))
+        assert result.returncode == 1 and result.stderr.count("\n") == 1
+        assert "the server does not speak TLS" in result.stderr
 
 
 def test_plain_http_to_a_tls_server_fails_in_one_line(tmp_path: Path, certs: Certificates) -> None:
@@ -206,10 +218,16 @@ def test_client_certificates_required_and_refused(tmp_path: Path, certs: Certifi
             written(client, "c", b"k", b"v")
         stranger = (str(certs.stranger_cert), str(certs.stranger_key))
         for cert in (None, stranger):
-            with Client(server.url, ca_file=str(certs.ca), cert=cert) as client, pytest.raises(StorageError):
+            with (
+                Client(server.url, ca_file=str(certs.ca), cert=cert) as client,
+                pytest.raises(StorageError, match="without a client certificate it trusts"),
+            ):
                 client.collection("c").put(b"k", b"changed")
         refused = cli("put", "--url", server.url, "--ca-file", str(certs.ca), "c", "k", "changed")
         assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+        assert "--client-cert and --client-key" in refused.stderr
+        with Client(server.url, ca_file=str(certs.ca), cert=mine) as client:  # nothing was written
+            assert value_of(client, "c", b"k") == b"v"
         result = cli("get", "--url", server.url, *client_args(certs), "c", "k")
         assert result.returncode == 0 and result.stdout.strip() == "v", result.stderr
         env = clean_env(
