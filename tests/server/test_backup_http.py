@@ -58,7 +58,9 @@ def test_a_backup_over_http_while_another_process_commits(tmp_path: Path) -> Non
         acknowledged(writer, 3)
         with live_server(source, ServerConfig(token=TOKEN)) as live:
             live.ok("POST", "/collections/", {"collectionName": "A", "isManual": True})
-            done = cli("backup", "--url", live.url, "--token", TOKEN, str(tmp_path / "out"))
+            token = tmp_path / "token"  # from a file: --token works too, with a warning on stderr
+            token.write_text(TOKEN + "\n")
+            done = cli("backup", "--url", live.url, "--token-from-file", str(token), str(tmp_path / "out"))
             assert done.returncode == 0, done.stderr
             assert "into" in done.stdout and done.stderr == ""
             acknowledged(writer, 3)  # it went on meanwhile
