@@ -54,6 +54,8 @@ def check_primary(
     except Unauthorized:
         return f"{url} refused the token: give the primary's token with --replica-token"
     except StorageError as exc:
+        if exc.__cause__ is None and ("TLS" in exc.reason or "certificate" in exc.reason):
+            return exc.reason  # reached, but the TLS settings are wrong: waiting will not mend them
         raise Unreachable(f"cannot reach {url} ({exc.reason}); following it when it answers") from exc
     except DiffstoreError:
         return f"{url} is not a diffstore server (GET /replica did not answer as one)"

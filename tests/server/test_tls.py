@@ -270,6 +270,24 @@ def test_a_replica_follows_its_primary_over_https(tmp_path: Path, certs: Certifi
                 assert [r.key for r in copy.collection("c").query()] == [b"after", b"before"]
 
 
+def test_a_replica_with_wrong_tls_settings_is_refused_in_one_line(
+    tmp_path: Path, certs: Certificates
+) -> None:
+    with serving(tmp_path / "primary", certs, "--workers", "1", *tls_args(certs, client_ca=True)) as primary:
+        plain = primary.url.replace("https://", "http://")
+        for url, extra, message in (
+            (plain, [], "the server speaks TLS (HTTPS) only"),
+            (primary.url, [], "not trusted"),
+            (primary.url, ["--ca-file", str(certs.ca)], "--client-cert and --client-key"),
+        ):
+            data = tmp_path / "replica"
+            result = cli(
+                "serve", "--data", str(data), "--port", str(free_port()), "--replica-of", url, *extra
+            )
+            assert result.returncode == 2 and message in result.stderr, result.stderr
+            assert result.stderr.count("\n") == 1
+
+
 def test_tokens_from_a_file_or_the_environment_and_the_warning(tmp_path: Path, certs: Certificates) -> None:
     secret = tmp_path / "token"
     secret.write_text("s3cret-token\n")
