@@ -1,5 +1,5 @@
 """Test helpers shared by every test package: waiting on a condition with a deadline, a free port, a
-live server, closing a subprocess's pipes."""
+live server, closing a subprocess's pipes, the certificates of a TLS test."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import uvicorn
 
     from diffstore.client import Client, WireFormat
@@ -180,3 +179,50 @@ def help_failures(results: dict[str, list[Any]], paths: list[list[str]]) -> list
         if (code, err) != (0, "") or not out.startswith(f"usage: {' '.join(['diffstore', *path])} "):
             failures.append(f"diffstore {' '.join(path)} --help: exit {code}: {err or out[:200]}")
     return failures
+@dataclass(frozen=True)
+class Certificates:
+    """Files of :func:`make_certificates`: a private CA, a server and a client certificate it signed, and a
+    client certificate of another CA (which a server asking for client certificates must refuse)."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    stranger_cert: Path
+    stranger_key: Path
+
+
+def make_certificates(directory: Path) -> Certificates:
+    """Makes the certificates of a TLS test with ``openssl`` (EC keys: quick), valid two days."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.crt", "-days", "2",
+            "-subj", f"/CN=diffstore test {ca}", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    leaves = (
+        ("server", "ca", "serverAuth"),
+        ("client", "ca", "clientAuth"),
+        ("stranger", "other-ca", "clientAuth"),
+    )
+    for name, ca, usage in leaves:
+        extensions = directory / f"{name}.ext"
+        extensions.write_text(
+            "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+            f"extendedKeyUsage={usage}\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+        )
+        run(
+            "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN=diffstore test {name}"
+        )
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", extensions.name)  # fmt: skip
+    return Certificates(
+        *(directory / name for name in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")),
+        directory / "stranger.crt",
+        directory / "stranger.key",
+    )

@@ -62,6 +62,10 @@ class AsyncClient:
         http: an httpx client to use instead of a private one (it is then not closed by :meth:`close`).
         term: the newest replication term this client knows of, sent with every request
             (``Diffstore-Term``): a primary whose term is below it steps down (``fenced``).
+        ca_file: for ``https://``: PEM file of the authority that signed the server's certificate (default:
+            ``$DIFFSTORE_CA_FILE``, else the system's authorities).
+        cert: for a server that asks for one: the client certificate and its key, PEM files (default:
+            ``$DIFFSTORE_CLIENT_CERT`` and ``$DIFFSTORE_CLIENT_KEY``).
 
     Errors are the engine's exception classes (:mod:`diffstore.errors`); an unreachable server raises
     :class:`~diffstore.errors.StorageError`.
@@ -75,8 +79,10 @@ class AsyncClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         http: httpx.AsyncClient | None = None,
         term: int | None = None,
+        ca_file: str | None = None,
+        cert: tuple[str, str] | None = None,
     ) -> None:
-        self.settings = Settings(url, token, format, timeout_s, term)
+        self.settings = Settings(url, token, format, timeout_s, term, ca_file, cert)
         self._transport = AsyncTransport(self.settings, http)
 
     async def __aenter__(self) -> AsyncClient:

@@ -15,6 +15,7 @@ Errors:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 import msgpack
 
+from diffstore import tls
 from diffstore.client._calls import Call
 from diffstore.errors import (
     BadRequest,
@@ -66,10 +68,21 @@ class Settings:
     format: WireFormat = "msgpack"
     timeout_s: float = DEFAULT_TIMEOUT_S
     term: int | None = None  # sent as Diffstore-Term: a primary below it steps down (docs/replicas.md)
+    # how https:// servers are checked and a client certificate shown (DIFFSTORE_CA_FILE, ... when unset)
+    ca_file: str | None = None
+    cert: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.format not in ("msgpack", "json"):
             raise ValueError(f"format must be 'msgpack' or 'json', not {self.format!r}")
+
+    def tls(self) -> tls.ClientTls:
+        """The TLS files: those given, else those of the environment."""
+        return tls.ClientTls.resolve(self.ca_file, self.cert, os.environ)
+
+    def verify(self) -> Any:
+        """httpx's ``verify``: an SSL context for https:// URLs (True, httpx's default, for http://)."""
+        return self.tls().context() if self.url.startswith("https://") else True
 
     @property
     def codec(self) -> Codec:
@@ -172,6 +185,10 @@ def translated_transport_errors(request: HttpRequest) -> Iterator[None]:
         yield
     except httpx.TransportError as exc:
         where = f"{request.method} {request.url}"
+        explained = tls.explain(request.url.removesuffix(request.path), exc)
+        if explained is not None:
+            # not chained: the server was reached and spoke; retrying with the same settings cannot help
+            raise StorageError(explained) from None
         raise StorageError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -180,7 +197,7 @@ class SyncTransport:
 
     def __init__(self, settings: Settings, http: httpx.Client | None = None) -> None:
         self.settings = settings
-        self._http = http or httpx.Client()
+        self._http = http or httpx.Client(verify=settings.verify())
         self._owns_http = http is None
 
     def execute(self, call: Call[T]) -> T:
@@ -208,7 +225,7 @@ class AsyncTransport:
 
     def __init__(self, settings: Settings, http: httpx.AsyncClient | None = None) -> None:
         self.settings = settings
-        self._http = http or httpx.AsyncClient()
+        self._http = http or httpx.AsyncClient(verify=settings.verify())
         self._owns_http = http is None
 
     async def execute(self, call: Call[T]) -> T:

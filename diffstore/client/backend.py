@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from diffstore import shell
+from diffstore import shell, tls
 from diffstore.client._transport import DEFAULT_URL, WireFormat
 from diffstore.collection import Collection
 from diffstore.engine.types import CollectionInfo, DiffItem, DiffSpec, RetentionPolicy
@@ -85,11 +85,12 @@ def options(data: bool = True) -> argparse.ArgumentParser:
             help="a data directory, opened in this process instead of asking a server (other processes, "
             "a server too, may have it open at the same time)",
         )
-    group.add_argument(
-        "--token",
-        default=os.environ.get("DIFFSTORE_TOKEN"),
-        help="bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
+    tls.add_client_token_arguments(
+        group,
+        "bearer token of a server started with --token (env DIFFSTORE_TOKEN; other users of the machine"
+        " can read a command line: prefer the environment or --token-from-file)",
     )
+    tls.add_client_arguments(group)
     return parent
 
 
@@ -109,7 +110,7 @@ def open_backend(args: argparse.Namespace, create: bool = False) -> Iterator[Bac
     from diffstore.client._sync import Client
 
     wire: WireFormat = "json" if getattr(args, "wire", None) == "json" else "msgpack"
-    with Client(args.url, token=args.token or None, format=wire) as client:
+    with Client(args.url, token=args.token or None, format=wire, **tls.client_kwargs(args)) as client:
         yield RemoteBackend(client)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from diffstore import shell
+from diffstore import shell, tls
 from diffstore.client import _calls, backend, retention_cli
 from diffstore.client._sync import Client
 from diffstore.client.backend import Backend, open_backend
@@ -213,7 +213,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def client_of(args: argparse.Namespace) -> Client:
-    return Client(args.url, token=args.token or None)
+    return Client(args.url, token=args.token or None, **tls.client_kwargs(args))
 
 
 @contextmanager

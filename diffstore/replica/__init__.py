@@ -35,7 +35,9 @@ class Unreachable(Exception):
     """The primary does not answer now (the replica starts anyway and keeps trying)."""
 
 
-def check_primary(url: str, token: str | None) -> str | None:
+def check_primary(
+    url: str, token: str | None, ca_file: str | None = None, cert: tuple[str, str] | None = None
+) -> str | None:
     """Why ``url`` cannot be followed (one line), or None when it is a diffstore primary.
 
     A primary answers ``GET /replica`` with 409 ``notReplica``; a replica answers it (a replica of a
@@ -45,7 +47,7 @@ def check_primary(url: str, token: str | None) -> str | None:
         Unreachable: nothing answers at ``url`` now.
     """
     try:
-        with Client(url, token=token, timeout_s=10.0) as client:
+        with Client(url, token=token, timeout_s=10.0, ca_file=ca_file, cert=cert) as client:
             status = client.replica_status()
     except NotReplica:
         return None
@@ -55,6 +57,8 @@ def check_primary(url: str, token: str | None) -> str | None:
             " (or DIFFSTORE_REPLICA_TOKEN)"
         )
     except StorageError as exc:
+        if exc.__cause__ is None and ("TLS" in exc.reason or "certificate" in exc.reason):
+            return exc.reason  # reached, but the TLS settings are wrong: waiting will not mend them
         raise Unreachable(f"cannot reach {url} ({exc.reason}); following it when it answers") from exc
     except DiffstoreError:
         return f"{url} is not a diffstore server (GET /replica did not answer as one)"

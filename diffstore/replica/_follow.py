@@ -59,6 +59,7 @@ class FollowerConfig:
             generation is read whole, it is applied in one transaction).
         page_records: records per request.
         backoff: the wait after failures (bounded, with jitter).
+        ca_file, cert: how an ``https://`` primary is checked and shown a client certificate.
     """
 
     primary: str
@@ -72,6 +73,8 @@ class FollowerConfig:
     batch_records: int = 20_000
     page_records: int = 5_000
     backoff: Backoff = Backoff()
+    ca_file: str | None = None
+    cert: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,7 @@ class Follower:
         self._again: set[str] = set()  # asked for while running: queued again when it ends
         self._checked: dict[str, float] = {}  # when each collection was last synced (monotonic)
         self._followers: dict[str, CollectionFollower] = {}
-        self._client = Client(config.primary, token=config.token)
+        self._client = Client(config.primary, token=config.token, ca_file=config.ca_file, cert=config.cert)
         self._threads: list[threading.Thread] = []
         self._main: threading.Thread | None = None
         self._wake = threading.Event()

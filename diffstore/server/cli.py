@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from diffstore import logs
+from diffstore import logs, tls
 from diffstore.client import retention_cli
 from diffstore.engine.types import RetentionPolicy
 from diffstore.errors import InvalidRequest
@@ -22,10 +22,12 @@ from diffstore.sizes import MAP_SIZE_HELP, size_argument
 
 def _serve_command(args: argparse.Namespace) -> int:
     # an empty token is refused, never read as "no token": DIFFSTORE_TOKEN="" must not turn auth off
-    token = args.token if args.token is not None else os.environ.get("DIFFSTORE_TOKEN")
-    if token is not None and not token.strip():
-        source = "--token" if args.token is not None else "DIFFSTORE_TOKEN"
-        print(f"diffstore serve: error: {source} is empty; give a token or unset it", file=sys.stderr)
+    try:
+        token = tls.token_from_args(args, "serve", os.environ)
+        link = tls.client_tls_from_args(args)
+        tls.check_server_files(args.tls_cert, args.tls_key, args.tls_client_ca)
+    except InvalidRequest as exc:
+        print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
         return 2
     if token is None and not args.allow_unauthenticated and not is_loopback(args.host):
         print(
@@ -60,6 +62,11 @@ def _serve_command(args: argparse.Namespace) -> int:
             replica_of=args.replica_of.rstrip("/") if args.replica_of else None,
             replica_token=replica_token(args),
             default_retention=default_retention(args),
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
+            replica_ca_file=link.ca_file,
+            replica_cert=link.cert,
         )
     except InvalidRequest as exc:
         print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
@@ -69,7 +76,9 @@ def _serve_command(args: argparse.Namespace) -> int:
         from diffstore.replica import Unreachable, check_primary
 
         try:
-            problem = check_primary(config.replica_of, config.replica_token)
+            problem = check_primary(
+                config.replica_of, config.replica_token, config.replica_ca_file, config.replica_cert
+            )
         except Unreachable as exc:
             print(f"diffstore serve: warning: {exc}", file=sys.stderr)
             problem = None
@@ -152,8 +161,10 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument("--data", default="./data", help="data directory (default ./data)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=3030, help="port (default 3030)")
-    parser.add_argument(
-        "--token", default=None, help="require 'Authorization: Bearer TOKEN' (default: $DIFFSTORE_TOKEN)"
+    tls.add_token_arguments(
+        parser,
+        "require 'Authorization: Bearer T' (other users of the machine can read it: prefer"
+        " --token-from-file or $DIFFSTORE_TOKEN, the default)",
     )
     parser.add_argument(
         "--allow-unauthenticated",
@@ -284,5 +295,21 @@ def add_commands(subparsers: Any) -> None:
         default=None,
         help="read the primary's bearer token from file F (one line), so that it is on no command line",
     )
+    add_tls_arguments(parser)
     logs.add_arguments(parser)
     parser.set_defaults(func=_serve_command)
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server's TLS files (the streams server's names), and the replica link's (the CLI's names)."""
+    group = parser.add_argument_group("TLS")
+    group.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS only (https://)")
+    group.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    group.add_argument(
+        "--tls-client-ca",
+        metavar="F",
+        default=None,
+        help="PEM authority: require a client certificate signed by it on every connection",
+    )
+    link = parser.add_argument_group("replica link over https:// (--replica-of)")
+    tls.add_client_arguments(link)

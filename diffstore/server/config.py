@@ -72,6 +72,9 @@ class ServerConfig:
         replica_token: the primary's bearer token.
         default_retention: passed to the store: the retention policy of collections created without one
             (see ``StoreConfig.default_retention``).
+        tls_cert, tls_key: PEM certificate and key: every worker serves HTTPS only (none: plain HTTP).
+        tls_client_ca: PEM authority whose client certificates a TLS connection must show (none: not asked).
+        replica_ca_file, replica_cert: how the replica link checks an ``https://`` primary and proves itself.
     """
 
     data_dir: str = "./data"
@@ -106,6 +109,11 @@ class ServerConfig:
     replica_of: str | None = None
     replica_token: str | None = None
     default_retention: RetentionPolicy | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    replica_ca_file: str | None = None
+    replica_cert: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:
@@ -124,6 +132,10 @@ class ServerConfig:
             raise InvalidRequest("backup_stall_timeout_s must be >= 0 and backup_stall_min_bytes >= 1")
         if self.body_min_rate_bytes_s < 0:
             raise InvalidRequest("body_min_rate_bytes_s must be >= 0")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise InvalidRequest("--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise InvalidRequest("--tls-client-ca needs --tls-cert and --tls-key")
         if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:
             raise InvalidRequest("long_poll_default_ms must be within 0..long_poll_max_ms")
 

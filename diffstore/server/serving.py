@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 from fastapi import FastAPI
 
-from diffstore import logs
+from diffstore import logs, tls
 from diffstore.server import metrics, uvicorn_adapter
 from diffstore.server.app import create_app
 from diffstore.server.config import ServerConfig
@@ -84,6 +84,8 @@ class GracefulServer(uvicorn.Server):
                 config.header_timeout_s, config.body_timeout_s, config.body_min_rate_bytes_s
             ),
         }
+        # every worker builds its own server from the config: each serves TLS when it is asked for
+        options.update(tls.uvicorn_options(config.tls_cert, config.tls_key, config.tls_client_ca))
         options.update(uvicorn_options)
         super().__init__(uvicorn.Config(app, **options))
         self.fastapi_app = app
@@ -145,7 +147,8 @@ def serve(config: ServerConfig) -> int:
 def ready_message(config: ServerConfig, port: int) -> str:
     """What ``diffstore serve`` logs once it accepts: its address, the console's and the API docs'."""
     host = f"[{config.host}]" if ":" in config.host else config.host
-    base = f"http://{host}:{port}"
+    scheme = "https" if config.tls_cert is not None else "http"
+    base = f"{scheme}://{host}:{port}"
     workers = f"{config.workers} workers" if config.workers > 1 else "1 process"
     return f"diffstore serving {base} ({workers}): console {base}/ui/, API docs {base}/docs"
 
@@ -170,7 +173,16 @@ def following(store: Store, config: ServerConfig) -> Iterator[None]:
     state = store.become_replica(config.replica_of, new_replica_id())
     follower: Follower | None = None
     if state.following and state.replica_id is not None:
-        follower = Follower(store, FollowerConfig(config.replica_of, config.replica_token, state.replica_id))
+        follower = Follower(
+            store,
+            FollowerConfig(
+                config.replica_of,
+                config.replica_token,
+                state.replica_id,
+                ca_file=config.replica_ca_file,
+                cert=config.replica_cert,
+            ),
+        )
         follower.start()
         _log.info("diffstore: a read replica of %s", config.replica_of)
     try:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from diffstore import tls
 from diffstore.errors import InvalidRequest, StorageError, Unauthorized, error_from_code
 from diffstore.guides import guide
 from diffstore.shell import counted, quote_empty, show
@@ -44,11 +45,10 @@ def add_commands(subparsers: Any) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", metavar="DIR", help="the data directory of the store to back up")
     source.add_argument("--url", metavar="URL", help="the base URL of a running diffstore server")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("DIFFSTORE_TOKEN"),
-        help="with --url: bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
+    tls.add_client_token_arguments(
+        parser, "with --url: bearer token of a server started with --token (env DIFFSTORE_TOKEN)"
     )
+    tls.add_client_arguments(parser)
     parser.add_argument(
         "--disk-share",
         type=_share,
@@ -131,7 +131,7 @@ def _backup(args: argparse.Namespace) -> int:
         elif args.disk_share is not None:
             raise InvalidRequest("--disk-share paces a copy from the data directory: use it with --data")
         else:
-            result = _backup_from_server(args.url, args.token, out, progress)
+            result = _backup_from_server(args.url, args.token, out, progress, tls.client_tls_from_args(args))
     left_out = (
         f"{counted(result.open_generations_left_out, 'open generation')} of manual collections (as if"
         f" aborted), the records of {counted(result.open_generations_emptied, 'open automatic generation')},"
@@ -242,7 +242,11 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _backup_from_server(
-    url: str, token: str | None, out: Path, progress: Callable[[int, int], None] | None
+    url: str,
+    token: str | None,
+    out: Path,
+    progress: Callable[[int, int], None] | None,
+    files: tls.ClientTls | None = None,
 ) -> Any:
     import httpx
 
@@ -250,9 +254,11 @@ def _backup_from_server(
 
     backup.check_target(out)
     headers = {"authorization": f"Bearer {token}"} if token else {}
+    files = files or tls.ClientTls.resolve(None, None, os.environ)
+    verify: Any = files.context() if url.startswith("https://") else True
     try:
         with (
-            httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(60.0)) as http,
+            httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(60.0), verify=verify) as http,
             http.stream("GET", "/backup") as response,
         ):
             _require_backup_answer(url, response)
@@ -267,6 +273,9 @@ def _backup_from_server(
                     " marked unfinished: delete it and take the backup again"
                 ) from None
     except httpx.HTTPError as exc:  # the server cannot be reached: diffstore.cli says so in one line
+        explained = tls.explain(url.rstrip("/"), exc)
+        if explained is not None:
+            raise StorageError(explained) from None
         raise StorageError(str(exc) or type(exc).__name__) from exc
 
 

@@ -187,7 +187,9 @@ def test_token_from_flag_or_environment_and_a_wrong_one(tmp_path: Path) -> None:
         wrong = cli("get", "c", "k", "--url", server.url, "--token", "nope")
         assert wrong.returncode == 1 and wrong.stdout == ""
         assert "(unauthorized)" in wrong.stderr and "--token or DIFFSTORE_TOKEN" in wrong.stderr
-        assert "Traceback" not in wrong.stderr and wrong.stderr.count("\n") == 1
+        # the error's one line, after the one warning that a token on the command line is readable by all
+        assert "Traceback" not in wrong.stderr and wrong.stderr.count("\n") == 2
+        assert "warning: --token can be read by every user" in wrong.stderr.splitlines()[0]
         missing = cli("collections", "ls", "--url", server.url)
         assert missing.returncode == 1 and "(unauthorized)" in missing.stderr
         done = cli("put", "c", "k", "v", "--url", server.url, "--token", "s3cret")

@@ -58,7 +58,9 @@ def test_a_backup_over_http_while_another_process_commits(tmp_path: Path) -> Non
         acknowledged(writer, 3)
         with live_server(source, ServerConfig(token=TOKEN)) as live:
             live.ok("POST", "/collections/", {"collectionName": "A", "isManual": True})
-            done = cli("backup", "--url", live.url, "--token", TOKEN, str(tmp_path / "out"))
+            token = tmp_path / "token"  # from a file: --token works too, with a warning on stderr
+            token.write_text(TOKEN + "\n")
+            done = cli("backup", "--url", live.url, "--token-from-file", str(token), str(tmp_path / "out"))
             assert done.returncode == 0, done.stderr
             assert "into" in done.stdout and done.stderr == ""
             acknowledged(writer, 3)  # it went on meanwhile
@@ -124,15 +126,18 @@ def other_server(status: int) -> Iterator[str]:
 
 def test_bad_urls_and_tokens_are_one_line_and_write_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    wrong, right = tmp_path / "wrong-token", tmp_path / "token"  # from files: --token would add a warning
+    wrong.write_text("wrong\n")
+    right.write_text(TOKEN)
     with live_server(tmp_path / "s", ServerConfig(token=TOKEN)) as live:
-        line = one_line(cli("backup", "--url", live.url, "--token", "wrong", str(out)))
+        line = one_line(cli("backup", "--url", live.url, "--token-from-file", str(wrong), str(out)))
         assert "unauthorized" in line and "--token" in line
         line = one_line(cli("backup", "--url", live.url, str(out)))
         assert "unauthorized" in line
         taken = tmp_path / "taken"
         taken.mkdir()
         (taken / "x").write_text("mine")
-        line = one_line(cli("backup", "--url", live.url, "--token", TOKEN, str(taken)))
+        line = one_line(cli("backup", "--url", live.url, "--token-from-file", str(right), str(taken)))
         assert "not empty" in line and os.listdir(taken) == ["x"]
     for status in (404, 200):
         with other_server(status) as url:
