@@ -620,15 +620,18 @@ class Collection:
     def create_reader(
         self, name: str, collection: str | None = None, generation_id: bytes | None = None
     ) -> None:
-        """Creates reader ``name`` targeting ``collection`` (default: this one); same data again is fine."""
-        with self._store.user_write() as scope:
+        """Creates reader ``name`` targeting ``collection`` (default: this one); same data again is fine
+        (a replica's hold also on a stepped-down store, as :meth:`update_reader`)."""
+        with self._store.user_write(hold=name.startswith(readers.HOLD_PREFIX)) as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             target = self.name if collection is None else collection
             readers.create_reader(scope.txn, self._store.tables, meta, name, target, generation_id)
 
     def update_reader(self, name: str, generation_id: bytes | None, expected: Expected = UNSET) -> None:
-        """Moves a reader; with ``expected`` only if it is still there (else ``badVersion``)."""
-        with self._store.user_write() as scope:
+        """Moves a reader; with ``expected`` only if it is still there (else ``badVersion``). A replica's
+        hold moves on a stepped-down store too: it is the replica's bookkeeping, not data, and the replica
+        that is catching up with the final state before its promotion moves it."""
+        with self._store.user_write(hold=name.startswith(readers.HOLD_PREFIX)) as scope:
             meta = load_meta(scope.txn, self._store.tables, self.name)
             readers.apply_updates(
                 scope.txn, self._store.tables, meta, [ReaderUpdate(name, generation_id, expected)]
