@@ -791,7 +791,7 @@ class Collection:
                 )
             return stored_digests.at(txn, self._store.tables, meta, generation_id)
 
-    def digests(self, before: bytes | None = None, limit: int = 100) -> tuple[list[GenerationDigest], bool]:
+    def digests(self, before: bytes | None = None, limit: int = 1000) -> tuple[list[GenerationDigest], bool]:
         """Committed generations below ``before`` (default: from the current one), newest first, each with
         its digest (collected ones too: a digest outlives GC); and whether more remain."""
         with self._store.read() as txn:
