@@ -40,10 +40,13 @@ def value(i: int, salt: int = 0) -> bytes:
 def digests_off() -> Iterator[None]:
     original = digests.record_commit
     writes.digests.record_commit = lambda *args: None  # type: ignore[attr-defined]
+    put = digests.record_put
+    writes.digests.record_put = lambda *args: None  # type: ignore[attr-defined]
     try:
         yield
     finally:
         writes.digests.record_commit = original  # type: ignore[attr-defined]
+        writes.digests.record_put = put  # type: ignore[attr-defined]
 
 
 def bulk_load(root: Path, n: int) -> float:

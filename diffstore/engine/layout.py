@@ -516,6 +516,28 @@ def digest_start_key(cid_prefix: bytes) -> bytes:
     return cid_prefix
 
 
+def digest_pending_key(cid_prefix: bytes) -> bytes:
+    """The row that carries the open generation's digest delta while each of its writes appended new rows
+    (digests.record_put): neither a start row (cid) nor a generation's (cid | seq)."""
+    return cid_prefix + b"\x00"
+
+
+def pack_pending(seq: int, writes: int, records: int, digest: int) -> bytes:
+    return _U64.pack(seq) + _U64.pack(writes) + _U64.pack(records) + digest.to_bytes(DIGEST_BYTES, "big")
+
+
+def unpack_pending(raw: bytes) -> tuple[int, int, int, int]:
+    """(open seq, writes counted, live records written, their digest sum) of a pending row.
+
+    Raises:
+        ValueError: the row is not 24 + 16 bytes.
+    """
+    if len(raw) != 24 + DIGEST_BYTES:
+        raise ValueError(f"a pending digest row of {len(raw)} bytes")
+    seq, writes, records = (int(_U64.unpack(raw[i : i + 8])[0]) for i in (0, 8, 16))
+    return seq, writes, records, int.from_bytes(raw[24:], "big")
+
+
 def pack_digest(records: int, digest: int) -> bytes:
     return _U64.pack(records) + digest.to_bytes(DIGEST_BYTES, "big")
 
