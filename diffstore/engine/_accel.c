@@ -48,6 +48,10 @@
  *       over the rows of a records iterator that start with ``prefix`` (it stops at the first that does
  *       not) and end with the encoded seq ``encoded``: digests.py's sums, BLAKE2b-128 computed here.
  *
+ *   digest_changes(cursor, prefix, forms_iter, encoded, replaces)
+ *       ((records, sum), (records, sum)) of the versions a commit wrote and those they replaced, read
+ *       through the cursor's set_key, value, prev and key: digests.record_commit's loop.
+ *
  * See layout.py's docstring for the layout these loops read and write.
  *
  * ``SOURCE`` is the digest of this file that setup.py passed to the build: layout.py does not use a build
@@ -1877,6 +1881,104 @@ static PyObject *digest_rows(PyObject *module, PyObject *args) {
     return digest_result(&sum);
 }
 
+/* digests.record_commit's loop over a generation's changed key forms: per form a seek to its version in
+ * ``encoded`` (set_key) and, when ``replaces``, a step back to the version it replaced (prev, key); both
+ * versions' hashes summed: ((added records, sum), (removed records, sum)). */
+static PyObject *digest_changes(PyObject *module, PyObject *args) {
+    PyObject *cursor, *prefix, *forms, *encoded;
+    int replaces;
+    if (!PyArg_ParseTuple(args, "OO!OO!p:digest_changes", &cursor, &PyBytes_Type, &prefix, &forms, &PyBytes_Type,
+                          &encoded, &replaces))
+        return NULL;
+    static const char *names_of_methods[4] = {"set_key", "value", "prev", "key"};
+    PyObject *methods[4] = {NULL, NULL, NULL, NULL}, *iterator = NULL, *form = NULL, *result = NULL;
+    DigestSum added = {0, 0, 0}, removed = {0, 0, 0};
+    for (int m = 0; m < 4; m++) {
+        if ((methods[m] = PyObject_GetAttrString(cursor, names_of_methods[m])) == NULL) goto done;
+    }
+    if ((iterator = PyObject_GetIter(forms)) == NULL) goto done;
+    const char *pre = PyBytes_AS_STRING(prefix), *enc = PyBytes_AS_STRING(encoded);
+    Py_ssize_t pl = PyBytes_GET_SIZE(prefix), el = PyBytes_GET_SIZE(encoded);
+    while ((form = PyIter_Next(iterator)) != NULL) {
+        if (!PyBytes_Check(form)) {
+            PyErr_SetString(PyExc_TypeError, "digest_changes: a key form that is not bytes");
+            goto done;
+        }
+        Py_ssize_t fl = PyBytes_GET_SIZE(form);
+        PyObject *probe = PyBytes_FromStringAndSize(NULL, pl + fl + el);
+        if (probe == NULL) goto done;
+        char *at = PyBytes_AS_STRING(probe);
+        memcpy(at, pre, (size_t)pl);
+        memcpy(at + pl, PyBytes_AS_STRING(form), (size_t)fl);
+        memcpy(at + pl + fl, enc, (size_t)el);
+        PyObject *hit = PyObject_CallOneArg(methods[0], probe);
+        if (hit == NULL) {
+            Py_DECREF(probe);
+            goto done;
+        }
+        int found = PyObject_IsTrue(hit);
+        Py_DECREF(hit);
+        if (found < 0) {
+            Py_DECREF(probe);
+            goto done;
+        }
+        for (int step = 0; found && step < 2; step++) { /* 0: the version written; 1: the one it replaced */
+            if (step == 1) {
+                if (!replaces) break;
+                PyObject *back = PyObject_CallNoArgs(methods[2]);
+                if (back == NULL) {
+                    Py_DECREF(probe);
+                    goto done;
+                }
+                int moved = PyObject_IsTrue(back);
+                Py_DECREF(back);
+                if (moved <= 0) {
+                    if (moved < 0) {
+                        Py_DECREF(probe);
+                        goto done;
+                    }
+                    break;
+                }
+                PyObject *key = PyObject_CallNoArgs(methods[3]);
+                if (key == NULL) {
+                    Py_DECREF(probe);
+                    goto done;
+                }
+                int same = PyBytes_Check(key) && PyBytes_GET_SIZE(key) >= pl + fl &&
+                           memcmp(PyBytes_AS_STRING(key), at, (size_t)(pl + fl)) == 0;
+                Py_DECREF(key);
+                if (!same) break;
+            }
+            PyObject *raw = PyObject_CallNoArgs(methods[1]);
+            if (raw == NULL) {
+                Py_DECREF(probe);
+                goto done;
+            }
+            if (!PyBytes_Check(raw)) {
+                Py_DECREF(raw);
+                Py_DECREF(probe);
+                PyErr_SetString(PyExc_TypeError, "digest_changes: a value that is not bytes");
+                goto done;
+            }
+            digest_add(step ? &removed : &added, PyBytes_AS_STRING(form), fl, PyBytes_AS_STRING(raw),
+                       PyBytes_GET_SIZE(raw));
+            Py_DECREF(raw);
+        }
+        Py_DECREF(probe);
+        Py_CLEAR(form);
+    }
+    if (PyErr_Occurred()) goto done;
+    PyObject *first = digest_result(&added), *second = first == NULL ? NULL : digest_result(&removed);
+    if (second != NULL) result = PyTuple_Pack(2, first, second);
+    Py_XDECREF(first);
+    Py_XDECREF(second);
+done:
+    Py_XDECREF(form);
+    Py_XDECREF(iterator);
+    for (int m = 0; m < 4; m++) Py_XDECREF(methods[m]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sorted_short_rows", sorted_short_rows, METH_VARARGS,
      "The records and changes rows of sorted short (key, value) pairs, or None."},
@@ -1886,6 +1988,7 @@ static PyMethodDef methods[] = {
     {"pack_columns", pack_columns, METH_VARARGS, "The columns form's buffers of a list of rows (wire_columns)."},
     {"digest_pairs", digest_pairs, METH_O, "(live records, sum mod 2^128) of (form, raw) pairs (digests.py)."},
     {"digest_rows", digest_rows, METH_VARARGS, "(live records, sum mod 2^128) of a seq's rows (digests.py)."},
+    {"digest_changes", digest_changes, METH_VARARGS, "The sums of a commit's written and replaced versions."},
     {NULL, NULL, 0, NULL},
 };
 

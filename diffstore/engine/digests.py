@@ -87,9 +87,23 @@ def record_commit(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, s
             db=tables.digests,
         )
         return
-    # the pairs are hashed and summed in one call (pair_sums): this loop runs once per key a generation
-    # wrote (a bulk load: millions), and a hash call with its int conversion per key cost more than the rest
-    for form in changes.forms(txn, tables, meta.cid_prefix, seq):
+    forms = changes.forms(txn, tables, meta.cid_prefix, seq)
+    accel = layout.ACCEL
+    if accel is not None:  # the loop below in C (it runs once per key a generation wrote)
+        (added_count, added_sum), (removed_count, removed_sum) = accel.digest_changes(
+            cursor, head_prefix, forms, encoded, replaces
+        )
+        digest += added_sum - removed_sum
+        records += added_count - removed_count
+        txn.put(
+            layout.digest_key(meta.cid_prefix, seq),
+            layout.pack_digest(records, digest % MOD),
+            db=tables.digests,
+        )
+        return
+    # the pairs are hashed and summed in one call (pair_sums): a hash call with its int conversion per key
+    # cost more than the rest of the loop
+    for form in forms:
         head = head_prefix + form
         if not set_key(head + encoded):
             continue  # not written after all (a run entry without its record is check's to report)

@@ -1166,3 +1166,38 @@ def test_the_digest_sums_refuse_what_is_not_pairs_of_bytes_and_keep_reference_co
         accel.digest_pairs(pairs)
         accel.digest_rows(iter(pairs), b"k", b"")
     assert [(sys.getrefcount(f), sys.getrefcount(r)) for f, r in pairs] == before
+
+
+def test_a_commits_digest_sums_are_the_python_loops_and_refuse_what_is_not_a_form(tmp_path: Path) -> None:
+    # (the digests a commit stores with and without the accelerator: test_stores_and_diffs_are_the_same...)
+    env = lmdb.open(str(tmp_path / "t"), map_size=1 << 24)
+    prefix = b"\x01\x07"
+    rows = {
+        prefix + b"a" + layout.record_seq(1): b"\x01old",
+        prefix + b"a" + layout.record_seq(2): b"\x01new",
+        prefix + b"b" + layout.record_seq(2): b"",  # a tombstone written
+        prefix + b"c" + layout.record_seq(1): b"\x01gone",
+        prefix + b"c" + layout.record_seq(2): b"",
+        prefix + b"d" + layout.record_seq(2): b"\x01first",
+    }
+    with env.begin(write=True) as txn:
+        for raw_key, raw in rows.items():
+            txn.put(raw_key, raw)
+    accel = layout.ACCEL
+    assert accel is not None
+    with env.begin() as txn:
+        forms = [b"a", b"b", b"c", b"d", b"never"]
+        got = accel.digest_changes(txn.cursor(), prefix, iter(forms), layout.record_seq(2), True)
+        with python_only():
+            added = digests.pair_sums([(b"a", b"\x01new"), (b"b", b""), (b"c", b""), (b"d", b"\x01first")])
+            removed = digests.pair_sums([(b"a", b"\x01old"), (b"c", b"\x01gone")])
+        assert got == (added, removed)
+        assert accel.digest_changes(txn.cursor(), prefix, iter(forms), layout.record_seq(2), False) == (
+            added,
+            (0, 0),
+        )
+        with pytest.raises(TypeError):
+            accel.digest_changes(txn.cursor(), prefix, iter([b"a", "b"]), layout.record_seq(2), True)
+        with pytest.raises(TypeError):
+            accel.digest_changes(txn.cursor(), "prefix", iter(forms), layout.record_seq(2), True)
+    env.close()
