@@ -14,6 +14,7 @@
  *       key once into a buffer packed as chunks are (the rows are cut from it): a batch is larger than
  *       the CPU's caches, and every further pass over its scattered objects cost a bulk load more CPU
  *       than LMDB's own work above raw putmulti's (benchmarks/RESULTS.md, session 14).
+ *       Its digest() is the digests' sum of its records rows (digest_rows below), read from that buffer.
  *
  *   unpack_forms(raw)
  *       The key forms of a ``change_chunks`` value, as layout.unpack_forms reads them.
@@ -357,7 +358,11 @@ static PyObject *sorted_rows_chunks(SortedRows *self, PyObject *args) {
     return result;
 }
 
+static PyObject *sorted_rows_digest(SortedRows *self, PyObject *unused); /* with the digests' hash */
+
 static PyMethodDef sorted_rows_methods[] = {
+    {"digest", (PyCFunction)sorted_rows_digest, METH_NOARGS,
+     "(live records, sum mod 2^128) of layout.record_digest over the rows of ``records``"},
     {"records", (PyCFunction)sorted_rows_records, METH_NOARGS, "an iterator of the rows of ``records``"},
     {"changes", (PyCFunction)sorted_rows_changes, METH_NOARGS, "an iterator of the rows of ``changes``"},
     {"chunks", (PyCFunction)sorted_rows_chunks, METH_VARARGS, "the packed rows of ``change_chunks``"},
@@ -1833,6 +1838,32 @@ static int bytes_pair(PyObject *item, PyObject **first, PyObject **second, const
     *first = PyTuple_GET_ITEM(item, 0);
     *second = PyTuple_GET_ITEM(item, 1);
     return 0;
+}
+
+/* What digest_rows sums over its records() rows, read from the packed items without making the rows: the
+ * record of a value is 01 value, a tombstone's (None) is empty and counts for nothing. */
+static PyObject *sorted_rows_digest(SortedRows *self, PyObject *unused) {
+    static const unsigned char one = 1;
+    DigestSum sum = {0, 0, 0};
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        Py_ssize_t length = form_length_at(self->forms, at);
+        PyObject *value = self->values[i];
+        if (value != Py_None) {
+            Blake2b s;
+            uint64_t hi, lo;
+            b2_init(&s);
+            b2_update(&s, (const unsigned char *)self->forms + at + 2, (size_t)length);
+            b2_update(&s, &one, 1);
+            b2_update(&s, (const unsigned char *)PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value));
+            b2_final(&s, &hi, &lo);
+            sum.lo += lo;
+            sum.hi += hi + (sum.lo < lo);
+            sum.count++;
+        }
+        at += 2 + length;
+    }
+    return digest_result(&sum);
 }
 
 static PyObject *digest_pairs(PyObject *module, PyObject *pairs) {

@@ -6,6 +6,15 @@ stores it for the generation it makes current (``digests`` table, in the commit'
 from the generation's changes alone: the previous generation's digest, minus the hash of each key's version
 the generation replaced, plus the hash of its new one. A commit costs O(changes), never O(collection).
 
+What it costs (benchmarks/integrity.py): the hashes are BLAKE2b-128 computed in the compiled accelerator
+(``_accel.digest_*``; the Python code here is their twin), so a bulk load's commit would still pay a
+read-back pass over what it wrote; instead each put that *appends* new rows (past the table's last key,
+a bulk load's shape) sums them while it has them, in a pending row of the open generation
+(``layout.digest_pending_key``: open seq, writes covered, records, sum). A commit takes that sum when it
+covers every write of the generation and the generation before held no live record (so nothing was
+replaced); any other write, an abort, and a backup's emptying of an open generation drop it, and the
+commit then reads its changes as above.
+
 The hash covers the key's form and its stored value, not its seq, so a replica, whose seqs may differ from its
 primary's, stores the same digests (``diffstore check --url R --against P`` compares them).
 
@@ -140,7 +149,7 @@ def record_put(
     if appended is None or accel is None or pending is None or pending[:2] != (seq, meta.next_count):
         txn.delete(key, db=tables.digests)
         return
-    count, total = accel.digest_rows(appended.records(), meta.records_prefix, layout.record_seq(seq))
+    count, total = appended.digest()  # digest_rows over its records(), without making them
     txn.put(
         key,
         layout.pack_pending(seq, pending[1] + len(appended), pending[2] + count, (pending[3] + total) % MOD),

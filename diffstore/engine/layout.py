@@ -45,6 +45,9 @@ Named tables (sub-databases)::
                                                         older than this row has none: digest unknown)
                  cid                                 -> seq(u64)  the first generation with a digest: every
                                                         committed one from there on has its row
+                 cid | 00                            -> open seq(u64) | writes(u64) | records(u64) |
+                                                        sum(16 bytes)  the open generation's digest delta
+                                                        while each of its writes appended (digests.py)
     records      rcid | K | rseq                     -> record value (below)
     changes      cid | seq(u64) | K                  -> b""        keys written in a generation, one row each
     change_chunks cid | seq(u64) | K1                -> (len(u16) K)...  keys written in a generation, packed

@@ -87,6 +87,10 @@ def test_sorted_rows_are_the_general_rows(
         assert [key for key, _ in changes] == [layout.change_key(prefix, seq, form) for form in forms]
         for limit in (layout.CHUNK_BYTES, 1, 40):  # one form per chunk, a few, ~100
             assert got.chunks(limit) == _chunk_rows(prefix, seq, forms, limit)
+        # the digests' sum of its records rows (digests.record_put), read without making them
+        with python_only():
+            pairs = [(form, raw) for form, (_, raw) in zip(forms, records, strict=True)]
+            assert got.digest() == digests.pair_sums(pairs)
         # rows kept by the consumer are never filled anew (putmulti keeps none: the rows are then reused)
         kept = list(got.records())
         assert [(bytes(key), bytes(value)) for key, value in kept] == records
