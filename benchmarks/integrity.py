@@ -5,8 +5,9 @@ generation's digest (what ``check --against`` reads from each side).
 
     .venv/bin/python benchmarks/integrity.py [--keys N] [--rounds R] [--generations G]
 
-The baseline of the first three is the engine with ``digests.record_commit`` replaced by a no-op: the same
-code, the same store shape, runs alternating so that load on the machine falls on both alike.
+The baseline of the first three is the engine with ``digests.record_commit`` and ``digests.record_put``
+(an appending put's share) replaced by no-ops: the same code, the same store shape, runs alternating so
+that load on the machine falls on both alike.
 """
 
 from __future__ import annotations
