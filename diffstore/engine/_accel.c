@@ -1740,6 +1740,9 @@ static void b2_compress(Blake2b *s, int last) {
     }
     v[12] ^= s->t;
     if (last) v[14] = ~v[14];
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 12 /* the message schedule's indexes become constants */
+#endif
     for (int r = 0; r < 12; r++) {
         const unsigned char *x = B2_SIGMA[r];
         B2_G(0, 4, 8, 12, m[x[0]], m[x[1]]);
