@@ -5,8 +5,9 @@ generation's digest (what ``check --against`` reads from each side).
 
     .venv/bin/python benchmarks/integrity.py [--keys N] [--rounds R] [--generations G]
 
-The baseline of the first three is the engine with ``digests.record_commit`` replaced by a no-op: the same
-code, the same store shape, runs alternating so that load on the machine falls on both alike.
+The baseline of the first three is the engine with ``digests.record_commit`` and ``digests.record_put``
+(an appending put's share) replaced by no-ops: the same code, the same store shape, runs alternating so
+that load on the machine falls on both alike.
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ def value(i: int, salt: int = 0) -> bytes:
 def digests_off() -> Iterator[None]:
     original = digests.record_commit
     writes.digests.record_commit = lambda *args: None  # type: ignore[attr-defined]
+    put = digests.record_put
+    writes.digests.record_put = lambda *args: None  # type: ignore[attr-defined]
     try:
         yield
     finally:
         writes.digests.record_commit = original  # type: ignore[attr-defined]
+        writes.digests.record_put = put  # type: ignore[attr-defined]
 
 
 def bulk_load(root: Path, n: int) -> float:

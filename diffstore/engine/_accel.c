@@ -14,6 +14,7 @@
  *       key once into a buffer packed as chunks are (the rows are cut from it): a batch is larger than
  *       the CPU's caches, and every further pass over its scattered objects cost a bulk load more CPU
  *       than LMDB's own work above raw putmulti's (benchmarks/RESULTS.md, session 14).
+ *       Its digest() is the digests' sum of its records rows (digest_rows below), read from that buffer.
  *
  *   unpack_forms(raw)
  *       The key forms of a ``change_chunks`` value, as layout.unpack_forms reads them.
@@ -43,6 +44,15 @@
  *       cursor's set_range, prev, last and item; None when a key is not bytes of a key's length (the
  *       Python loop then refuses it in its place). ``key_form`` makes the forms of long keys.
  *
+ *   digest_pairs(pairs), digest_rows(records_iter, prefix, encoded)
+ *       (live records, their sum modulo 2^128) of layout.record_digest over (form, stored value) pairs, or
+ *       over the rows of a records iterator that start with ``prefix`` (it stops at the first that does
+ *       not) and end with the encoded seq ``encoded``: digests.py's sums, BLAKE2b-128 computed here.
+ *
+ *   digest_changes(cursor, prefix, forms_iter, encoded, replaces)
+ *       ((records, sum), (records, sum)) of the versions a commit wrote and those they replaced, read
+ *       through the cursor's set_key, value, prev and key: digests.record_commit's loop.
+ *
  * See layout.py's docstring for the layout these loops read and write.
  *
  * ``SOURCE`` is the digest of this file that setup.py passed to the build: layout.py does not use a build
@@ -54,6 +64,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
 #include <string.h>
 
 #ifndef DIFFSTORE_ACCEL_SOURCE
@@ -347,7 +358,11 @@ static PyObject *sorted_rows_chunks(SortedRows *self, PyObject *args) {
     return result;
 }
 
+static PyObject *sorted_rows_digest(SortedRows *self, PyObject *unused); /* with the digests' hash */
+
 static PyMethodDef sorted_rows_methods[] = {
+    {"digest", (PyCFunction)sorted_rows_digest, METH_NOARGS,
+     "(live records, sum mod 2^128) of layout.record_digest over the rows of ``records``"},
     {"records", (PyCFunction)sorted_rows_records, METH_NOARGS, "an iterator of the rows of ``records``"},
     {"changes", (PyCFunction)sorted_rows_changes, METH_NOARGS, "an iterator of the rows of ``changes``"},
     {"chunks", (PyCFunction)sorted_rows_chunks, METH_VARARGS, "the packed rows of ``change_chunks``"},
@@ -1671,6 +1686,333 @@ static PyObject *pack_columns(PyObject *module, PyObject *args) {
     return columns;
 }
 
+/* --- the digests' record hash: BLAKE2b-128 (RFC 7693, unkeyed), as layout.record_digest computes it with
+ * hashlib, summed here without a Python object per record (digests.py: a commit's digest costs a bulk load
+ * ~5 us per key through hashlib and int conversions, against ~0.2 us here). */
+
+static const uint64_t B2_IV[8] = {
+    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
+    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
+};
+
+static const unsigned char B2_SIGMA[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+};
+
+typedef struct {
+    uint64_t h[8];
+    uint64_t t; /* bytes compressed so far (a record is far below 2^64 bytes: the counter's high word is 0) */
+    unsigned char block[128];
+    size_t filled;
+} Blake2b;
+
+static inline uint64_t b2_load(const unsigned char *p) {
+    uint64_t w = 0;
+    for (int i = 7; i >= 0; i--) w = (w << 8) | p[i]; /* little-endian on any host */
+    return w;
+}
+
+static inline uint64_t b2_rotr(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
+
+#define B2_G(a, b, c, d, x, y)            \
+    do {                                  \
+        v[a] = v[a] + v[b] + (x);         \
+        v[d] = b2_rotr(v[d] ^ v[a], 32);  \
+        v[c] = v[c] + v[d];               \
+        v[b] = b2_rotr(v[b] ^ v[c], 24);  \
+        v[a] = v[a] + v[b] + (y);         \
+        v[d] = b2_rotr(v[d] ^ v[a], 16);  \
+        v[c] = v[c] + v[d];               \
+        v[b] = b2_rotr(v[b] ^ v[c], 63);  \
+    } while (0)
+
+static void b2_compress(Blake2b *s, int last) {
+    uint64_t m[16], v[16];
+    for (int i = 0; i < 16; i++) m[i] = b2_load(s->block + 8 * i);
+    for (int i = 0; i < 8; i++) {
+        v[i] = s->h[i];
+        v[i + 8] = B2_IV[i];
+    }
+    v[12] ^= s->t;
+    if (last) v[14] = ~v[14];
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 12 /* the message schedule's indexes become constants */
+#endif
+    for (int r = 0; r < 12; r++) {
+        const unsigned char *x = B2_SIGMA[r];
+        B2_G(0, 4, 8, 12, m[x[0]], m[x[1]]);
+        B2_G(1, 5, 9, 13, m[x[2]], m[x[3]]);
+        B2_G(2, 6, 10, 14, m[x[4]], m[x[5]]);
+        B2_G(3, 7, 11, 15, m[x[6]], m[x[7]]);
+        B2_G(0, 5, 10, 15, m[x[8]], m[x[9]]);
+        B2_G(1, 6, 11, 12, m[x[10]], m[x[11]]);
+        B2_G(2, 7, 8, 13, m[x[12]], m[x[13]]);
+        B2_G(3, 4, 9, 14, m[x[14]], m[x[15]]);
+    }
+    for (int i = 0; i < 8; i++) s->h[i] ^= v[i] ^ v[i + 8];
+}
+
+static void b2_init(Blake2b *s) {
+    memcpy(s->h, B2_IV, sizeof s->h);
+    s->h[0] ^= 0x01010000ULL ^ 16; /* fanout 1, depth 1, no key, 16-byte digest */
+    s->t = 0;
+    s->filled = 0;
+}
+
+static void b2_update(Blake2b *s, const unsigned char *data, size_t length) {
+    while (length > 0) {
+        if (s->filled == sizeof s->block) { /* full, and more follows: not the last block */
+            s->t += sizeof s->block;
+            b2_compress(s, 0);
+            s->filled = 0;
+        }
+        size_t take = sizeof s->block - s->filled;
+        if (take > length) take = length;
+        memcpy(s->block + s->filled, data, take);
+        s->filled += take;
+        data += take;
+        length -= take;
+    }
+}
+
+/* The 16-byte digest read as a big-endian number (int.from_bytes(digest, "big")): hi, lo. */
+static void b2_final(Blake2b *s, uint64_t *hi, uint64_t *lo) {
+    s->t += s->filled;
+    memset(s->block + s->filled, 0, sizeof s->block - s->filled);
+    b2_compress(s, 1);
+    uint64_t words[2] = {s->h[0], s->h[1]};
+    uint64_t out[2] = {0, 0};
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 8; i++) out[w] = (out[w] << 8) | ((words[w] >> (8 * i)) & 0xff);
+    *hi = out[0];
+    *lo = out[1];
+}
+
+/* A running sum modulo 2^128 of record hashes and how many records it holds. */
+typedef struct {
+    uint64_t hi, lo;
+    Py_ssize_t count;
+} DigestSum;
+
+/* Adds the hash of the record ``form | raw`` unless ``raw`` is a tombstone (empty, or a long key's: 02). */
+static void digest_add(DigestSum *sum, const char *form, Py_ssize_t form_length, const char *raw,
+                       Py_ssize_t raw_length) {
+    if (raw_length == 0 || (unsigned char)raw[0] == 2) return;
+    Blake2b s;
+    uint64_t hi, lo;
+    b2_init(&s);
+    b2_update(&s, (const unsigned char *)form, (size_t)form_length);
+    b2_update(&s, (const unsigned char *)raw, (size_t)raw_length);
+    b2_final(&s, &hi, &lo);
+    sum->lo += lo;
+    sum->hi += hi + (sum->lo < lo);
+    sum->count++;
+}
+
+static PyObject *digest_result(DigestSum *sum) {
+    PyObject *hi = PyLong_FromUnsignedLongLong(sum->hi), *shift = PyLong_FromLong(64), *high = NULL;
+    PyObject *lo = PyLong_FromUnsignedLongLong(sum->lo), *total = NULL, *result = NULL;
+    if (hi == NULL || shift == NULL || lo == NULL) goto done;
+    high = PyNumber_Lshift(hi, shift);
+    if (high == NULL) goto done;
+    total = PyNumber_Or(high, lo);
+    if (total == NULL) goto done;
+    result = Py_BuildValue("(nO)", sum->count, total);
+done:
+    Py_XDECREF(hi);
+    Py_XDECREF(shift);
+    Py_XDECREF(high);
+    Py_XDECREF(lo);
+    Py_XDECREF(total);
+    return result;
+}
+
+static int bytes_pair(PyObject *item, PyObject **first, PyObject **second, const char *what) {
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(item, 0)) ||
+        !PyBytes_Check(PyTuple_GET_ITEM(item, 1))) {
+        PyErr_Format(PyExc_TypeError, "%s takes (bytes, bytes) pairs", what);
+        return -1;
+    }
+    *first = PyTuple_GET_ITEM(item, 0);
+    *second = PyTuple_GET_ITEM(item, 1);
+    return 0;
+}
+
+/* What digest_rows sums over its records() rows, read from the packed items without making the rows: the
+ * record of a value is 01 value, a tombstone's (None) is empty and counts for nothing. */
+static PyObject *sorted_rows_digest(SortedRows *self, PyObject *unused) {
+    static const unsigned char one = 1;
+    DigestSum sum = {0, 0, 0};
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        Py_ssize_t length = form_length_at(self->forms, at);
+        PyObject *value = self->values[i];
+        if (value != Py_None) {
+            Blake2b s;
+            uint64_t hi, lo;
+            b2_init(&s);
+            b2_update(&s, (const unsigned char *)self->forms + at + 2, (size_t)length);
+            b2_update(&s, &one, 1);
+            b2_update(&s, (const unsigned char *)PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value));
+            b2_final(&s, &hi, &lo);
+            sum.lo += lo;
+            sum.hi += hi + (sum.lo < lo);
+            sum.count++;
+        }
+        at += 2 + length;
+    }
+    return digest_result(&sum);
+}
+
+static PyObject *digest_pairs(PyObject *module, PyObject *pairs) {
+    if (!PyList_Check(pairs)) {
+        PyErr_SetString(PyExc_TypeError, "digest_pairs takes a list");
+        return NULL;
+    }
+    DigestSum sum = {0, 0, 0};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pairs); i++) {
+        PyObject *form, *raw;
+        if (bytes_pair(PyList_GET_ITEM(pairs, i), &form, &raw, "digest_pairs") < 0) return NULL;
+        digest_add(&sum, PyBytes_AS_STRING(form), PyBytes_GET_SIZE(form), PyBytes_AS_STRING(raw),
+                   PyBytes_GET_SIZE(raw));
+    }
+    return digest_result(&sum);
+}
+
+static PyObject *digest_rows(PyObject *module, PyObject *args) {
+    PyObject *rows, *prefix, *encoded;
+    if (!PyArg_ParseTuple(args, "OO!O!", &rows, &PyBytes_Type, &prefix, &PyBytes_Type, &encoded)) return NULL;
+    PyObject *iterator = PyObject_GetIter(rows);
+    if (iterator == NULL) return NULL;
+    const char *p = PyBytes_AS_STRING(prefix), *e = PyBytes_AS_STRING(encoded);
+    Py_ssize_t pl = PyBytes_GET_SIZE(prefix), el = PyBytes_GET_SIZE(encoded);
+    DigestSum sum = {0, 0, 0};
+    PyObject *item;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        PyObject *key, *raw;
+        if (bytes_pair(item, &key, &raw, "digest_rows") < 0) {
+            Py_DECREF(item);
+            Py_DECREF(iterator);
+            return NULL;
+        }
+        const char *k = PyBytes_AS_STRING(key);
+        Py_ssize_t kl = PyBytes_GET_SIZE(key);
+        if (kl < pl || memcmp(k, p, (size_t)pl) != 0) {
+            Py_DECREF(item);
+            break;
+        }
+        if (kl >= pl + el && memcmp(k + kl - el, e, (size_t)el) == 0)
+            digest_add(&sum, k + pl, kl - pl - el, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw));
+        Py_DECREF(item);
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred()) return NULL;
+    return digest_result(&sum);
+}
+
+/* digests.record_commit's loop over a generation's changed key forms: per form a seek to its version in
+ * ``encoded`` (set_key) and, when ``replaces``, a step back to the version it replaced (prev, key); both
+ * versions' hashes summed: ((added records, sum), (removed records, sum)). */
+static PyObject *digest_changes(PyObject *module, PyObject *args) {
+    PyObject *cursor, *prefix, *forms, *encoded;
+    int replaces;
+    if (!PyArg_ParseTuple(args, "OO!OO!p:digest_changes", &cursor, &PyBytes_Type, &prefix, &forms, &PyBytes_Type,
+                          &encoded, &replaces))
+        return NULL;
+    static const char *names_of_methods[4] = {"set_key", "value", "prev", "key"};
+    PyObject *methods[4] = {NULL, NULL, NULL, NULL}, *iterator = NULL, *form = NULL, *result = NULL;
+    DigestSum added = {0, 0, 0}, removed = {0, 0, 0};
+    for (int m = 0; m < 4; m++) {
+        if ((methods[m] = PyObject_GetAttrString(cursor, names_of_methods[m])) == NULL) goto done;
+    }
+    if ((iterator = PyObject_GetIter(forms)) == NULL) goto done;
+    const char *pre = PyBytes_AS_STRING(prefix), *enc = PyBytes_AS_STRING(encoded);
+    Py_ssize_t pl = PyBytes_GET_SIZE(prefix), el = PyBytes_GET_SIZE(encoded);
+    while ((form = PyIter_Next(iterator)) != NULL) {
+        if (!PyBytes_Check(form)) {
+            PyErr_SetString(PyExc_TypeError, "digest_changes: a key form that is not bytes");
+            goto done;
+        }
+        Py_ssize_t fl = PyBytes_GET_SIZE(form);
+        PyObject *probe = PyBytes_FromStringAndSize(NULL, pl + fl + el);
+        if (probe == NULL) goto done;
+        char *at = PyBytes_AS_STRING(probe);
+        memcpy(at, pre, (size_t)pl);
+        memcpy(at + pl, PyBytes_AS_STRING(form), (size_t)fl);
+        memcpy(at + pl + fl, enc, (size_t)el);
+        PyObject *hit = PyObject_CallOneArg(methods[0], probe);
+        if (hit == NULL) {
+            Py_DECREF(probe);
+            goto done;
+        }
+        int found = PyObject_IsTrue(hit);
+        Py_DECREF(hit);
+        if (found < 0) {
+            Py_DECREF(probe);
+            goto done;
+        }
+        for (int step = 0; found && step < 2; step++) { /* 0: the version written; 1: the one it replaced */
+            if (step == 1) {
+                if (!replaces) break;
+                PyObject *back = PyObject_CallNoArgs(methods[2]);
+                if (back == NULL) {
+                    Py_DECREF(probe);
+                    goto done;
+                }
+                int moved = PyObject_IsTrue(back);
+                Py_DECREF(back);
+                if (moved <= 0) {
+                    if (moved < 0) {
+                        Py_DECREF(probe);
+                        goto done;
+                    }
+                    break;
+                }
+                PyObject *key = PyObject_CallNoArgs(methods[3]);
+                if (key == NULL) {
+                    Py_DECREF(probe);
+                    goto done;
+                }
+                int same = PyBytes_Check(key) && PyBytes_GET_SIZE(key) >= pl + fl &&
+                           memcmp(PyBytes_AS_STRING(key), at, (size_t)(pl + fl)) == 0;
+                Py_DECREF(key);
+                if (!same) break;
+            }
+            PyObject *raw = PyObject_CallNoArgs(methods[1]);
+            if (raw == NULL) {
+                Py_DECREF(probe);
+                goto done;
+            }
+            if (!PyBytes_Check(raw)) {
+                Py_DECREF(raw);
+                Py_DECREF(probe);
+                PyErr_SetString(PyExc_TypeError, "digest_changes: a value that is not bytes");
+                goto done;
+            }
+            digest_add(step ? &removed : &added, PyBytes_AS_STRING(form), fl, PyBytes_AS_STRING(raw),
+                       PyBytes_GET_SIZE(raw));
+            Py_DECREF(raw);
+        }
+        Py_DECREF(probe);
+        Py_CLEAR(form);
+    }
+    if (PyErr_Occurred()) goto done;
+    PyObject *first = digest_result(&added), *second = first == NULL ? NULL : digest_result(&removed);
+    if (second != NULL) result = PyTuple_Pack(2, first, second);
+    Py_XDECREF(first);
+    Py_XDECREF(second);
+done:
+    Py_XDECREF(form);
+    Py_XDECREF(iterator);
+    for (int m = 0; m < 4; m++) Py_XDECREF(methods[m]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sorted_short_rows", sorted_short_rows, METH_VARARGS,
      "The records and changes rows of sorted short (key, value) pairs, or None."},
@@ -1678,6 +2020,9 @@ static PyMethodDef methods[] = {
     {"get_many_scan", get_many_scan, METH_VARARGS, "The records of keys visible at a read point (see reads.py)."},
     {"unpack_forms", unpack_forms, METH_O, "The key forms of a change_chunks value (layout.unpack_forms)."},
     {"pack_columns", pack_columns, METH_VARARGS, "The columns form's buffers of a list of rows (wire_columns)."},
+    {"digest_pairs", digest_pairs, METH_O, "(live records, sum mod 2^128) of (form, raw) pairs (digests.py)."},
+    {"digest_rows", digest_rows, METH_VARARGS, "(live records, sum mod 2^128) of a seq's rows (digests.py)."},
+    {"digest_changes", digest_changes, METH_VARARGS, "The sums of a commit's written and replaced versions."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -49,6 +49,7 @@ from diffstore.engine import (
     copier,
     copying,
     crashpoints,
+    digests,
     files,
     layout,
     manifest,
@@ -225,6 +226,7 @@ def settle(txn: lmdb.Transaction, tables: Tables) -> tuple[int, int, int, int]:
         elif meta.next_count or _has_records(txn, tables, meta.cid_prefix, meta.next_seq):
             assert meta.next_seq is not None
             writes.drop_open_records(txn, tables, meta)
+            digests.drop_pending(txn, tables, meta)
             producers.forget_pending(txn, tables, meta, meta.next_seq)
             save_meta(txn, tables, meta.with_(next_count=0))
             emptied += 1

@@ -604,6 +604,8 @@ class _Checker:
                     rows.setdefault(owner.meta.cid, {})[digests.START] = raw
                 elif len(key) == 12:
                     rows.setdefault(owner.meta.cid, {})[layout.seq_of_gen_key(key)] = raw
+                elif key == layout.digest_pending_key(owner.meta.cid_prefix):
+                    self._pending_digest(owner.meta, raw)
                 else:
                     self.bad("digests", f"{owner.meta.name!r}: digest row {key.hex()} is neither kind")
         for owner in self.live.values():
@@ -621,6 +623,19 @@ class _Checker:
                     f"{meta.name!r}: {older} committed generations predate digests"
                     " (diffstore migrate computes them)"
                 )
+
+    def _pending_digest(self, meta: CollectionMeta, raw: bytes) -> None:
+        """The open generation's pending digest delta (digests.record_put): it unpacks, and names the open
+        generation (an aborted one's is dropped with it; a commit takes it)."""
+        try:
+            seq = layout.unpack_pending(raw)[0]
+        except ValueError as exc:
+            self.bad("digests", f"{meta.name!r}: the pending digest row does not unpack ({exc})")
+            return
+        if seq != meta.next_seq:
+            self.bad(
+                "digests", f"{meta.name!r}: the pending digest row names #{seq}, not the open generation"
+            )
 
     def _horizon_seq(self, meta: CollectionMeta) -> int:
         """The lowest seq whose ``changes`` rows GC cannot have touched (past every seq: unknown)."""

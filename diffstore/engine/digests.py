@@ -6,6 +6,15 @@ stores it for the generation it makes current (``digests`` table, in the commit'
 from the generation's changes alone: the previous generation's digest, minus the hash of each key's version
 the generation replaced, plus the hash of its new one. A commit costs O(changes), never O(collection).
 
+What it costs (benchmarks/integrity.py): the hashes are BLAKE2b-128 computed in the compiled accelerator
+(``_accel.digest_*``; the Python code here is their twin), so a bulk load's commit would still pay a
+read-back pass over what it wrote; instead each put that *appends* new rows (past the table's last key,
+a bulk load's shape) sums them while it has them, in a pending row of the open generation
+(``layout.digest_pending_key``: open seq, writes covered, records, sum). A commit takes that sum when it
+covers every write of the generation and the generation before held no live record (so nothing was
+replaced); any other write, an abort, and a backup's emptying of an open generation drop it, and the
+commit then reads its changes as above.
+
 The hash covers the key's form and its stored value, not its seq, so a replica, whose seqs may differ from its
 primary's, stores the same digests (``diffstore check --url R --against P`` compares them).
 
@@ -20,10 +29,9 @@ Invariants:
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import lmdb
 
@@ -33,10 +41,12 @@ from diffstore.engine.tables import Tables, resolve_seq
 from diffstore.engine.types import GenerationDigest
 from diffstore.errors import text_form
 
+if TYPE_CHECKING:
+    from diffstore.engine._accel import SortedRows  # the compiled accelerator's (it may not be built)
+
 MOD = 1 << (8 * layout.DIGEST_BYTES)
 START = -1
 """The key :func:`verify` takes the start row (``layout.digest_start_key``) under."""
-_BIG = functools.partial(int.from_bytes, byteorder="big")
 
 
 def stored(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int) -> tuple[int, int] | None:
@@ -60,30 +70,140 @@ def record_commit(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, s
     records, digest = base
     head_prefix = meta.records_prefix
     encoded = layout.record_seq(seq)
+    pending = _take_pending(txn, tables, meta)
+    if records == 0 and pending is not None and pending[:2] == (seq, meta.next_count):
+        # every write of this generation appended new rows and summed them (record_put), on top of a
+        # generation with no live record (so what they replaced were tombstones, whose hash is 0)
+        txn.put(
+            layout.digest_key(meta.cid_prefix, seq),
+            layout.pack_digest(pending[2], (digest + pending[3]) % MOD),
+            db=tables.digests,
+        )
+        return
     cursor = txn.cursor(db=tables.records)
     set_key, prev, key, value = cursor.set_key, cursor.prev, cursor.key, cursor.value
-    blake2b, size = hashlib.blake2b, layout.DIGEST_BYTES
-    added: list[bytes] = []
-    removed: list[bytes] = []
+    added: list[tuple[bytes, bytes]] = []
+    removed: list[tuple[bytes, bytes]] = []
     # nothing live before (a first load): every older version is a tombstone, whose hash is 0 -- no look-up
     replaces = records > 0
-    # layout.record_digest inlined: this loop runs once per key a generation wrote (a bulk load: millions)
-    for form in changes.forms(txn, tables, meta.cid_prefix, seq):
+    if not replaces and meta.next_keys and txn.stat(tables.records)["entries"] <= 2 * meta.next_keys:
+        # and the whole table is at most twice what this generation wrote: one forward pass over the
+        # collection's rows costs less than a search per key, and stays O(changes)
+        count, total = _first_load(cursor, head_prefix, encoded)
+        txn.put(
+            layout.digest_key(meta.cid_prefix, seq),
+            layout.pack_digest(records + count, (digest + total) % MOD),
+            db=tables.digests,
+        )
+        return
+    forms = changes.forms(txn, tables, meta.cid_prefix, seq)
+    accel = layout.ACCEL
+    if accel is not None:  # the loop below in C (it runs once per key a generation wrote)
+        (added_count, added_sum), (removed_count, removed_sum) = accel.digest_changes(
+            cursor, head_prefix, forms, encoded, replaces
+        )
+        digest += added_sum - removed_sum
+        records += added_count - removed_count
+        txn.put(
+            layout.digest_key(meta.cid_prefix, seq),
+            layout.pack_digest(records, digest % MOD),
+            db=tables.digests,
+        )
+        return
+    # the pairs are hashed and summed in one call (pair_sums): a hash call with its int conversion per key
+    # cost more than the rest of the loop
+    for form in forms:
         head = head_prefix + form
         if not set_key(head + encoded):
             continue  # not written after all (a run entry without its record is check's to report)
-        raw = value()
-        if raw and raw[0] != 2:
-            added.append(blake2b(form + raw, digest_size=size).digest())
+        added.append((form, value()))
         if replaces and prev() and key().startswith(head):
-            raw = value()
-            if raw and raw[0] != 2:
-                removed.append(blake2b(form + raw, digest_size=size).digest())
-    digest += sum(map(_BIG, added)) - sum(map(_BIG, removed))
-    records += len(added) - len(removed)
+            removed.append((form, value()))
+    added_count, added_sum = pair_sums(added)
+    removed_count, removed_sum = pair_sums(removed)
+    digest += added_sum - removed_sum
+    records += added_count - removed_count
     txn.put(
         layout.digest_key(meta.cid_prefix, seq), layout.pack_digest(records, digest % MOD), db=tables.digests
     )
+
+
+def record_put(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seq: int, appended: SortedRows | None
+) -> None:
+    """Keeps the open generation ``seq``'s pending digest delta (``layout.digest_pending_key``) across a
+    write, before the write is counted (``meta`` as it was): ``appended`` holds the write's rows when
+    each was new (appended past the table's last key), None when the write took another way.
+
+    A bulk load's commit then needs no pass over what it wrote: its rows were hashed here, in C, while
+    they were at hand. The delta holds while every write of the generation appended: it counts the writes
+    it covers, and a commit uses it only when that is the generation's count (record_commit); any other
+    write drops it. Only with the accelerator (in Python the commit's own pass costs the same)."""
+    key = layout.digest_pending_key(meta.cid_prefix)
+    accel = layout.ACCEL
+    if meta.next_count == 0:
+        pending: tuple[int, int, int, int] | None = (seq, 0, 0, 0)
+    else:
+        raw = txn.get(key, db=tables.digests)
+        pending = None if raw is None else layout.unpack_pending(bytes(raw))
+    if appended is None or accel is None or pending is None or pending[:2] != (seq, meta.next_count):
+        txn.delete(key, db=tables.digests)
+        return
+    count, total = appended.digest()  # digest_rows over its records(), without making them
+    txn.put(
+        key,
+        layout.pack_pending(seq, pending[1] + len(appended), pending[2] + count, (pending[3] + total) % MOD),
+        db=tables.digests,
+    )
+
+
+def drop_pending(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta) -> None:
+    """Forgets the pending digest delta (record_put) of an open generation being dropped (an abort)."""
+    txn.delete(layout.digest_pending_key(meta.cid_prefix), db=tables.digests)
+
+
+def _take_pending(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta
+) -> tuple[int, int, int, int] | None:
+    """The pending row (record_put), deleted: a commit ends what it covered."""
+    key = layout.digest_pending_key(meta.cid_prefix)
+    raw = txn.get(key, db=tables.digests)
+    if raw is None:
+        return None
+    txn.delete(key, db=tables.digests)
+    return layout.unpack_pending(bytes(raw))
+
+
+def pair_sums(pairs: list[tuple[bytes, bytes]]) -> tuple[int, int]:
+    """(live records, sum of their ``layout.record_digest`` mod 2^128) of (key form, stored value) pairs
+    (tombstones count for nothing); in C when the accelerator was built (``digest_pairs``)."""
+    accel = layout.ACCEL
+    if accel is not None:
+        return accel.digest_pairs(pairs)
+    hashes = [layout.record_digest(form, raw) for form, raw in pairs]
+    return sum(1 for h in hashes if h), sum(hashes) % MOD
+
+
+def _first_load(cursor: lmdb.Cursor, prefix: bytes, encoded: bytes) -> tuple[int, int]:
+    """(live records, sum of their hashes mod 2^128) of the versions written in the seq ``encoded`` among
+    the rows of ``prefix``; in C when the accelerator was built (``digest_rows``, the same sums)."""
+    if not cursor.set_range(prefix):
+        return 0, 0
+    accel = layout.ACCEL
+    if accel is not None:
+        return accel.digest_rows(cursor, prefix, encoded)
+    hash_of = layout.record_digest
+    cut = len(encoded)
+    start = len(prefix)
+    count = total = 0
+    for raw_key, raw in cursor:
+        if not raw_key.startswith(prefix):
+            break
+        if raw_key.endswith(encoded) and len(raw_key) >= start + cut:
+            found = hash_of(raw_key[start:-cut], raw)
+            count += found != 0
+            total += found
+    return count, total % MOD
 
 
 def at(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes) -> GenerationDigest:

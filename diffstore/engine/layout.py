@@ -47,6 +47,9 @@ Named tables (sub-databases)::
                                                         older than this row has none: digest unknown)
                  cid                                 -> seq(u64)  the first generation with a digest: every
                                                         committed one from there on has its row
+                 cid | 00                            -> open seq(u64) | writes(u64) | records(u64) |
+                                                        sum(16 bytes)  the open generation's digest delta
+                                                        while each of its writes appended (digests.py)
     records      rcid | K | rseq                     -> record value (below)
     changes      cid | seq(u64) | K                  -> b""        keys written in a generation, one row each
     change_chunks cid | seq(u64) | K1                -> (len(u16) K)...  keys written in a generation, packed
@@ -520,6 +523,28 @@ def digest_key(cid_prefix: bytes, seq: int) -> bytes:
 def digest_start_key(cid_prefix: bytes) -> bytes:
     """The row that says from which seq on every committed generation has a digest."""
     return cid_prefix
+
+
+def digest_pending_key(cid_prefix: bytes) -> bytes:
+    """The row that carries the open generation's digest delta while each of its writes appended new rows
+    (digests.record_put): neither a start row (cid) nor a generation's (cid | seq)."""
+    return cid_prefix + b"\x00"
+
+
+def pack_pending(seq: int, writes: int, records: int, digest: int) -> bytes:
+    return _U64.pack(seq) + _U64.pack(writes) + _U64.pack(records) + digest.to_bytes(DIGEST_BYTES, "big")
+
+
+def unpack_pending(raw: bytes) -> tuple[int, int, int, int]:
+    """(open seq, writes counted, live records written, their digest sum) of a pending row.
+
+    Raises:
+        ValueError: the row is not 24 + 16 bytes.
+    """
+    if len(raw) != 24 + DIGEST_BYTES:
+        raise ValueError(f"a pending digest row of {len(raw)} bytes")
+    seq, writes, records = (int(_U64.unpack(raw[i : i + 8])[0]) for i in (0, 8, 16))
+    return seq, writes, records, int.from_bytes(raw[24:], "big")
 
 
 def pack_digest(records: int, digest: int) -> bytes:

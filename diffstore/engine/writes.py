@@ -55,6 +55,7 @@ def drop_open_generation(txn: lmdb.Transaction, tables: Tables, meta: Collection
     """Deletes the open generation's records (cost follows its writes) and forgets it."""
     assert meta.next is not None and meta.next_seq is not None
     drop_open_records(txn, tables, meta)
+    digests.drop_pending(txn, tables, meta)
     unregister_generation(txn, tables, meta, meta.next, meta.next_seq)
     return meta.with_(next=None, next_seq=None, next_count=0, next_lease=None)
 
@@ -432,7 +433,11 @@ def put_many(
         fast = layout.sorted_short_rows(meta.cid, seq, sorted(latest.items(), key=_FIRST))
     if fast is not None:
         count = len(fast)
-        _put_rows(txn.cursor(db=tables.records), fast.records, fast.first_record_key, count, True)
+        records = txn.cursor(db=tables.records)
+        # past the table's last key, the ascending rows are all new: the digest sums them now (record_put)
+        appends = not records.last() or records.key() < fast.first_record_key
+        digests.record_put(txn, tables, meta, seq, fast if appends else None)
+        _put_rows(records, fast.records, fast.first_record_key, count, True)
         rows = fast  # for the closure: mypy does not narrow ``fast`` inside it
         keys = _index_keys(
             txn,
@@ -458,6 +463,7 @@ def put_many(
             values.append(layout.encode_value(key, value))
             change_keys.append(run + form)
         stored = functools.partial(iter, values)
+    digests.record_put(txn, tables, meta, seq, None)
     # Both tables' rows come in the same order (that of the key forms): one check serves both.
     count = len(record_keys)
     ascending = count > 1 and layout.ascending(record_keys)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import itertools
 import sys
 import tempfile
@@ -26,7 +27,7 @@ import pytest
 from hypothesis import event, given, settings
 
 from diffstore import Store, StoreConfig
-from diffstore.engine import layout
+from diffstore.engine import digests, layout
 from diffstore.engine.types import DiffItem, Record
 from diffstore.errors import InvalidRequest
 from diffstore.wire_columns import BinaryColumn
@@ -86,6 +87,10 @@ def test_sorted_rows_are_the_general_rows(
         assert [key for key, _ in changes] == [layout.change_key(prefix, seq, form) for form in forms]
         for limit in (layout.CHUNK_BYTES, 1, 40):  # one form per chunk, a few, ~100
             assert got.chunks(limit) == _chunk_rows(prefix, seq, forms, limit)
+        # the digests' sum of its records rows (digests.record_put), read without making them
+        with python_only():
+            pairs = [(form, raw) for form, (_, raw) in zip(forms, records, strict=True)]
+            assert got.digest() == digests.pair_sums(pairs)
         # rows kept by the consumer are never filled anew (putmulti keeps none: the rows are then reused)
         kept = list(got.records())
         assert [(bytes(key), bytes(value)) for key, value in kept] == records
@@ -209,6 +214,9 @@ def rows(store: Store) -> dict[str, list[tuple[bytes, bytes]]]:
     state = raw_state(store)
     for timed in ("phantom_ttl", "due"):
         state[timed] = [(key, b"") for key, _ in state[timed]]
+    # an open generation's pending digest delta is the accelerator's alone (digests.record_put): the
+    # digests its commits store are compared
+    state["digests"] = [(key, raw) for key, raw in state["digests"] if len(key) != 5]
     return state
 
 
@@ -1080,3 +1088,120 @@ def test_the_merge_refuses_what_is_not_ascending_forms_and_is_a_well_behaved_pyt
         next(stopped)
         del stopped
     assert [sys.getrefcount(thing) for thing in watched] == before
+
+
+# --- the digests' record hash (BLAKE2b-128 in C) -----------------------------------------------------
+
+stored_values = (
+    st.just(b"") | st.binary(max_size=300).map(lambda raw: b"\x01" + raw) | st.binary(max_size=300)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pairs=st.lists(st.tuples(st.binary(max_size=300), stored_values), max_size=12))
+def test_digest_pairs_are_the_sums_of_record_digest(pairs: list[tuple[bytes, bytes]]) -> None:
+    with python_only():
+        expected = digests.pair_sums(pairs)
+    hashes = [layout.record_digest(form, raw) for form, raw in pairs]
+    assert expected == (sum(1 for h in hashes if h), sum(hashes) % 2**128)
+    assert digests.pair_sums(pairs) == expected
+
+
+def test_the_record_hash_is_blake2b_at_every_block_boundary() -> None:
+    # a record of n bytes ends in BLAKE2b's last block at n = 128k exactly, and one byte either side
+    for length in [*range(0, 400), 1023, 1024, 1025, 100_000]:
+        form, raw = bytes(range(7))[: length % 8], b"\x01" + bytes(i * 31 % 256 for i in range(length))
+        full = hashlib.blake2b(form + raw, digest_size=16).digest()
+        assert digests.pair_sums([(form, raw)]) == (1, int.from_bytes(full, "big")), length
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.binary(max_size=6), st.integers(0, 3), stored_values), max_size=20),
+    after=st.lists(st.tuples(st.binary(min_size=1, max_size=4), stored_values), max_size=3),
+)
+def test_digest_rows_sum_the_rows_of_one_seq_under_the_prefix_compiled_and_in_python(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple[bytes, int, bytes]],
+    after: list[tuple[bytes, bytes]],
+) -> None:
+    prefix, encoded = b"\x01\x07", layout.record_seq(2)
+    table = {prefix + form + layout.record_seq(seq): raw for form, seq, raw in rows}
+    table.update({b"\x01\x08" + tail: raw for tail, raw in after})  # the next collection: not summed
+    table[b"\x01\x06" + layout.record_seq(2)] = b"\x01before"  # the one before: not summed either
+    env = lmdb.open(str(tmp_path_factory.mktemp("rows")), map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        for raw_key, raw in table.items():
+            txn.put(raw_key, raw)
+    wanted = [
+        (k[len(prefix) : -len(encoded)], v)
+        for k, v in table.items()
+        if k.startswith(prefix) and k.endswith(encoded)
+    ]
+    with env.begin() as txn:
+        compiled = digests._first_load(txn.cursor(), prefix, encoded)
+        with python_only():
+            assert digests._first_load(txn.cursor(), prefix, encoded) == compiled
+    with python_only():
+        assert compiled == digests.pair_sums(wanted)
+    env.close()
+
+
+def test_the_digest_sums_refuse_what_is_not_pairs_of_bytes_and_keep_reference_counts() -> None:
+    accel = layout.ACCEL
+    assert accel is not None
+    for bad in ([(b"a", "b")], [(b"a",)], [b"ab"], [(b"a", b"b", b"c")]):
+        with pytest.raises(TypeError):
+            accel.digest_pairs(bad)
+        with pytest.raises(TypeError):
+            accel.digest_rows(iter([(b"\x01a\x01\x02\x01", b"\x01v"), *bad]), b"\x01", b"\x01\x02\x01")
+    with pytest.raises(TypeError):
+        accel.digest_pairs((b"a", b"b"))  # not a list
+    with pytest.raises(ValueError, match="inside"):
+
+        def failing() -> Iterator[tuple[bytes, bytes]]:
+            yield b"\x01a\x01\x02\x01", b"\x01v"
+            raise ValueError("inside")
+
+        accel.digest_rows(failing(), b"\x01", b"\x01\x02\x01")
+    pairs = [(b"k%d" % i, b"\x01" + b"v" * i) for i in range(50)]
+    before = [(sys.getrefcount(f), sys.getrefcount(r)) for f, r in pairs]
+    for _ in range(3):
+        accel.digest_pairs(pairs)
+        accel.digest_rows(iter(pairs), b"k", b"")
+    assert [(sys.getrefcount(f), sys.getrefcount(r)) for f, r in pairs] == before
+
+
+def test_a_commits_digest_sums_are_the_python_loops_and_refuse_what_is_not_a_form(tmp_path: Path) -> None:
+    # (the digests a commit stores with and without the accelerator: test_stores_and_diffs_are_the_same...)
+    env = lmdb.open(str(tmp_path / "t"), map_size=1 << 24)
+    prefix = b"\x01\x07"
+    rows = {
+        prefix + b"a" + layout.record_seq(1): b"\x01old",
+        prefix + b"a" + layout.record_seq(2): b"\x01new",
+        prefix + b"b" + layout.record_seq(2): b"",  # a tombstone written
+        prefix + b"c" + layout.record_seq(1): b"\x01gone",
+        prefix + b"c" + layout.record_seq(2): b"",
+        prefix + b"d" + layout.record_seq(2): b"\x01first",
+    }
+    with env.begin(write=True) as txn:
+        for raw_key, raw in rows.items():
+            txn.put(raw_key, raw)
+    accel = layout.ACCEL
+    assert accel is not None
+    with env.begin() as txn:
+        forms = [b"a", b"b", b"c", b"d", b"never"]
+        got = accel.digest_changes(txn.cursor(), prefix, iter(forms), layout.record_seq(2), True)
+        with python_only():
+            added = digests.pair_sums([(b"a", b"\x01new"), (b"b", b""), (b"c", b""), (b"d", b"\x01first")])
+            removed = digests.pair_sums([(b"a", b"\x01old"), (b"c", b"\x01gone")])
+        assert got == (added, removed)
+        assert accel.digest_changes(txn.cursor(), prefix, iter(forms), layout.record_seq(2), False) == (
+            added,
+            (0, 0),
+        )
+        with pytest.raises(TypeError):
+            accel.digest_changes(txn.cursor(), prefix, iter([b"a", "b"]), layout.record_seq(2), True)
+        with pytest.raises(TypeError):
+            accel.digest_changes(txn.cursor(), "prefix", iter(forms), layout.record_seq(2), True)
+    env.close()
