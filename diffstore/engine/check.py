@@ -747,14 +747,22 @@ class _Checker:
             if name not in by_name:
                 self.bad("replica", f"the lag of {name!r}, which is no collection of this replica")
             try:
-                generations, since = msgpack.unpackb(raw)
+                row = msgpack.unpackb(raw)
+                # an older replica's row holds the first two fields only
+                generations, since, state, reason, state_since = [*row, "following", None, None][:5]
                 well_formed = (
-                    type(generations) is int and generations >= 0 and (since is None or type(since) is int)
+                    len(row) in (2, 5)
+                    and type(generations) is int
+                    and generations >= 0
+                    and (since is None or type(since) is int)
+                    and state in ("copying", "following", "stalled")
+                    and (reason is None or type(reason) is str)
+                    and (state_since is None or type(state_since) is int)
                 )
             except (ValueError, TypeError, msgpack.UnpackException):
                 well_formed = False
             if not well_formed:
-                self.bad("replica", f"the lag of {name!r} is not [generations, ms or None]")
+                self.bad("replica", f"the lag of {name!r} is not [generations, ms or None] (and its state)")
         for name, owner in by_name.items():
             meta = owner.meta
             if layout.replica_lag_key(name) not in lags:

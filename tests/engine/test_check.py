@@ -344,6 +344,10 @@ def _lag_malformed(txn: lmdb.Transaction, tables: Tables) -> None:
     txn.put(layout.replica_lag_key("M"), msgpack.packb(["far", None]), db=tables.replica)
 
 
+def _state_malformed(txn: lmdb.Transaction, tables: Tables) -> None:
+    txn.put(layout.replica_lag_key("M"), msgpack.packb([0, None, "asleep", None, 1]), db=tables.replica)
+
+
 def _position_not_applied(txn: lmdb.Transaction, tables: Tables) -> None:
     prefix, seq = _meta(txn, tables, "M")
     txn.delete(layout.commit_key(prefix, seq), db=tables.commits)
@@ -368,7 +372,8 @@ def _lag_after_promotion(txn: lmdb.Transaction, tables: Tables) -> None:
 REPLICA_DAMAGE: list[tuple[Damage, str]] = [
     (_lag_of_no_collection, "replica: the lag of 'ghost', which is no collection of this replica"),
     (_lag_missing, "replica: 'X': no lag row"),
-    (_lag_malformed, "replica: the lag of 'M' is not [generations, ms or None]"),
+    (_lag_malformed, "replica: the lag of 'M' is not [generations, ms or None] (and its state)"),
+    (_state_malformed, "replica: the lag of 'M' is not [generations, ms or None] (and its state)"),
     (_position_not_applied, "replica: 'M': the replica's position 2 (#2) is no applied generation"),
     (_applied_count_too_low, "replica: the applied count 1 is below the 4 generations applied"),
     (_no_primary, "replica: replica rows are stored, but no primary that they follow"),
