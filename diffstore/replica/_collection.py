@@ -67,7 +67,7 @@ class Fetched:
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class CopySettings:
     """What a collection's follower needs of the follower's configuration."""
 
     replica_id: str
@@ -83,7 +83,7 @@ class CollectionFollower:
         store: Store,
         client: Client,
         name: str,
-        settings: Settings,
+        settings: CopySettings,
         primary_names: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self.primary_names = primary_names

@@ -34,7 +34,7 @@ from diffstore.client import _calls as calls
 from diffstore.client._calls import Call
 from diffstore.engine.store import Store
 from diffstore.errors import DiffstoreError, Fenced, NoSuchCollection, NoSuchRoute, NotReplica
-from diffstore.replica._collection import CollectionFollower, Dropped, Settings, Waiting
+from diffstore.replica._collection import CollectionFollower, CopySettings, Dropped, Waiting
 from diffstore.replica._plan import READER_PREFIX, reader_name
 from diffstore.replica._status import COPYING, FOLLOWING, Backoff, Change, Tracker
 from diffstore.wire import Codec
@@ -121,7 +121,7 @@ class Follower:
     def __init__(self, store: Store, config: FollowerConfig) -> None:
         self.store = store
         self.config = config
-        self.settings = Settings(config.replica_id, config.batch_records, config.page_records)
+        self.settings = CopySettings(config.replica_id, config.batch_records, config.page_records)
         self.hold = reader_name(config.replica_id)
         self.primary_names: frozenset[str] = frozenset()  # the primary's collections, as last listed
         self.tracker = Tracker(config.backoff)

@@ -252,7 +252,7 @@ def add_commands(subparsers: Any) -> None:
         default=2,
         metavar="N",
         help="GET /backup streams that may run at once, every worker together; past it: 503 overloaded"
-        " (default 2; see docs/backups.md)",
+        f" (default 2; see {guide('backups.md')})",
     )
     parser.add_argument(
         "--backup-stall-timeout-s",

@@ -115,7 +115,9 @@ def test_promotion_while_the_old_primary_answers_leaves_one_writable_primary(
     primary.start()
     again = Server(first.data)
     servers.append(again.start())
-    assert replication(primary.url)["role"] == "fenced" and write_answer(primary.url) == (409, "fenced")
+    # (the killed supervisor's workers may still answer /healthz a moment before they end: wait for the new)
+    wait_until(lambda: _role(primary.url) == "fenced", FOLLOW_S, what="the old primary to be back, fenced")
+    assert write_answer(primary.url) == (409, "fenced")
     assert replication(again.url)["term"] == 1 and writable(again.url)
     with again.client() as r1:
         assert r1.collection("W").get(b"after").value == b"promotion"  # type: ignore[union-attr]
@@ -240,3 +242,11 @@ def test_a_request_carrying_a_higher_term_fences_a_primary(tmp_path: Path, serve
         )
         assert (replication(primary.url)["role"], replication(primary.url)["term"]) == ("primary", 4)
         assert writable(primary.url) and state(p) == before
+
+
+def _role(url: str) -> str | None:
+    """The role ``GET /replication`` answers, None while nothing answers."""
+    try:
+        return str(replication(url)["role"])
+    except httpx.TransportError:
+        return None
