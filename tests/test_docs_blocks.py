@@ -132,6 +132,26 @@ def test_every_page_with_code_is_run_and_every_marker_says_why() -> None:
     assert with_code == RUN_PAGES
 
 
+# A user guide keeps one current figure with the command that measures it; how the machine was loaded on
+# which day, and one run after another, belong in benchmarks/RESULTS.md.
+LAB_NOTEBOOK = re.compile(
+    r"load average|\bload \d|\bsession \d+\b|\b(?:two|three|four|five|\d+) runs\b"
+    r"|\b\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\b(?: \d{4})?",
+    re.IGNORECASE,
+)
+
+
+def test_docs_quote_no_load_average_nor_dated_runs() -> None:
+    found = []
+    for path in [*PAGES]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for match in LAB_NOTEBOOK.finditer(line):
+                found.append(f"{path.name}:{number}: {match.group(0)!r}")
+    assert not found, "dated figures or load averages in the docs (move them to benchmarks/RESULTS.md): " + (
+        "; ".join(found)
+    )
+
+
 # --- running blocks ----------------------------------------------------------------------------------
 
 
