@@ -426,7 +426,7 @@ class QueryRequest:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DiffRequest(DiffSpec):
     """The engine's :class:`~diffstore.engine.types.DiffSpec` with its body; the wire's null
     ``fromGenerationId`` (from the beginning) is ``b""``."""
@@ -454,15 +454,15 @@ class DiffRequest(DiffSpec):
         if from_generation is not None:
             from_reader = None  # both named: fromGenerationId wins (SPEC §3, as in diffbelt)
         return cls(
-            from_generation,
-            from_reader,
-            f.es_opt("toGenerationId"),
-            not f.flag("omitIntermediateValues", True),
-            f.es_opt("fromKey"),
-            f.es_opt("toKey"),
-            f.integer_opt("limit", 1, MAX_PAGE_LIMIT),
-            from_as_of,
-            to_as_of,
+            from_generation_id=from_generation,
+            from_reader=from_reader,
+            to_generation_id=f.es_opt("toGenerationId"),
+            include_intermediate=not f.flag("omitIntermediateValues", True),
+            from_key=f.es_opt("fromKey"),
+            to_key=f.es_opt("toKey"),
+            limit=f.integer_opt("limit", 1, MAX_PAGE_LIMIT),
+            from_as_of_ms=from_as_of,
+            to_as_of_ms=to_as_of,
         )
 
     def to_wire(self, codec: Codec) -> Body:

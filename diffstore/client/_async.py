@@ -422,7 +422,13 @@ class AsyncCollection:
     ) -> DiffPage:
         """One page; its ``to_generation_id`` may be lower than asked (repeat from it)."""
         request = DiffSpec.of(
-            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+            from_generation_id=from_generation_id,
+            from_reader=from_reader,
+            to_generation_id=to_generation_id,
+            include_intermediate=include_intermediate,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
         )
         return await self._run(_calls.diff_page(self.name, request, cursor))
 
@@ -442,7 +448,12 @@ class AsyncCollection:
     ) -> DiffColumns:
         """:meth:`diff_page` as columns of raw bytes (no intermediate values): the bulk readers' path."""
         request = DiffSpec.of(
-            from_generation_id, to_generation_id, from_reader, False, from_key, to_key, limit
+            from_generation_id=from_generation_id,
+            from_reader=from_reader,
+            to_generation_id=to_generation_id,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
         )
         return await self._run(_columns.diff_columns(self.name, request, cursor))
 
@@ -461,7 +472,13 @@ class AsyncCollection:
         Follows cursors and repeats split ranges, so it yields every item; ``limit`` is the page size.
         """
         request = DiffSpec.of(
-            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+            from_generation_id=from_generation_id,
+            from_reader=from_reader,
+            to_generation_id=to_generation_id,
+            include_intermediate=include_intermediate,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
         )
         return _plans.drive_async(_plans.diff_items(self.name, request), self.client.execute)
 

@@ -100,13 +100,13 @@ def _with(request: DiffSpec, to: bytes | None, start: bytes | None = None) -> Di
     else:
         start_generation, reader = start, None
     return DiffSpec(
-        start_generation,
-        reader,
-        to,
-        request.include_intermediate,
-        request.from_key,
-        request.to_key,
-        request.limit,
+        from_generation_id=start_generation,
+        from_reader=reader,
+        to_generation_id=to,
+        include_intermediate=request.include_intermediate,
+        from_key=request.from_key,
+        to_key=request.to_key,
+        limit=request.limit,
     )
 
 

@@ -466,7 +466,13 @@ class Collection:
     ) -> DiffPage:
         """One page; its ``to_generation_id`` may be lower than asked (repeat from it)."""
         request = DiffSpec.of(
-            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+            from_generation_id=from_generation_id,
+            from_reader=from_reader,
+            to_generation_id=to_generation_id,
+            include_intermediate=include_intermediate,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
         )
         return self._run(_calls.diff_page(self.name, request, cursor))
 
@@ -489,7 +495,12 @@ class Collection:
         Its ``to_generation_id`` may be lower than asked, as with :meth:`diff_page`.
         """
         request = DiffSpec.of(
-            from_generation_id, to_generation_id, from_reader, False, from_key, to_key, limit
+            from_generation_id=from_generation_id,
+            from_reader=from_reader,
+            to_generation_id=to_generation_id,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
         )
         return self._run(_columns.diff_columns(self.name, request, cursor))
 
@@ -508,7 +519,13 @@ class Collection:
         Follows cursors and repeats split ranges, so it yields every item; ``limit`` is the page size.
         """
         request = DiffSpec.of(
-            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+            from_generation_id=from_generation_id,
+            from_reader=from_reader,
+            to_generation_id=to_generation_id,
+            include_intermediate=include_intermediate,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
         )
         return _plans.drive(_plans.diff_items(self.name, request), self.client.execute)
 

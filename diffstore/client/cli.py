@@ -116,7 +116,7 @@ def watch(
     def finish(generation_id: bytes) -> None:
         nonlocal previous, pending, printed
         if with_diff:
-            spec = DiffSpec.of(previous, generation_id, None, False, None, None, None)
+            spec = DiffSpec.of(from_generation_id=previous, to_generation_id=generation_id)
             for number, item in enumerate(store.changes(collection, spec)):
                 if number >= printed:
                     _print(out, output, item_line(collection.name, generation_id, item))

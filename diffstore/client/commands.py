@@ -410,13 +410,9 @@ def diff(args: argparse.Namespace) -> int:
     with open_backend(args) as store:
         collection = store.collection(args.collection)
         request = DiffSpec.of(
-            resolve_generation(collection, args.from_generation, "--from"),
-            resolve_generation(collection, args.to_generation, "--to"),
-            args.from_reader,
-            include_intermediate=False,
-            from_key=None,
-            to_key=None,
-            limit=None,
+            from_generation_id=resolve_generation(collection, args.from_generation, "--from"),
+            from_reader=args.from_reader,
+            to_generation_id=resolve_generation(collection, args.to_generation, "--to"),
         )
         # each key once, from --from to --to, also over a range the server answers in several spans
         items = store.changes(collection, request)

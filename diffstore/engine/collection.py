@@ -546,7 +546,13 @@ class Collection:
         if cursor is not None:
             return self._diff_page(cursor_spill.expand(self._store, cursor))
         spec = DiffSpec.of(
-            from_generation_id, to_generation_id, from_reader, include_intermediate, from_key, to_key, limit
+            from_generation_id=from_generation_id,
+            from_reader=from_reader,
+            to_generation_id=to_generation_id,
+            include_intermediate=include_intermediate,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
         )
         return self.diff_page_of(spec)
 

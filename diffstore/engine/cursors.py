@@ -137,7 +137,14 @@ class DiffCursor:
     @classmethod
     def from_fields(cls, fields: list[Any]) -> DiffCursor:
         cid, from_gen, from_seq, to_gen, to_seq, intermediate, from_key, to_key, limit, after = fields
-        request = DiffSpec(from_gen, None, to_gen, intermediate, from_key, to_key, limit)
+        request = DiffSpec(
+            from_generation_id=from_gen,
+            to_generation_id=to_gen,
+            include_intermediate=intermediate,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
+        )
         return cls(cid, from_seq, to_seq, request, after)
 
 

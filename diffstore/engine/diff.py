@@ -559,13 +559,12 @@ def diff_page(
     token = None
     if more:
         resumed = DiffSpec(
-            span.from_generation_id,
-            None,
-            span.to_generation_id,
-            request.include_intermediate,
-            None,  # no from_key: the resume key is above it (a token carrying fewer keys stays shorter)
-            request.to_key,
-            limit,
+            from_generation_id=span.from_generation_id,
+            to_generation_id=span.to_generation_id,
+            include_intermediate=request.include_intermediate,
+            # no from_key: the resume key is above it (a token carrying fewer keys stays shorter)
+            to_key=request.to_key,
+            limit=limit,
         )
         token = cursors.encode(DiffCursor(meta.cid, span.from_seq, span.to_seq, resumed, items[-1].key))
     return DiffPage(span.from_generation_id, span.to_generation_id, items, token)

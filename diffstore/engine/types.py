@@ -247,7 +247,7 @@ class FromReader:
     collection: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DiffSpec:
     """What a diff asks for (SPEC §3): its start, its end, its key range and its page size.
 
@@ -269,19 +269,26 @@ class DiffSpec:
     @classmethod
     def of(
         cls,
-        from_generation_id: bytes | None,
-        to_generation_id: bytes | None,
-        from_reader: str | FromReader | None,
-        include_intermediate: bool,
-        from_key: bytes | None,
-        to_key: bytes | None,
-        limit: int | None,
+        *,
+        from_generation_id: bytes | None = None,
+        from_reader: str | FromReader | None = None,
+        to_generation_id: bytes | None = None,
+        include_intermediate: bool = False,
+        from_key: bytes | None = None,
+        to_key: bytes | None = None,
+        limit: int | None = None,
     ) -> Self:
         """The arguments of ``Collection.diff_page`` (a reader may be named by its name alone)."""
         if isinstance(from_reader, str):
             from_reader = FromReader(from_reader)
         return cls(
-            from_generation_id, from_reader, to_generation_id, include_intermediate, from_key, to_key, limit
+            from_generation_id=from_generation_id,
+            from_reader=from_reader,
+            to_generation_id=to_generation_id,
+            include_intermediate=include_intermediate,
+            from_key=from_key,
+            to_key=to_key,
+            limit=limit,
         )
 
 

@@ -28,7 +28,7 @@ def json_body(call: _calls.Call) -> object:
 
 
 def test_default_bodies_carry_only_what_diffbelt_knows() -> None:
-    request = DiffRequest.of(None, None, None, False, None, None, None)
+    request = DiffRequest.of()
     assert json_body(_calls.diff_page("c", request, None)) == {"fromGenerationId": {"value": ""}}
     assert json_body(_calls.query_page("c", QueryRequest(), None)) == {}
     put = _calls.put("c", b"k", b"\x00", False, WriteOptions(generation_id=b"g"))

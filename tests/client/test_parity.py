@@ -149,7 +149,7 @@ def request_scenario(c: AnyCollection) -> list[Any]:
         KeysAroundRequest(b"a", True, 5).run(c),
         QueryRequest(from_key=b"b").run(c),
         DiffRequest(from_generation_id=b"", include_intermediate=True).run(c),
-        DiffRequest.of(None, b"1", None, False, None, None, 1).run(c).items,
+        DiffRequest.of(to_generation_id=b"1", limit=1).run(c).items,
     ]
     c.start_generation(b"2")
     out.append(RevertRequest(b"0", b"2").run(c))

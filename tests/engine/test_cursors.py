@@ -138,15 +138,25 @@ def test_a_query_token_is_not_a_diff_token(store: Store) -> None:
 
 def test_dataclasses_validate_on_construction() -> None:
     QueryCursor(1, b"g", 0, None, None, None, 10, b"k")
-    DiffCursor(1, 0, 1, DiffSpec(b"a", None, b"b", False, None, None, 10), b"k")
+    DiffCursor(1, 0, 1, DiffSpec(from_generation_id=b"a", to_generation_id=b"b", limit=10), b"k")
     with pytest.raises(ValueError):
-        DiffCursor(1, 0, 1, DiffSpec(b"b", None, b"a", False, None, None, 10), b"k")  # from above to
+        DiffCursor(
+            1, 0, 1, DiffSpec(from_generation_id=b"b", to_generation_id=b"a", limit=10), b"k"
+        )  # from above to
     with pytest.raises(ValueError):
-        DiffCursor(1, 5, 1, DiffSpec(b"a", None, b"b", False, None, None, 10), b"k")  # to below from
+        DiffCursor(
+            1, 5, 1, DiffSpec(from_generation_id=b"a", to_generation_id=b"b", limit=10), b"k"
+        )  # to below from
     with pytest.raises(ValueError):  # a resumed range is resolved: it names no reader
-        DiffCursor(1, 0, 1, DiffSpec(b"a", FromReader("r"), b"b", False, None, None, 10), b"k")
+        DiffCursor(
+            1,
+            0,
+            1,
+            DiffSpec(from_generation_id=b"a", from_reader=FromReader("r"), to_generation_id=b"b", limit=10),
+            b"k",
+        )
     with pytest.raises(ValueError):  # a page size is part of a cursor
-        DiffCursor(1, 0, 1, DiffSpec(b"a", None, b"b", False, None, None, None), b"k")
+        DiffCursor(1, 0, 1, DiffSpec(from_generation_id=b"a", to_generation_id=b"b", limit=None), b"k")
 
 
 def test_tokens_survive_a_restart(open_store: StoreFactory, tmp_path: Path) -> None:
