@@ -193,6 +193,7 @@ class Faults:
     link_s: tuple[float, float] = (2.0, 8.0)
     thrown: list[Fault] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    deck: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -224,19 +225,20 @@ class Faults:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def throw_one(self) -> None:
-        kinds = ["kill9", "pause"] + (["stall", "cut"] if self.links else [])
-        kind = self.rng.choice(kinds)
+        """The next fault of a shuffled deck holding one per component and link (a random kind each), so
+        that a short run still hits every part once."""
+        if not self.deck:
+            self.deck = [(self.rng.choice(["kill9", "pause"]), name) for name in self.components]
+            self.deck += [(self.rng.choice(["stall", "cut"]), name) for name in self.links]
+            self.rng.shuffle(self.deck)
+        kind, name = self.deck.pop()
+        fault = Fault(kind, name, time.monotonic())
+        self.thrown.append(fault)
         if kind in ("stall", "cut"):
-            name = self.rng.choice(sorted(self.links))
             link = self.links[name]
-            fault = Fault(kind, name, time.monotonic())
-            self.thrown.append(fault)
             (link.stall if kind == "stall" else link.cut)(self.rng.uniform(*self.link_s))
         else:
-            name = self.rng.choice(sorted(self.components))
             component = self.components[name]
-            fault = Fault(kind, name, time.monotonic())
-            self.thrown.append(fault)
             with self.lock:
                 if kind == "pause":
                     component.pause(self.rng.uniform(*self.pause_s))
