@@ -42,6 +42,14 @@ def created_by_another_runner(monkeypatch: pytest.MonkeyPatch, url: str, manual:
     monkeypatch.setattr(Client, "create_collection", racing)
 
 
+def test_a_missing_target_is_created_manual(server: LiveServer) -> None:
+    with server.client() as client:
+        client.create_collection("A", manual=True)
+    cli.check_collections(args(server.url), {"a": "A"})
+    with server.client() as client:
+        assert client.collection("C").manual
+
+
 def test_a_target_created_meanwhile_by_another_runner_is_taken(
     server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

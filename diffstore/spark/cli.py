@@ -222,6 +222,7 @@ def check_collections(args: argparse.Namespace, sources: dict[str, str]) -> None
                 )
             try:
                 client.create_collection(args.target, manual=True)
+                names[args.target] = True
             except CollectionExists:  # another runner started at the same time created it
                 names[args.target] = client.collection(args.target).manual
         if not names[args.target]:
