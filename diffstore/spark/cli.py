@@ -19,7 +19,7 @@ import orjson
 from diffstore import jobmetrics, logs, shell
 from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
 from diffstore.client import DEFAULT_URL, Client, Collection
-from diffstore.errors import InvalidRequest, NoSuchCollection, NotManual
+from diffstore.errors import CollectionExists, InvalidRequest, NoSuchCollection, NotManual
 from diffstore.guides import guide
 from diffstore.lease_keeper import DEFAULT_TTL_MS, LeaseConfig
 from diffstore.wire import decode_es, encode_es
@@ -220,8 +220,12 @@ def check_collections(args: argparse.Namespace, sources: dict[str, str]) -> None
                     f"no target collection {args.target!r} at {args.url}: create it with 'diffstore "
                     f"collections create {args.target} --manual' or pass --create-target"
                 )
-            client.create_collection(args.target, manual=True)
-        elif not names[args.target]:
+            try:
+                client.create_collection(args.target, manual=True)
+                names[args.target] = True
+            except CollectionExists:  # another runner started at the same time created it
+                names[args.target] = client.collection(args.target).manual
+        if not names[args.target]:
             raise NotManual(
                 f"the target {args.target!r} is not a manual collection: a transform commits its rounds "
                 "itself; create a manual one (diffstore collections create NAME --manual)"
