@@ -3,13 +3,12 @@ through a key held by an etcd lease; the leader is the primary, every other memb
 
 - :mod:`diffstore.ha.election`: the election as a pure state machine (events in, actions out);
 - :mod:`diffstore.ha.etcd`: etcd's JSON gateway over httpx;
-- :mod:`diffstore.ha.member`: the thread that wires them to the store and the replica follower.
+- :mod:`diffstore.ha.member`: the thread that wires them to the store and the replica follower;
+- :mod:`diffstore.ha.cli`: ``serve``'s ``--ha-*`` options and ``diffstore ha status``.
+
+(Nothing is imported here: ``diffstore ha`` must start quickly.)
 
 ``docs/failover.md`` is the user's guide.
 """
 
 from __future__ import annotations
-
-from diffstore.ha.member import Member, MemberConfig
-
-__all__ = ["Member", "MemberConfig"]

@@ -18,12 +18,15 @@ own transaction: writes stop at the deadline even if this thread is late.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from diffstore.client import Client, Collection
 from diffstore.engine.ha_state import HaRecord
@@ -33,7 +36,41 @@ from diffstore.ha import election as el
 from diffstore.ha.etcd import Etcd, EtcdUnavailable
 from diffstore.replica import Follower, FollowerConfig, reader_name
 
+if TYPE_CHECKING:
+    from diffstore.server.config import ServerConfig
+
 _log = logging.getLogger("diffstore.ha")
+
+
+@contextlib.contextmanager
+def running_member(store: Store, config: ServerConfig) -> Iterator[Member]:
+    """Runs ``store``'s fail-over member (``config.ha_*``) while the server serves."""
+    assert config.ha_cluster and config.ha_member and config.ha_advertise
+    member = Member(
+        store,
+        MemberConfig(
+            config.ha_etcd,
+            config.ha_cluster,
+            config.ha_member,
+            config.ha_advertise,
+            config.ha_ttl_s,
+            config.replica_token or config.token,
+            config.replica_ca_file,
+            config.replica_cert,
+        ),
+    )
+    member.start()
+    _log.info(
+        "ha: %s joins cluster %s (etcd %s, ttl %d s)",
+        config.ha_member,
+        config.ha_cluster,
+        ",".join(config.ha_etcd),
+        config.ha_ttl_s,
+    )
+    try:
+        yield member
+    finally:
+        member.stop()
 
 
 @dataclass(frozen=True, slots=True)
