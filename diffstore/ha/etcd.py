@@ -24,6 +24,10 @@ class EtcdUnavailable(Exception):
     """No endpoint answered, or one answered with an error (the message says which)."""
 
 
+class LeaseNotFound(EtcdUnavailable):
+    """etcd answered that the lease a request names does not exist (it expired)."""
+
+
 @dataclass(frozen=True, slots=True)
 class KeyValue:
     key: bytes
@@ -72,6 +76,8 @@ class Etcd:
                 errors.append(f"{self.endpoints[index]}: {type(exc).__name__}")
                 continue
             if answer.status_code != 200:
+                if "lease not found" in answer.text:
+                    raise LeaseNotFound(f"{url}: the lease expired")
                 raise EtcdUnavailable(f"{url} answered {answer.status_code}: {answer.text[:200]}")
             self._current = index
             found: dict[str, Any] = answer.json()

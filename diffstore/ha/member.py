@@ -33,7 +33,7 @@ from diffstore.engine.ha_state import HaRecord
 from diffstore.engine.store import Store
 from diffstore.errors import DiffstoreError, NoSuchCollection, NoSuchReader
 from diffstore.ha import election as el
-from diffstore.ha.etcd import Etcd, EtcdUnavailable
+from diffstore.ha.etcd import Etcd, EtcdUnavailable, LeaseNotFound
 from diffstore.replica import Follower, FollowerConfig, reader_name
 
 if TYPE_CHECKING:
@@ -172,6 +172,12 @@ class Member:
             _log.info("ha: %s: etcd answers again", self.config.member)
             self.etcd_down = False
         self._feed(seen)
+        try:
+            self._publish_member(seen.mine)
+        except LeaseNotFound:
+            self._feed(el.LeaseLost(time.monotonic()))
+        except EtcdUnavailable:
+            pass  # published at the next round
         if self.pending is not None:
             self._follow(self.pending)
 
@@ -183,8 +189,12 @@ class Member:
             for action in self.election.handle(queue.popleft()):
                 try:
                     found = self._act(action)
+                except LeaseNotFound:
+                    found = [el.LeaseLost(time.monotonic())]
                 except EtcdUnavailable as exc:
-                    _log.warning("ha: %s: etcd failed during %s (%s)", self.config.member, action, exc)
+                    if not self.etcd_down:  # one line an outage
+                        _log.warning("ha: %s: etcd failed during %s (%s)", self.config.member, action, exc)
+                        self.etcd_down = True
                     continue
                 queue.extend(found)
 
@@ -229,7 +239,6 @@ class Member:
                     el.Peer(kv.key[len(self.members_prefix) :].decode(), value["url"], value["positions"])
                 )
         mine = self._positions()
-        self._publish_member(mine)
         return el.Observed(time.monotonic(), leader, term, tuple(peers), mine)
 
     def _positions(self) -> dict[str, str]:
