@@ -250,8 +250,8 @@ class Member:
                 continue  # deleted meanwhile
         return found
 
-    def _publish_member(self, positions: dict[str, str]) -> None:
-        value = json.dumps({"url": self.config.url, "positions": positions}, sort_keys=True)
+    def _publish_member(self, positions: el.Positions) -> None:
+        value = json.dumps({"url": self.config.url, "positions": dict(positions)}, sort_keys=True)
         if value != self.published and self.lease:
             self.etcd.put(self.members_prefix + self.config.member.encode(), value.encode(), self.lease)
             self.published = value
