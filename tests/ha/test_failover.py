@@ -13,6 +13,8 @@ import signal
 import time
 from collections.abc import Callable
 
+import httpx
+
 from diffstore.client import Client, Collection
 from tests.faults import kill9
 from tests.ha.conftest import Member, leader_of
@@ -86,6 +88,12 @@ def test_failover_after_kill9_sigstop_and_an_etcd_cut_with_a_writer_throughout(m
             if fault in (cut, stall):  # cut off etcd but alive: it stepped back on its own
                 ha = old.ha()
                 assert ha is not None and ha["role"] != "leader"
+                refused = httpx.post(
+                    f"{old.url}/collections/{COLLECTION}/generation/start",
+                    json={"generationId": "99999999"},
+                    timeout=30,
+                )
+                assert refused.status_code == 409 and refused.json()["error"] == "readOnlyReplica"
             heal()
             leader = wait_leader(members)
             assert leader is not old
