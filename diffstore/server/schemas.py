@@ -497,6 +497,9 @@ class Overview(BaseModel):
     replica: ReplicaResponse | None = Field(
         None, description=f"on a read replica: its primary and lag ([replicas]({guide('replicas.md')}))"
     )
+    ha: HaResponse | None = Field(
+        None, description=f"on a fail-over member: its role and leader ([failover]({guide('failover.md')}))"
+    )
 
 
 class GenerationEntry(BaseModel):

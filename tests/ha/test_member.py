@@ -53,6 +53,8 @@ def test_three_members_elect_one_leader_the_others_follow_and_refuse_writes(memb
     metrics = httpx.get(f"{leader.url}/metrics", timeout=30).text
     assert 'diffstore_ha_role{role="leader"} 1.0' in metrics
     assert "diffstore_ha_term " in metrics
+    overview = httpx.get(f"{leader.url}/overview", timeout=30).json()  # the console's overview line
+    assert overview["ha"]["role"] == "leader" and overview["ha"]["member"] == leader.name
 
     # diffstore ha status: every member's row; exit 0 with one leader and every member answering
     urls = ",".join(member.url for member in members)
