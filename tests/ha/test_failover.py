@@ -9,6 +9,7 @@ share."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from tests.ha.writer import COLLECTION, Writer, key
 from tests.helpers import wait_until
 
 WAIT_S = 90.0
+LEADS = re.compile(r"ha: (\S+) leads cluster c1 at term (\d+)")
 
 
 def wait_leader(members: list[Member], other_than: Member | None = None) -> Member:
@@ -127,6 +129,14 @@ def test_failover_after_kill9_sigstop_and_an_etcd_cut_with_a_writer_throughout(m
         kept = [n in present for n in run]
         assert kept == sorted(kept, reverse=True), (run[0], run[-1], lost)
     assert all(kept for kept in (n in present for n in terms[-1]))  # the final leader's own: all kept
+
+    # the members' logs: each term was led by one member, and terms only grew (each fault raised it)
+    led: dict[int, set[str]] = {}
+    for member in members:
+        for found in LEADS.finditer(member.log.read_text(errors="replace")):
+            led.setdefault(int(found.group(2)), set()).add(found.group(1))
+    assert all(len(names) == 1 for names in led.values()), led
+    assert leader.name in led[max(led)] and max(led) >= 5, led
 
     leader_digests = {d.generation_id: d.digest for d in theirs}
     for member in members:
