@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING
 from diffstore.client import Client, Collection
 from diffstore.engine.ha_state import HaRecord
 from diffstore.engine.store import Store
-from diffstore.errors import DiffstoreError, NoSuchCollection, NoSuchReader
+from diffstore.errors import (
+    DiffstoreError,
+    GenerationCollected,
+    NoSuchCollection,
+    NoSuchGeneration,
+    NoSuchReader,
+)
 from diffstore.ha import election as el
 from diffstore.ha.etcd import Etcd, EtcdUnavailable, LeaseNotFound
 from diffstore.replica import Follower, FollowerConfig, reader_name
@@ -367,7 +373,10 @@ class Member:
                 except NoSuchReader:
                     pass
                 if above == 0 and local:
-                    remote.create_reader(hold, generation_id=local[0].generation_id)
+                    try:
+                        remote.create_reader(hold, generation_id=local[0].generation_id)
+                    except (GenerationCollected, NoSuchGeneration):
+                        pass  # the same history, collected there since: the follower copies it again
                 else:
                     discarded += above
         return discarded

@@ -23,6 +23,7 @@ from tests.replica.conftest import Server
 
 STARTUP_S = 60.0
 TTL_S = 4
+WAIT_S = 90.0
 
 
 class EtcdServer:
@@ -135,3 +136,19 @@ def leader_of(members: list[Member]) -> Member | None:
     if any(ha is not None and ha["role"] == "replica" and ha["leader"]["url"] != url for _, ha in answers):
         return None
     return leaders[0]
+
+
+def wait_leader(members: list[Member], other_than: Member | None = None) -> Member:
+    def found() -> Member | None:
+        leader = leader_of([m for m in members if m is not other_than])
+        return leader if leader is not None and leader is not other_than else None
+
+    return wait_until(found, WAIT_S, 0.1, "a leader every answering member agrees on")
+
+
+def wait_follows(member: Member, leader: Member) -> None:
+    def follows() -> bool:
+        ha = member.ha()
+        return ha is not None and ha["role"] == "replica" and ha["leader"]["url"] == leader.url
+
+    wait_until(follows, WAIT_S, 0.1, f"{member.name} to follow {leader.name}")

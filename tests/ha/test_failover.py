@@ -18,28 +18,11 @@ import httpx
 
 from diffstore.client import Client, Collection
 from tests.faults import kill9
-from tests.ha.conftest import Member, leader_of
+from tests.ha.conftest import WAIT_S, Member, wait_follows, wait_leader
 from tests.ha.writer import COLLECTION, Writer, key
 from tests.helpers import wait_until
 
-WAIT_S = 90.0
 LEADS = re.compile(r"ha: (\S+) leads cluster c1 at term (\d+)")
-
-
-def wait_leader(members: list[Member], other_than: Member | None = None) -> Member:
-    def found() -> Member | None:
-        leader = leader_of([m for m in members if m is not other_than])
-        return leader if leader is not None and leader is not other_than else None
-
-    return wait_until(found, WAIT_S, 0.1, "a leader every answering member agrees on")
-
-
-def wait_follows(member: Member, leader: Member) -> None:
-    def follows() -> bool:
-        ha = member.ha()
-        return ha is not None and ha["role"] == "replica" and ha["leader"]["url"] == leader.url
-
-    wait_until(follows, WAIT_S, 0.1, f"{member.name} to follow {leader.name}")
 
 
 def wait_ack_by_other(writer: Writer, old: Member, since: float) -> None:
