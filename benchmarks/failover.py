@@ -121,12 +121,25 @@ def leader_of(members: list[Member]) -> Member | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
+def lag(leader: Member, member: Member) -> int | None:
+    """How many generations of w ``member`` is behind ``leader`` (None: it does not answer)."""
+    try:
+        with Client(leader.url, timeout_s=5) as a, Client(member.url, timeout_s=5) as b:
+            theirs = int(Collection(a, "w", True).generation_id or b"0")
+            mine = int(Collection(b, "w", True).generation_id or b"0")
+    except DiffstoreError:
+        return None
+    return theirs - mine
+
+
 def one_failover(members: list[Member], writer: Writer) -> float:
     """Kills the leader; returns the seconds until a new leader acknowledged a write; restarts the old one
     and waits until it follows."""
     leader: Member = wait_for(lambda: leader_of(members), "a leader")
     wait_for(lambda: writer.acks and writer.acks[-1][2] == leader.name, "a write on the leader")
     assert leader.process is not None
+    behind = [lag(leader, m) for m in members if m is not leader]
+    print(f"  at the kill the replicas were {behind} generations behind", flush=True)
     killed = time.monotonic()
     leader.process.send_signal(signal.SIGKILL)
     leader.process.wait()

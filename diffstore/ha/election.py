@@ -17,7 +17,8 @@ Invariants:
   checks the term key is unchanged, so two winners of one term cannot exist.
 - The most caught-up member campaigns first: a member defers to a live member that is ahead of it
   (every collection at least as far, one further) or as far and named first, for ``defer_s`` at most
-  (that member may be dead too: its key lives until its lease expires).
+  (TTL/2 by default: that member may be dead too, its key lives until its lease expires; a loaded machine
+  may take a second or more to let the better member act, and a behind one that leads loses writes).
 - A member that sees another member's key follows that leader (and a leader that sees one steps back).
 """
 
@@ -178,7 +179,7 @@ class Election:
         self.member = member
         self.url = url
         self.ttl_s = ttl_s
-        self.defer_s = min(1.0, ttl_s / 4) if defer_s is None else defer_s
+        self.defer_s = ttl_s / 2 if defer_s is None else defer_s
         self.role = "candidate"
         self.term = term
         self.leader: LeaderKey | None = None

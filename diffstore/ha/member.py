@@ -34,6 +34,7 @@ from diffstore.engine.store import Store
 from diffstore.errors import (
     DiffstoreError,
     GenerationCollected,
+    InvalidRequest,
     NoSuchCollection,
     NoSuchGeneration,
     NoSuchReader,
@@ -356,9 +357,15 @@ class Member:
                 local, _ = self.store.collection(info.name).digests(limit=1000)
                 remote = Collection(client, info.name, True)
                 try:
-                    theirs, _ = remote.digests(limit=1000)
+                    theirs = [remote.digest(local[0].generation_id)] if local else []
                 except NoSuchCollection:
                     continue  # deleted on the leader: the follower deletes it
+                except (NoSuchGeneration, GenerationCollected, InvalidRequest):
+                    theirs = []  # not there (or not committed there): compare the newest ones
+                if not theirs or theirs[0].digest != local[0].digest:
+                    # the leader's newest generations, down to ours (a member far behind is not diverged)
+                    newest, _ = remote.digests(before=_after(local[0].generation_id), limit=1000)
+                    theirs += newest
                 known = {d.generation_id: d.digest for d in theirs if d.digest is not None}
                 above = next(
                     (
@@ -380,3 +387,8 @@ class Member:
                 else:
                     discarded += above
         return discarded
+
+
+def _after(generation_id: bytes) -> bytes:
+    """The smallest generation id above ``generation_id`` (bytewise: the id with a zero byte appended)."""
+    return generation_id + b"\0"
