@@ -279,6 +279,8 @@ class Member:
     def _set(self, role: str, leader: el.LeaderKey | None = None, store: bool = True) -> None:
         """Stores the member's role (and the leader it knows) with the write deadline."""
         known = leader or self.election.leader
+        if role != "leader" and known is not None and known.member == self.config.member:
+            known = None  # a leader that stepped back knows of no other leader yet
         until = self.election.writable_until if role == "leader" else 0.0
         self.record = replace(
             self.record,

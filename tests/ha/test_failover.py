@@ -79,6 +79,7 @@ def test_failover_after_kill9_sigstop_and_an_etcd_cut_with_a_writer_throughout(m
                     timeout=30,
                 )
                 assert refused.status_code == 409 and refused.json()["error"] == "readOnlyReplica"
+                assert refused.json().get("leader") != old.url  # never itself
             heal()
             leader = wait_leader(members)
             assert leader is not old
