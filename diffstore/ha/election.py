@@ -79,7 +79,7 @@ class Renewed:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseLost:
+class LeaseExpired:
     """etcd says our lease is gone (expired): our keys are gone with it."""
 
     now: float
@@ -100,7 +100,7 @@ class Lost:
     now: float
 
 
-Event = Tick | Observed | Renewed | LeaseLost | Won | Lost
+Event = Tick | Observed | Renewed | LeaseExpired | Won | Lost
 
 
 # --- actions --------------------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ class NewLease:
 
 @dataclass(frozen=True, slots=True)
 class Renew:
-    """Keep the lease alive (then answer ``Renewed`` or ``LeaseLost``)."""
+    """Keep the lease alive (then answer ``Renewed`` or ``LeaseExpired``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +200,7 @@ class Election:
         if isinstance(event, Renewed):
             self.renewed_at = max(self.renewed_at or event.sent_at, event.sent_at)
             return [Publish()] if self.role == "leader" else []
-        if isinstance(event, LeaseLost):
+        if isinstance(event, LeaseExpired):
             self.renewed_at = None
             return self._step_back("the lease on etcd expired") + [NewLease()]
         if isinstance(event, Observed):

@@ -29,7 +29,7 @@ class LeaseNotFound(EtcdUnavailable):
 
 
 @dataclass(frozen=True, slots=True)
-class KeyValue:
+class EtcdKey:
     key: bytes
     value: bytes
     create_revision: int
@@ -97,7 +97,7 @@ class Etcd:
         """Ends ``lease`` now (its keys go with it)."""
         self._post("/v3/lease/revoke", {"ID": str(lease)})
 
-    def range_prefix(self, prefix: bytes) -> list[KeyValue]:
+    def range_prefix(self, prefix: bytes) -> list[EtcdKey]:
         """Every key that starts with ``prefix``, in key order."""
         body = {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))}
         return [_kv(item) for item in self._post("/v3/kv/range", body).get("kvs", [])]
@@ -132,8 +132,8 @@ class Etcd:
         return bool(answer.get("succeeded", False))
 
 
-def _kv(item: dict[str, Any]) -> KeyValue:
-    return KeyValue(
+def _kv(item: dict[str, Any]) -> EtcdKey:
+    return EtcdKey(
         base64.b64decode(item.get("key", "")),
         base64.b64decode(item.get("value", "")),
         int(item.get("create_revision", 0)),

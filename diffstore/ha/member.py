@@ -182,7 +182,7 @@ class Member:
         try:
             self._publish_member(seen.mine)
         except LeaseNotFound:
-            self._feed(el.LeaseLost(time.monotonic()))
+            self._feed(el.LeaseExpired(time.monotonic()))
         except EtcdUnavailable:
             pass  # published at the next round
         if self.pending is not None:
@@ -197,7 +197,7 @@ class Member:
                 try:
                     found = self._act(action)
                 except LeaseNotFound:
-                    found = [el.LeaseLost(time.monotonic())]
+                    found = [el.LeaseExpired(time.monotonic())]
                 except EtcdUnavailable as exc:
                     if not self.etcd_down:  # one line an outage
                         _log.warning("ha: %s: etcd failed during %s (%s)", self.config.member, action, exc)
@@ -208,7 +208,7 @@ class Member:
     def _act(self, action: el.Action) -> list[el.Event]:
         if isinstance(action, el.Renew):
             sent = time.monotonic()
-            return [el.Renewed(sent) if self.etcd.keepalive(self.lease) else el.LeaseLost(sent)]
+            return [el.Renewed(sent) if self.etcd.keepalive(self.lease) else el.LeaseExpired(sent)]
         if isinstance(action, el.NewLease):
             sent = time.monotonic()
             self.lease = self.etcd.grant(self.config.ttl_s)
@@ -266,7 +266,7 @@ class Member:
     def _campaign(self, term: int) -> list[el.Event]:
         sent = time.monotonic()
         if not self.etcd.keepalive(self.lease):
-            return [el.LeaseLost(sent)]
+            return [el.LeaseExpired(sent)]
         value = json.dumps({"member": self.config.member, "url": self.config.url, "term": term}).encode()
         won = self.etcd.create_both(
             self.leader_key, value, self.lease, self.term_key, self.term_revision, str(term).encode()

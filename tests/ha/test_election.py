@@ -87,7 +87,7 @@ def test_a_renewal_moves_the_deadline_from_when_it_was_sent() -> None:
 
 def test_a_lost_lease_steps_back_and_asks_for_a_new_one() -> None:
     machine = leading()
-    actions = machine.handle(el.LeaseLost(1.0))
+    actions = machine.handle(el.LeaseExpired(1.0))
     assert isinstance(actions[0], el.StepBack) and actions[1] == el.NewLease()
 
 
