@@ -13,12 +13,15 @@ import sys
 from typing import Any
 
 from diffstore.errors import DiffstoreError, InvalidRequest
+from diffstore.guides import guide
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("automatic fail-over on etcd (see the fail-over guide)")
+    group = parser.add_argument_group(
+        "automatic fail-over on etcd", f"members elect a leader through etcd: see {guide('failover.md')}"
+    )
     group.add_argument(
         "--ha-etcd",
         metavar="URL[,URL]",
@@ -101,7 +104,8 @@ def add_commands(subparsers: Any) -> None:
         "status",
         help="each member's role, leader and term (GET /ha)",
         description="Prints GET /ha of every member given: its role (leader, replica, candidate, fenced),"
-        " the leader it knows and the term. Exit code 1 when a member does not answer or no member leads.",
+        " the leader it knows and the term. Exit code 1 when a member does not answer or no member leads."
+        f" See {guide('failover.md')}",
     )
     status.add_argument(
         "--url",
