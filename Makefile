@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install clean bench protos browser asan newest-python
+.PHONY: run test lint install clean bench protos browser etcd asan newest-python
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -31,7 +31,11 @@ lint: $(STAMP)
 browser:
 	./scripts/install_browser.sh
 
-test: $(STAMP) lint browser
+# the fail-over tests run a real etcd (Debian's etcd-server): installed here when missing
+etcd:
+	./scripts/install_etcd.sh
+
+test: $(STAMP) lint browser etcd
 	$(PY) -m pytest -q tests
 	$(MAKE) asan
 	$(MAKE) newest-python

@@ -36,6 +36,7 @@ _FRONTS = (
     "diffstore.client.log_cli",
     "diffstore.client.revert_cli",
     "diffstore.replica.cli",
+    "diffstore.ha.cli",
     "diffstore.streams.cli",
     "diffstore.spark.cli",
 )
@@ -90,6 +91,7 @@ COMMAND_FRONTS = {
     "log": "diffstore.client.log_cli",
     "revert": "diffstore.client.revert_cli",
     "promote": "diffstore.replica.cli",
+    "ha": "diffstore.ha.cli",
     "streams": "diffstore.streams.cli",
     "ingest": "diffstore.streams.cli",
     "transform": "diffstore.spark.cli",

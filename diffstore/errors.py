@@ -160,9 +160,22 @@ class LeaseLost(Conflict):
 
 
 class ReadOnlyReplica(Conflict):
-    """The server is a read replica (``serve --replica-of``): it refuses every write; nothing changed."""
+    """The server is a read replica (``serve --replica-of``, or a member of a fail-over cluster that is not
+    its leader): it refuses every write; nothing changed. ``leader``: the URL to send writes to, if known."""
 
     code = "readOnlyReplica"
+
+    def __init__(self, reason: str = "", leader: str | None = None) -> None:
+        super().__init__(reason)
+        self.leader = leader
+
+    def details(self) -> dict[str, object]:
+        return {} if self.leader is None else {"leader": self.leader}
+
+    def take_details(self, body: dict[str, object]) -> None:
+        leader = body.get("leader")
+        if isinstance(leader, str):
+            self.leader = leader
 
 
 class NotReplica(Conflict):

@@ -582,6 +582,7 @@ REPLICA_LAG = b"lag"
 REPLICA_TERM = b"term"
 REPLICA_SELF = b"self"
 REPLICA_FENCED = b"fenced"
+REPLICA_HA = b"ha"  # a fail-over member's role and write deadline (ha_state.py)
 
 
 def replica_lag_key(name: str) -> bytes:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import background, fencing, layout, migrate, replication, storage
+from diffstore.engine import background, fencing, ha_state, layout, migrate, replication, storage
 from diffstore.engine.access import WriteScope
 from diffstore.engine.collection import Collection
 from diffstore.engine.cursors import CursorCodec, CursorSecret
@@ -294,6 +294,7 @@ class Store:
         after the step-down (``hold``: deleting a replica's hold, which a stepped-down store allows)."""
         with self.write() as scope:
             if not hold:
+                ha_state.refuse_unless_leading(scope.txn, self.tables)
                 fencing.refuse_if_fenced(scope.txn, self.tables)
             yield scope
 
@@ -471,6 +472,7 @@ class Store:
             if replica_copy:
                 replication.require_following(txn, tables)
             else:
+                ha_state.refuse_unless_leading(txn, tables)
                 fencing.refuse_if_fenced(txn, tables)
             meta = load_meta(txn, tables, name)
             prefix = meta.cid_prefix
@@ -521,6 +523,7 @@ class Store:
         """Raises ``ReadOnlyReplica`` (a following replica) or ``Fenced`` (stepped down); three point
         reads. The HTTP server asks it before every write (see ``engine.fencing``)."""
         with self.read() as txn:
+            ha_state.refuse_unless_leading(txn, self.tables)
             fencing.check_writable(txn, self.tables)
 
     def replication_term(self) -> int:
@@ -555,6 +558,36 @@ class Store:
         """An abandoned promotion lifts the fencing it set: see ``fencing.step_up``."""
         with self.write() as scope:
             fencing.step_up(scope.txn, self.tables, term, replica_id)
+
+    def ha_record(self) -> ha_state.HaRecord | None:
+        """A fail-over member's role as stored (None: the store is no member); see ``engine.ha_state``."""
+        with self.read() as txn:
+            return ha_state.read(txn, self.tables)
+
+    def ha_publish(self, record: ha_state.HaRecord) -> None:
+        """Stores the member's role as it is (a renewal moves the write deadline; stepping back: the
+        automatic collections' pending writes are committed in the same transaction, so that what the
+        member acknowledged is a generation its rejoin can compare)."""
+        with self.write() as scope:
+            ha_state.put(scope.txn, self.tables, record)
+            if record.role != "leader":
+                scope.commits.extend(background.commit_pending(scope.txn, self.tables, self.config.now_ms()))
+
+    def ha_lead(self, record: ha_state.HaRecord) -> None:
+        """The member took the leader key: the store becomes the primary at ``record.term``."""
+        with self.write() as scope:
+            ha_state.lead(scope.txn, self.tables, record, self.config.now_ms())
+
+    def ha_follow(self, record: ha_state.HaRecord, replica_id: str) -> None:
+        """The member follows ``record.leader_url``: the store becomes its replica, keeping its data."""
+        with self.write() as scope:
+            scope.commits.extend(background.commit_pending(scope.txn, self.tables, self.config.now_ms()))
+            ha_state.follow(scope.txn, self.tables, record, replica_id)
+
+    def ha_clear(self) -> bool:
+        """Forgets a fail-over member's role (served without ``--ha-etcd``); whether there was one."""
+        with self.write() as scope:
+            return ha_state.clear(scope.txn, self.tables)
 
     def unfence(self) -> int:
         """Lifts a stepped-down store's fencing; returns its new term (see ``fencing.unfence``)."""

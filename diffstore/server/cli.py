@@ -16,6 +16,7 @@ from diffstore.client import retention_cli
 from diffstore.engine.types import RetentionPolicy
 from diffstore.errors import InvalidRequest
 from diffstore.guides import guide
+from diffstore.ha import cli as ha_cli
 from diffstore.server.config import ServerConfig
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 
@@ -67,6 +68,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             tls_client_ca=args.tls_client_ca,
             replica_ca_file=link.ca_file,
             replica_cert=link.cert,
+            **ha_cli.serve_options(args, args.tls_cert is not None),
         )
     except InvalidRequest as exc:
         print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
@@ -295,6 +297,7 @@ def add_commands(subparsers: Any) -> None:
         default=None,
         help="read the primary's bearer token from file F (one line), so that it is on no command line",
     )
+    ha_cli.add_serve_arguments(parser)
     add_tls_arguments(parser)
     logs.add_arguments(parser)
     parser.set_defaults(func=_serve_command)

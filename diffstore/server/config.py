@@ -75,6 +75,10 @@ class ServerConfig:
         tls_cert, tls_key: PEM certificate and key: every worker serves HTTPS only (none: plain HTTP).
         tls_client_ca: PEM authority whose client certificates a TLS connection must show (none: not asked).
         replica_ca_file, replica_cert: how the replica link checks an ``https://`` primary and proves itself.
+        ha_etcd: etcd's client URLs when the server is a member of a fail-over cluster (``docs/failover.md``);
+            empty: it is not.
+        ha_cluster, ha_member, ha_advertise: the cluster's name, this member's, the URL others reach it at.
+        ha_ttl_s: the leader key's lease (a leader that cannot renew it stops writes after half of it).
     """
 
     data_dir: str = "./data"
@@ -114,6 +118,11 @@ class ServerConfig:
     tls_client_ca: str | None = None
     replica_ca_file: str | None = None
     replica_cert: tuple[str, str] | None = None
+    ha_etcd: tuple[str, ...] = ()
+    ha_cluster: str | None = None
+    ha_member: str | None = None
+    ha_advertise: str | None = None
+    ha_ttl_s: int = 10
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:
@@ -136,6 +145,8 @@ class ServerConfig:
             raise InvalidRequest("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise InvalidRequest("--tls-client-ca needs --tls-cert and --tls-key")
+        if self.ha_etcd and (self.ha_cluster is None or self.ha_member is None or self.ha_advertise is None):
+            raise InvalidRequest("a fail-over member needs its cluster, its name and its advertised URL")
         if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:
             raise InvalidRequest("long_poll_default_ms must be within 0..long_poll_max_ms")
 

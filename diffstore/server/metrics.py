@@ -188,6 +188,7 @@ class _StoreCollector(Collector):
             value=health.auto_commit_failures,
         )
         yield from _replica_metrics(self.store)
+        yield from _ha_metrics(self.store)
 
 
 REPLICA_STATES = ("copying", "following", "stalled")
@@ -199,6 +200,7 @@ class _ReplicaCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from _replica_metrics(self.store)
+        yield from _ha_metrics(self.store)
 
 
 def replica_collector(store: Store) -> Collector:
@@ -253,6 +255,35 @@ def _replica_metrics(store: Store) -> Iterator[Metric]:
         "diffstore_replica_applied_generations",
         "Generations of the primary this replica applied, ever",
         value=state.applied,
+    )
+
+
+HA_ROLES = ("leader", "replica", "candidate", "fenced")
+
+
+def _ha_metrics(store: Store) -> Iterator[Metric]:
+    """A fail-over member's role, term, fail-overs and discarded generations (stored by the member)."""
+    record = store.ha_record()
+    if record is None:
+        return
+    role = GaugeMetricFamily(
+        "diffstore_ha_role",
+        "1 for this fail-over member's role (leader, replica, candidate, fenced)",
+        labels=["role"],
+    )
+    for name in HA_ROLES:
+        role.add_metric([name], 1.0 if record.role == name else 0.0)
+    yield role
+    yield GaugeMetricFamily("diffstore_ha_term", "The cluster's term this member knows", value=record.term)
+    yield CounterMetricFamily(
+        "diffstore_ha_failovers",
+        "Times this member took the lead from another member",
+        value=record.failovers,
+    )
+    yield CounterMetricFamily(
+        "diffstore_ha_discarded_generations",
+        "Generations of its own this member discarded on rejoining (the new leader never saw them)",
+        value=record.discarded,
     )
 
 

@@ -449,6 +449,23 @@ class ReplicationResponse(BaseModel):
     promotedAtMs: int | None = None
 
 
+class HaLeader(BaseModel):
+    member: str | None = Field(description="the leader's member name (null: a plain replica's primary)")
+    url: str
+
+
+class HaResponse(BaseModel):
+    cluster: str | None = Field(description="the fail-over cluster (null: the server is no member)")
+    member: str | None
+    role: str = Field(description="leader | replica | candidate | fenced (only the leader accepts writes)")
+    leader: HaLeader | None = Field(description="where writes go, when known")
+    term: int
+    failovers: int | None = Field(None, description="times this member took the lead from another")
+    discardedGenerations: int | None = Field(
+        None, description="generations of its own this member discarded on rejoining (never replicated)"
+    )
+
+
 class PromoteRequest(BaseModel):
     force: bool = Field(False, description="promote even when collections are not copied or behind")
     waitMs: int = Field(10_000, description="how long to wait for the replica to catch up (0..300000)")
@@ -479,6 +496,9 @@ class Overview(BaseModel):
     storePageBytes: int = Field(description="the size of one page")
     replica: ReplicaResponse | None = Field(
         None, description=f"on a read replica: its primary and lag ([replicas]({guide('replicas.md')}))"
+    )
+    ha: HaResponse | None = Field(
+        None, description=f"on a fail-over member: its role and leader ([failover]({guide('failover.md')}))"
     )
 
 

@@ -156,7 +156,16 @@ def ready_message(config: ServerConfig, port: int) -> str:
 @contextlib.contextmanager
 def following(store: Store, config: ServerConfig) -> Iterator[None]:
     """Follows ``config.replica_of`` into ``store`` while the server runs (a read replica); without it, a
-    store that is a replica is served read-only, with a warning."""
+    store that is a replica is served read-only, with a warning. A fail-over member (``--ha-etcd``)
+    runs its member instead (:mod:`diffstore.ha.member`): it follows whichever member leads."""
+    if config.ha_etcd:
+        from diffstore.ha.member import running_member
+
+        with running_member(store, config):
+            yield
+        return
+    if store.ha_record() is not None and store.ha_clear():
+        _log.warning("this store was a fail-over member: served without --ha-etcd, it is a plain server now")
     if config.replica_of is None:
         state = store.replica_state()
         if state.following:
@@ -304,7 +313,7 @@ def supervise(config: ServerConfig) -> int:
 
     A read replica's follower runs here, in the supervisor, over a store of its own.
     """
-    if config.replica_of is not None:
+    if config.replica_of is not None or config.ha_etcd:
         with _open_store(config) as store, following(store, config):
             return _supervise(config)
     with _open_store(config):  # fails here, with one clear error, if the directory cannot be a store

@@ -48,6 +48,7 @@ SPEC_ROUTES = {
     ("GET", "/replication"),  # SPEC §9: any server's role and term (docs/replicas.md)
     ("POST", "/replica/stepDown"),  # SPEC §9: fencing the old primary
     ("POST", "/replica/stepUp"),  # an abandoned promotion lifts its fencing
+    ("GET", "/ha"),  # SPEC §9: a fail-over member's role (docs/failover.md)
 }
 BEYOND_SPEC_ROUTES = {
     ("POST", "/collections/{c}/phantom/changes"),  # transform previews (docs/protocol.md)

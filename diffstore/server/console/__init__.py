@@ -34,6 +34,7 @@ from diffstore.engine import overview
 from diffstore.server import schemas
 from diffstore.server.exchange import Exchange, handle, respond
 from diffstore.server.negotiation import response_codec
+from diffstore.server.routes.ha import ha_to_wire
 from diffstore.server.routes.replica import replica_to_wire
 from diffstore.server.routing import route
 from diffstore.wire import Body, decode_es
@@ -90,6 +91,7 @@ def overview_to_wire(x: Exchange) -> Body:
         "storeFreePages": room.free_pages,
         "storePageBytes": room.page_bytes,
         "replica": replica_to_wire(x.store, time.time_ns() // 1_000_000) if x.store.read_only() else None,
+        "ha": ha_to_wire(x.store) if x.store.ha_record() is not None else None,
     }
 
 

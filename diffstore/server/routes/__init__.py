@@ -12,6 +12,7 @@ from diffstore.server.routes import (
     digest,
     generation,
     generations,
+    ha,
     health,
     items,
     leases,
@@ -47,6 +48,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     revert.router,
     replica.router,
     digest.router,
+    ha.router,
 )
 
 # served in raw ASGI before the router (see diffstore.server.fastlane); the routers above document them

@@ -469,6 +469,7 @@ function collectionRows(collections) {
 async function viewCollections(signal) {
   main().innerHTML = `<h2>Collections <span id="count" class="muted"></span></h2>
 <p id="replica" hidden></p>
+<p id="ha" hidden></p>
 <div class="toolbar"><label>Filter<input id="filter" placeholder="name contains" autocomplete="off"></label>
 <span class="muted">Reader lag counts the committed generations of the target after the reader's generation.
 “Moved” is when this page saw a reader move (the store does not record when readers move).</span></div>
@@ -504,6 +505,15 @@ async function viewCollections(signal) {
         (behind.length ? `behind: ${behind.join(", ")}` : "caught up") +
         (copying.length ? ` · copying: ${copying.join(", ")}` : "") +
         (stalled.length ? ` · ${stalled.join(" · ")}` : "");
+    }
+    const ha = document.getElementById("ha");
+    ha.hidden = !overview.ha;
+    if (overview.ha) {
+      // a fail-over member (docs/failover.md): its role, the leader it knows, the term
+      const h = overview.ha;
+      const leader = h.leader ? `${esc(h.leader.member || "")} (${esc(h.leader.url)})` : "none known";
+      ha.innerHTML = `Fail-over cluster <b>${esc(h.cluster)}</b>: member <b>${esc(h.member)}</b> is ` +
+        `<b>${esc(h.role)}</b> · leader ${leader} · term ${h.term}`;
     }
     const tbody = document.querySelector("#collections tbody");
     if (!overview.collections.length) {
