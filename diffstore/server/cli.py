@@ -50,6 +50,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             port=args.port,
             token=token,
             token_file=args.token_file,
+            token_poll_s=args.token_poll_s,
             commit_delay_ms=args.commit_delay_ms,
             sync=args.sync,
             map_size=args.map_size,
@@ -193,6 +194,13 @@ def add_commands(subparsers: Any) -> None:
         help="scoped tokens, one a line: NAME SECRET SCOPE [COLLECTIONS-GLOB] with SCOPE read, write or"
         " admin ('#' comments); re-read when it changes and on SIGHUP (a bad file keeps the old tokens);"
         f" with --token both are accepted (see {guide('security.md')})",
+    )
+    parser.add_argument(
+        "--token-poll-s",
+        metavar="S",
+        type=float,
+        default=1.0,
+        help="look at --token-file for a change every S seconds (default 1; SIGHUP re-reads it at once)",
     )
     parser.add_argument(
         "--allow-unauthenticated",

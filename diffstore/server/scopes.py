@@ -15,8 +15,8 @@ The glob (``fnmatch``, case-sensitive; default ``*``) bounds what a token may ch
 read: a pipeline's token writes its own target and still reads its sources. On a ``read`` line it must be
 ``*`` (a narrower one would promise a restriction that does not exist).
 
-Invariants: names and secrets are unique in a file; no error message ever holds a secret (a bad line is
-named by its number and, when it has one, its name).
+Invariants: secrets are unique in a file, and the lines of one name have one scope and glob; no error
+message ever holds a secret (a bad line is named by its number and, when it has one, its name).
 """
 
 from __future__ import annotations
@@ -54,12 +54,16 @@ class TokenFileError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Token:
-    """One token of the file: who (``name``, in logs and metrics), its ``secret``, ``scope`` and ``glob``."""
+    """One token of the file: who (``name``, in logs and metrics), its ``secret``, ``scope`` and ``glob``.
+
+    A name may have several secrets (lines) at once, with one scope and glob: that is how a secret is
+    rotated (add the new line, move the clients, remove the old line) under one name."""
 
     name: str
     secret: bytes
     scope: TokenScope
     glob: str = "*"
+    line: int = 0  # where the file has it (0: not from the file)
 
     def __repr__(self) -> str:  # a token in a traceback or a log must not carry its secret
         return f"Token(name={self.name!r}, scope={self.scope.label}, glob={self.glob!r})"
@@ -82,7 +86,7 @@ def parse_token_file(text: str, reserved: frozenset[str] = frozenset()) -> tuple
     """The tokens of a token file's ``text`` (names in ``reserved`` are refused: another source has them).
 
     Raises:
-        TokenFileError: a malformed line, a duplicate name or secret, or no token at all.
+        TokenFileError: a malformed line, a duplicate secret, a name with two scopes, or no token at all.
     """
     tokens: list[Token] = []
     names: dict[str, int] = {}
@@ -111,13 +115,18 @@ def parse_token_file(text: str, reserved: frozenset[str] = frozenset()) -> tuple
             )
         if name in reserved:
             raise TokenFileError(f"{where}: the name {name!r} is taken by --token")
-        if name in names:
-            raise TokenFileError(f"{where}: the name is already on line {names[name]}")
+        first = names.get(name)
+        if first is not None and (tokens[first].scope, tokens[first].glob) != (scope, glob):
+            raise TokenFileError(
+                f"{where}: the name is on line {tokens[first].line} with another scope or glob (one name, one"
+                " scope: a second line of a name is a second secret, for a rotation)"
+            )
         encoded = secret.encode("utf-8")
         if encoded in secrets:
             raise TokenFileError(f"{where}: the secret is already that of line {secrets[encoded]}")
-        names[name] = secrets[encoded] = number
-        tokens.append(Token(name, encoded, scope, glob))
+        secrets[encoded] = number
+        names.setdefault(name, len(tokens))
+        tokens.append(Token(name, encoded, scope, glob, number))
     if not tokens:
         raise TokenFileError("no token in the file (every request would be refused)")
     return tuple(tokens)
