@@ -39,6 +39,7 @@ TOKEN = "diffstore.token"  # the request scope's key of the token that was let i
 UNDECLARED = Access(TokenScope.ADMIN)  # a route without a declaration: refusing is the safe mistake
 UNROUTED = Access(TokenScope.READ)  # a path no route serves: 404/405 for a known token
 _COLLECTION = "/collections/"
+SEEN_MAX = 4096
 
 
 class Matched:
@@ -65,15 +66,16 @@ def walk_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
 class RouteTable:
     """Finds the declaration of the route a request goes to, as the router would, without its cost.
 
-    Fixed paths and ``/collections/{c}<fixed suffix>`` are found in dicts (a point get costs two dict
-    lookups); the few templates with more parameters (cursors, reader and lease names) by their regex,
-    in the router's order.
+    A path met before is found in one dict (at most :data:`SEEN_MAX` are kept); otherwise fixed paths and
+    ``/collections/{c}<fixed suffix>`` are found in dicts, the few templates with more parameters
+    (cursors, reader and lease names) by their regex, in the router's order.
     """
 
     def __init__(self, routes: Iterable[BaseRoute]) -> None:
         self.exact: dict[tuple[str, str], Matched] = {}
         self.suffixes: dict[tuple[str, str], tuple[Access, str]] = {}
         self.patterns: list[tuple[frozenset[str], re.Pattern[str], Access, str]] = []
+        self.seen: dict[tuple[str, str], Matched] = {}  # paths met, with their answer
         for route in walk_routes(routes):
             path: str | None = getattr(route, "path", None)
             regex: re.Pattern[str] | None = getattr(route, "path_regex", None)
@@ -92,9 +94,17 @@ class RouteTable:
                 self.patterns.append((methods, regex, access, template))
 
     def find(self, method: str, path: str) -> Matched:
-        found = self.exact.get((method, path))
+        key = (method, path)
+        found = self.exact.get(key) or self.seen.get(key)
         if found is not None:
             return found
+        found = self._find(method, path)
+        if len(self.seen) >= SEEN_MAX:  # cursors make every path new: keep the memory bounded
+            self.seen.clear()
+        self.seen[key] = found
+        return found
+
+    def _find(self, method: str, path: str) -> Matched:
         if path.startswith(_COLLECTION):
             end = path.find("/", len(_COLLECTION))
             name = path[len(_COLLECTION) :] if end < 0 else path[len(_COLLECTION) : end]

@@ -150,20 +150,27 @@ def load_token_file(path: str, reserved: frozenset[str] = frozenset()) -> tuple[
 class TokenTable:
     """An immutable set of tokens, looked up by the secret a request carries.
 
-    The lookup hashes the given secret (SHA-256) and finds the token by its hash, then compares the
-    secrets with :func:`hmac.compare_digest`: what a request's timing can tell is about hashes, never
-    about how much of a secret it guessed right.
+    The lookup compares the given secret with the last token found (most requests in a row carry the
+    same one), else hashes it (SHA-256) and finds the token by its hash; secrets are only ever compared
+    with :func:`hmac.compare_digest`: what a request's timing can tell is about hashes, never about how
+    much of a secret it guessed right.
     """
 
-    __slots__ = ("_by_digest", "tokens")
+    __slots__ = ("_by_digest", "_last", "tokens")
 
     def __init__(self, tokens: tuple[Token, ...]) -> None:
         self.tokens = tokens
         self._by_digest = {hashlib.sha256(token.secret).digest(): token for token in tokens}
+        self._last = tokens[0] if tokens else None
 
     def find(self, secret: bytes) -> Token | None:
         """The token whose secret is ``secret``, or None."""
+        last = self._last
+        # most requests in a row carry the same token: one constant-time comparison, no hashing
+        if last is not None and hmac.compare_digest(last.secret, secret):
+            return last
         token = self._by_digest.get(hashlib.sha256(secret).digest())
         if token is None or not hmac.compare_digest(token.secret, secret):
             return None
+        self._last = token
         return token

@@ -1,0 +1,205 @@
+"""What scoped tokens cost a point ``get``, against one bearer token (goal: <= 2% of get throughput).
+
+    .venv/bin/python benchmarks/scopes.py [--requests 100000] [--gets 3000] [--rounds 5] [--tokens 50]
+
+Two measures, each against its baseline in the same run:
+
+1. In-process, per request: the authentication middleware around a minimal ASGI app, called with the
+   scope of a point read (``POST /collections/c/get`` with its bearer header): the single-token check
+   diffstore had before scopes (``OneToken``, its code kept here as the baseline), then the scoped check
+   (:class:`diffstore.server.auth.ScopedAuth`: route lookup, token lookup, scope and glob) with one
+   ``--token`` and with a file of ``--tokens`` tokens. Printed: microseconds per request, and what the
+   scoped check adds as a share of a point get's cost over HTTP (measured in part 2).
+2. Over HTTP: two ``diffstore serve --workers 1`` over one data directory, one with ``--token T``, one
+   with ``--token-file F`` (``--tokens`` tokens, the client's a ``write`` token on a glob); one keep-alive
+   client each, N point gets per round, the servers in alternating order. Printed: gets per second of
+   each (median over rounds) and the ratio. The machine is shared with other jobs: this ratio moves by
+   several percent between runs, more than the check costs; part 1 is the precise figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import free_port, machine, ratio_line, stop, wait_for  # noqa: E402
+
+from diffstore.client import Client  # noqa: E402
+from diffstore.server.app import create_app  # noqa: E402
+from diffstore.server.audit import AuditTrail  # noqa: E402
+from diffstore.server.auth import RouteTable, ScopedAuth, walk_routes  # noqa: E402
+from diffstore.server.tokens import Tokens  # noqa: E402
+
+SECRET = "benchmark-secret-0123456789abcdef"
+
+
+class OneToken:
+    """The baseline: the single-token check of diffstore before scopes (its open paths, its header walk,
+    one constant-time comparison)."""
+
+    OPEN = frozenset({"/healthz", "/healthz/", "/", "/ui", "/docs", "/redoc", "/openapi.json"})
+    PREFIXES = ("/ui/", "/docs-assets/")
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = token.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OPEN or scope["path"].startswith(self.PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                given = value
+        scheme, _, credentials = given.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(b" "), self.expected):
+            await self.app(scope, receive, send)
+            return
+        raise AssertionError("refused")
+
+
+async def answer(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def receive() -> dict[str, Any]:
+    return {"type": "http.request", "body": b""}
+
+
+async def send(message: Any) -> None:
+    return None
+
+
+def get_scope(secret: str) -> dict[str, Any]:
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/msgpack"),
+        (b"accept", b"application/msgpack"),
+        (b"authorization", f"Bearer {secret}".encode()),
+        (b"content-length", b"12"),
+    ]
+    return {
+        "type": "http",
+        "path": "/collections/c/get",
+        "method": "POST",
+        "headers": headers,
+        "client": None,
+    }
+
+
+async def per_request_us(app: Any, scope: dict[str, Any], n: int) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        await app(dict(scope), receive, send)
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def token_file(path: Path, count: int) -> str:
+    """A file of ``count`` tokens; the client's (returned) is a write token on a glob, near the end."""
+    lines = [f"reader-{i} reader-secret-{i:04d}-0123456789 read" for i in range(count - 1)]
+    lines.append(f"etl {SECRET} write c*")
+    path.write_text("\n".join(lines) + "\n")
+    return SECRET
+
+
+def in_process(args: argparse.Namespace, directory: Path) -> tuple[float, float, float]:
+    app = create_app(None)  # type: ignore[arg-type]
+    table = RouteTable(list(walk_routes(app.routes)))
+    audit = AuditTrail(None)
+    baseline = OneToken(answer, SECRET)
+    one = ScopedAuth(answer, Tokens(SECRET, None), table, audit)
+    token_file(directory / "tokens", args.tokens)
+    many = ScopedAuth(answer, Tokens(None, str(directory / "tokens")), table, audit)
+    scope = get_scope(SECRET)
+    rounds: dict[str, list[float]] = {"base": [], "one": [], "many": []}
+    for _ in range(args.rounds):
+        for name, middleware in (("base", baseline), ("one", one), ("many", many)):
+            rounds[name].append(asyncio.run(per_request_us(middleware, scope, args.requests)))
+    return tuple(statistics.median(rounds[name]) for name in ("base", "one", "many"))  # type: ignore[return-value]
+
+
+def start(data: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    command = [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(data), "--port", str(port)]
+    process = subprocess.Popen([*command, "--workers", "1", "--log-level", "warning", *extra])
+    return process, port
+
+
+def over_http(args: argparse.Namespace, directory: Path) -> tuple[float, float]:
+    data = directory / "data"
+    token_file(directory / "tokens", args.tokens)
+    single, single_port = start(data, "--token-from-file", str(_one_line(directory / "token")))
+    scoped, scoped_port = start(data, "--token-file", str(directory / "tokens"))
+    try:
+        clients = {
+            "token": Client(f"http://127.0.0.1:{single_port}", token=SECRET),
+            "file": Client(f"http://127.0.0.1:{scoped_port}", token=SECRET),
+        }
+        wait_for(clients["token"].healthz, "the --token server", process=single)
+        wait_for(clients["file"].healthz, "the --token-file server", process=scoped)
+        clients["token"].create_collection("c", manual=False).put(b"key", b"v" * 100)
+        wait_for(lambda: clients["file"].collection("c").get(b"key") is not None, "the record's commit")
+        rates: dict[str, list[float]] = {"token": [], "file": []}
+        for round_ in range(args.rounds):
+            order = list(clients.items()) if round_ % 2 == 0 else list(reversed(clients.items()))
+            for name, client in order:
+                c = client.collection("c")
+                started = time.perf_counter()
+                for _ in range(args.gets):
+                    c.get(b"key")
+                rates[name].append(args.gets / (time.perf_counter() - started))
+        for client in clients.values():
+            client.close()
+        return statistics.median(rates["file"]), statistics.median(rates["token"])
+    finally:
+        stop(single)
+        stop(scoped)
+
+
+def _one_line(path: Path) -> Path:
+    path.write_text(SECRET + "\n")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=100_000, help="in-process calls per round")
+    parser.add_argument("--gets", type=int, default=3_000, help="HTTP point gets per round and server")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=50, help="tokens in the file")
+    args = parser.parse_args()
+    print(machine())
+    with tempfile.TemporaryDirectory() as directory:
+        base, one, many = in_process(args, Path(directory))
+        file_rate, token_rate = over_http(args, Path(directory))
+    get_us = 1e6 / token_rate
+    print(f"in-process, per request (median of {args.rounds} rounds of {args.requests:,}):")
+    print(ratio_line("scoped, --token", one, base, "us", "baseline: the single-token check"))
+    print(
+        ratio_line(f"scoped, {args.tokens}-token file", many, base, "us", "baseline: the single-token check")
+    )
+    print(
+        f"the scoped check adds {many - base:.2f} us to a request: {(many - base) / get_us:.2%} of a point"
+        f" get over HTTP ({get_us:.0f} us, part 2) (goal <= 2%)"
+    )
+    print(f"over HTTP, point gets per second (median of {args.rounds} rounds of {args.gets:,}):")
+    print(ratio_line(f"--token-file ({args.tokens})", file_rate, token_rate, "get/s", "baseline: --token"))
+
+
+if __name__ == "__main__":
+    main()
