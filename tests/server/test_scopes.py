@@ -342,3 +342,22 @@ def test_the_scheme_is_matched_in_any_case_and_the_old_token_is_admin(tmp_path: 
             "/collections/", json={**create, "collectionName": "y"}, headers=bearer("viewer")
         )
         assert answer.status_code == 403
+
+
+def test_a_replica_token_without_admin_cannot_fence_its_primary(scoped: Live, tmp_path: Path) -> None:
+    """Promotion tells the old primary to step down: with a ``write`` token there it is refused, the
+    replica says which token to change, and neither store changed."""
+    from diffstore.engine.store import Store
+    from diffstore.errors import Forbidden
+    from diffstore.replica.promotion import Promotion, promote
+
+    primary = scoped
+    before = snapshot(primary.store)
+    with Store.open(tmp_path / "replica") as replica:
+        replica.become_replica(primary.url, "replica-1")
+        with pytest.raises(Forbidden) as caught:
+            promote(replica, TOKENS["writer"][0], Promotion("http://127.0.0.1:9", force=True, wait_ms=0))
+        assert replica.replica_state().following  # still a replica
+    assert caught.value.scope == "admin"
+    assert "needs scope admin there" in caught.value.reason and TOKENS["writer"][0] not in caught.value.reason
+    assert snapshot(primary.store) == before

@@ -231,3 +231,21 @@ def test_sighup_rereads_the_file_of_a_real_serve(tmp_path: Path) -> None:
         process.terminate()
         process.wait(timeout=60)
         close_pipes(process)
+
+
+def test_serve_refuses_a_bad_token_file_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "tokens").write_text(f"ops {SECRET} root\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "diffstore", "serve", "--data", str(tmp_path / "data"),
+         "--port", str(free_port()), "--workers", "1", "--token-file", str(tmp_path / "tokens")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"diffstore serve: error: --token-file {tmp_path / 'tokens'}: line 1 (ops): the scope must be read,"
+        " write or admin, not 'root'"
+    ]
+    assert SECRET not in done.stderr + done.stdout
+    assert not (tmp_path / "data").exists()  # nothing opened
