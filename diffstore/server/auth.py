@@ -92,15 +92,16 @@ class RouteTable:
                     self.suffixes.setdefault((method, path[len(_COLLECTION) + 3 :]), (access, template))
             else:
                 self.patterns.append((methods, regex, access, template))
+        self.seen.update(self.exact)
 
     def find(self, method: str, path: str) -> Matched:
         key = (method, path)
-        found = self.exact.get(key) or self.seen.get(key)
+        found = self.seen.get(key)
         if found is not None:
             return found
         found = self._find(method, path)
-        if len(self.seen) >= SEEN_MAX:  # cursors make every path new: keep the memory bounded
-            self.seen.clear()
+        if len(self.seen) >= len(self.exact) + SEEN_MAX:  # cursors make every path new: bound the memory
+            self.seen = dict(self.exact)
         self.seen[key] = found
         return found
 
@@ -159,7 +160,7 @@ class ScopedAuth:
             await self.app(scope, receive, send)
             return
         method = scope["method"]
-        matched = self.routes.find(method, route_path(scope))
+        matched = self.routes.find(method, route_path(scope) if scope.get("root_path") else scope["path"])
         access = matched.access
         if access.scope is TokenScope.OPEN:
             await self.app(scope, receive, send)

@@ -361,3 +361,20 @@ def test_a_replica_token_without_admin_cannot_fence_its_primary(scoped: Live, tm
     assert caught.value.scope == "admin"
     assert "needs scope admin there" in caught.value.reason and TOKENS["writer"][0] not in caught.value.reason
     assert snapshot(primary.store) == before
+
+
+def test_the_route_table_answers_as_the_router_and_stays_bounded() -> None:
+    from diffstore.server.auth import SEEN_MAX, RouteTable
+
+    table = RouteTable(create_app(None).routes)  # type: ignore[arg-type]
+    assert table.find("POST", "/collections/x/put").access.scope is TokenScope.WRITE
+    assert table.find("POST", "/collections/x/put/").collection == "x"
+    assert table.find("GET", "/collections/x/query/abc").access.scope is TokenScope.READ
+    assert table.find("DELETE", "/collections/x/readers/r").access.audit == "deleteReader"
+    assert table.find("DELETE", "/collections/x").template == "/collections/{c}"
+    assert table.find("GET", "/healthz").access.scope is TokenScope.OPEN
+    assert table.find("GET", "/nowhere").template is None
+    for n in range(3 * SEEN_MAX):  # every cursor a new path
+        assert table.find("GET", f"/collections/x/diff/cursor{n}").collection == "x"
+    assert len(table.seen) <= len(table.exact) + SEEN_MAX
+    assert table.find("POST", "/collections/").access.collection_in_body
