@@ -11,6 +11,7 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   ├── InvalidRequest
     │   └── InvalidEncoding
     ├── Unauthorized .............. 401
+    ├── Forbidden ................. 403 a token whose scope does not cover the route (``scope``: needed)
     ├── NotFound .................. 404
     │   ├── NoSuchRoute
     │   ├── NoSuchCollection
@@ -83,6 +84,25 @@ class InvalidEncoding(BadRequest):
 
 class Unauthorized(DiffstoreError):
     code = "unauthorized"
+
+
+class Forbidden(DiffstoreError):
+    """A known token whose scope does not cover the request (``scope``: the scope it needed, ``read`` |
+    ``write`` | ``admin``). Nothing changed."""
+
+    code = "forbidden"
+
+    def __init__(self, reason: str = "", scope: str = "") -> None:
+        super().__init__(reason)
+        self.scope = scope
+
+    def details(self) -> dict[str, object]:
+        return {"scope": self.scope}
+
+    def take_details(self, body: dict[str, object]) -> None:
+        scope = body.get("scope")
+        if isinstance(scope, str):
+            self.scope = scope
 
 
 class NotFound(DiffstoreError):

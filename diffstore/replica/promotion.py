@@ -35,6 +35,7 @@ from diffstore.engine.store import Store
 from diffstore.errors import (
     DiffstoreError,
     Fenced,
+    Forbidden,
     NoSuchCollection,
     NoSuchRoute,
     NotReplica,
@@ -103,6 +104,12 @@ def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
                 _refuse_if_behind(
                     standings, asked, "the replica did not catch up with its stepped-down primary"
                 )
+        except Forbidden as exc:  # the primary's answer, relayed: say which token to change
+            raise Forbidden(
+                f"the primary {state.primary} refused the replica's token: {exc.reason} (the replica's"
+                " --replica-token-file needs scope admin there to fence it)",
+                exc.scope,
+            ) from exc
         except DiffstoreError as exc:
             if not unreachable(exc):
                 raise

@@ -11,7 +11,8 @@ from fastapi import FastAPI
 
 from diffstore.guides import guide
 from diffstore.server import console, docs, metrics
-from diffstore.server.auth import BearerAuth
+from diffstore.server.audit import AuditTrail
+from diffstore.server.auth import RouteTable, ScopedAuth
 from diffstore.server.budget import BodyBudget, Budget
 from diffstore.server.config import Limit, ServerConfig
 from diffstore.server.errors import install_error_handlers
@@ -21,6 +22,7 @@ from diffstore.server.openapi import build_openapi
 from diffstore.server.overview_watch import OverviewWatch
 from diffstore.server.routes import FAST_LANE, ROUTERS
 from diffstore.server.routes.replica import WriteGate
+from diffstore.server.tokens import Tokens
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -60,6 +62,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     watch = OverviewWatch(store)
     hub.on_close.append(watch.close)  # the overview's long polls answer at shutdown too
     server_metrics = metrics.ServerMetrics(store, hub)
+    tokens = Tokens(config.token, config.token_file, config.token_poll_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -69,9 +72,11 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
         watch.attach(asyncio.get_running_loop())
         server_metrics.attach()
         app.state.large_bodies = asyncio.Semaphore(1)  # bound to this loop
+        tokens.start()
         try:
             yield
         finally:
+            tokens.stop()
             server_metrics.detach()
             hub.close()
             hub.detach()
@@ -84,6 +89,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
         redirect_slashes=False,
         docs_url=None,  # served by diffstore.server.docs, with assets from the package
         redoc_url=None,
+        openapi_url=None,  # ... and so is /openapi.json, declared open like them
     )
     app.state.store = store
     app.state.config = config
@@ -92,6 +98,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.budget = Budget(config.inflight_body_max_bytes, config.inflight_connection_max_bytes)
     app.state.large_bodies = asyncio.Semaphore(1)  # see exchange.handle
     app.state.metrics = server_metrics
+    app.state.tokens = tokens
     routers = (*ROUTERS, docs.router, console.router, console.shell, metrics.router)
     for router in routers:
         app.include_router(router)
@@ -105,8 +112,10 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     # client holds nothing
     largest = max(config.limit(kind) for kind in Limit)
     app.add_middleware(BodyBudget, budget=app.state.budget, largest_body=largest)
-    if config.token is not None:
-        app.add_middleware(BearerAuth, token=config.token)
+    # always there: without tokens every request is let in, but the audit trail still logs admin actions
+    routes = RouteTable(route for router in routers for route in router.routes)
+    audit = AuditTrail(server_metrics if config.metrics else None)
+    app.add_middleware(ScopedAuth, tokens=tokens, routes=routes, audit=audit)
     if config.metrics:  # outermost: requests the authentication refuses count too
         app.add_middleware(
             metrics.HttpMetrics,

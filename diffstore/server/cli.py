@@ -27,13 +27,20 @@ def _serve_command(args: argparse.Namespace) -> int:
         token = tls.token_from_args(args, "serve", os.environ)
         link = tls.client_tls_from_args(args)
         tls.check_server_files(args.tls_cert, args.tls_key, args.tls_client_ca)
+        check_token_file(args.token_file, token)
     except InvalidRequest as exc:
         print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
         return 2
-    if token is None and not args.allow_unauthenticated and not is_loopback(args.host):
+    if (
+        token is None
+        and args.token_file is None
+        and not args.allow_unauthenticated
+        and not is_loopback(args.host)
+    ):
         print(
             f"diffstore serve: error: --host {args.host} is reachable from other machines and no token is"
-            " set; give --token (or DIFFSTORE_TOKEN), bind 127.0.0.1, or pass --allow-unauthenticated",
+            " set; give --token-file (or --token, DIFFSTORE_TOKEN), bind 127.0.0.1, or pass"
+            " --allow-unauthenticated",
             file=sys.stderr,
         )
         return 2
@@ -43,6 +50,8 @@ def _serve_command(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             token=token,
+            token_file=args.token_file,
+            token_poll_s=args.token_poll_s,
             commit_delay_ms=args.commit_delay_ms,
             sync=args.sync,
             map_size=args.map_size,
@@ -90,6 +99,18 @@ def _serve_command(args: argparse.Namespace) -> int:
     from diffstore.server.serving import serve
 
     return serve(config)
+
+
+def check_token_file(path: str | None, token: str | None) -> None:
+    """Reads the token file once, so that a bad one stops ``serve`` in one line before anything starts.
+
+    Raises:
+        InvalidRequest: the file cannot be read or is not a token file (the reason names the line).
+    """
+    if path is not None:
+        from diffstore.server.tokens import Tokens
+
+        Tokens(token, path)
 
 
 def replica_token(args: argparse.Namespace) -> str | None:
@@ -167,6 +188,21 @@ def add_commands(subparsers: Any) -> None:
         parser,
         "require 'Authorization: Bearer T' (other users of the machine can read it: prefer"
         " --token-from-file or $DIFFSTORE_TOKEN, the default)",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="F",
+        default=None,
+        help="scoped tokens, one a line: NAME SECRET SCOPE [COLLECTIONS-GLOB] with SCOPE read, write or"
+        " admin ('#' comments); re-read when it changes and on SIGHUP (a bad file keeps the old tokens);"
+        f" with --token both are accepted (see {guide('security.md')})",
+    )
+    parser.add_argument(
+        "--token-poll-s",
+        metavar="S",
+        type=float,
+        default=1.0,
+        help="look at --token-file for a change every S seconds (default 1; SIGHUP re-reads it at once)",
     )
     parser.add_argument(
         "--allow-unauthenticated",

@@ -29,7 +29,12 @@ class ServerConfig:
     Attributes:
         data_dir: the store's directory (used by the ``serve`` command; the app gets an open store).
         host, port: where ``serve`` listens; loopback by default.
-        token: when set, every route but ``/healthz`` requires ``Authorization: Bearer <token>``.
+        token: when set, every route but ``/healthz`` requires ``Authorization: Bearer <token>``: one token of
+            scope ``admin`` (named ``token`` in the audit trail).
+        token_file: the file of scoped tokens (``NAME SECRET SCOPE [COLLECTIONS-GLOB]`` lines, see
+            :mod:`diffstore.server.scopes`), re-read when it changes and on SIGHUP; with ``token`` too,
+            both are accepted.
+        token_poll_s: how often the token file is looked at for a change.
         commit_delay_ms: passed to the store (auto-commit delay of non-manual collections).
         sync: passed to the store: flush every commit to disk before answering (see ``StoreConfig.sync``).
         map_size: passed to the store: upper bound of its file in bytes (see ``StoreConfig.map_size``).
@@ -85,6 +90,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 3030
     token: str | None = None
+    token_file: str | None = None
+    token_poll_s: float = 1.0
     commit_delay_ms: int = 50
     sync: bool = True
     map_size: int = 1 << 40
@@ -133,6 +140,8 @@ class ServerConfig:
             raise InvalidRequest("port must be within 0..65535")
         if self.token is not None and not self.token.strip():
             raise InvalidRequest("token must not be empty (leave it unset for no authentication)")
+        if self.token_poll_s <= 0:
+            raise InvalidRequest("token_poll_s must be > 0")
         if self.inflight_body_max_bytes < 1 or self.inflight_connection_max_bytes < 1:
             raise InvalidRequest("inflight_body_max_bytes and inflight_connection_max_bytes must be >= 1")
         if self.backup_max_concurrent < 1:

@@ -27,6 +27,7 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.InvalidRequest: 400,
     e.InvalidEncoding: 400,
     e.Unauthorized: 401,
+    e.Forbidden: 403,
     e.NotFound: 404,
     e.NoSuchRoute: 404,
     e.NoSuchCollection: 404,

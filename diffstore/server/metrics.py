@@ -53,6 +53,8 @@ from prometheus_client.registry import Collector
 from diffstore.engine import overview
 from diffstore.server.longpoll import PARKED, REQUEST_STARTED
 from diffstore.server.prometheus_adapter import observe_all
+from diffstore.server.routing import declare
+from diffstore.server.scopes import TokenScope
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -429,6 +431,13 @@ class ServerMetrics:
             "GET /backup requests answered 503 overloaded: the cap of concurrent backups was reached",
             registry=own,
         )
+        self.audit = Counter(
+            "diffstore_audit",
+            "Audited requests (admin actions, writes outside a generation's data, refusals) by action,"
+            " token name and outcome",
+            ["action", "token", "outcome"],
+            registry=own,
+        )
         # (route, method, status) -> the two labelled children: labels() costs more than the update itself
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._remove_listener: Any = None
@@ -501,6 +510,10 @@ class ServerMetrics:
             self.observe_many(LONG_POLL_ROUTE, "GET", status, seconds)
         except Exception:  # counting must never break the fan-out
             _log.exception("counting long-poll answers failed")
+
+    def count_audit(self, action: str, token: str, outcome: str) -> None:
+        """One event of the audit trail (see :mod:`diffstore.server.audit`)."""
+        self.audit.labels(action, token, outcome).inc()
 
     def _labelled(self, route: str, method: str, status: int) -> tuple[Any, Any]:
         key = (route, method, status)
@@ -590,6 +603,7 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/metrics")
+@declare(TokenScope.READ)
 async def metrics_text(request: Request) -> Response:
     """The Prometheus text exposition (behind the token like every route)."""
     server_metrics: ServerMetrics = request.app.state.metrics

@@ -11,7 +11,8 @@ but the data directory: any of them serves any request, background work is taken
 commits reach every worker's long polls (see ``docs/process-model.md``). With ``workers=1`` the one
 process serves alone.
 
-On SIGTERM/SIGINT uvicorn stops accepting connections; :class:`GracefulServer` first answers every open
+On SIGHUP the token file is re-read (the supervisor forwards the signal to its workers). On SIGTERM/SIGINT
+uvicorn stops accepting connections; :class:`GracefulServer` first answers every open
 long-poll (they would otherwise hold the shutdown for up to ``timeoutMs``), then waits for running
 requests, runs the app's shutdown, and only then is the store closed. The supervisor forwards the
 signal to its workers and waits for them.
@@ -231,7 +232,10 @@ def serve_store(
     # while the event loop is busy waits up to 5 ms for the GIL, which caps a loaded server's point reads.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # uvicorn's loggers go through the handler diffstore.logs set up (text or JSON)
-    server = GracefulServer(create_app(store, config), config, on_ready, heartbeat, log_config=None)
+    app = create_app(store, config)
+    server = GracefulServer(app, config, on_ready, heartbeat, log_config=None)
+    # SIGHUP re-reads the token file (the handler only sets an event: the reading is the watcher's)
+    signal.signal(signal.SIGHUP, lambda signum, frame: app.state.tokens.reload_soon())
     # Everything imported so far lives as long as the process: keep it out of the collector's full
     # passes, which otherwise walk FastAPI's and pydantic's whole heap and stall the event loop.
     gc.collect()
@@ -276,6 +280,8 @@ def worker_main(
     bound to the supervisor's port (Linux), or on the supervisor's shared one; sets the ``ready`` event
     (a ``multiprocessing`` Event) once it accepts, then beats on ``heartbeat`` (see :func:`beat`).
     ``number``: which worker it is (1, 2, ...; a replacement gets the next one), in its JSON logs."""
+    # a SIGHUP forwarded before serve_store takes it must not end the worker (its default action)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if not _die_with_parent(supervisor):
         return  # the supervisor died while this worker was starting
     # a spawned process starts without handlers
@@ -343,6 +349,13 @@ def _supervise(config: ServerConfig) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     workers: dict[int, _Worker] = {}  # by the process's sentinel
+
+    def forward_hangup(signum: int, frame: object) -> None:  # each worker re-reads its token file
+        for worker in list(workers.values()):
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(worker.process.pid, signal.SIGHUP)  # type: ignore[arg-type]
+
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, forward_hangup)
     early_deaths = 0
     numbers = itertools.count(1)  # each worker's number in the logs; a replacement gets a new one
 

@@ -30,6 +30,7 @@ def test_statuses_follow_the_documented_tree() -> None:
     expected = {
         errors.BadRequest: 400,
         errors.Unauthorized: 401,
+        errors.Forbidden: 403,
         errors.NotFound: 404,
         errors.MethodNotAllowed: 405,
         errors.Conflict: 409,

@@ -36,7 +36,8 @@ from diffstore.server.exchange import Exchange, handle, respond
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routes.ha import ha_to_wire
 from diffstore.server.routes.replica import replica_to_wire
-from diffstore.server.routing import route
+from diffstore.server.routing import declare, route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, decode_es
 
 CHANGES_TIMEOUT_MAX_MS = 60_000
@@ -49,12 +50,14 @@ shell = APIRouter(include_in_schema=False)
 
 @shell.get("/")
 @shell.get("/ui")
+@declare(TokenScope.OPEN)
 async def to_console() -> RedirectResponse:
     return RedirectResponse("/ui/", status_code=307)
 
 
 @shell.get("/ui/")
 @shell.get("/ui/{name}")
+@declare(TokenScope.OPEN)
 async def static_file(name: str = "index.html") -> FileResponse:
     path = STATIC / name
     if "/" in name or name.startswith(".") or path.suffix not in _TYPES or not path.is_file():
@@ -95,7 +98,14 @@ def overview_to_wire(x: Exchange) -> Body:
     }
 
 
-@route(router, "GET", "/overview", answer=schemas.Overview, summary="Collections, readers and reader lag")
+@route(
+    router,
+    "GET",
+    "/overview",
+    answer=schemas.Overview,
+    summary="Collections, readers and reader lag",
+    scope=TokenScope.READ,
+)
 async def get_overview(request: Request) -> Response:
     return await handle(request, overview_to_wire)
 
@@ -106,6 +116,7 @@ async def get_overview(request: Request) -> Response:
     "/collections/{c}/generations",
     answer=schemas.GenerationList,
     summary="The committed generations, newest first, with commit time, changed keys and metadata",
+    scope=TokenScope.READ,
 )
 async def list_generations(
     request: Request,
@@ -145,6 +156,7 @@ async def list_generations(
     "/overview/changes",
     answer=schemas.OverviewVersion,
     summary="Long poll: the overview's version, as soon as it differs from since",
+    scope=TokenScope.READ,
 )
 async def overview_changes(
     request: Request,

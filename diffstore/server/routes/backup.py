@@ -49,6 +49,8 @@ from diffstore.errors import Overloaded, StorageError
 from diffstore.server.config import ServerConfig
 from diffstore.server.longpoll import RAW_SEND
 from diffstore.server.metrics import ServerMetrics
+from diffstore.server.routing import declare
+from diffstore.server.scopes import TokenScope
 from diffstore.server.uvicorn_adapter import abort_connection
 
 router = APIRouter(tags=["backup"])
@@ -192,6 +194,7 @@ class _BackupResponse(StreamingResponse):
 @router.get(
     "/backup",
     summary="Stream one consistent committed state of the store (see diffstore backup --url)",
+    openapi_extra={"x-diffstore-scope": "admin"},
     response_class=StreamingResponse,
     responses={
         200: {
@@ -203,6 +206,7 @@ class _BackupResponse(StreamingResponse):
         },
     },
 )
+@declare(TokenScope.ADMIN, audit="backup")
 async def get_backup(request: Request) -> StreamingResponse:
     store: Store = request.app.state.store
     config: ServerConfig = request.app.state.config

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request, Response
 
-from diffstore.server import schemas
+from diffstore.server import audit, schemas
+from diffstore.server.auth import require
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, CollectionState, retention_from_wire, retention_to_wire
 from diffstore.wire_requests import CreateCollectionRequest
 
@@ -15,7 +17,14 @@ router = APIRouter(tags=["collections"])
 _FIELDS = ("generationId", "nextGenerationId", "retention")
 
 
-@route(router, "GET", "/collections/", answer=schemas.CollectionList, summary="List collections by name")
+@route(
+    router,
+    "GET",
+    "/collections/",
+    answer=schemas.CollectionList,
+    summary="List collections by name",
+    scope=TokenScope.READ,
+)
 async def list_collections(request: Request) -> Response:
     def work(x: Exchange) -> Body:
         return {"items": [{"name": c.name, "isManual": c.manual} for c in x.store.collections()]}
@@ -23,10 +32,22 @@ async def list_collections(request: Request) -> Response:
     return await handle(request, work)
 
 
-@route(router, "POST", "/collections/", body=schemas.CreateCollection, answer=schemas.GenerationIdResponse)
+@route(
+    router,
+    "POST",
+    "/collections/",
+    body=schemas.CreateCollection,
+    answer=schemas.GenerationIdResponse,
+    scope=TokenScope.ADMIN,
+    audit="createCollection",
+    collection_in_body=True,
+)
 async def create_collection(request: Request) -> Response:
     def work(x: Exchange) -> Body:
         req = CreateCollectionRequest.from_wire(x.body, x.codec)
+        audit.note(request.scope, collection=req.collection_name)
+        # the name is in the body: an admin token of a narrower glob is checked here, before anything
+        require(request.scope, TokenScope.ADMIN, req.collection_name, "creating a collection")
         c = x.store.create_collection(
             req.collection_name,
             manual=req.manual,
@@ -44,6 +65,7 @@ async def create_collection(request: Request) -> Response:
     "/collections/{c}",
     answer=schemas.CollectionStateResponse,
     summary="Current and next generation",
+    scope=TokenScope.READ,
 )
 async def get_collection(
     request: Request,
@@ -73,6 +95,8 @@ async def get_collection(
     body=schemas.Retention,
     answer=schemas.RetentionResponse,
     summary="Replace the retention policy ({} removes it)",
+    scope=TokenScope.ADMIN,
+    audit="setRetention",
 )
 async def put_retention(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
@@ -88,6 +112,7 @@ async def put_retention(request: Request, c: str) -> Response:
     "/collections/{c}/retention",
     answer=schemas.RetentionResponse,
     summary="The retention policy",
+    scope=TokenScope.READ,
 )
 async def get_retention(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
@@ -96,7 +121,14 @@ async def get_retention(request: Request, c: str) -> Response:
     return await handle(request, work)
 
 
-@route(router, "DELETE", "/collections/{c}", summary="Delete a collection and every reader targeting it")
+@route(
+    router,
+    "DELETE",
+    "/collections/{c}",
+    summary="Delete a collection and every reader targeting it",
+    scope=TokenScope.ADMIN,
+    audit="deleteCollection",
+)
 async def delete_collection(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         x.store.delete_collection(c)

@@ -8,6 +8,7 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, diff_page_to_wire
 from diffstore.wire_requests import DiffRequest
 
@@ -21,6 +22,7 @@ router = APIRouter(tags=["diff"])
     body=schemas.StartDiff,
     answer=schemas.DiffResponse,
     columns=schemas.DiffColumnsResponse,
+    scope=TokenScope.READ,
 )
 async def start_diff(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
@@ -36,6 +38,7 @@ async def start_diff(request: Request, c: str) -> Response:
     "/collections/{c}/diff/{cursor_id}",
     answer=schemas.DiffResponse,
     columns=schemas.DiffColumnsResponse,
+    scope=TokenScope.READ,
 )
 async def next_diff_page(request: Request, c: str, cursor_id: str) -> Response:
     def work(x: Exchange) -> Body:
@@ -45,7 +48,11 @@ async def next_diff_page(request: Request, c: str, cursor_id: str) -> Response:
 
 
 @route(
-    router, "DELETE", "/collections/{c}/diff/{cursor_id}", summary="Forget a cursor (tokens hold no state)"
+    router,
+    "DELETE",
+    "/collections/{c}/diff/{cursor_id}",
+    summary="Forget a cursor (tokens hold no state)",
+    scope=TokenScope.READ,
 )
 async def delete_diff(request: Request, c: str, cursor_id: str) -> Response:
     def work(x: Exchange) -> Body:

@@ -12,6 +12,7 @@ from diffstore.engine.types import GenerationDigest
 from diffstore.server import schemas
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, Codec, decode_es
 
 router = APIRouter(tags=["integrity"])
@@ -36,6 +37,7 @@ class DigestList(BaseModel):
     "/collections/{c}/digest",
     answer=DigestResponse,
     summary="The order-independent digest of the live records at a committed generation (default: current)",
+    scope=TokenScope.READ,
 )
 async def digest(
     request: Request,
@@ -59,6 +61,7 @@ async def digest(
     "/collections/{c}/digests",
     answer=DigestList,
     summary="The committed generations, newest first, each with its digest (a page; nextBefore goes on)",
+    scope=TokenScope.READ,
 )
 async def digests(
     request: Request,

@@ -8,13 +8,16 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body
 from diffstore.wire_requests import GenerationRequest
 
 router = APIRouter(tags=["generations"])
 
 
-@route(router, "POST", "/collections/{c}/generation/start", body=schemas.StartGeneration)
+@route(
+    router, "POST", "/collections/{c}/generation/start", body=schemas.StartGeneration, scope=TokenScope.WRITE
+)
 async def start(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)
@@ -26,7 +29,13 @@ async def start(request: Request, c: str) -> Response:
     return await handle(request, work, Limit.OTHER)
 
 
-@route(router, "POST", "/collections/{c}/generation/commit", body=schemas.CommitGeneration)
+@route(
+    router,
+    "POST",
+    "/collections/{c}/generation/commit",
+    body=schemas.CommitGeneration,
+    scope=TokenScope.WRITE,
+)
 async def commit(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)
@@ -38,7 +47,9 @@ async def commit(request: Request, c: str) -> Response:
     return await handle(request, work, Limit.OTHER)
 
 
-@route(router, "POST", "/collections/{c}/generation/abort", body=schemas.AbortGeneration)
+@route(
+    router, "POST", "/collections/{c}/generation/abort", body=schemas.AbortGeneration, scope=TokenScope.WRITE
+)
 async def abort(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)

@@ -12,6 +12,7 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, Codec, Fields
 
 router = APIRouter(tags=["generations"])
@@ -27,6 +28,7 @@ DEFAULT_RECORDS = 1_000
     body=schemas.GenerationRecordsQuery,
     answer=schemas.GenerationRecordsResponse,
     summary="The records a committed generation wrote (a page; nextKey goes on)",
+    scope=TokenScope.READ,
 )
 async def generation_records(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:

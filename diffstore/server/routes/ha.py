@@ -12,6 +12,7 @@ from diffstore.engine.store import Store
 from diffstore.server import schemas
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body
 
 router = APIRouter(tags=["replica"])
@@ -46,6 +47,7 @@ def ha_to_wire(store: Store) -> Body:
     "/ha",
     answer=schemas.HaResponse,
     summary="A fail-over member's role (leader, replica, candidate, fenced), its leader and the term",
+    scope=TokenScope.READ,
 )
 async def ha(request: Request) -> Response:
     def work(x: Exchange) -> Body:

@@ -8,11 +8,19 @@ from diffstore.server import schemas
 from diffstore.server.exchange import respond
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 
 router = APIRouter(tags=["health"])
 
 
-@route(router, "GET", "/healthz", answer=schemas.Health, summary="Liveness (no token needed)")
+@route(
+    router,
+    "GET",
+    "/healthz",
+    answer=schemas.Health,
+    summary="Liveness (no token needed)",
+    scope=TokenScope.OPEN,
+)
 async def healthz(request: Request) -> Response:
     codec = response_codec(request.headers.get("accept"))
     health = request.app.state.store.health()

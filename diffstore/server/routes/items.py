@@ -19,6 +19,7 @@ from diffstore.server.exchange import Exchange, decode_body, handle
 from diffstore.server.fastlane import INLINE_MAX_BYTES, header, read_body, send_body, send_error
 from diffstore.server.negotiation import request_codec, response_codec
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import (
     Body,
     get_many_result_to_wire,
@@ -43,7 +44,14 @@ if TYPE_CHECKING:
 router = APIRouter(tags=["items"])
 
 
-@route(router, "POST", "/collections/{c}/get", body=schemas.GetItem, answer=schemas.GetResponse)
+@route(
+    router,
+    "POST",
+    "/collections/{c}/get",
+    body=schemas.GetItem,
+    answer=schemas.GetResponse,
+    scope=TokenScope.READ,
+)
 async def get(c: str) -> Response:
     """Documents the endpoint; every POST is answered by :func:`serve_get` in the fast lane."""
     raise RuntimeError("get is served in the fast lane, which create_app installs")
@@ -78,6 +86,7 @@ async def serve_get(lane: FastLane, collection: str, scope: Scope, receive: Rece
     answer=schemas.GetManyResponse,
     columns=schemas.GetManyColumnsResponse,
     summary="(beyond SPEC) the records of up to 10,000 keys at one generation, in the order asked",
+    scope=TokenScope.READ,
 )
 async def get_many(request: Request, c: str) -> Response:
     # put's body limit (4 MiB), not the 64 KiB of other routes: 10,000 keys must fit
@@ -94,6 +103,7 @@ async def get_many(request: Request, c: str) -> Response:
     "/collections/{c}/getKeysAround",
     body=schemas.GetKeysAround,
     answer=schemas.KeysAroundResponse,
+    scope=TokenScope.READ,
 )
 async def get_keys_around(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
@@ -103,7 +113,14 @@ async def get_keys_around(request: Request, c: str) -> Response:
     return await handle(request, work, Limit.OTHER)
 
 
-@route(router, "POST", "/collections/{c}/put", body=schemas.PutOne, answer=schemas.PutResponse)
+@route(
+    router,
+    "POST",
+    "/collections/{c}/put",
+    body=schemas.PutOne,
+    answer=schemas.PutResponse,
+    scope=TokenScope.WRITE,
+)
 async def put(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         result = PutRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
@@ -112,7 +129,14 @@ async def put(request: Request, c: str) -> Response:
     return await handle(request, work, Limit.PUT)
 
 
-@route(router, "POST", "/collections/{c}/putMany", body=schemas.PutMany, answer=schemas.PutResponse)
+@route(
+    router,
+    "POST",
+    "/collections/{c}/putMany",
+    body=schemas.PutMany,
+    answer=schemas.PutResponse,
+    scope=TokenScope.WRITE,
+)
 async def put_many(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         result = PutManyRequest.from_wire(x.body, x.codec).run(x.store.collection(c))

@@ -8,6 +8,7 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, lineage_to_wire
 from diffstore.wire_requests import LineageRequest
 
@@ -21,6 +22,7 @@ router = APIRouter(tags=["lineage"])
     body=schemas.LineageQuery,
     answer=schemas.LineageResponse,
     summary="The readers moved by a generation's commit, walked depth levels back",
+    scope=TokenScope.READ,
 )
 async def lineage(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:

@@ -9,6 +9,7 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, phantom_changes_to_wire
 from diffstore.wire_requests import PhantomChangesRequest, StartPhantomRequest
 
@@ -22,6 +23,7 @@ router = APIRouter(tags=["phantoms"])
     body=schemas.StartPhantom,
     body_required=False,
     answer=schemas.PhantomResponse,
+    scope=TokenScope.WRITE,
 )
 async def start_phantom(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
@@ -38,6 +40,7 @@ async def start_phantom(request: Request, c: str) -> Response:
     body=schemas.PhantomChangesQuery,
     answer=schemas.PhantomChangesResponse,
     summary="What a phantom changes at a generation (beyond diffbelt)",
+    scope=TokenScope.READ,
 )
 async def phantom_changes(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:

@@ -8,6 +8,7 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, query_page_to_wire
 from diffstore.wire_requests import QueryRequest
 
@@ -22,6 +23,7 @@ router = APIRouter(tags=["query"])
     body_required=False,
     answer=schemas.QueryResponse,
     columns=schemas.QueryColumnsResponse,
+    scope=TokenScope.READ,
 )
 async def start_query(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
@@ -37,6 +39,7 @@ async def start_query(request: Request, c: str) -> Response:
     "/collections/{c}/query/{cursor_id}",
     answer=schemas.QueryResponse,
     columns=schemas.QueryColumnsResponse,
+    scope=TokenScope.READ,
 )
 async def next_query_page(request: Request, c: str, cursor_id: str) -> Response:
     def work(x: Exchange) -> Body:
@@ -46,7 +49,11 @@ async def next_query_page(request: Request, c: str, cursor_id: str) -> Response:
 
 
 @route(
-    router, "DELETE", "/collections/{c}/query/{cursor_id}", summary="Forget a cursor (tokens hold no state)"
+    router,
+    "DELETE",
+    "/collections/{c}/query/{cursor_id}",
+    summary="Forget a cursor (tokens hold no state)",
+    scope=TokenScope.READ,
 )
 async def delete_query(request: Request, c: str, cursor_id: str) -> Response:
     def work(x: Exchange) -> Body:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from diffstore.server import schemas
+from diffstore.engine.readers import HOLD_PREFIX
+from diffstore.server import audit, schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, readers_to_wire
 from diffstore.wire_requests import CreateReaderRequest, UpdateReaderRequest
 
 router = APIRouter(tags=["readers"])
 
 
-@route(router, "GET", "/collections/{c}/readers/", answer=schemas.ReaderList)
+@route(router, "GET", "/collections/{c}/readers/", answer=schemas.ReaderList, scope=TokenScope.READ)
 async def list_readers(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         return readers_to_wire(x.store.collection(c).readers(), x.out)
@@ -22,18 +24,35 @@ async def list_readers(request: Request, c: str) -> Response:
     return await handle(request, work)
 
 
-@route(router, "POST", "/collections/{c}/readers/", body=schemas.CreateReader)
+@route(
+    router,
+    "POST",
+    "/collections/{c}/readers/",
+    body=schemas.CreateReader,
+    scope=TokenScope.WRITE,
+    audit="createReader",
+)
 async def create_reader(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:
         req = CreateReaderRequest.from_wire(x.body, x.codec)
+        _replication_is_not_audited(request, req.reader_name)
         x.store.collection(c).create_reader(req.reader_name, req.collection_name, req.generation_id)
         return {}
 
     return await handle(request, work, Limit.OTHER)
 
 
-@route(router, "PUT", "/collections/{c}/readers/{name}", body=schemas.UpdateReader)
+@route(
+    router,
+    "PUT",
+    "/collections/{c}/readers/{name}",
+    body=schemas.UpdateReader,
+    scope=TokenScope.WRITE,
+    audit="moveReader",
+)
 async def update_reader(request: Request, c: str, name: str) -> Response:
+    _replication_is_not_audited(request, name)
+
     def work(x: Exchange) -> Body:
         req = UpdateReaderRequest.from_wire(x.body, x.codec)
         x.store.collection(c).update_reader(name, req.generation_id, expected=req.expected)
@@ -42,10 +61,25 @@ async def update_reader(request: Request, c: str, name: str) -> Response:
     return await handle(request, work, Limit.OTHER)
 
 
-@route(router, "DELETE", "/collections/{c}/readers/{name}", summary="Delete a reader (a missing one is OK)")
+@route(
+    router,
+    "DELETE",
+    "/collections/{c}/readers/{name}",
+    summary="Delete a reader (a missing one is OK)",
+    scope=TokenScope.WRITE,
+    audit="deleteReader",
+)
 async def delete_reader(request: Request, c: str, name: str) -> Response:
+    _replication_is_not_audited(request, name)
+
     def work(x: Exchange) -> Body:
         x.store.collection(c).delete_reader(name)
         return {}
 
     return await handle(request, work)
+
+
+def _replication_is_not_audited(request: Request, name: str) -> None:
+    """A replica's holds on its primary move with every generation it copies: replication, not a hand."""
+    if name.startswith(HOLD_PREFIX):
+        audit.note(request.scope, skip=True)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from diffstore.server import schemas
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body
 
 router = APIRouter(tags=["generations"])
@@ -20,6 +21,7 @@ router = APIRouter(tags=["generations"])
     "/collections/{c}/refs",
     answer=schemas.RefAnswer,
     summary="The generation a ref names (@current, @open, ~N, @reader:NAME, @TIME or an id) and its time",
+    scope=TokenScope.READ,
 )
 async def resolve_ref(
     request: Request,

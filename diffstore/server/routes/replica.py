@@ -32,6 +32,7 @@ from diffstore.server.exchange import Exchange, config_of, handle
 from diffstore.server.fastlane import header, route_path, send_error
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, Fields
 
 if TYPE_CHECKING:
@@ -132,7 +133,14 @@ def collection_to_wire(lag: ReplicaLag, now_ms: int) -> Body:
     return body
 
 
-@route(router, "GET", "/replica", answer=schemas.ReplicaResponse, summary="A read replica's primary and lag")
+@route(
+    router,
+    "GET",
+    "/replica",
+    answer=schemas.ReplicaResponse,
+    summary="A read replica's primary and lag",
+    scope=TokenScope.READ,
+)
 async def replica(request: Request) -> Response:
     def work(x: Exchange) -> Body:
         return replica_to_wire(x.store, time.time_ns() // 1_000_000)
@@ -167,6 +175,7 @@ def replication_to_wire(store: Store) -> Body:
     "/replication",
     answer=schemas.ReplicationResponse,
     summary="This server's role (primary, replica, fenced) and replication term",
+    scope=TokenScope.READ,
 )
 async def replication(request: Request) -> Response:
     def work(x: Exchange) -> Body:
@@ -183,6 +192,8 @@ async def replication(request: Request) -> Response:
     body_required=False,
     answer=schemas.PromoteResponse,
     summary="Stop following and accept writes, fencing the old primary (on a primary: 409 notReplica)",
+    scope=TokenScope.ADMIN,
+    audit="promote",
 )
 async def promote(request: Request) -> Response:
     address = str(request.base_url).rstrip("/")
@@ -204,6 +215,8 @@ async def promote(request: Request) -> Response:
     body=schemas.StepDownRequest,
     answer=schemas.ReplicationResponse,
     summary="A new primary, promoted at term, tells this one to step down (then it refuses writes: fenced)",
+    scope=TokenScope.ADMIN,
+    audit="stepDown",
 )
 async def step_down(request: Request) -> Response:
     def work(x: Exchange) -> Body:
@@ -221,6 +234,8 @@ async def step_down(request: Request) -> Response:
     body=schemas.StepUpRequest,
     answer=schemas.ReplicationResponse,
     summary="The promotion that stepped this primary down at term was abandoned: it takes writes again",
+    scope=TokenScope.ADMIN,
+    audit="stepUp",
 )
 async def step_up(request: Request) -> Response:
     def work(x: Exchange) -> Body:

@@ -8,6 +8,7 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body
 from diffstore.wire_revert import RevertRequest, revert_result_to_wire
 
@@ -21,6 +22,8 @@ router = APIRouter(tags=["generations"])
     body=schemas.Revert,
     answer=schemas.RevertResponse,
     summary="Write into the open generation the changes that make the collection equal to an earlier one",
+    scope=TokenScope.ADMIN,
+    audit="revert",
 )
 async def revert(request: Request, c: str) -> Response:
     def work(x: Exchange) -> Body:

@@ -10,12 +10,13 @@ from fastapi import APIRouter, Query, Request, Response
 from diffstore.server import schemas
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import Body, decode_es
 
 router = APIRouter(tags=["splits"])
 
 
-@route(router, "GET", "/collections/{c}/splits", answer=schemas.SplitsResponse)
+@route(router, "GET", "/collections/{c}/splits", answer=schemas.SplitsResponse, scope=TokenScope.READ)
 async def splits(
     request: Request,
     c: str,

@@ -32,6 +32,7 @@ from diffstore.server.longpoll import (
 )
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routing import route
+from diffstore.server.scopes import TokenScope
 from diffstore.wire import decode_es
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ MAX_TIMEOUT_MS = 300_000
     "/collections/{c}/generationId/stream",
     answer=schemas.GenerationIdResponse,
     summary="Long-poll for a new generation",
+    scope=TokenScope.READ,
 )
 async def stream_generation(
     c: str,
