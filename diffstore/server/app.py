@@ -21,6 +21,7 @@ from diffstore.server.openapi import build_openapi
 from diffstore.server.overview_watch import OverviewWatch
 from diffstore.server.routes import FAST_LANE, ROUTERS
 from diffstore.server.routes.replica import WriteGate
+from diffstore.server.synchronous import SynchronousReplication
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -60,6 +61,13 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     watch = OverviewWatch(store)
     hub.on_close.append(watch.close)  # the overview's long polls answer at shutdown too
     server_metrics = metrics.ServerMetrics(store, hub)
+    synchronous = SynchronousReplication(
+        store,
+        config.synchronous,
+        config.synchronous_timeout_s or None,  # 0: wait for ever
+        server_metrics.synchronous_wait_seconds.observe,
+    )
+    server_metrics.watch_synchronous(synchronous)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -72,6 +80,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
         try:
             yield
         finally:
+            synchronous.close()
             server_metrics.detach()
             hub.close()
             hub.detach()
@@ -92,6 +101,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.budget = Budget(config.inflight_body_max_bytes, config.inflight_connection_max_bytes)
     app.state.large_bodies = asyncio.Semaphore(1)  # see exchange.handle
     app.state.metrics = server_metrics
+    app.state.synchronous = synchronous
     routers = (*ROUTERS, docs.router, console.router, console.shell, metrics.router)
     for router in routers:
         app.include_router(router)

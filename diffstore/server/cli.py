@@ -67,6 +67,8 @@ def _serve_command(args: argparse.Namespace) -> int:
             tls_client_ca=args.tls_client_ca,
             replica_ca_file=link.ca_file,
             replica_cert=link.cert,
+            synchronous=args.synchronous,
+            synchronous_timeout_s=args.synchronous_timeout_s,
         )
     except InvalidRequest as exc:
         print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
@@ -294,6 +296,22 @@ def add_commands(subparsers: Any) -> None:
         metavar="F",
         default=None,
         help="read the primary's bearer token from file F (one line), so that it is on no command line",
+    )
+    parser.add_argument(
+        "--synchronous",
+        metavar="N",
+        type=int,
+        default=0,
+        help="acknowledge a commit (and an automatic collection's put) only once N replicas applied its"
+        " generation (default 0: at once; see the replicas guide, 'Synchronous replication')",
+    )
+    parser.add_argument(
+        "--synchronous-timeout-s",
+        metavar="S",
+        type=float,
+        default=10.0,
+        help="with --synchronous, how long a write waits for its replicas before answering 503"
+        " notReplicated -- committed here all the same (default 10; 0: wait for ever)",
     )
     add_tls_arguments(parser)
     logs.add_arguments(parser)

@@ -75,6 +75,11 @@ class ServerConfig:
         tls_cert, tls_key: PEM certificate and key: every worker serves HTTPS only (none: plain HTTP).
         tls_client_ca: PEM authority whose client certificates a TLS connection must show (none: not asked).
         replica_ca_file, replica_cert: how the replica link checks an ``https://`` primary and proves itself.
+        synchronous: a write (a manual collection's commit, an automatic collection's put or putMany) is
+            acknowledged only once this many replicas applied its generation (0: at once; see
+            ``docs/replicas.md``, "Synchronous replication", and :mod:`diffstore.server.synchronous`).
+        synchronous_timeout_s: how long such a write waits for them before it answers 503 ``notReplicated``
+            (committed here all the same); 0: for ever.
     """
 
     data_dir: str = "./data"
@@ -114,6 +119,8 @@ class ServerConfig:
     tls_client_ca: str | None = None
     replica_ca_file: str | None = None
     replica_cert: tuple[str, str] | None = None
+    synchronous: int = 0
+    synchronous_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:
@@ -136,6 +143,10 @@ class ServerConfig:
             raise InvalidRequest("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise InvalidRequest("--tls-client-ca needs --tls-cert and --tls-key")
+        if not 0 <= self.synchronous <= 64:
+            raise InvalidRequest("synchronous must be within 0..64 (replicas to wait for)")
+        if not 0 <= self.synchronous_timeout_s <= 86_400:
+            raise InvalidRequest("synchronous_timeout_s must be within 0..86400 (0: wait for ever)")
         if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:
             raise InvalidRequest("long_poll_default_ms must be within 0..long_poll_max_ms")
 

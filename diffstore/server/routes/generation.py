@@ -8,6 +8,7 @@ from diffstore.server import schemas
 from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
+from diffstore.server.synchronous import synchronous_of
 from diffstore.wire import Body
 from diffstore.wire_requests import GenerationRequest
 
@@ -28,14 +29,20 @@ async def start(request: Request, c: str) -> Response:
 
 @route(router, "POST", "/collections/{c}/generation/commit", body=schemas.CommitGeneration)
 async def commit(request: Request, c: str) -> Response:
+    committed: list[bytes] = []
+
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)
         x.store.collection(c).commit_generation(
             req.generation_id, update_readers=list(req.update_readers), lease=req.lease, metadata=req.metadata
         )
+        committed.append(req.generation_id)
         return {}
 
-    return await handle(request, work, Limit.OTHER)
+    response = await handle(request, work, Limit.OTHER)
+    # committed and the write lock let go: wait on the loop for the replicas (serve --synchronous N)
+    await synchronous_of(request).wait(c, committed[0])
+    return response
 
 
 @route(router, "POST", "/collections/{c}/generation/abort", body=schemas.AbortGeneration)
