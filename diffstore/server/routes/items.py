@@ -107,35 +107,39 @@ async def get_keys_around(request: Request, c: str) -> Response:
 
 @route(router, "POST", "/collections/{c}/put", body=schemas.PutOne, answer=schemas.PutResponse)
 async def put(request: Request, c: str) -> Response:
+    synchronous = synchronous_of(request)
     written: list[bytes] = []
 
     def work(x: Exchange) -> Body:
         req = PutRequest.from_wire(x.body, x.codec)
         result = req.run(x.store.collection(c))
-        written.extend(_automatic_generation(x, c, req.options.phantom_id, result))
+        if synchronous.enabled:
+            written.extend(_automatic_generation(x, c, req.options.phantom_id, result))
         return put_result_to_wire(result, x.out)
 
     response = await handle(request, work, Limit.PUT)
     for generation_id in written:  # its generation commits by itself; the replicas then apply it
-        await synchronous_of(request).wait(c, generation_id)
+        await synchronous.wait(c, generation_id)
     return response
 
 
 @route(router, "POST", "/collections/{c}/putMany", body=schemas.PutMany, answer=schemas.PutResponse)
 async def put_many(request: Request, c: str) -> Response:
+    synchronous = synchronous_of(request)
     written: list[bytes] = []
 
     def work(x: Exchange) -> Body:
         req = PutManyRequest.from_wire(x.body, x.codec)
         result = req.run(x.store.collection(c))
-        written.extend(_automatic_generation(x, c, req.options.phantom_id, result))
+        if synchronous.enabled:
+            written.extend(_automatic_generation(x, c, req.options.phantom_id, result))
         body = put_result_to_wire(result, x.out)
         del body["wasPut"]  # SPEC §3: putMany answers {generationId, skipped?}
         return body
 
     response = await handle(request, work, Limit.PUT_MANY, decode_put_many)
     for generation_id in written:
-        await synchronous_of(request).wait(c, generation_id)
+        await synchronous.wait(c, generation_id)
     return response
 
 
