@@ -20,9 +20,9 @@ FOLLOW_S = 120.0
 
 
 def _synchronous(
-    tmp_path: Path, servers: list[Server], required: int, timeout_s: float
+    tmp_path: Path, servers: list[Server], required: int, timeout_s: float, *extra: str
 ) -> tuple[Server, Server]:
-    args = ("--synchronous", str(required), "--synchronous-timeout-s", str(timeout_s))
+    args = ("--synchronous", str(required), "--synchronous-timeout-s", str(timeout_s), *extra)
     primary = Server(tmp_path / "primary", *args)
     servers.append(primary)
     primary.start()
@@ -89,6 +89,19 @@ def test_every_acknowledged_write_is_on_the_replica_when_answered(
         assert [(x["replicaId"], x["collections"], x["inSync"]) for x in shown["replicas"]] == [
             (replica_id, 5, True)
         ]
+
+
+def test_with_two_workers_a_hold_moved_through_the_other_worker_answers_the_write(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    # the replica's hold moves reach either worker; the waiting one re-reads the holds (docs/replicas.md)
+    primary, replica = _synchronous(tmp_path, servers, 1, 60, "--workers", "2")
+    with primary.client() as p, replica.client() as r:
+        _setup(p, r)
+        for n in range(1, 11):
+            g = b"g%03d" % n
+            _commit(p, g)
+            assert r.collection("M").get(b"k7").value == g  # type: ignore[union-attr]
 
 
 def test_kill9_of_the_replica_times_commits_out_and_they_resume_when_it_is_back(
