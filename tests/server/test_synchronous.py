@@ -8,6 +8,8 @@ replica processes, and kill -9 and SIGSTOP of them, are in ``tests/replica/test_
 from __future__ import annotations
 
 import concurrent.futures
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -174,6 +176,18 @@ def test_without_synchronous_nothing_waits_and_replication_does_not_show_it(tmp_
         m.commit_generation(b"g1")  # no replica applied it: answered all the same
         assert "synchronous" not in httpx.get(f"{url}/replication").json()
         assert "diffstore_synchronous_replicas " not in httpx.get(f"{url}/metrics").text
+
+
+def test_serve_refuses_a_bad_synchronous_setting_before_it_opens_anything(tmp_path: Path) -> None:
+    for bad in (["--synchronous", "-1"], ["--synchronous", "1", "--synchronous-timeout-s", "-2"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "diffstore.cli", "serve", "--data", str(tmp_path / "d"), *bad],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and "diffstore serve: error: synchronous" in done.stderr, done.stderr
+        assert not (tmp_path / "d").exists()  # nothing created
 
 
 def test_synchronous_settings_are_checked() -> None:
