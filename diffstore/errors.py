@@ -37,6 +37,7 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     │   └── CursorExpired
     ├── PayloadTooLarge ........... 413
     ├── Overloaded ................ 503 (with Retry-After)
+    ├── NotReplicated ............. 503 a write committed here that too few replicas confirmed in time
     └── StorageError .............. (an I/O failure underneath; the server answers 500)
         └── StorageFull ........... 507 (the map or the file system is full; the store stays readable)
 """
@@ -44,6 +45,7 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
 from __future__ import annotations
 
 import base64
+import contextlib
 from typing import ClassVar
 
 TEXT_FORM_PREFIX = "base64:"
@@ -274,6 +276,44 @@ class Overloaded(DiffstoreError):
 
     code = "overloaded"
     retry_after_s: ClassVar[int] = 1
+
+
+class NotReplicated(DiffstoreError):
+    """``serve --synchronous N``: a write committed on the primary (durable, visible there) that fewer than
+    ``required`` replicas confirmed applying within the synchronous timeout; a fail-over may lose it. Do
+    not send it again (it is committed): read it back, or wait for the replicas (``GET /replication``)."""
+
+    code = "notReplicated"
+
+    def __init__(
+        self, reason: str = "", generation_id: bytes | None = None, replicated: int = 0, required: int = 0
+    ) -> None:
+        super().__init__(reason)
+        self.generation_id = generation_id
+        self.replicated = replicated
+        self.required = required
+
+    def details(self) -> dict[str, object]:
+        found: dict[str, object] = {"replicated": self.replicated, "required": self.required}
+        if self.generation_id is not None:
+            found["generationId"] = self.generation_id  # bytes: the server writes it as an EncodedString
+        return found
+
+    def take_details(self, body: dict[str, object]) -> None:
+        for name in ("replicated", "required"):
+            value = body.get(name)
+            if isinstance(value, int):
+                setattr(self, name, value)
+        found = body.get("generationId")
+        if isinstance(found, bytes):
+            self.generation_id = found
+        elif isinstance(found, dict) and isinstance(found.get("value"), str):
+            text = found["value"]
+            if found.get("encoding") == "base64":
+                with contextlib.suppress(ValueError):
+                    self.generation_id = base64.b64decode(text, validate=True)
+            else:
+                self.generation_id = text.encode("utf-8")
 
 
 class StorageError(DiffstoreError):

@@ -177,8 +177,10 @@ class CollectionFollower:
             first = self.oldest_readable(listed)
             oldest = first.generation_id
             self.primary.delete_reader(self.reader)
-            # the hold first: from here on the primary's GC keeps what is visible there
-            self.primary.create_reader(self.reader, generation_id=oldest)
+            # the hold first, at null (the beginning): from here on the primary's GC keeps what is visible
+            # at oldest; it moves there once applied, as every hold moves to what the replica applied
+            # (a hold is the replica's confirmation: serve --synchronous counts them)
+            self.primary.create_reader(self.reader, generation_id=None)
             manual = self.client.collection(self.name).manual
             before, moves = self.first_moves(oldest)
             records: list[tuple[bytes, bytes | None]] = []
@@ -213,7 +215,7 @@ class CollectionFollower:
             before=before,
         )
         self.store.apply_replica_generation(step)
-        self.hold_at = oldest
+        self.move_hold(oldest)
         return oldest
 
     def first_moves(self, oldest: bytes) -> tuple[tuple[Reader, ...], tuple[Reader, ...]]:

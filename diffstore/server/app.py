@@ -22,6 +22,7 @@ from diffstore.server.openapi import build_openapi
 from diffstore.server.overview_watch import OverviewWatch
 from diffstore.server.routes import FAST_LANE, ROUTERS
 from diffstore.server.routes.replica import WriteGate
+from diffstore.server.synchronous import SynchronousReplication
 from diffstore.server.tokens import Tokens
 
 if TYPE_CHECKING:
@@ -63,6 +64,13 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     hub.on_close.append(watch.close)  # the overview's long polls answer at shutdown too
     server_metrics = metrics.ServerMetrics(store, hub)
     tokens = Tokens(config.token, config.token_file, config.token_poll_s)
+    synchronous = SynchronousReplication(
+        store,
+        config.synchronous,
+        config.synchronous_timeout_s or None,  # 0: wait for ever
+        server_metrics.synchronous_wait_seconds.observe,
+    )
+    server_metrics.watch_synchronous(synchronous)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,6 +85,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
             yield
         finally:
             tokens.stop()
+            synchronous.close()
             server_metrics.detach()
             hub.close()
             hub.detach()
@@ -99,6 +108,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.large_bodies = asyncio.Semaphore(1)  # see exchange.handle
     app.state.metrics = server_metrics
     app.state.tokens = tokens
+    app.state.synchronous = synchronous
     routers = (*ROUTERS, docs.router, console.router, console.shell, metrics.router)
     for router in routers:
         app.include_router(router)

@@ -78,6 +78,8 @@ def _serve_command(args: argparse.Namespace) -> int:
             replica_ca_file=link.ca_file,
             replica_cert=link.cert,
             **ha_cli.serve_options(args, args.tls_cert is not None),
+            synchronous=args.synchronous,
+            synchronous_timeout_s=args.synchronous_timeout_s,
         )
     except InvalidRequest as exc:
         print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
@@ -334,6 +336,22 @@ def add_commands(subparsers: Any) -> None:
         help="read the primary's bearer token from file F (one line), so that it is on no command line",
     )
     ha_cli.add_serve_arguments(parser)
+    parser.add_argument(
+        "--synchronous",
+        metavar="N",
+        type=int,
+        default=0,
+        help="acknowledge a commit (and an automatic collection's put) only once N replicas applied its"
+        " generation (default 0: at once; see the replicas guide, 'Synchronous replication')",
+    )
+    parser.add_argument(
+        "--synchronous-timeout-s",
+        metavar="S",
+        type=float,
+        default=10.0,
+        help="with --synchronous, how long a write waits for its replicas before answering 503"
+        " notReplicated -- committed here all the same (default 10; 0: wait for ever)",
+    )
     add_tls_arguments(parser)
     logs.add_arguments(parser)
     parser.set_defaults(func=_serve_command)

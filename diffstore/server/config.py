@@ -84,6 +84,11 @@ class ServerConfig:
             empty: it is not.
         ha_cluster, ha_member, ha_advertise: the cluster's name, this member's, the URL others reach it at.
         ha_ttl_s: the leader key's lease (a leader that cannot renew it stops writes after half of it).
+        synchronous: a write (a manual collection's commit, an automatic collection's put or putMany) is
+            acknowledged only once this many replicas applied its generation (0: at once; see
+            ``docs/replicas.md``, "Synchronous replication", and :mod:`diffstore.server.synchronous`).
+        synchronous_timeout_s: how long such a write waits for them before it answers 503 ``notReplicated``
+            (committed here all the same); 0: for ever.
     """
 
     data_dir: str = "./data"
@@ -130,6 +135,8 @@ class ServerConfig:
     ha_member: str | None = None
     ha_advertise: str | None = None
     ha_ttl_s: int = 10
+    synchronous: int = 0
+    synchronous_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:
@@ -156,6 +163,10 @@ class ServerConfig:
             raise InvalidRequest("--tls-client-ca needs --tls-cert and --tls-key")
         if self.ha_etcd and (self.ha_cluster is None or self.ha_member is None or self.ha_advertise is None):
             raise InvalidRequest("a fail-over member needs its cluster, its name and its advertised URL")
+        if not 0 <= self.synchronous <= 64:
+            raise InvalidRequest("synchronous must be within 0..64 (replicas to wait for)")
+        if not 0 <= self.synchronous_timeout_s <= 86_400:
+            raise InvalidRequest("synchronous_timeout_s must be within 0..86400 (0: wait for ever)")
         if not 0 <= self.long_poll_default_ms <= self.long_poll_max_ms:
             raise InvalidRequest("long_poll_default_ms must be within 0..long_poll_max_ms")
 

@@ -53,6 +53,7 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.CursorExpired: 410,
     e.PayloadTooLarge: 413,
     e.Overloaded: 503,
+    e.NotReplicated: 503,
     e.StorageError: 500,
     e.StorageFull: 507,
 }
@@ -74,7 +75,8 @@ def encode_error(exc: e.DiffstoreError, codec: Codec, method: str, path: str) ->
         log.error("%s %s failed: %r", method, path, exc)
     bytes_max = exc.bytes_max if isinstance(exc, e.PayloadTooLarge) else None
     body = error_to_wire(exc.code, exc.reason, bytes_max)
-    body.update(exc.details())
+    # bytes in the details (a generation id) are EncodedStrings of the answer's format
+    body.update({k: codec.es(v) if isinstance(v, bytes) else v for k, v in exc.details().items()})
     return status, codec.dumps(body)
 
 

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from diffstore.engine.events import WriteEvent
     from diffstore.engine.store import Store
     from diffstore.server.longpoll import CommitHub
+    from diffstore.server.synchronous import SynchronousReplication
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WAITERS_REFRESH_S = 0.5
@@ -287,6 +288,27 @@ def _ha_metrics(store: Store) -> Iterator[Metric]:
         "Generations of its own this member discarded on rejoining (the new leader never saw them)",
         value=record.discarded,
     )
+class _SynchronousCollector(Collector):
+    """``serve --synchronous N``: how many replicas confirm writes now, and how many are required."""
+
+    def __init__(self, synchronous: SynchronousReplication) -> None:
+        self.synchronous = synchronous
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.synchronous.enabled:
+            return
+        standings = self.synchronous.standings()
+        yield GaugeMetricFamily(
+            "diffstore_synchronous_replicas",
+            "Replicas that confirm writes now (caught up in every collection, or moved a hold within the"
+            " synchronous timeout)",
+            value=sum(standing.in_sync for standing in standings),
+        )
+        yield GaugeMetricFamily(
+            "diffstore_synchronous_replicas_required",
+            "Replicas a write waits for (serve --synchronous N)",
+            value=self.synchronous.required,
+        )
 
 
 PER_COLLECTION = frozenset({"diffstore_commits", "diffstore_records_written"})
@@ -438,11 +460,21 @@ class ServerMetrics:
             ["action", "token", "outcome"],
             registry=own,
         )
+        self.synchronous_wait_seconds = Histogram(
+            "diffstore_synchronous_wait_seconds",
+            "How long a write waited for its replicas to apply it (serve --synchronous N), time-outs too",
+            registry=own,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+        )
         # (route, method, status) -> the two labelled children: labels() costs more than the update itself
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._remove_listener: Any = None
         self._remove_delete_listener: Any = None
         self._refresher: asyncio.Task[None] | None = None
+
+    def watch_synchronous(self, synchronous: SynchronousReplication) -> None:
+        """Shows the synchronous replicas at scrape time (nothing when synchronous replication is off)."""
+        self.registry.register(_SynchronousCollector(synchronous))
 
     def attach(self) -> None:
         """Listens to the store's writes and keeps the waiter gauge fresh (call on the event loop)."""

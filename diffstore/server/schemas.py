@@ -439,6 +439,20 @@ class FencedBy(BaseModel):
     atMs: int
 
 
+class SynchronousReplica(BaseModel):
+    replicaId: str
+    collections: int = Field(description="collections it holds a hold in")
+    behind: int = Field(description="of those, how many its hold is below the current generation in")
+    lastMovedMs: int | None = Field(description="when this server last saw it move a hold (ms, epoch)")
+    inSync: bool = Field(description="it confirms writes now: caught up, or moved a hold within the timeout")
+
+
+class SynchronousStatus(BaseModel):
+    required: int = Field(description="replicas a write waits for")
+    timeoutS: float = Field(description="how long before 503 notReplicated (0: for ever)")
+    replicas: list[SynchronousReplica]
+
+
 class ReplicationResponse(BaseModel):
     role: str = Field(description="primary | replica | fenced (stepped down: writes answer 409 fenced)")
     term: int
@@ -447,6 +461,9 @@ class ReplicationResponse(BaseModel):
     fencedBy: FencedBy | None = None
     promotedFrom: str | None = Field(None, description="a promoted replica: its old primary")
     promotedAtMs: int | None = None
+    synchronous: SynchronousStatus | None = Field(
+        None, description="serve --synchronous N: the replicas writes wait for (absent when off)"
+    )
 
 
 class HaLeader(BaseModel):

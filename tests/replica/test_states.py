@@ -5,6 +5,8 @@ its state (``copying`` | ``following`` | ``stalled`` with why and since when) in
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 
 from diffstore.client import Client
@@ -37,10 +39,14 @@ def _collected_history(p: Client) -> None:
 
 
 def test_collected_history_is_copied_from_the_oldest_readable_generation(
-    primary: Server, replica: Server
+    tmp_path: Path, primary: Server, servers: list[Server]
 ) -> None:
-    with primary.client() as p, replica.client() as r:
+    with primary.client() as p:
         _collected_history(p)
+    # started after the history was collected: a replica already following M would have copied it at g1
+    replica = Server(tmp_path / "replica", "--replica-of", primary.url)
+    servers.append(replica.start())
+    with primary.client() as p, replica.client() as r:
         held = converged(p, r, FOLLOW_S)
         assert held["M"] == [b"g2"]
         assert [(x.key, x.value) for x in r.collection("M").query()] == [(b"k", b"2"), (b"other", b"x")]

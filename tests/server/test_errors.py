@@ -37,6 +37,7 @@ def test_statuses_follow_the_documented_tree() -> None:
         errors.Gone: 410,
         errors.PayloadTooLarge: 413,
         errors.Overloaded: 503,
+        errors.NotReplicated: 503,
         errors.StorageError: 500,
         errors.StorageFull: 507,
     }
@@ -47,9 +48,10 @@ def test_statuses_follow_the_documented_tree() -> None:
 
 
 def test_every_client_error_code_is_a_4xx() -> None:
-    """Every error but the server's own state (storage, load) is the request's: a 4xx."""
+    """Every error but the server's own state (storage, load, replicas) is the request's: a 4xx."""
+    server_side = errors.StorageError | errors.Overloaded | errors.NotReplicated
     for code, cls in errors.ERROR_CLASSES_BY_CODE.items():
-        if not issubclass(cls, errors.StorageError | errors.Overloaded) and cls is not errors.DiffstoreError:
+        if not issubclass(cls, server_side) and cls is not errors.DiffstoreError:
             assert 400 <= status_for(cls()) < 500, code
 
 

@@ -9,6 +9,7 @@ from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
 from diffstore.server.scopes import TokenScope
+from diffstore.server.synchronous import synchronous_of
 from diffstore.wire import Body
 from diffstore.wire_requests import GenerationRequest
 
@@ -37,14 +38,20 @@ async def start(request: Request, c: str) -> Response:
     scope=TokenScope.WRITE,
 )
 async def commit(request: Request, c: str) -> Response:
+    committed: list[bytes] = []
+
     def work(x: Exchange) -> Body:
         req = GenerationRequest.from_wire(x.body, x.codec)
         x.store.collection(c).commit_generation(
             req.generation_id, update_readers=list(req.update_readers), lease=req.lease, metadata=req.metadata
         )
+        committed.append(req.generation_id)
         return {}
 
-    return await handle(request, work, Limit.OTHER)
+    response = await handle(request, work, Limit.OTHER)
+    # committed and the write lock let go: wait on the loop for the replicas (serve --synchronous N)
+    await synchronous_of(request).wait(c, committed[0])
+    return response
 
 
 @route(

@@ -20,6 +20,7 @@ from diffstore.server.fastlane import INLINE_MAX_BYTES, header, read_body, send_
 from diffstore.server.negotiation import request_codec, response_codec
 from diffstore.server.routing import route
 from diffstore.server.scopes import TokenScope
+from diffstore.server.synchronous import synchronous_of
 from diffstore.wire import (
     Body,
     get_many_result_to_wire,
@@ -39,6 +40,7 @@ from diffstore.wire_requests import (
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
+    from diffstore.engine.types import PutResult
     from diffstore.server.fastlane import FastLane
 
 router = APIRouter(tags=["items"])
@@ -122,11 +124,20 @@ async def get_keys_around(request: Request, c: str) -> Response:
     scope=TokenScope.WRITE,
 )
 async def put(request: Request, c: str) -> Response:
+    synchronous = synchronous_of(request)
+    written: list[bytes] = []
+
     def work(x: Exchange) -> Body:
-        result = PutRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
+        req = PutRequest.from_wire(x.body, x.codec)
+        result = req.run(x.store.collection(c))
+        if synchronous.enabled:
+            written.extend(_automatic_generation(x, c, req.options.phantom_id, result))
         return put_result_to_wire(result, x.out)
 
-    return await handle(request, work, Limit.PUT)
+    response = await handle(request, work, Limit.PUT)
+    for generation_id in written:  # its generation commits by itself; the replicas then apply it
+        await synchronous.wait(c, generation_id)
+    return response
 
 
 @route(
@@ -138,10 +149,28 @@ async def put(request: Request, c: str) -> Response:
     scope=TokenScope.WRITE,
 )
 async def put_many(request: Request, c: str) -> Response:
+    synchronous = synchronous_of(request)
+    written: list[bytes] = []
+
     def work(x: Exchange) -> Body:
-        result = PutManyRequest.from_wire(x.body, x.codec).run(x.store.collection(c))
+        req = PutManyRequest.from_wire(x.body, x.codec)
+        result = req.run(x.store.collection(c))
+        if synchronous.enabled:
+            written.extend(_automatic_generation(x, c, req.options.phantom_id, result))
         body = put_result_to_wire(result, x.out)
         del body["wasPut"]  # SPEC §3: putMany answers {generationId, skipped?}
         return body
 
-    return await handle(request, work, Limit.PUT_MANY, decode_put_many)
+    response = await handle(request, work, Limit.PUT_MANY, decode_put_many)
+    for generation_id in written:
+        await synchronous.wait(c, generation_id)
+    return response
+
+
+def _automatic_generation(x: Exchange, c: str, phantom_id: bytes | None, result: PutResult) -> list[bytes]:
+    """The generation a write must see replicated before it is acknowledged (``serve --synchronous``): an
+    automatic collection's open generation when records went into it; none for a manual collection (its
+    commit waits), a phantom (never replicated) or a write that wrote nothing (skipped, if-not-present)."""
+    if phantom_id is not None or not result.records or x.store.collection(c).manual:
+        return []
+    return [result.generation_id]

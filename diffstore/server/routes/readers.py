@@ -10,6 +10,7 @@ from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
 from diffstore.server.scopes import TokenScope
+from diffstore.server.synchronous import synchronous_of
 from diffstore.wire import Body, readers_to_wire
 from diffstore.wire_requests import CreateReaderRequest, UpdateReaderRequest
 
@@ -37,9 +38,13 @@ async def create_reader(request: Request, c: str) -> Response:
         req = CreateReaderRequest.from_wire(x.body, x.codec)
         _replication_is_not_audited(request, req.reader_name)
         x.store.collection(c).create_reader(req.reader_name, req.collection_name, req.generation_id)
+        created.append(req.reader_name)
         return {}
 
-    return await handle(request, work, Limit.OTHER)
+    created: list[str] = []
+    response = await handle(request, work, Limit.OTHER)
+    synchronous_of(request).hold_moved(c, created[0])  # a replica's hold: writes may wait for it
+    return response
 
 
 @route(
@@ -58,7 +63,9 @@ async def update_reader(request: Request, c: str, name: str) -> Response:
         x.store.collection(c).update_reader(name, req.generation_id, expected=req.expected)
         return {}
 
-    return await handle(request, work, Limit.OTHER)
+    response = await handle(request, work, Limit.OTHER)
+    synchronous_of(request).hold_moved(c, name)  # a replica's hold moved: writes may wait for it
+    return response
 
 
 @route(

@@ -33,6 +33,7 @@ from diffstore.server.fastlane import header, route_path, send_error
 from diffstore.server.negotiation import response_codec
 from diffstore.server.routing import route
 from diffstore.server.scopes import TokenScope
+from diffstore.server.synchronous import SynchronousReplication, synchronous_of
 from diffstore.wire import Body, Fields
 
 if TYPE_CHECKING:
@@ -169,6 +170,25 @@ def replication_to_wire(store: Store) -> Body:
     return body
 
 
+def synchronous_to_wire(synchronous: SynchronousReplication) -> Body:
+    """``serve --synchronous N``: how many replicas a write waits for, and every replica the primary sees
+    through its holds, with whether it confirms writes now (reads every collection's readers)."""
+    return {
+        "required": synchronous.required,
+        "timeoutS": synchronous.timeout_s or 0,
+        "replicas": [
+            {
+                "replicaId": standing.replica_id,
+                "collections": standing.collections,
+                "behind": standing.behind,
+                "lastMovedMs": standing.last_moved_ms,
+                "inSync": standing.in_sync,
+            }
+            for standing in synchronous.standings()
+        ],
+    }
+
+
 @route(
     router,
     "GET",
@@ -178,8 +198,13 @@ def replication_to_wire(store: Store) -> Body:
     scope=TokenScope.READ,
 )
 async def replication(request: Request) -> Response:
+    synchronous = synchronous_of(request)
+
     def work(x: Exchange) -> Body:
-        return replication_to_wire(x.store)
+        body = replication_to_wire(x.store)
+        if synchronous.enabled:
+            body["synchronous"] = synchronous_to_wire(synchronous)
+        return body
 
     return await handle(request, work)
 
