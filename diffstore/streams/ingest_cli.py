@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -37,7 +36,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from diffstore import jobmetrics, logs, shell
+from diffstore import jobmetrics, logs, shell, tls
 from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
 from diffstore.collection import Collection
 from diffstore.engine.types import LeaseToken
@@ -86,12 +85,16 @@ def add_ingest_command(subparsers: Any) -> None:
     parser.add_argument("--collection", required=True, help="target manual collection")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--data", metavar="DIR", help="an embedded store directory")
-    target.add_argument("--url", type=shell.http_url, help="a remote diffstore server (http://host:port)")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("DIFFSTORE_TOKEN"),
-        help="with --url: bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
+    target.add_argument(
+        "--url", type=shell.http_url, help="a remote diffstore server (http://host:port or https://)"
     )
+    server = parser.add_argument_group("with --url")
+    tls.add_client_token_arguments(
+        server,
+        "bearer token of a server started with --token (env DIFFSTORE_TOKEN; other users of the machine"
+        " can read a command line: prefer the environment or --token-from-file)",
+    )
+    tls.add_client_arguments(server)
     parser.add_argument("--map-size", type=size_argument, default=None, help=f"with --data: {MAP_SIZE_HELP}")
     parser.add_argument("--window-records", type=int, default=10_000, help="records per generation (max)")
     parser.add_argument("--window-ms", type=float, default=500.0, help="age at which a window commits")
@@ -146,7 +149,13 @@ def _open_sink(args: argparse.Namespace) -> CollectionSink:
         return EngineSink.open(
             args.data, args.collection, create=args.create_collection, map_size=args.map_size
         )
-    return HttpSink.open(args.url, args.collection, create=args.create_collection, token=args.token or None)
+    return HttpSink.open(
+        args.url,
+        args.collection,
+        create=args.create_collection,
+        token=args.token or None,
+        **tls.client_kwargs(args),
+    )
 
 
 RATE_WINDOW_S = 5.0
