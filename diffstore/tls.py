@@ -108,7 +108,8 @@ class ClientTls:
                 context.load_cert_chain(crt, key, password=_no_prompt(self.key_password))
             except (OSError, ssl.SSLError) as exc:
                 raise InvalidRequest(
-                    f"client certificate {crt} (key {key}): {_key_reason(exc, CLIENT_KEY_PASSWORD_ENV)}"
+                    f"client certificate {crt} (key {key}): "
+                    f"{_key_reason(exc, key, f'--client-key-password-file or {CLIENT_KEY_PASSWORD_ENV}')}"
                 ) from exc
         return context
 
@@ -184,7 +185,7 @@ def check_server_files(
     try:
         context.load_cert_chain(cert, key, password=_no_prompt(key_password))
     except (OSError, ssl.SSLError) as exc:
-        reason = _key_reason(exc, f"--tls-key-password-file or {SERVER_KEY_PASSWORD_ENV}")
+        reason = _key_reason(exc, key, f"--tls-key-password-file or {SERVER_KEY_PASSWORD_ENV}")
         raise InvalidRequest(f"--tls-cert {cert} / --tls-key {key}: {reason}") from exc
     if client_ca is not None:
         try:
@@ -308,13 +309,23 @@ def _no_prompt(password: str | None) -> Any:
     return password if password is not None else (lambda: b"")
 
 
-def _key_reason(exc: BaseException, where: str) -> str:
-    """Why a certificate and key did not load; for an encrypted key, where its passphrase is given."""
+def _key_reason(exc: BaseException, key: str, where: str) -> str:
+    """Why a certificate and key did not load; for an encrypted key, where its passphrase is given (OpenSSL
+    only says "PEM lib")."""
     text = _reason(exc)
-    upper = text.upper()
-    if "BAD_DECRYPT" in upper or "BAD DECRYPT" in upper or "PROBLEMS_GETTING_PASSWORD" in upper:
+    if isinstance(exc, ssl.SSLError) and _encrypted(key):
         return f"the key is encrypted and its passphrase is missing or wrong (give it with {where}): {text}"
     return text
+
+
+def _encrypted(key: str) -> bool:
+    """Whether PEM file ``key`` holds an encrypted private key (PKCS#8's or the traditional header)."""
+    try:
+        with open(key, "rb") as file:
+            head = file.read(1 << 16)
+    except OSError:
+        return False
+    return b"BEGIN ENCRYPTED PRIVATE KEY" in head or b"Proc-Type: 4,ENCRYPTED" in head
 
 
 def secret_from(
@@ -438,8 +449,9 @@ class ShippedTls:
     read once where they do (:meth:`read`, on Spark's driver), pickled with the task, and written to a
     private directory only while a client loads them (:meth:`files`)."""
 
-    ca_pem: str | None = None
-    cert_pem: str | None = None
+    # none in a repr: the key is a secret, the certificates only noise in a log line
+    ca_pem: str | None = field(default=None, repr=False)
+    cert_pem: str | None = field(default=None, repr=False)
     key_pem: str | None = field(default=None, repr=False)
     key_password: str | None = field(default=None, repr=False)
 

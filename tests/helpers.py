@@ -144,7 +144,10 @@ def running_tls_server(
     data_dir: Path, certs: Certificates, client_ca: bool = False, token: str | None = None
 ) -> Iterator[LiveServer]:
     """:func:`running_server` over HTTPS with ``certs``' server certificate; with ``client_ca`` every
-    connection must show a client certificate of ``certs.ca`` (``serve --tls-client-ca``)."""
+    connection must show a client certificate of ``certs.ca`` (``serve --tls-client-ca``).
+
+    For clients that end before it: the server's thread cannot close the event loop while another process
+    (a Spark worker) still holds a TLS connection (uvloop: EBUSY); serve those with ``diffstore serve``."""
     import ssl
 
     import uvicorn
