@@ -20,6 +20,7 @@ import os
 import shutil
 import socket
 import ssl
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -326,6 +327,42 @@ def _encrypted(key: str) -> bool:
     except OSError:
         return False
     return b"BEGIN ENCRYPTED PRIVATE KEY" in head or b"Proc-Type: 4,ENCRYPTED" in head
+
+
+def key_pem(key: str, password: str | None, where: str) -> bytes:
+    """The PEM bytes of private key file ``key``; an encrypted one decrypted in memory with ``password``
+    by the ``openssl`` command (gRPC, the streams server's TLS, reads no encrypted key; the clear key never
+    touches the disk).
+
+    Raises:
+        InvalidRequest: the file unreadable, or an encrypted key without its passphrase, with a wrong one,
+            or without the ``openssl`` command.
+    """
+    try:
+        with open(key, "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise InvalidRequest(f"--tls-key {key}: {_reason(exc)}") from exc
+    if not _encrypted(key):
+        return data
+    if password is None:
+        raise InvalidRequest(f"--tls-key {key}: the key is encrypted: give its passphrase with {where}")
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise InvalidRequest(
+            f"--tls-key {key}: an encrypted key needs the openssl command to be decrypted (not on PATH)"
+        )
+    done = subprocess.run(
+        [openssl, "pkey", "-in", key, "-passin", "stdin"],
+        input=password.encode() + b"\n",
+        capture_output=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise InvalidRequest(
+            f"--tls-key {key}: the key is encrypted and its passphrase is wrong (given with {where})"
+        )
+    return done.stdout
 
 
 def secret_from(
