@@ -44,7 +44,7 @@ from diffstore.errors import DiffstoreError
 from diffstore.guides import guide
 from diffstore.lease_keeper import DEFAULT_TTL_MS, default_owner
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
-from diffstore.streams.commands import CONNECT_TIMEOUT_S
+from diffstore.streams.commands import CONNECT_TIMEOUT_S, add_hstream_ca_argument, hstream_roots
 from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ def add_ingest_command(subparsers: Any) -> None:
     parser.add_argument(
         "--hstream", required=True, metavar="URL", help="hstream://host[:port] or hstreams://"
     )
+    add_hstream_ca_argument(parser)
     parser.add_argument("--subscription", required=True, help="subscription id to consume")
     parser.add_argument("--collection", required=True, help="target manual collection")
     target = parser.add_mutually_exclusive_group(required=True)
@@ -131,13 +132,13 @@ PROBE_TIMEOUT_S = 10.0
 """How long the start-up check waits for the stream server."""
 
 
-def _check_subscription(url: str, subscription: str) -> None:
+def _check_subscription(url: str, subscription: str, roots: bytes | None = None) -> None:
     """Fails before anything is opened or created (``--create-collection``) when the stream side cannot work:
     a malformed ``--hstream`` (ValueError), a server that does not answer or a missing subscription
     (StreamError)."""
     from diffstore.streams.client import StreamClient, StreamClientConfig
 
-    with StreamClient(StreamClientConfig(url, timeout_s=PROBE_TIMEOUT_S)) as probe:
+    with StreamClient(StreamClientConfig(url, timeout_s=PROBE_TIMEOUT_S, root_certificates=roots)) as probe:
         probe.check_reachable(CONNECT_TIMEOUT_S)  # a server that is not there: said within 2 s, not 10
         probe.get_subscription(subscription)
 
@@ -270,7 +271,7 @@ def _lease_ttl(value: int) -> int | None:
 def run_ingest(args: argparse.Namespace) -> int:
     """Runs the ingestor until SIGTERM/SIGINT; returns the exit code."""
     # grpc (the 'streams' extra) is imported when ingest runs, so that `ingest --help` works without it
-    from diffstore.streams.client import StreamClient, StreamError
+    from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
     from diffstore.streams.ingest import IngestConfig, Ingestor, lease_name, load_mapper
 
     console = logs.console()
@@ -289,7 +290,8 @@ def run_ingest(args: argparse.Namespace) -> int:
             lease_owner=args.lease_owner or default_owner(),
             outage=RetryPolicy(give_up_after_s=args.give_up_after_s),
         )
-        _check_subscription(args.hstream, args.subscription)
+        roots = hstream_roots(args.hstream_ca_file)
+        _check_subscription(args.hstream, args.subscription, roots)
         sink = _open_sink(args)
     except (ValueError, ImportError, AttributeError, DiffstoreError, StreamError) as exc:
         report.say(
@@ -306,7 +308,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         labels = {"subscription": args.subscription, "collection": args.collection}
         outages = jobmetrics.OutageMetrics(registry, "ingest", labels)
         metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
-    client = StreamClient(args.hstream)
+    client = StreamClient(StreamClientConfig(args.hstream, root_certificates=roots))
     ingestor = Ingestor(client, sink, config, on_outage=None if outages is None else outages.on_outage)
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -103,3 +103,60 @@ def test_a_wrong_tls_setting_stops_ingest_in_one_line_and_creates_nothing(
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
         assert server.store.collections() == []
+
+
+def test_ingest_from_an_hstreams_server_of_a_private_ca(tmp_path: Path, certs: Certificates) -> None:
+    from diffstore.engine import Store
+    from diffstore.streams.client import StreamClientConfig
+    from diffstore.streams.server import ServerThread, StreamServerConfig
+
+    config = StreamServerConfig(
+        data_dir=tmp_path / "hstream",
+        port=0,
+        resend_tick=0.005,
+        assignment_interval=0.01,
+        sync=False,
+        tls_cert=certs.server_cert,
+        tls_key=certs.server_key,
+    )
+    server = ServerThread(config).start()
+    try:
+        with StreamClient(StreamClientConfig(server.url, root_certificates=certs.ca.read_bytes())) as streams:
+            streams.create_stream("s", shard_count=1)
+            streams.create_subscription("sub", "s")
+            ids = produce(streams, "s", [("k", b"%d" % i) for i in range(40)])
+        data = ["--data", str(tmp_path / "db")]
+        refused = subprocess.run(
+            ingest(server.url, *data),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=clean_env(),
+            timeout=WAIT_S,
+        )
+        assert refused.returncode == 2, refused.stderr  # (gRPC logs its handshake failures on stderr too)
+        assert "--hstream-ca-file" in refused.stderr.splitlines()[-1], refused.stderr
+        assert not (tmp_path / "db").exists()
+        command = ingest(server.url, *data, "--hstream-ca-file", str(certs.ca))
+        pipe = subprocess.PIPE
+        process = subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True, cwd=REPO, env=clean_env())
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            applied, deadline = 0, time.monotonic() + WAIT_S
+            while applied < len(ids):
+                assert time.monotonic() < deadline
+                line = process.stdout.readline()
+                assert line, process.stderr.read()
+                applied = int(json.loads(line)["applied"])
+            process.terminate()
+            assert process.wait(WAIT_S) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            close_pipes(process)
+    finally:
+        server.stop()
+    with Store.open(tmp_path / "db") as store:
+        record = store.collection("C").get(b"k")
+        assert record is not None and record.value == b"39"
