@@ -31,12 +31,12 @@ def test_promote_over_https_steps_the_old_primary_down(tmp_path: Path, certs: Ce
                 serving(tmp_path / "replica", certs, "--workers", "1", *link, *secured) as replica,
                 Client(replica.url, ca_file=str(certs.ca), cert=mine) as new,
             ):
-                wait_until(lambda: value_of(new, "c", b"k") == b"1", 60, interval=0.05)
+                wait_until(lambda: value_of(new, "c", b"k") == b"1", 180, interval=0.05)
                 plain = replica.url.replace("https://", "http://")
                 refused = cli("promote", "--url", plain)
                 assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
                 assert "the server speaks TLS (HTTPS) only" in refused.stderr
-                result = cli("promote", "--url", replica.url, *client_args(certs))
+                result = cli("promote", "--url", replica.url, "--wait", "120", *client_args(certs))
                 assert result.returncode == 0, result.stderr
                 assert "the old primary stepped down" in result.stdout, result.stdout
                 with pytest.raises(Fenced):
