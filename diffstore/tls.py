@@ -5,18 +5,27 @@ clients (``ca_file``, ``cert``), the CLI (``--ca-file``, ``--client-cert``, ``--
 link and ``backup --url`` read certificates the same way and fail with the same one-line messages.
 
 Environment (read by the CLI and by the clients when no file is given, as libpq reads ``PGSSLROOTCERT``):
-``DIFFSTORE_CA_FILE``, ``DIFFSTORE_CLIENT_CERT``, ``DIFFSTORE_CLIENT_KEY``.
+``DIFFSTORE_CA_FILE``, ``DIFFSTORE_CLIENT_CERT``, ``DIFFSTORE_CLIENT_KEY``, ``DIFFSTORE_CLIENT_KEY_PASSWORD``
+(the passphrase of an encrypted client key) and, for ``serve``, ``DIFFSTORE_TLS_KEY_PASSWORD``.
+
+:class:`ShippedTls` carries the same files' contents to processes that cannot read them (Spark's
+executors): read where the paths exist, written to a private temporary directory just long enough for
+the SSL context to load them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import ssl
+import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,16 +34,24 @@ from diffstore.errors import InvalidRequest
 CA_FILE_ENV = "DIFFSTORE_CA_FILE"
 CLIENT_CERT_ENV = "DIFFSTORE_CLIENT_CERT"
 CLIENT_KEY_ENV = "DIFFSTORE_CLIENT_KEY"
+CLIENT_KEY_PASSWORD_ENV = "DIFFSTORE_CLIENT_KEY_PASSWORD"
+SERVER_KEY_PASSWORD_ENV = "DIFFSTORE_TLS_KEY_PASSWORD"
 
 CA_FILE_HELP = (
     "PEM file of the certificate authority that signed the server's certificate, for https:// URLs of a"
     f" server with a private CA (env {CA_FILE_ENV}; default: the system's authorities)"
 )
+CertFiles = tuple[str, str] | tuple[str, str, str]
+"""A client certificate: (certificate, key) PEM files, or httpx's (certificate, key, key passphrase)."""
+
 CLIENT_CERT_HELP = (
     "PEM client certificate, for a server started with --tls-client-ca (with --client-key;"
     f" env {CLIENT_CERT_ENV})"
 )
 CLIENT_KEY_HELP = f"PEM private key of --client-cert (env {CLIENT_KEY_ENV})"
+CLIENT_KEY_PASSWORD_FILE_HELP = (
+    f"file holding the passphrase of an encrypted --client-key on one line (env {CLIENT_KEY_PASSWORD_ENV})"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,20 +60,38 @@ class ClientTls:
 
     ca_file: str | None = None
     cert: tuple[str, str] | None = None
+    key_password: str | None = field(default=None, repr=False)
 
     @classmethod
     def resolve(
         cls,
         ca_file: str | None,
-        cert: tuple[str, str] | None,
+        cert: CertFiles | None,
         environ: Mapping[str, str] | None = None,
     ) -> ClientTls:
-        """The given files, else those of the environment (``environ``; None: no environment)."""
+        """The given files, else those of the environment (``environ``; None: no environment).
+
+        ``cert`` may be httpx's ``(certificate, key, passphrase)``; without a passphrase there, an
+        encrypted key's comes from ``DIFFSTORE_CLIENT_KEY_PASSWORD``.
+        """
         env = environ or {}
         ca = ca_file if ca_file is not None else env.get(CA_FILE_ENV) or None
-        if cert is None and env.get(CLIENT_CERT_ENV):
-            cert = (env[CLIENT_CERT_ENV], env.get(CLIENT_KEY_ENV) or env[CLIENT_CERT_ENV])
-        return cls(ca, cert)
+        password = env.get(CLIENT_KEY_PASSWORD_ENV) or None
+        pair: tuple[str, str] | None = None
+        if cert is not None:
+            pair = (cert[0], cert[1])
+            if len(cert) == 3:
+                password = cert[2]
+        elif env.get(CLIENT_CERT_ENV):
+            pair = (env[CLIENT_CERT_ENV], env.get(CLIENT_KEY_ENV) or env[CLIENT_CERT_ENV])
+        return cls(ca, pair, password if pair is not None else None)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """``ca_file`` and ``cert`` of :class:`diffstore.client.Client` (the passphrase in ``cert``)."""
+        cert: CertFiles | None = self.cert
+        if self.cert is not None and self.key_password is not None:
+            cert = (*self.cert, self.key_password)
+        return {"ca_file": self.ca_file, "cert": cert}
 
     def context(self) -> ssl.SSLContext:
         """The client's SSL context (the system's authorities unless ``ca_file``).
@@ -71,26 +106,39 @@ class ClientTls:
         if self.cert is not None:
             crt, key = self.cert
             try:
-                context.load_cert_chain(crt, key)
+                context.load_cert_chain(crt, key, password=_no_prompt(self.key_password))
             except (OSError, ssl.SSLError) as exc:
-                raise InvalidRequest(f"client certificate {crt} (key {key}): {_reason(exc)}") from exc
+                raise InvalidRequest(
+                    f"client certificate {crt} (key {key}): "
+                    f"{_key_reason(exc, key, f'--client-key-password-file or {CLIENT_KEY_PASSWORD_ENV}')}"
+                ) from exc
         return context
 
 
-def client_tls_from_args(args: Any) -> ClientTls:
-    """The TLS files of a command with :func:`add_client_arguments` (its defaults come from the environment).
+def client_tls_from_args(args: Any, environ: Mapping[str, str] | None = None) -> ClientTls:
+    """The TLS files of a command with :func:`add_client_arguments` (its defaults come from the environment);
+    an encrypted key's passphrase from ``--client-key-password-file`` or ``$DIFFSTORE_CLIENT_KEY_PASSWORD``.
 
     Raises:
-        InvalidRequest: ``--client-key`` without ``--client-cert``.
+        InvalidRequest: ``--client-key`` without ``--client-cert``, or a passphrase file that cannot be read.
     """
     crt, key = getattr(args, "client_cert", None), getattr(args, "client_key", None)
     if key and not crt:
         raise InvalidRequest("--client-key needs --client-cert")
-    return ClientTls(getattr(args, "ca_file", None) or None, (crt, key or crt) if crt else None)
+    password = secret_from(
+        None,
+        getattr(args, "client_key_password_file", None),
+        CLIENT_KEY_PASSWORD_ENV,
+        ("", "--client-key-password-file"),
+        os.environ if environ is None else environ,
+    )
+    pair = (crt, key or crt) if crt else None
+    return ClientTls(getattr(args, "ca_file", None) or None, pair, password if pair else None)
 
 
 def add_client_arguments(parser: Any) -> None:
-    """``--ca-file``, ``--client-cert``, ``--client-key`` (defaults from the environment) on a parser."""
+    """``--ca-file``, ``--client-cert``, ``--client-key`` (defaults from the environment) and
+    ``--client-key-password-file`` on a parser."""
     parser.add_argument("--ca-file", metavar="F", default=os.environ.get(CA_FILE_ENV), help=CA_FILE_HELP)
     parser.add_argument(
         "--client-cert", metavar="F", default=os.environ.get(CLIENT_CERT_ENV), help=CLIENT_CERT_HELP
@@ -98,35 +146,48 @@ def add_client_arguments(parser: Any) -> None:
     parser.add_argument(
         "--client-key", metavar="F", default=os.environ.get(CLIENT_KEY_ENV), help=CLIENT_KEY_HELP
     )
+    parser.add_argument(
+        "--client-key-password-file", metavar="F", default=None, help=CLIENT_KEY_PASSWORD_FILE_HELP
+    )
 
 
-def uvicorn_options(cert: str | None, key: str | None, client_ca: str | None) -> dict[str, Any]:
+def uvicorn_options(
+    cert: str | None, key: str | None, client_ca: str | None, key_password: str | None = None
+) -> dict[str, Any]:
     """uvicorn's ``ssl_*`` options for a server's files (none: plain HTTP)."""
     if cert is None:
         return {}
     options: dict[str, Any] = {"ssl_certfile": cert, "ssl_keyfile": key}
+    if key_password is not None:
+        options["ssl_keyfile_password"] = key_password
     if client_ca is not None:
         options.update(ssl_ca_certs=client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
     return options
 
 
-def check_server_files(cert: str | None, key: str | None, client_ca: str | None) -> None:
+def check_server_files(
+    cert: str | None, key: str | None, client_ca: str | None, key_password: str | None = None
+) -> None:
     """Loads the server's files once, so that a bad one fails ``serve`` in one line before any worker starts.
 
     Raises:
-        InvalidRequest: a missing half of the pair, or a file that cannot be read or is not PEM.
+        InvalidRequest: a missing half of the pair, a file that cannot be read or is not PEM, or an
+            encrypted key without its passphrase (or with a wrong one).
     """
     if (cert is None) != (key is None):
         raise InvalidRequest("--tls-cert and --tls-key go together")
     if client_ca is not None and cert is None:
         raise InvalidRequest("--tls-client-ca needs --tls-cert and --tls-key")
+    if key_password is not None and cert is None:
+        raise InvalidRequest("a TLS key passphrase needs --tls-cert and --tls-key")
     if cert is None or key is None:
         return
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        context.load_cert_chain(cert, key)
+        context.load_cert_chain(cert, key, password=_no_prompt(key_password))
     except (OSError, ssl.SSLError) as exc:
-        raise InvalidRequest(f"--tls-cert {cert} / --tls-key {key}: {_reason(exc)}") from exc
+        reason = _key_reason(exc, key, f"--tls-key-password-file or {SERVER_KEY_PASSWORD_ENV}")
+        raise InvalidRequest(f"--tls-cert {cert} / --tls-key {key}: {reason}") from exc
     if client_ca is not None:
         try:
             context.load_verify_locations(client_ca)
@@ -220,7 +281,7 @@ def warn_secret_on_command_line(command: str, option: str, instead: str) -> None
     )
 
 
-def read_secret_file(path: str, option: str) -> str:
+def read_secret_file(path: str, option: str, what: str = "token") -> str:
     """The one-line secret in file ``path`` (surrounding blanks and the final newline dropped).
 
     Raises:
@@ -233,7 +294,7 @@ def read_secret_file(path: str, option: str) -> str:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InvalidRequest(f"{option} {path}: {reason}") from exc
     if not secret or any(ch in secret for ch in "\r\n"):
-        raise InvalidRequest(f"{option} {path} is empty or holds more than one line; give one token")
+        raise InvalidRequest(f"{option} {path} is empty or holds more than one line; give one {what}")
     return secret
 
 
@@ -241,6 +302,100 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror and not isinstance(exc, ssl.SSLError):
         return exc.strerror
     return str(exc) or type(exc).__name__
+
+
+def _no_prompt(password: str | None) -> Any:
+    """``load_cert_chain``'s password: without one, an encrypted key fails instead of OpenSSL asking for
+    its passphrase on the terminal (a server or a Spark task has nobody to answer)."""
+    return password if password is not None else (lambda: b"")
+
+
+def _key_reason(exc: BaseException, key: str, where: str) -> str:
+    """Why a certificate and key did not load; for an encrypted key, where its passphrase is given (OpenSSL
+    only says "PEM lib")."""
+    text = _reason(exc)
+    if isinstance(exc, ssl.SSLError) and _encrypted(key):
+        return f"the key is encrypted and its passphrase is missing or wrong (give it with {where}): {text}"
+    return text
+
+
+def _encrypted(key: str) -> bool:
+    """Whether PEM file ``key`` holds an encrypted private key (PKCS#8's or the traditional header)."""
+    try:
+        with open(key, "rb") as file:
+            head = file.read(1 << 16)
+    except OSError:
+        return False
+    return b"BEGIN ENCRYPTED PRIVATE KEY" in head or b"Proc-Type: 4,ENCRYPTED" in head
+
+
+def key_pem(key: str, password: str | None, where: str) -> bytes:
+    """The PEM bytes of private key file ``key``; an encrypted one decrypted in memory with ``password``
+    by the ``openssl`` command (gRPC, the streams server's TLS, reads no encrypted key; the clear key never
+    touches the disk).
+
+    Raises:
+        InvalidRequest: the file unreadable, or an encrypted key without its passphrase, with a wrong one,
+            or without the ``openssl`` command.
+    """
+    try:
+        with open(key, "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise InvalidRequest(f"--tls-key {key}: {_reason(exc)}") from exc
+    if not _encrypted(key):
+        return data
+    if password is None:
+        raise InvalidRequest(f"--tls-key {key}: the key is encrypted: give its passphrase with {where}")
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise InvalidRequest(
+            f"--tls-key {key}: an encrypted key needs the openssl command to be decrypted (not on PATH)"
+        )
+    done = subprocess.run(
+        [openssl, "pkey", "-in", key, "-passin", "stdin"],
+        input=password.encode() + b"\n",
+        capture_output=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise InvalidRequest(
+            f"--tls-key {key}: the key is encrypted and its passphrase is wrong (given with {where})"
+        )
+    return done.stdout
+
+
+def secret_from(
+    given: str | None,
+    path: str | None,
+    env_name: str,
+    options: tuple[str, str],
+    environ: Mapping[str, str],
+    command: str = "diffstore",
+) -> str | None:
+    """A secret from file ``path``, the command line (``given``, which warns once: every user of the
+    machine can read a command line) or ``environ[env_name]``, in that order; None when none is set.
+
+    Args:
+        options: the command-line option's name and the file option's (for the messages).
+
+    Raises:
+        InvalidRequest: both ``given`` and ``path``, the file unreadable, or the secret empty.
+    """
+    option, file_option = options
+    if given is not None and path is not None:
+        raise InvalidRequest(f"give {file_option} or {option}, not both")
+    if path is not None:
+        return read_secret_file(path, file_option, "secret")
+    if given is not None:
+        if not given:
+            raise InvalidRequest(f"{option} is empty")
+        warn_secret_on_command_line(command, option, f"{file_option} F or {env_name}")
+        return given
+    found = environ.get(env_name)
+    if found is not None and not found:
+        raise InvalidRequest(f"{env_name} is empty")
+    return found
 
 
 TOKEN_FROM_FILE_HELP = (
@@ -322,5 +477,61 @@ def add_client_token_arguments(parser: Any, token_help: str) -> None:
 
 def client_kwargs(args: Any) -> dict[str, Any]:
     """``ca_file`` and ``cert`` of :class:`diffstore.client.Client` from a command's options."""
-    files = client_tls_from_args(args)
-    return {"ca_file": files.ca_file, "cert": files.cert}
+    return client_tls_from_args(args).client_kwargs()
+
+
+@dataclass(frozen=True, slots=True)
+class ShippedTls:
+    """A client's TLS files by content, for processes where their paths do not exist (Spark's executors):
+    read once where they do (:meth:`read`, on Spark's driver), pickled with the task, and written to a
+    private directory only while a client loads them (:meth:`files`)."""
+
+    # none in a repr: the key is a secret, the certificates only noise in a log line
+    ca_pem: str | None = field(default=None, repr=False)
+    cert_pem: str | None = field(default=None, repr=False)
+    key_pem: str | None = field(default=None, repr=False)
+    key_password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def read(cls, files: ClientTls) -> ShippedTls | None:
+        """The contents of ``files`` (None when it names none).
+
+        Raises:
+            InvalidRequest: a file that cannot be read, named in one line.
+        """
+        if files.ca_file is None and files.cert is None:
+            return None
+        crt, key = files.cert if files.cert is not None else (None, None)
+        return cls(_text(files.ca_file), _text(crt), _text(key), files.key_password)
+
+    @contextmanager
+    def files(self) -> Iterator[ClientTls]:
+        """The files, written (mode 0600, in a directory only this user can enter) for the block only: a
+        client loads them when it is built, so none outlives the block."""
+        directory = tempfile.mkdtemp(prefix="diffstore-tls-")
+        try:
+
+            def written(name: str, text: str | None) -> str | None:
+                if text is None:
+                    return None
+                path = os.path.join(directory, name)
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+                    file.write(text)
+                return path
+
+            ca, crt, key = written("ca.pem", self.ca_pem), written("cert.pem", self.cert_pem), None
+            if crt is not None:
+                key = written("key.pem", self.key_pem) or crt
+            yield ClientTls(ca, (crt, key) if crt and key else None, self.key_password)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _text(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="ascii") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"TLS file {path}: {_reason(exc)}") from exc

@@ -70,9 +70,12 @@ SERVER_START_S = 30.0
 
 
 @contextmanager
-def serving(server: uvicorn.Server) -> Iterator[str]:
+def serving(server: uvicorn.Server, verify: Any = None) -> Iterator[str]:
     """Runs a uvicorn ``server`` (its app a diffstore app) in a thread on 127.0.0.1:<free port> until the
-    block ends; yields its URL once ``/healthz`` answers 200, and fails the test if it does not stop."""
+    block ends; yields its URL once ``/healthz`` answers 200, and fails the test if it does not stop.
+
+    ``verify`` (an SSL context trusting the server, with a client certificate if it asks for one): the
+    server serves HTTPS (its config's ``ssl_*``) and the URL is ``https://``."""
     import httpx
 
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when proto says TCP (else
@@ -80,13 +83,13 @@ def serving(server: uvicorn.Server) -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    url = f"{'https' if verify is not None else 'http'}://127.0.0.1:{sock.getsockname()[1]}"
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
 
     def healthy() -> bool:
         try:
-            return httpx.get(f"{url}/healthz").status_code == 200
+            return httpx.get(f"{url}/healthz", verify=True if verify is None else verify).status_code == 200
         except httpx.TransportError:
             return False
 
@@ -131,6 +134,38 @@ def running_server(
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
     try:
         with serving(server) as url:
+            yield LiveServer(url, store, token)
+    finally:
+        store.close()
+
+
+@contextmanager
+def running_tls_server(
+    data_dir: Path, certs: Certificates, client_ca: bool = False, token: str | None = None
+) -> Iterator[LiveServer]:
+    """:func:`running_server` over HTTPS with ``certs``' server certificate; with ``client_ca`` every
+    connection must show a client certificate of ``certs.ca`` (``serve --tls-client-ca``).
+
+    For clients that end before it: the server's thread cannot close the event loop while another process
+    (a Spark worker) still holds a TLS connection (uvloop: EBUSY); serve those with ``diffstore serve``."""
+    import ssl
+
+    import uvicorn
+
+    from diffstore import tls
+    from diffstore.engine.store import Store
+    from diffstore.engine.types import StoreConfig
+    from diffstore.server import ServerConfig, create_app
+
+    ca = str(certs.ca) if client_ca else None
+    options = tls.uvicorn_options(str(certs.server_cert), str(certs.server_key), ca)
+    store = Store.open(data_dir, StoreConfig(commit_delay_ms=10))
+    app = create_app(store, ServerConfig(token=token))
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, **options)
+    verify = ssl.create_default_context(cafile=str(certs.ca))
+    verify.load_cert_chain(str(certs.client_cert), str(certs.client_key))
+    try:
+        with serving(uvicorn.Server(config), verify) as url:
             yield LiveServer(url, store, token)
     finally:
         store.close()

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from diffstore import tls
 from diffstore.client import _calls, _columns, _plans
 from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call
 from diffstore.client._columns import DiffColumns, GetManyColumns, QueryColumns
@@ -65,7 +66,8 @@ class AsyncClient:
         ca_file: for ``https://``: PEM file of the authority that signed the server's certificate (default:
             ``$DIFFSTORE_CA_FILE``, else the system's authorities).
         cert: for a server that asks for one: the client certificate and its key, PEM files (default:
-            ``$DIFFSTORE_CLIENT_CERT`` and ``$DIFFSTORE_CLIENT_KEY``).
+            ``$DIFFSTORE_CLIENT_CERT`` and ``$DIFFSTORE_CLIENT_KEY``); an encrypted key's passphrase as a
+            third item (default: ``$DIFFSTORE_CLIENT_KEY_PASSWORD``).
 
     Errors are the engine's exception classes (:mod:`diffstore.errors`); an unreachable server raises
     :class:`~diffstore.errors.StorageError`.
@@ -80,7 +82,7 @@ class AsyncClient:
         http: httpx.AsyncClient | None = None,
         term: int | None = None,
         ca_file: str | None = None,
-        cert: tuple[str, str] | None = None,
+        cert: tls.CertFiles | None = None,
     ) -> None:
         self.settings = Settings(url, token, format, timeout_s, term, ca_file, cert)
         self._transport = AsyncTransport(self.settings, http)

@@ -70,7 +70,7 @@ class Settings:
     term: int | None = None  # sent as Diffstore-Term: a primary below it steps down (docs/replicas.md)
     # how https:// servers are checked and a client certificate shown (DIFFSTORE_CA_FILE, ... when unset)
     ca_file: str | None = None
-    cert: tuple[str, str] | None = None
+    cert: tls.CertFiles | None = None
 
     def __post_init__(self) -> None:
         if self.format not in ("msgpack", "json"):

@@ -14,6 +14,7 @@ from diffstore.client import Client
 from diffstore.errors import DiffstoreError, NotReplica, StorageError, Unauthorized
 from diffstore.replica._follow import Follower, FollowerConfig
 from diffstore.replica._plan import READER_PREFIX, reader_name
+from diffstore.tls import CertFiles
 
 __all__ = [
     "READER_PREFIX",
@@ -36,7 +37,7 @@ class Unreachable(Exception):
 
 
 def check_primary(
-    url: str, token: str | None, ca_file: str | None = None, cert: tuple[str, str] | None = None
+    url: str, token: str | None, ca_file: str | None = None, cert: CertFiles | None = None
 ) -> str | None:
     """Why ``url`` cannot be followed (one line), or None when it is a diffstore primary.
 

@@ -37,6 +37,7 @@ from diffstore.errors import DiffstoreError, Fenced, NoSuchCollection, NoSuchRou
 from diffstore.replica._collection import CollectionFollower, CopySettings, Dropped, Waiting
 from diffstore.replica._plan import READER_PREFIX, reader_name
 from diffstore.replica._status import COPYING, FOLLOWING, Backoff, Change, Tracker
+from diffstore.tls import CertFiles
 from diffstore.wire import Codec
 
 _log = logging.getLogger("diffstore.replica")
@@ -74,7 +75,7 @@ class FollowerConfig:
     page_records: int = 5_000
     backoff: Backoff = Backoff()
     ca_file: str | None = None
-    cert: tuple[str, str] | None = None
+    cert: CertFiles | None = None
 
 
 @dataclass(frozen=True, slots=True)

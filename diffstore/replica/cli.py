@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from diffstore import tls
 from diffstore.client import _calls as calls
 from diffstore.client._sync import Client
 from diffstore.client.commands import server_options
@@ -46,7 +47,7 @@ def add_commands(subparsers: Any) -> None:
 
 def run_promote(args: argparse.Namespace) -> int:
     wait_ms = max(0, min(300_000, int(args.wait * 1000)))
-    with Client(args.url, token=args.token) as client:
+    with Client(args.url, token=args.token, **tls.client_kwargs(args)) as client:
         try:
             answer = client.execute(calls.promotion(args.force, wait_ms))
         except ReplicaBehind as exc:

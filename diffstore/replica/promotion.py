@@ -26,7 +26,7 @@ between are not on the new primary. ``docs/replicas.md`` says what is and is not
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diffstore.client import Client, Collection
 from diffstore.client import _calls as calls
@@ -42,6 +42,7 @@ from diffstore.errors import (
     ReplicaBehind,
 )
 from diffstore.replica._plan import reader_name
+from diffstore.tls import CertFiles
 from diffstore.wire import Body
 
 PRIMARY_TIMEOUT_S = 5.0  # each call to the old primary: a paused or cut-off one counts as away
@@ -70,6 +71,9 @@ class Promotion:
     address: str
     force: bool = False
     wait_ms: int = DEFAULT_WAIT_MS
+    # how an https:// old primary is checked and shown a client certificate: the replica link's files
+    ca_file: str | None = None
+    cert: CertFiles | None = field(default=None, repr=False)
 
 
 def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
@@ -88,7 +92,13 @@ def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
     term = state.term + 1
     stepped_down = False
     standings: list[Standing] = []
-    with Client(state.primary, token=primary_token, timeout_s=PRIMARY_TIMEOUT_S) as client:
+    with Client(
+        state.primary,
+        token=primary_token,
+        timeout_s=PRIMARY_TIMEOUT_S,
+        ca_file=asked.ca_file,
+        cert=asked.cert,
+    ) as client:
         try:
             term = max(term, _old_primary_term(client, replica_id) + 1)
             standings = _wait(store, client, asked.wait_ms, copied_only=True)

@@ -26,7 +26,19 @@ def _serve_command(args: argparse.Namespace) -> int:
     try:
         token = tls.token_from_args(args, "serve", os.environ)
         link = tls.client_tls_from_args(args)
-        tls.check_server_files(args.tls_cert, args.tls_key, args.tls_client_ca)
+        key_password = tls.secret_from(
+            args.tls_key_password,
+            args.tls_key_password_file,
+            tls.SERVER_KEY_PASSWORD_ENV,
+            ("--tls-key-password", "--tls-key-password-file"),
+            os.environ,
+            "diffstore serve",
+        )
+        if key_password is not None and args.tls_cert is None:
+            key_password = None  # DIFFSTORE_TLS_KEY_PASSWORD set for another server: no TLS here
+            if args.tls_key_password is not None or args.tls_key_password_file is not None:
+                raise InvalidRequest("--tls-key-password(-file) needs --tls-cert and --tls-key")
+        tls.check_server_files(args.tls_cert, args.tls_key, args.tls_client_ca, key_password)
         check_token_file(args.token_file, token)
     except InvalidRequest as exc:
         print(f"diffstore serve: error: {exc.reason}", file=sys.stderr)
@@ -75,8 +87,9 @@ def _serve_command(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca,
+            tls_key_password=key_password,
             replica_ca_file=link.ca_file,
-            replica_cert=link.cert,
+            replica_cert=link.client_kwargs()["cert"],
             **ha_cli.serve_options(args, args.tls_cert is not None),
             synchronous=args.synchronous,
             synchronous_timeout_s=args.synchronous_timeout_s,
@@ -362,6 +375,20 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("TLS")
     group.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS only (https://)")
     group.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    group.add_argument(
+        "--tls-key-password-file",
+        metavar="F",
+        default=None,
+        help="file holding the passphrase of an encrypted --tls-key on one line"
+        f" (env {tls.SERVER_KEY_PASSWORD_ENV})",
+    )
+    group.add_argument(
+        "--tls-key-password",
+        metavar="P",
+        default=None,
+        help="the passphrase of an encrypted --tls-key (other users of the machine can read it: prefer"
+        f" --tls-key-password-file or ${tls.SERVER_KEY_PASSWORD_ENV})",
+    )
     group.add_argument(
         "--tls-client-ca",
         metavar="F",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diffstore.engine.types import RetentionPolicy
 from diffstore.errors import InvalidRequest
+from diffstore.tls import CertFiles
 
 MAX_KEY_BYTES = (1 << 24) - 1  # SPEC §1: the largest key
 # What the largest key takes in a body: as base64 text in JSON (msgpack carries it raw, in less)
@@ -79,6 +80,7 @@ class ServerConfig:
             (see ``StoreConfig.default_retention``).
         tls_cert, tls_key: PEM certificate and key: every worker serves HTTPS only (none: plain HTTP).
         tls_client_ca: PEM authority whose client certificates a TLS connection must show (none: not asked).
+        tls_key_password: the passphrase of an encrypted ``tls_key``.
         replica_ca_file, replica_cert: how the replica link checks an ``https://`` primary and proves itself.
         ha_etcd: etcd's client URLs when the server is a member of a fail-over cluster (``docs/failover.md``);
             empty: it is not.
@@ -128,8 +130,9 @@ class ServerConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
+    tls_key_password: str | None = field(default=None, repr=False)
     replica_ca_file: str | None = None
-    replica_cert: tuple[str, str] | None = None
+    replica_cert: CertFiles | None = field(default=None, repr=False)  # a key's passphrase may be third
     ha_etcd: tuple[str, ...] = ()
     ha_cluster: str | None = None
     ha_member: str | None = None

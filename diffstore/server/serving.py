@@ -86,7 +86,11 @@ class GracefulServer(uvicorn.Server):
             ),
         }
         # every worker builds its own server from the config: each serves TLS when it is asked for
-        options.update(tls.uvicorn_options(config.tls_cert, config.tls_key, config.tls_client_ca))
+        options.update(
+            tls.uvicorn_options(
+                config.tls_cert, config.tls_key, config.tls_client_ca, config.tls_key_password
+            )
+        )
         options.update(uvicorn_options)
         super().__init__(uvicorn.Config(app, **options))
         self.fastapi_app = app

@@ -81,11 +81,10 @@ def add_commands(subparsers: Any) -> None:
     target.add_argument("--data", metavar="DIR", help="the data directory to check")
     target.add_argument("--url", metavar="URL", help="with --against: the base URL of the replica to compare")
     parser.add_argument("--against", metavar="URL", help="with --url: the base URL of its primary")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("DIFFSTORE_TOKEN"),
-        help="with --url: bearer token of servers started with --token (env DIFFSTORE_TOKEN)",
+    tls.add_client_token_arguments(
+        parser, "with --url: bearer token of servers started with --token (env DIFFSTORE_TOKEN)"
     )
+    tls.add_client_arguments(parser)
     parser.set_defaults(func=_check)
 
     parser = subparsers.add_parser(
@@ -181,8 +180,8 @@ def _check_against(args: argparse.Namespace) -> int:
         raise InvalidRequest("check compares two servers with --url REPLICA --against PRIMARY: give both")
     differ = 0
     with (
-        Client(args.url, token=args.token or None) as replica,
-        Client(args.against, token=args.token or None) as primary,
+        Client(args.url, token=args.token or None, **tls.client_kwargs(args)) as replica,
+        Client(args.against, token=args.token or None, **tls.client_kwargs(args)) as primary,
     ):
         for found in digest_check.compare(replica, primary):
             line = _comparison_line(found)

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from diffstore import jobmetrics, logs, shell
+from diffstore import jobmetrics, logs, shell, tls
 from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
 from diffstore.client import DEFAULT_URL, Client, Collection
 from diffstore.errors import CollectionExists, InvalidRequest, NoSuchCollection, NotManual
@@ -80,11 +80,15 @@ def add_commands(subparsers: Any) -> None:
         metavar="sc://HOST:PORT",
         help="run on a Spark Connect server instead of --master (default: $SPARK_REMOTE)",
     )
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("DIFFSTORE_TOKEN"),
-        help="bearer token of a token-protected server (default: $DIFFSTORE_TOKEN)",
+    server = parser.add_argument_group(
+        "server", "the token and, for https://, the TLS files (read here and shipped to Spark's executors)"
     )
+    tls.add_client_token_arguments(
+        server,
+        "bearer token of a token-protected server (env DIFFSTORE_TOKEN; other users of the machine can read"
+        " a command line: prefer the environment or --token-from-file)",
+    )
+    tls.add_client_arguments(server)
     preview = parser.add_argument_group(
         "preview",
         "print what one round would write if the named sources' phantoms were committed, as a new phantom "
@@ -209,7 +213,7 @@ def load_job(spec: str) -> Any:
 def check_collections(args: argparse.Namespace, sources: dict[str, str]) -> None:
     """Checks over HTTP that the sources exist and the target is a manual collection (``--create-target``
     creates it); raises :class:`~diffstore.errors.DiffstoreError` (one line from ``diffstore.cli``)."""
-    with Client(args.url, token=args.token or None) as client:
+    with Client(args.url, token=args.token or None, **tls.client_kwargs(args)) as client:
         names = {info.name: info.manual for info in client.collections()}
         for collection in sources.values():
             if collection not in names:
@@ -316,6 +320,7 @@ def run_transform(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         on_event=progress.on_event,
         token=getattr(args, "token", None),
+        **tls.client_kwargs(args),
         lease_ttl_ms=args.lease_ttl_ms or None,
         job=args.job,
         outage=RetryPolicy(give_up_after_s=args.give_up_after_s),

@@ -14,7 +14,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourc
 from pyspark.sql.types import StructType
 
 from diffstore.errors import GenerationMismatch, InvalidRequest
-from diffstore.spark._clients import new_client
+from diffstore.spark._clients import new_for
 from diffstore.spark.options import SparkReadOptions, SparkStreamReadOptions, SparkWriteOptions
 from diffstore.spark.schemas import DIFF_SCHEMA, SNAPSHOT_SCHEMA, STREAM_SCHEMA
 from diffstore.spark.source import DiffstoreReader, DiffstoreWriter, check_writable
@@ -59,7 +59,7 @@ class DiffstoreDataSource(DataSource):
         options = SparkWriteOptions.parse(self.options)
         connection = options.connection
         # Checked here, on the driver, so that a wrong generation fails as one line before any task runs.
-        with new_client(connection.url, connection.codec, connection.token) as client:
+        with new_for(connection) as client:
             state = client.collection(connection.collection).state()
         if state.next_generation_id != options.generation_id:
             raise GenerationMismatch(

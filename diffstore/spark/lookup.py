@@ -30,6 +30,7 @@ from diffstore.spark._clients import shared_client
 from diffstore.spark._prefetch import ahead
 from diffstore.spark.arrow_columns import binary_array
 from diffstore.spark.schemas import LOOKUP_ARROW
+from diffstore.tls import ShippedTls
 
 CHUNK = 5_000
 """Keys per range query: with dense keys one page (the server's maximum is 10,000 items)."""
@@ -137,13 +138,18 @@ def sorted_chunks(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.A
 
 
 def lookup_partition(
-    url: str, codec: str, collection: str, generation_id: bytes, token: str | None = None
+    url: str,
+    codec: str,
+    collection: str,
+    generation_id: bytes,
+    token: str | None = None,
+    tls: ShippedTls | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of ``lookup``: sorted keys in, ``(key, value)`` at the generation out
     (``value`` null for a key absent there)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        handle = shared_client(url, codec, token).collection(collection)
+        handle = shared_client(url, codec, token, tls).collection(collection)
 
         def results() -> Iterator[pa.RecordBatch]:
             for chunk in sorted_chunks(batches, CHUNK):

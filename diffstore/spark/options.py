@@ -15,12 +15,14 @@ import base64
 import binascii
 import difflib
 import json
+import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from diffstore.engine.types import MAX_LEASE_VERSION, LeaseToken
 from diffstore.errors import InvalidRequest
+from diffstore.tls import ClientTls, ShippedTls
 
 DEFAULT_PARTITIONS = 4
 DEFAULT_PAGE_LIMIT = 10_000
@@ -29,7 +31,7 @@ DEFAULT_STREAM_SOURCE_READER = "spark_stream"
 DEFAULT_STREAM_SINK_READER = "spark_sink"
 
 
-_CONNECTION_OPTIONS = ("url", "collection", "codec", "token")
+_CONNECTION_OPTIONS = ("url", "collection", "codec", "token", "caFile", "clientCert", "clientKey")
 READ_OPTIONS = frozenset(
     (
         *_CONNECTION_OPTIONS,
@@ -117,12 +119,15 @@ def encode_generation(value: bytes | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """Where the data source talks to: server, collection, wire codec and bearer token (if any)."""
+    """Where the data source talks to: server, collection, wire codec, bearer token (if any) and, for an
+    ``https://`` server, the client's TLS files by content (:class:`~diffstore.tls.ShippedTls`: read where
+    the options are parsed, on Spark's driver, and shipped with the tasks to executors that lack them)."""
 
     url: str
     collection: str
     codec: str
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
+    tls: ShippedTls | None = None
 
 
 def _connection(options: Mapping[str, str]) -> Connection:
@@ -132,7 +137,18 @@ def _connection(options: Mapping[str, str]) -> Connection:
     codec = _get(options, "codec") or "msgpack"
     if codec not in ("msgpack", "json"):
         raise InvalidRequest(f"option codec must be msgpack or json, got {codec!r}")
-    return Connection(url, collection, codec, _get(options, "token") or None)
+    return Connection(url, collection, codec, _get(options, "token") or None, _shipped_tls(options))
+
+
+def _shipped_tls(options: Mapping[str, str]) -> ShippedTls | None:
+    """The TLS files of options ``caFile``, ``clientCert`` and ``clientKey`` (paths where the options are
+    parsed: Spark's driver), else of the driver's ``DIFFSTORE_CA_FILE``, ``DIFFSTORE_CLIENT_CERT`` and
+    ``DIFFSTORE_CLIENT_KEY`` (and ``DIFFSTORE_CLIENT_KEY_PASSWORD``), read into memory."""
+    crt, key = _get(options, "clientCert"), _get(options, "clientKey")
+    if key and not crt:
+        raise InvalidRequest("option clientKey needs the option clientCert")
+    files = ClientTls.resolve(_get(options, "caFile") or None, (crt, key or crt) if crt else None, os.environ)
+    return ShippedTls.read(files)
 
 
 def _generation(options: Mapping[str, str], name: str) -> bytes | None:

@@ -38,7 +38,7 @@ from pyspark.sql.types import BinaryType, StructType
 from diffstore.client import Client, Collection, DiffColumns
 from diffstore.engine.types import UNSET, LeaseToken, ReaderUpdate
 from diffstore.errors import DiffstoreError, GenerationMismatch, InvalidRequest, LeaseLost, NoSuchReader
-from diffstore.spark._clients import new_client, shared_client
+from diffstore.spark._clients import new_for, shared_client, shared_for
 from diffstore.spark._prefetch import ahead
 from diffstore.spark.arrow_columns import binary_batch
 from diffstore.spark.options import DEFAULT_BATCH_ROWS, SparkReadOptions, SparkWriteOptions
@@ -49,6 +49,7 @@ from diffstore.spark.schemas import (
     SNAPSHOT_SCHEMA,
     WRITTEN_ARROW,
 )
+from diffstore.tls import ShippedTls
 
 _DIFFSTORE_CAUSE = re.compile(r"diffstore\.errors\.(\w+): ([^\n]*)")
 _SPARK_CAUSE = re.compile(r"(\[[A-Z_.]+\][^\n]*)")
@@ -171,7 +172,7 @@ class DiffstoreReader(DataSourceReader):
     def __init__(self, options: SparkReadOptions) -> None:
         self.options = options
         connection = options.connection
-        with new_client(connection.url, connection.codec, connection.token) as client:
+        with new_for(connection) as client:
             self.pinned = pin(client, options)
             if options.split_keys is not None:
                 self.ranges = ranges_of(list(options.split_keys))
@@ -185,9 +186,7 @@ class DiffstoreReader(DataSourceReader):
         part = partition if isinstance(partition, KeyRange) else KeyRange(None, None)
         connection = self.options.connection
         limit = self.options.page_limit
-        collection = shared_client(connection.url, connection.codec, connection.token).collection(
-            connection.collection
-        )
+        collection = shared_for(connection).collection(connection.collection)
         if self.pinned.is_diff:
             pages = read_diff(collection, self.pinned, part, limit)
         else:
@@ -241,13 +240,14 @@ def put_partition(
     token: str | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     lease: LeaseToken | None = None,
+    tls: ShippedTls | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function that puts a partition's ``key``, ``value`` rows into the open generation
     ``generation_id`` (fenced by ``lease``, the token it was started under, if any) and answers one row:
     how many it put (:data:`WRITTEN_SCHEMA`)."""
 
     def put(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        target = shared_client(url, codec, token).collection(collection)
+        target = shared_client(url, codec, token, tls).collection(collection)
         written = put_batches(target, generation_id, batch_rows, batches, lease)
         yield pa.RecordBatch.from_arrays([pa.array([written.rows], pa.int64())], schema=WRITTEN_ARROW)
 
@@ -278,16 +278,14 @@ class DiffstoreWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenBatch:
         connection, options = self.options.connection, self.options
-        collection = shared_client(connection.url, connection.codec, connection.token).collection(
-            connection.collection
-        )
+        collection = shared_for(connection).collection(connection.collection)
         return put_batches(collection, options.generation_id, options.batch_rows, iterator, options.lease)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if not self.options.commit:
             return
         connection = self.options.connection
-        with new_client(connection.url, connection.codec, connection.token) as client:
+        with new_for(connection) as client:
             client.collection(connection.collection).commit_generation(
                 self.options.generation_id, reader_updates(self.options.update_readers), self.options.lease
             )
@@ -296,7 +294,7 @@ class DiffstoreWriter(DataSourceArrowWriter):
         if not self.options.abort_on_failure:
             return
         connection = self.options.connection
-        with new_client(connection.url, connection.codec, connection.token) as client:
+        with new_for(connection) as client:
             try:
                 client.collection(connection.collection).abort_generation(
                     self.options.generation_id, self.options.lease

@@ -56,7 +56,7 @@ from diffstore.client import Client, Collection
 from diffstore.engine.types import ReaderUpdate
 from diffstore.errors import InvalidRequest, NotManual, ReaderExists
 from diffstore.rounds import ensure_readers, next_generation_id
-from diffstore.spark._clients import new_client, shared_client
+from diffstore.spark._clients import new_for, shared_for
 from diffstore.spark.options import SparkStreamReadOptions, SparkStreamWriteOptions
 from diffstore.spark.schemas import STREAM_ARROW, STREAM_SCHEMA
 from diffstore.spark.source import KeyRange, PinnedRange, put_batches, read_diff
@@ -148,7 +148,7 @@ class DiffstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _client(self) -> Client:
         connection = self.options.connection
-        return new_client(connection.url, connection.codec, connection.token)
+        return new_for(connection)
 
     def initialOffset(self) -> dict[str, str]:
         return to_offset(self._start)
@@ -175,9 +175,7 @@ class DiffstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, GenerationRange)
         connection = self.options.connection
-        collection = shared_client(connection.url, connection.codec, connection.token).collection(
-            connection.collection
-        )
+        collection = shared_for(connection).collection(connection.collection)
         pinned = PinnedRange(True, partition.from_generation_id, partition.to_generation_id)
         for batch in read_diff(collection, pinned, partition.keys, self.options.page_limit):
             generation = pa.array([partition.to_generation_id] * batch.num_rows, pa.binary())
@@ -229,7 +227,7 @@ class DiffstoreStreamWriter(DataSourceStreamArrowWriter):
             raise InvalidRequest("the diffstore sink runs in streaming queries only (no batch id)")
         batch_id = int(batch_text)
         connection = self.options.connection
-        collection = self._collection(shared_client(connection.url, connection.codec, connection.token))
+        collection = self._collection(shared_for(connection))
         first = next(iterator, None)
         if first is None:
             return SinkBatch(0, 0)
@@ -249,8 +247,7 @@ class DiffstoreStreamWriter(DataSourceStreamArrowWriter):
         return SinkBatch(written.rows, written.requests, generation)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with new_client(self.options.connection.url, self.options.connection.codec,
-                        self.options.connection.token) as client:  # fmt: skip
+        with new_for(self.options.connection) as client:
             collection = self._collection(client)
             marker = self._marker(collection)
             state = collection.state()
@@ -274,8 +271,7 @@ class DiffstoreStreamWriter(DataSourceStreamArrowWriter):
             )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with new_client(self.options.connection.url, self.options.connection.codec,
-                        self.options.connection.token) as client:  # fmt: skip
+        with new_for(self.options.connection) as client:
             collection = self._collection(client)
             self._abort_batch(collection, collection.state().next_generation_id, batchId)
 
@@ -294,7 +290,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, run_tag: bytes
             f"the diffstore sink needs binary columns key and value, got {schema.simpleString()}"
         )
     connection = parsed.connection
-    with new_client(connection.url, connection.codec, connection.token) as client:
+    with new_for(connection) as client:
         if not client.collection(connection.collection).state().manual:
             raise NotManual(
                 f"the diffstore sink writes into a manual collection; {connection.collection!r} is not"

@@ -83,6 +83,7 @@ from diffstore.spark.small_rounds import (
     write_small_result,
 )
 from diffstore.spark.source import check_writable, describe_failure, put_partition, reader_updates
+from diffstore.tls import CertFiles, ClientTls, ShippedTls
 
 EventHook = Callable[[str, dict[str, Any]], None]
 
@@ -137,6 +138,9 @@ class Transform:
             changed, which costs the server what the diff does; they were cut over the whole
             collection and reused for this long).
         token: bearer token of a token-protected server (driver and executors send it).
+        ca_file, cert: for an ``https://`` server, the authority's PEM file and a client certificate
+            (:class:`~diffstore.client.Client`'s; default ``DIFFSTORE_CA_FILE``, ...): read here and shipped
+            to the executors by content, so they need not exist there.
         local_diff_max_rows: a source's diff with at most this many changes (read in pages of up to
             10,000) is read on the driver and handed to Spark as local data, instead of by Spark tasks
             that are then checkpointed: small rounds skip two Spark jobs per source. 0 turns it off.
@@ -189,6 +193,8 @@ class Transform:
         small_round_conf: Mapping[str, str] = SMALL_ROUND_CONF,
         outage: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so one shared default is safe
         on_outage: Callable[[bool], None] | None = None,
+        ca_file: str | None = None,
+        cert: CertFiles | None = None,
     ) -> None:
         if not sources:
             raise ValueError("a transform needs at least one source")
@@ -211,12 +217,14 @@ class Transform:
                 stacklevel=2,
             )
         self.token = token
+        self.tls_files = ClientTls.resolve(ca_file, cert, os.environ)
+        self.tls = ShippedTls.read(self.tls_files)  # what executors' clients load
         self.local_diff_max_rows = local_diff_max_rows
         self.lease = None if lease_ttl_ms is None else LeaseConfig(LEASE_NAME, ttl_ms=lease_ttl_ms)
         self._guard: LeaseGuard | None = None
         self._guard_client: Any = None
         self._token: LeaseToken | None = None  # the lease this runner's rounds carry
-        self._client = new_client(url, codec, token)
+        self._client = new_client(url, codec, token, self.tls)
         register(spark)
         self._handles: dict[str, Collection] = {}
         self.small_round_conf = dict(small_round_conf)
@@ -305,6 +313,11 @@ class Transform:
         )
         if self.token is not None:
             reader = reader.option("token", self.token)
+        if self.tls_files.ca_file is not None:
+            reader = reader.option("caFile", self.tls_files.ca_file)
+        if self.tls_files.cert is not None:
+            reader = reader.option("clientCert", self.tls_files.cert[0])
+            reader = reader.option("clientKey", self.tls_files.cert[1])
         if cuts is not None:
             reader = reader.option("splitKeys", encode_split_keys(cuts))
         return reader.load()
@@ -327,7 +340,9 @@ class Transform:
                 # a task's sorted keys are then dense in its range and each record is read once.
                 ranged = by_key_range(keys.select("key"), "key", cuts).sortWithinPartitions("key")
             return ranged.mapInArrow(
-                lookup_partition(self.url, self.codec, where.collection, where.generation_id, self.token),
+                lookup_partition(
+                    self.url, self.codec, where.collection, where.generation_id, self.token, self.tls
+                ),
                 LOOKUP_SCHEMA,
             )
 
@@ -388,7 +403,7 @@ class Transform:
         """
         check_writable(result.schema)
         put = put_partition(
-            self.url, self.codec, self.target, plan.generation_id, self.token, lease=plan.lease
+            self.url, self.codec, self.target, plan.generation_id, self.token, lease=plan.lease, tls=self.tls
         )
         return sum(int(row[0]) for row in result.mapInArrow(put, WRITTEN_SCHEMA).collect())
 
@@ -600,7 +615,7 @@ class Transform:
         """Stands by until the lease is held (True), or until ``should_stop`` (False)."""
         assert self.lease is not None
         if self._guard is None:
-            self._guard_client = new_client(self.url, self.codec, self.token)
+            self._guard_client = new_client(self.url, self.codec, self.token, self.tls)
             self._guard = LeaseGuard(self._guard_client.collection(self.target), self.lease)
         if self._token is not None:
             if self._guard.holds(self._token):

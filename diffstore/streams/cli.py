@@ -8,11 +8,14 @@ added by the ``_add_*`` functions listed in ``STREAMS_COMMANDS``; top-level comm
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from diffstore import tls
+from diffstore.errors import InvalidRequest
 from diffstore.guides import guide
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
 from diffstore.streams import DEFAULT_PORT
@@ -27,6 +30,18 @@ def _serve_command(args: argparse.Namespace) -> int:
     from diffstore.streams.server import StreamServerConfig, serve  # grpc is imported only to serve
 
     try:
+        password = tls.secret_from(
+            args.tls_key_password,
+            args.tls_key_password_file,
+            tls.SERVER_KEY_PASSWORD_ENV,
+            ("--tls-key-password", "--tls-key-password-file"),
+            os.environ,
+            "diffstore streams serve",
+        )
+        if args.tls_key is not None:  # an encrypted key without (or with a wrong) passphrase: one line now
+            tls.key_pem(
+                str(args.tls_key), password, f"--tls-key-password-file or {tls.SERVER_KEY_PASSWORD_ENV}"
+            )
         config = StreamServerConfig(
             data_dir=args.data,
             host=args.host,
@@ -38,8 +53,9 @@ def _serve_command(args: argparse.Namespace) -> int:
             map_size=args.map_size,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            tls_key_password=password if args.tls_key is not None else None,
         )
-    except ValueError as exc:
+    except (ValueError, InvalidRequest) as exc:
         print(f"diffstore streams serve: {exc}", file=sys.stderr)
         return 2
     return serve(config)
@@ -68,6 +84,20 @@ def _add_serve(commands: Subparsers) -> None:
     serve.add_argument("--map-size", type=size_argument, default=1 << 40, help=MAP_SIZE_HELP)
     serve.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate: serve TLS (hstreams://)")
     serve.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
+    serve.add_argument(
+        "--tls-key-password-file",
+        metavar="F",
+        default=None,
+        help="file holding the passphrase of an encrypted --tls-key on one line"
+        f" (env {tls.SERVER_KEY_PASSWORD_ENV}; decrypted in memory with the openssl command)",
+    )
+    serve.add_argument(
+        "--tls-key-password",
+        metavar="P",
+        default=None,
+        help="the passphrase of an encrypted --tls-key (other users of the machine can read it: prefer"
+        f" --tls-key-password-file or ${tls.SERVER_KEY_PASSWORD_ENV})",
+    )
     from diffstore import logs
 
     logs.add_arguments(serve)

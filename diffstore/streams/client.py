@@ -228,8 +228,14 @@ class StreamClient:
         try:
             ready.result(timeout=timeout_s)
         except grpc.FutureTimeoutError:
+            hint = ""
+            if self._url.tls:  # gRPC says nothing of a failed handshake but a log line: say what to check
+                hint = (
+                    " (hstreams://: or the TLS handshake failed: is the server's certificate signed by an"
+                    " authority given with --hstream-ca-file, or by one this machine trusts?)"
+                )
             raise StreamUnavailable(
-                f"no connection to {self._url.address} within {timeout_s:g} s", code="UNAVAILABLE"
+                f"no connection to {self._url.address} within {timeout_s:g} s{hint}", code="UNAVAILABLE"
             ) from None
         finally:
             ready.cancel()

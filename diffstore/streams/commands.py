@@ -38,6 +38,38 @@ CONNECT_TIMEOUT_S = 2.0
 """How long a command waits for the server to take a connection before it says it cannot reach it."""
 
 
+HSTREAM_CA_FILE_ENV = "HSTREAM_CA_FILE"
+HSTREAM_CA_FILE_HELP = (
+    "PEM file of the authority that signed an hstreams:// server's certificate, for a private CA"
+    f" (env {HSTREAM_CA_FILE_ENV}; default: the system's authorities)"
+)
+
+
+def add_hstream_ca_argument(parser: Any) -> None:
+    """``--hstream-ca-file F`` (default ``$HSTREAM_CA_FILE``) on a parser."""
+    parser.add_argument(
+        "--hstream-ca-file",
+        metavar="F",
+        default=os.environ.get(HSTREAM_CA_FILE_ENV),
+        help=HSTREAM_CA_FILE_HELP,
+    )
+
+
+def hstream_roots(path: str | None) -> bytes | None:
+    """The PEM roots of ``--hstream-ca-file`` (None: the system's).
+
+    Raises:
+        InvalidRequest: the file unreadable, named in one line.
+    """
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise InvalidRequest(f"--hstream-ca-file {path}: {exc.strerror or exc}") from exc
+
+
 def hstream_options() -> argparse.ArgumentParser:
     """``--hstream`` and ``--format``, shared by every stream command (an argparse parent parser)."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -47,6 +79,7 @@ def hstream_options() -> argparse.ArgumentParser:
         default=os.environ.get("HSTREAM_URL", DEFAULT_HSTREAM_URL),
         help=f"hstream://host[:port] or hstreams:// (env HSTREAM_URL; default {DEFAULT_HSTREAM_URL})",
     )
+    add_hstream_ca_argument(parent)
     parent.add_argument(
         "--timeout",
         type=float,
@@ -156,7 +189,8 @@ def connected(args: argparse.Namespace) -> Iterator[StreamClient]:
         raise InvalidRequest(f"--hstream {args.hstream}: {exc}") from None
     if args.timeout <= 0:
         raise InvalidRequest(f"--timeout {args.timeout}: must be above 0")
-    config = StreamClientConfig(args.hstream, timeout_s=args.timeout)
+    roots = hstream_roots(getattr(args, "hstream_ca_file", None))
+    config = StreamClientConfig(args.hstream, timeout_s=args.timeout, root_certificates=roots)
     with stream_errors(args.hstream), StreamClient(config) as client:
         client.check_reachable(min(CONNECT_TIMEOUT_S, args.timeout))
         yield client

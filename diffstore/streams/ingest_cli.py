@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -37,7 +36,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from diffstore import jobmetrics, logs, shell
+from diffstore import jobmetrics, logs, shell, tls
 from diffstore.backoff import GIVE_UP_HELP, GIVE_UP_OPTION, RetryPolicy, give_up_argument
 from diffstore.collection import Collection
 from diffstore.engine.types import LeaseToken
@@ -45,7 +44,7 @@ from diffstore.errors import DiffstoreError
 from diffstore.guides import guide
 from diffstore.lease_keeper import DEFAULT_TTL_MS, default_owner
 from diffstore.sizes import MAP_SIZE_HELP, size_argument
-from diffstore.streams.commands import CONNECT_TIMEOUT_S
+from diffstore.streams.commands import CONNECT_TIMEOUT_S, add_hstream_ca_argument, hstream_roots
 from diffstore.streams.sinks import CollectionSink, EngineSink, HttpSink
 
 if TYPE_CHECKING:
@@ -82,16 +81,21 @@ def add_ingest_command(subparsers: Any) -> None:
     parser.add_argument(
         "--hstream", required=True, metavar="URL", help="hstream://host[:port] or hstreams://"
     )
+    add_hstream_ca_argument(parser)
     parser.add_argument("--subscription", required=True, help="subscription id to consume")
     parser.add_argument("--collection", required=True, help="target manual collection")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--data", metavar="DIR", help="an embedded store directory")
-    target.add_argument("--url", type=shell.http_url, help="a remote diffstore server (http://host:port)")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("DIFFSTORE_TOKEN"),
-        help="with --url: bearer token of a server started with --token (env DIFFSTORE_TOKEN)",
+    target.add_argument(
+        "--url", type=shell.http_url, help="a remote diffstore server (http://host:port or https://)"
     )
+    server = parser.add_argument_group("with --url")
+    tls.add_client_token_arguments(
+        server,
+        "bearer token of a server started with --token (env DIFFSTORE_TOKEN; other users of the machine"
+        " can read a command line: prefer the environment or --token-from-file)",
+    )
+    tls.add_client_arguments(server)
     parser.add_argument("--map-size", type=size_argument, default=None, help=f"with --data: {MAP_SIZE_HELP}")
     parser.add_argument("--window-records", type=int, default=10_000, help="records per generation (max)")
     parser.add_argument("--window-ms", type=float, default=500.0, help="age at which a window commits")
@@ -128,13 +132,13 @@ PROBE_TIMEOUT_S = 10.0
 """How long the start-up check waits for the stream server."""
 
 
-def _check_subscription(url: str, subscription: str) -> None:
+def _check_subscription(url: str, subscription: str, roots: bytes | None = None) -> None:
     """Fails before anything is opened or created (``--create-collection``) when the stream side cannot work:
     a malformed ``--hstream`` (ValueError), a server that does not answer or a missing subscription
     (StreamError)."""
     from diffstore.streams.client import StreamClient, StreamClientConfig
 
-    with StreamClient(StreamClientConfig(url, timeout_s=PROBE_TIMEOUT_S)) as probe:
+    with StreamClient(StreamClientConfig(url, timeout_s=PROBE_TIMEOUT_S, root_certificates=roots)) as probe:
         probe.check_reachable(CONNECT_TIMEOUT_S)  # a server that is not there: said within 2 s, not 10
         probe.get_subscription(subscription)
 
@@ -146,7 +150,13 @@ def _open_sink(args: argparse.Namespace) -> CollectionSink:
         return EngineSink.open(
             args.data, args.collection, create=args.create_collection, map_size=args.map_size
         )
-    return HttpSink.open(args.url, args.collection, create=args.create_collection, token=args.token or None)
+    return HttpSink.open(
+        args.url,
+        args.collection,
+        create=args.create_collection,
+        token=args.token or None,
+        **tls.client_kwargs(args),
+    )
 
 
 RATE_WINDOW_S = 5.0
@@ -261,7 +271,7 @@ def _lease_ttl(value: int) -> int | None:
 def run_ingest(args: argparse.Namespace) -> int:
     """Runs the ingestor until SIGTERM/SIGINT; returns the exit code."""
     # grpc (the 'streams' extra) is imported when ingest runs, so that `ingest --help` works without it
-    from diffstore.streams.client import StreamClient, StreamError
+    from diffstore.streams.client import StreamClient, StreamClientConfig, StreamError
     from diffstore.streams.ingest import IngestConfig, Ingestor, lease_name, load_mapper
 
     console = logs.console()
@@ -280,7 +290,8 @@ def run_ingest(args: argparse.Namespace) -> int:
             lease_owner=args.lease_owner or default_owner(),
             outage=RetryPolicy(give_up_after_s=args.give_up_after_s),
         )
-        _check_subscription(args.hstream, args.subscription)
+        roots = hstream_roots(args.hstream_ca_file)
+        _check_subscription(args.hstream, args.subscription, roots)
         sink = _open_sink(args)
     except (ValueError, ImportError, AttributeError, DiffstoreError, StreamError) as exc:
         report.say(
@@ -297,7 +308,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         labels = {"subscription": args.subscription, "collection": args.collection}
         outages = jobmetrics.OutageMetrics(registry, "ingest", labels)
         metrics_server = jobmetrics.MetricsServer(registry, args.metrics_port, args.metrics_host)
-    client = StreamClient(args.hstream)
+    client = StreamClient(StreamClientConfig(args.hstream, root_certificates=roots))
     ingestor = Ingestor(client, sink, config, on_outage=None if outages is None else outages.on_outage)
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -15,6 +15,7 @@ from diffstore.collection import Collection
 from diffstore.engine.types import ReaderUpdateLike
 from diffstore.errors import CollectionExists, InvalidRequest, NoSuchCollection
 from diffstore.rounds import Round
+from diffstore.tls import CertFiles
 
 if TYPE_CHECKING:
     from diffstore.client import Client
@@ -110,14 +111,23 @@ class HttpSink(_CollectionSinkBase):
     put_chunk_records = 5_000
 
     @classmethod
-    def open(cls, url: str, collection: str, create: bool = False, token: str | None = None) -> HttpSink:
+    def open(
+        cls,
+        url: str,
+        collection: str,
+        create: bool = False,
+        token: str | None = None,
+        ca_file: str | None = None,
+        cert: CertFiles | None = None,
+    ) -> HttpSink:
         """Connects to ``url`` (closed with the sink) and opens the collection, creating it if asked.
 
-        ``token`` is the bearer token of a server started with ``--token``.
+        ``token`` is the bearer token of a server started with ``--token``; ``ca_file`` and ``cert`` are
+        the client's TLS files for an ``https://`` server (:class:`diffstore.client.Client`'s).
         """
         from diffstore.client import Client
 
-        client = Client(url, token=token)
+        client = Client(url, token=token, ca_file=ca_file, cert=cert)
         try:
             return cls(_collection_or_create(client, collection, create), closer=client)
         except BaseException:

@@ -41,6 +41,7 @@ if importlib.util.find_spec("pyspark") is None:
         "test_spark_session.py",
         "test_spark_source.py",
         "test_spark_streaming.py",
+        "test_spark_tls.py",
         "test_spark_transform.py",
         "test_preview.py",
         "test_transform_progress.py",

@@ -31,7 +31,8 @@ def test_misspelled_option_is_one_line_listing_the_valid_ones(spark, server_url,
         reader.option("fromReadr", "r").load()  # would silently read a snapshot if ignored
     message = str(info.value)
     assert "unknown diffstore read option 'fromreadr' (did you mean 'fromReader'?)" in message
-    assert "valid options: codec, collection, fromGenerationId, fromReader," in message
+    valid = "valid options: caFile, clientCert, clientKey, codec, collection, fromGenerationId, fromReader,"
+    assert valid in message
     assert "Traceback" not in message
     assert [line for line in message.splitlines() if "diffstore" in line] == [message.splitlines()[0]]
 

@@ -19,6 +19,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 
+from diffstore import tls
 from diffstore.streams._proto import hstream_pb2 as pb
 from diffstore.streams.sharding import SHARD_ADMIN_SERVICE
 
@@ -136,9 +137,8 @@ class StreamServer:
         """Server credentials from the configured PEM files (``None``: plain gRPC)."""
         if self.config.tls_cert is None or self.config.tls_key is None:
             return None
-        return grpc.ssl_server_credentials(
-            [(self.config.tls_key.read_bytes(), self.config.tls_cert.read_bytes())]
-        )
+        key = tls.key_pem(str(self.config.tls_key), self.config.tls_key_password, "tls_key_password")
+        return grpc.ssl_server_credentials([(key, self.config.tls_cert.read_bytes())])
 
     async def stop(self, grace: float | None = None) -> None:
         """Stops serving, ends every subscription loop and closes the store."""

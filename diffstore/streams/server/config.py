@@ -39,6 +39,8 @@ class StreamServerConfig:
             it to check that ingestion stays exactly once under that order).
         tls_cert, tls_key: PEM certificate (chain) and private key; when given the server speaks TLS only
             (clients dial ``hstreams://``). Both or neither.
+        tls_key_password: the passphrase of an encrypted ``tls_key`` (decrypted in memory with the
+            ``openssl`` command: gRPC reads no encrypted key).
     """
 
     data_dir: Path
@@ -57,6 +59,7 @@ class StreamServerConfig:
     redeliver_at_once: bool = True
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    tls_key_password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
