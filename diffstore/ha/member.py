@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from diffstore.client import Client, Collection
@@ -42,6 +42,7 @@ from diffstore.errors import (
 from diffstore.ha import election as el
 from diffstore.ha.etcd import Etcd, EtcdUnavailable, LeaseNotFound
 from diffstore.replica import Follower, FollowerConfig, reader_name
+from diffstore.tls import CertFiles
 
 if TYPE_CHECKING:
     from diffstore.server.config import ServerConfig
@@ -92,7 +93,7 @@ class MemberConfig:
     ttl_s: int = 10
     token: str | None = None
     ca_file: str | None = None
-    cert: tuple[str, str] | None = None
+    cert: CertFiles | None = field(default=None, repr=False)  # a key's passphrase may be third
 
     @property
     def interval_s(self) -> float:
