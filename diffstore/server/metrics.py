@@ -398,6 +398,11 @@ class ServerMetrics:
             "GET /backup requests answered 503 overloaded: the cap of concurrent backups was reached",
             registry=own,
         )
+        self.corrupt_records = Counter(
+            "diffstore_corrupt_records",
+            "Reads answered 500 corruptRecord: a stored record whose checksum failed",
+            registry=own,
+        )
         # (route, method, status) -> the two labelled children: labels() costs more than the update itself
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._remove_listener: Any = None
