@@ -4,9 +4,9 @@ and reports what it answers.
 
 A sealed value that does not match its checksum is damage (a flipped bit in the key or the value: the
 checksum covers both). A plain value is a row written before checksums existed: legal in a store that
-still holds such rows (they are counted, and a note says how many: ``diffstore migrate`` seals them), damage
-in a store whose ``layout.SEALED_ROW`` says every record is sealed (a flipped tag bit turns a sealed value
-into a plain-looking one).
+still holds such rows (they are counted, and a note says how many: ``diffstore migrate`` or ``compact``
+seals them), damage in a store whose ``layout.SEALED_ROW`` says every record is sealed (a flipped tag bit
+turns a sealed value into a plain-looking one).
 """
 
 from __future__ import annotations
@@ -42,5 +42,5 @@ class RowSeals:
             return None
         return (
             f"{self.unsealed} records rows predate checksums (written by an older diffstore): reads cannot"
-            " verify them; diffstore migrate seals them"
+            " verify them; diffstore migrate (or compact) seals them"
         )

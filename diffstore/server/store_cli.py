@@ -106,6 +106,7 @@ def add_commands(subparsers: Any) -> None:
         help="give a store's free pages back to the disk",
         description="Rewrites a store's data file with its live pages only (LMDB's compacting copy, swapped "
         "in atomically: a crash leaves the old store or the new one) and reports the sizes before and after. "
+        "Records written before records carried a checksum get theirs first. "
         "No other process may have the store open: it refuses while one has.",
         epilog="/metrics (diffstore_store_free_pages) and /overview tell when compacting is worth it. "
         f"See {guide('backups.md')}",
@@ -243,6 +244,7 @@ def _compact(args: argparse.Namespace) -> int:
         f"compacted the {result.kind.value} in {args.data}: {result.before_bytes:,} -> "
         f"{counted(result.after_bytes, 'byte', grouped=True)}"
         f" ({counted(saved, 'byte', grouped=True)} given back)"
+        + (f"; {counted(result.sealed, 'record')} given a checksum" if result.sealed else "")
     )
     return 0
 

@@ -175,7 +175,7 @@ def test_a_store_older_than_checksums_opens_check_counts_its_rows_and_migrate_se
     report = check.check_directory(path)
     assert report.ok and report.notes == [
         f"{old} records rows predate checksums (written by an older diffstore): reads cannot verify them;"
-        " diffstore migrate seals them"
+        " diffstore migrate (or compact) seals them"
     ], report
     done = subprocess.run(
         [sys.executable, "-m", "diffstore", "migrate", "--data", str(path)],
@@ -192,6 +192,27 @@ def test_a_store_older_than_checksums_opens_check_counts_its_rows_and_migrate_se
         assert all(layout.is_sealed(raw) for _, raw in rows)
         assert {r.key: r.value for r in store.collection("A").query(generation_id=b"3")} == want
         assert migrate.seal_records(store.env, store.tables) == 0  # marked: nothing left to do
+
+
+def test_compact_seals_an_older_store_before_its_copy(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path, StoreConfig(background=False)) as store:
+        simple(store)
+        want = {r.key: r.value for r in store.collection("A").query()}
+        old = unseal_everything(store)
+    done = subprocess.run(
+        [sys.executable, "-m", "diffstore", "compact", "--data", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"; {old} records given a checksum" in done.stdout, done.stdout
+    report = check.check_directory(path)
+    assert report.ok and report.notes == [], report
+    with Store.open(path, StoreConfig(background=False)) as store:
+        assert all(layout.is_sealed(raw) for _, raw in records_rows(store))
+        assert {r.key: r.value for r in store.collection("A").query()} == want
 
 
 def test_sealing_goes_in_batches_and_resumes_where_a_batch_ended(tmp_path: Path) -> None:
