@@ -231,15 +231,15 @@ static void raise_corrupt(PyObject *record_key) {
     Py_DECREF(error);
 }
 
-/* The plain form of a sealed value ``raw`` stored under ``record_key``, verified (layout.unseal): a new
- * reference, or NULL with CorruptRecord raised. */
-static PyObject *unsealed(PyObject *record_key, PyObject *raw) {
+/* Whether the sealed value ``raw`` stored under ``record_key`` matches its checksum (layout.unseal): 1, or
+ * 0 with CorruptRecord raised. */
+static int seal_holds(PyObject *record_key, PyObject *raw) {
     const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(raw);
     Py_ssize_t n = PyBytes_GET_SIZE(raw);
     unsigned char tag = (unsigned char)(r[0] & 0x0f);
     if (n < 5 || r[0] > (SEALED | 3) || (r[0] == SEALED && n != 5)) {
         raise_corrupt(record_key);
-        return NULL;
+        return 0;
     }
     uint32_t crc = crc32_update(0, (const unsigned char *)PyBytes_AS_STRING(record_key), PyBytes_GET_SIZE(record_key));
     if (r[0] != SEALED) {
@@ -249,14 +249,9 @@ static PyObject *unsealed(PyObject *record_key, PyObject *raw) {
     uint32_t stored = (uint32_t)r[1] << 24 | (uint32_t)r[2] << 16 | (uint32_t)r[3] << 8 | r[4];
     if (crc != stored) {
         raise_corrupt(record_key);
-        return NULL;
+        return 0;
     }
-    if (r[0] == SEALED) return PyBytes_FromStringAndSize(NULL, 0);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n - 4);
-    if (out == NULL) return NULL;
-    PyBytes_AS_STRING(out)[0] = (char)tag;
-    memcpy(PyBytes_AS_STRING(out) + 1, r + 5, (size_t)(n - 5));
-    return out;
+    return 1;
 }
 
 static Py_ssize_t form_length_at(const char *forms, Py_ssize_t at) {
@@ -701,14 +696,41 @@ static void scan_dealloc(DiffScan *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int raw_equal(PyObject *a, PyObject *b) {
-    return a == b || (PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
-                      memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0);
+/* A stored value read in place as its plain form (layout.plain): the plain tag (0: a short key's
+ * tombstone, b"") and what follows it. The loops read sealed values (already verified by records_row)
+ * through this, so that a scanned row costs no copy. */
+typedef struct {
+    unsigned char tag;
+    const char *body;
+    Py_ssize_t length;
+} Plain;
+
+static Plain plain_of(PyObject *raw) {
+    const char *r = PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    Plain p = {0, r, 0};
+    if (n == 0) return p;
+    unsigned char first = (unsigned char)r[0];
+    if (first < SEALED) {
+        p.tag = first;
+        p.body = r + 1;
+        p.length = n - 1;
+    } else if (first != SEALED && n >= 5) {
+        p.tag = (unsigned char)(first & 0x0f);
+        p.body = r + 5;
+        p.length = n - 5;
+    }
+    return p;
 }
 
-static int is_long_value(PyObject *raw) {
-    return PyBytes_GET_SIZE(raw) > 0 && (unsigned char)PyBytes_AS_STRING(raw)[0] >= 2;
+/* Whether two stored values have the same plain form (a sealed and a plain one included). */
+static int raw_equal(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    Plain x = plain_of(a), y = plain_of(b);
+    return x.tag == y.tag && x.length == y.length && memcmp(x.body, y.body, (size_t)x.length) == 0;
 }
+
+static int is_long_value(PyObject *raw) { return plain_of(raw).tag >= 2; }
 
 /* Whether key ``k`` lies before a read's range: at or below ``after_key``, or below ``from_key`` (None: no
  * such bound). */
@@ -749,7 +771,7 @@ static PyObject *short_key_of_head(const char *head, Py_ssize_t head_length) {
 /* The record key and stored value of a records iterator's item; 0 (a ValueError naming ``who``) when the
  * item is not a (bytes, bytes) pair with a records key. */
 static int records_row(PyObject **row, const char *who, PyObject **record_key, PyObject **raw) {
-    PyObject *pair = *row;
+    PyObject *pair = *row; /* a pointer: a row may be replaced (none is, since values are read in place) */
     if (!(PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
           PyBytes_CheckExact(*record_key = PyTuple_GET_ITEM(pair, 0)) &&
           PyBytes_CheckExact(*raw = PyTuple_GET_ITEM(pair, 1)) &&
@@ -767,25 +789,14 @@ static int records_row(PyObject **row, const char *who, PyObject **record_key, P
         raise_corrupt(*record_key);
         return 0;
     }
-    /* sealed: verified, and its plain form takes its place in the row (the loops read plain values) */
-    PyObject *value = unsealed(*record_key, *raw);
-    if (value == NULL) return 0;
-    if (SOLELY_OURS(pair)) {
-        Py_SETREF(((PyTupleObject *)pair)->ob_item[1], value);
-    } else {
-        PyObject *fresh = PyTuple_Pack(2, *record_key, value);
-        Py_DECREF(value);
-        if (fresh == NULL) return 0;
-        Py_SETREF(*row, fresh);
-        *record_key = PyTuple_GET_ITEM(fresh, 0);
-    }
-    *raw = PyTuple_GET_ITEM(*row, 1);
-    return 1;
+    /* sealed: verified here, read in place by the loops (plain_of) */
+    return seal_holds(*record_key, *raw);
 }
 
 static PyObject *value_of(PyObject *raw) {
-    if (PyBytes_GET_SIZE(raw) == 0) Py_RETURN_NONE;
-    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + 1, PyBytes_GET_SIZE(raw) - 1);
+    Plain p = plain_of(raw);
+    if (p.tag == 0) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(p.body, p.length);
 }
 
 /* The item of the finished head (short key, written, changed); NULL with no error: outside the bounds. */
@@ -1073,7 +1084,8 @@ static int keyed_move(KeyedScan *self, PyObject *method, PyObject *head) {
 /* A short key's user value from its stored value: None for a tombstone; NULL (a ValueError) for a long
  * key's value, which a short form never has. */
 static PyObject *short_value_of(PyObject *raw) {
-    if (PyBytes_GET_SIZE(raw) > 0 && PyBytes_AS_STRING(raw)[0] != 1) {
+    unsigned char tag = plain_of(raw).tag;
+    if (tag != 0 && tag != 1) {
         PyErr_SetString(PyExc_ValueError, "KeyedScan: a short key with a long key's value");
         return NULL;
     }
@@ -1207,7 +1219,7 @@ static PyObject *keyed_step(KeyedScan *self) {
             PyObject *to_raw = PyTuple_GET_ITEM(to_row, 1);
             PyObject *from_raw = from_row != NULL ? PyTuple_GET_ITEM(from_row, 1) : NULL;
             /* no version at or below ``from`` is "absent", which a tombstone equals */
-            int same = from_raw != NULL ? raw_equal(to_raw, from_raw) : PyBytes_GET_SIZE(to_raw) == 0;
+            int same = from_raw != NULL ? raw_equal(to_raw, from_raw) : plain_of(to_raw).tag == 0;
             if (!same) {
                 out = keyed_item(self, h, hl, from_raw, to_raw, &past);
                 failed = out == NULL && PyErr_Occurred() != NULL;
@@ -1442,10 +1454,9 @@ static PyObject *name_of(QueryPageState *st, unsigned long long seq) {
  * scan: at a long key (handed over) or at ``to_key``. -1: an error. */
 static int emit_record(QueryPageState *st, const char *head, Py_ssize_t head_length, PyObject *raw,
                        unsigned long long seq) {
-    Py_ssize_t size = PyBytes_GET_SIZE(raw);
-    if (size == 0) return 0; /* the tombstone of a short key */
-    const char *r = PyBytes_AS_STRING(raw);
-    if ((unsigned char)r[0] != 1) { /* a long key: its group is sorted the Python way */
+    Plain p = plain_of(raw);
+    if (p.tag == 0) return 0; /* the tombstone of a short key */
+    if (p.tag != 1) {         /* a long key: its group is sorted the Python way */
         st->done = 1;
         st->handed = PyBytes_FromStringAndSize(head + record_prefix_length(head),
                                                head_length - record_prefix_length(head));
@@ -1464,7 +1475,7 @@ static int emit_record(QueryPageState *st, const char *head, Py_ssize_t head_len
         Py_DECREF(key);
         return 0;
     }
-    PyObject *value = PyBytes_FromStringAndSize(r + 1, size - 1);
+    PyObject *value = PyBytes_FromStringAndSize(p.body, p.length);
     PyObject *name = value ? name_of(st, seq) : NULL;
     PyObject *record = name ? ((PyTypeObject *)st->record_type)->tp_alloc((PyTypeObject *)st->record_type, 3)
                             : NULL;
@@ -1578,13 +1589,14 @@ fail:
 /* The user value of a stored record value (layout.decode_value): None for a tombstone; NULL (a ValueError)
  * for a value of no known form. */
 static PyObject *stored_value(PyObject *raw) {
-    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(raw);
-    Py_ssize_t n = PyBytes_GET_SIZE(raw);
-    if (n == 0 || r[0] == 2) Py_RETURN_NONE;
-    if (r[0] == 1) return PyBytes_FromStringAndSize((const char *)r + 1, n - 1);
-    if (r[0] == 3 && n >= 4) {
-        Py_ssize_t at = 4 + (((Py_ssize_t)r[1] << 16) | ((Py_ssize_t)r[2] << 8) | r[3]);
-        if (at <= n) return PyBytes_FromStringAndSize((const char *)r + at, n - at);
+    Plain p = plain_of(raw);
+    const unsigned char *r = (const unsigned char *)p.body;
+    Py_ssize_t n = p.length;
+    if (p.tag == 0 || p.tag == 2) Py_RETURN_NONE;
+    if (p.tag == 1) return PyBytes_FromStringAndSize(p.body, n);
+    if (p.tag == 3 && n >= 3) {
+        Py_ssize_t at = 3 + (((Py_ssize_t)r[0] << 16) | ((Py_ssize_t)r[1] << 8) | r[2]);
+        if (at <= n) return PyBytes_FromStringAndSize(p.body + at, n - at);
     }
     PyErr_SetString(PyExc_ValueError, "get_many_scan: not a stored value");
     return NULL;
