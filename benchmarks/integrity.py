@@ -6,8 +6,10 @@ generation's digest (what ``check --against`` reads from each side).
     .venv/bin/python benchmarks/integrity.py [--keys N] [--rounds R] [--generations G]
 
 The baseline of the first three is the engine with ``digests.record_commit`` and ``digests.record_put``
-(an appending put's share) replaced by no-ops: the same code, the same store shape, runs alternating so
-that load on the machine falls on both alike.
+(an appending put's share) replaced by no-ops and records written unsealed (``layout.SEALING`` off: no
+checksum computed, stored or verified): the same code, the same store shape, runs alternating so that load
+on the machine falls on both alike. A second line per figure measures checksums alone (digests on in
+both). The diff reads a store written sealed against one written plain.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -26,7 +29,7 @@ import lmdb  # noqa: E402
 from _harness import machine, median, ratio_line  # noqa: E402
 
 from diffstore import Store, StoreConfig  # noqa: E402
-from diffstore.engine import check, digests, writes  # noqa: E402
+from diffstore.engine import check, digests, layout, writes  # noqa: E402
 
 
 def key(i: int) -> bytes:
@@ -50,6 +53,21 @@ def digests_off() -> Iterator[None]:
         writes.digests.record_put = put  # type: ignore[attr-defined]
 
 
+@contextmanager
+def checksums_off() -> Iterator[None]:
+    layout.SEALING = False
+    try:
+        yield
+    finally:
+        layout.SEALING = True
+
+
+@contextmanager
+def integrity_off() -> Iterator[None]:
+    with digests_off(), checksums_off():
+        yield
+
+
 def bulk_load(root: Path, n: int) -> float:
     with Store.open(root, StoreConfig(background=False)) as store:
         coll = store.create_collection("A")
@@ -61,18 +79,20 @@ def bulk_load(root: Path, n: int) -> float:
         return time.perf_counter() - started
 
 
-def alternate(rounds: int, run: Callable[[], float]) -> tuple[float, float]:
-    """Median seconds of ``run`` with digests on and off, alternating."""
-    on: list[float] = []
-    off: list[float] = []
+def alternate(
+    rounds: int, run: Callable[[], float], off: Callable[[], AbstractContextManager[None]] = integrity_off
+) -> tuple[float, float]:
+    """Median seconds of ``run`` with integrity on and ``off``, alternating."""
+    with_on: list[float] = []
+    with_off: list[float] = []
     for turn in range(rounds):
         if turn % 2:  # each goes first half of the time: warm caches favour neither
-            on.append(run())
-        with digests_off():
-            off.append(run())
+            with_on.append(run())
+        with off():
+            with_off.append(run())
         if not turn % 2:
-            on.append(run())
-    return median(on), median(off)
+            with_on.append(run())
+    return median(with_on), median(with_off)
 
 
 def main() -> None:
@@ -90,6 +110,8 @@ def main() -> None:
         print(
             ratio_line(f"bulk load of {n:,} keys in one generation", n / on, n / off, "rec/s", "<= 5% slower")
         )
+        on, off = alternate(args.rounds, lambda: bulk_load(root / f"bulk{next(counter)}", n), checksums_off)
+        print(ratio_line("  checksums alone", n / on, n / off, "rec/s"))
 
         store = Store.open(root / "big", StoreConfig(background=False))
         coll = store.create_collection("A")
@@ -108,16 +130,54 @@ def main() -> None:
         print(
             ratio_line("1,000-key generation (write_generation)", on * 1e3, off * 1e3, "ms", "<= 5% slower")
         )
+        on, off = alternate(args.rounds * 4, generation, checksums_off)
+        print(ratio_line("  checksums alone", on * 1e3, off * 1e3, "ms"))
+        store.close()
+
+        def diff_store(name: str) -> tuple[Store, Any]:
+            opened = Store.open(root / name, StoreConfig(background=False))
+            made = opened.create_collection("A")
+            made.write_generation(b"0000", [(key(i), value(i)) for i in range(n)])
+            for g in (1, 2):
+                items = [(key((j * 7919 + g) % n), value(j, g)) for j in range(1000)]
+                made.write_generation(b"%04d" % g, items)
+            return opened, made
+
+        sealed_store, sealed = diff_store("diff_sealed")
+        with checksums_off():
+            plain_store, plain = diff_store("diff_plain")
 
         def diff() -> float:
+            # integrity off: the plain store's diff (its rows carry no checksum to verify)
+            coll = sealed if layout.SEALING else plain
             started = time.perf_counter()
             for _ in coll.diff(b"0001", b"0002"):
                 pass
             return time.perf_counter() - started
 
-        on, off = alternate(args.rounds * 4, diff)
+        on, off = alternate(args.rounds * 4, diff, checksums_off)
         print(ratio_line("diff of a 1,000-key generation", on * 1e3, off * 1e3, "ms", "<= 5% slower"))
-        store.close()
+
+        def query() -> float:
+            coll = sealed if layout.SEALING else plain
+            started = time.perf_counter()
+            coll.query_page(limit=10_000)
+            return time.perf_counter() - started
+
+        on, off = alternate(args.rounds * 4, query, checksums_off)
+        print(ratio_line("query page of 10,000 records", on * 1e3, off * 1e3, "ms"))
+
+        def point_gets() -> float:
+            coll = sealed if layout.SEALING else plain
+            started = time.perf_counter()
+            for i in range(0, n, max(1, n // 10_000)):
+                coll.get(key(i))
+            return time.perf_counter() - started
+
+        on, off = alternate(args.rounds * 4, point_gets, checksums_off)
+        print(ratio_line("10,000 point gets", on * 1e3, off * 1e3, "ms"))
+        sealed_store.close()
+        plain_store.close()
 
         with Store.open(root / "checked", StoreConfig(background=False)) as store:  # every digest kept
             coll = store.create_collection("A")

@@ -39,7 +39,8 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     ├── Overloaded ................ 503 (with Retry-After)
     ├── NotReplicated ............. 503 a write committed here that too few replicas confirmed in time
     └── StorageError .............. (an I/O failure underneath; the server answers 500)
-        └── StorageFull ........... 507 (the map or the file system is full; the store stays readable)
+        ├── StorageFull ........... 507 (the map or the file system is full; the store stays readable)
+        └── CorruptRecord ......... 500 a stored row whose checksum fails (names the key, never the value)
 """
 
 from __future__ import annotations
@@ -330,6 +331,14 @@ class StorageFull(StorageError):
     """
 
     code = "storageFull"
+
+
+class CorruptRecord(StorageError):
+    """A read met a stored record whose checksum does not match its bytes: the storage underneath changed
+    it (a flipped bit, a damaged backup). The reason names the collection, the key and the generation,
+    never the damaged value; ``diffstore check`` lists every such row."""
+
+    code = "corruptRecord"
 
 
 def text_form(data: bytes | None) -> str:

@@ -5,9 +5,10 @@
  * get_many); the engine uses this module when it was built and falls back to the twin when it was not
  * (tests/engine/test_accel.py compares the two).
  *
- *   sorted_short_rows(items, record_prefix, record_suffix, change_prefix)
+ *   sorted_short_rows(items, record_prefix, record_suffix, change_prefix, seal=True)
  *       The rows of ``records`` and ``changes`` for a put of (key, value) pairs whose keys are short and
- *       strictly ascend (so none repeats), as layout.py's short_rows builds them: a SortedRows whose
+ *       strictly ascend (so none repeats), as layout.py's short_rows builds them (records values sealed:
+ *       a CRC-32 of key and value, computed here, unless ``seal`` is false): a SortedRows whose
  *       records() and changes() iterate them (keys and values as bytes). None when the items are
  *       not such a list (the general path takes them). Its chunks(limit) are the same keys' packed rows
  *       of ``change_chunks`` (layout.chunk_rows). One pass over the items checks them and escapes each
@@ -163,6 +164,7 @@ typedef struct {
     Py_ssize_t forms_length;
     PyObject *record_prefix, *record_suffix, *change_prefix, *empty; /* bytes */
     PyObject *first_record_key, *first_change_key;
+    int seal; /* records values sealed (layout.SEALING; off only to measure what checksums cost) */
 } SortedRows;
 
 /* One pass over SortedRows' items, one row per step. Like ``zip``, it hands out the same row tuple again
@@ -179,6 +181,78 @@ typedef struct {
 } RowIter;
 
 static PyTypeObject SortedRowsType, RowIterType;
+
+/* ---- sealed record values (layout.py): tag | 0x10, CRC-32 of records key | plain value, the rest ------ */
+
+#define SEALED 0x10
+static uint32_t crc_table[8][256]; /* zlib's CRC-32 (reflected 0xEDB88320), sliced by 8; PyInit fills it */
+
+static void crc_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int n = 0; n < 256; n++) crc_table[t][n] = (crc_table[t - 1][n] >> 8) ^ crc_table[0][crc_table[t - 1][n] & 0xff];
+}
+
+/* zlib.crc32(data, crc) */
+static uint32_t crc32_update(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
+    uint32_t c = crc ^ 0xffffffffu;
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
+            crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
+            crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0) c = crc_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
+static void put_crc(char *out, uint32_t crc) {
+    out[0] = (char)(crc >> 24);
+    out[1] = (char)(crc >> 16);
+    out[2] = (char)(crc >> 8);
+    out[3] = (char)crc;
+}
+
+/* Raises layout.corrupt_record(record_key): a CorruptRecord naming the key. */
+static void raise_corrupt(PyObject *record_key) {
+    PyObject *layout = PyImport_ImportModule("diffstore.engine.layout");
+    if (layout == NULL) return;
+    PyObject *error = PyObject_CallMethod(layout, "corrupt_record", "O", record_key);
+    Py_DECREF(layout);
+    if (error == NULL) return;
+    PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+    Py_DECREF(error);
+}
+
+/* Whether the sealed value ``raw`` stored under ``record_key`` matches its checksum (layout.unseal): 1, or
+ * 0 with CorruptRecord raised. */
+static int seal_holds(PyObject *record_key, PyObject *raw) {
+    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    unsigned char tag = (unsigned char)(r[0] & 0x0f);
+    if (n < 5 || r[0] > (SEALED | 3) || (r[0] == SEALED && n != 5)) {
+        raise_corrupt(record_key);
+        return 0;
+    }
+    uint32_t crc = crc32_update(0, (const unsigned char *)PyBytes_AS_STRING(record_key), PyBytes_GET_SIZE(record_key));
+    if (r[0] != SEALED) {
+        crc = crc32_update(crc, &tag, 1);
+        crc = crc32_update(crc, r + 5, n - 5);
+    }
+    uint32_t stored = (uint32_t)r[1] << 24 | (uint32_t)r[2] << 16 | (uint32_t)r[3] << 8 | r[4];
+    if (crc != stored) {
+        raise_corrupt(record_key);
+        return 0;
+    }
+    return 1;
+}
 
 static Py_ssize_t form_length_at(const char *forms, Py_ssize_t at) {
     return ((Py_ssize_t)(unsigned char)forms[at] << 8) | (unsigned char)forms[at + 1];
@@ -261,8 +335,9 @@ static int pack_items(PyObject *items, Py_ssize_t n, char **forms, Py_ssize_t *f
 
 static PyObject *sorted_short_rows(PyObject *module, PyObject *args) {
     PyObject *items, *record_prefix, *record_suffix, *change_prefix;
-    if (!PyArg_ParseTuple(args, "OSSS:sorted_short_rows", &items, &record_prefix, &record_suffix,
-                          &change_prefix))
+    int seal = 1;
+    if (!PyArg_ParseTuple(args, "OSSS|p:sorted_short_rows", &items, &record_prefix, &record_suffix,
+                          &change_prefix, &seal))
         return NULL;
     if (!PyList_CheckExact(items) || PyList_GET_SIZE(items) == 0) Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(items), forms_length = 0, held = 0;
@@ -279,6 +354,7 @@ static PyObject *sorted_short_rows(PyObject *module, PyObject *args) {
         return NULL;
     }
     rows->count = n;
+    rows->seal = seal;
     rows->forms = forms;
     rows->forms_length = forms_length;
     rows->values = values;
@@ -456,17 +532,34 @@ static PyObject *row_iter_next(RowIter *self) {
         PREFETCH(later + 64);
         PREFETCH(later + 128);
     }
-    if (value == Py_None) { /* a changes row, or a tombstone: b"" */
+    if (self->changes || (!rows->seal && value == Py_None)) { /* a changes row (or a plain tombstone): b"" */
         if (PyTuple_GET_ITEM(row, 1) != rows->empty) {
             Py_INCREF(rows->empty);
             Py_XSETREF(((PyTupleObject *)row)->ob_item[1], rows->empty);
         }
-    } else { /* 01 value */
+    } else if (!rows->seal) { /* 01 value */
         Py_ssize_t vl = PyBytes_GET_SIZE(value);
         out = row_buffer(row, 1, vl + 1);
         if (out == NULL) return NULL;
         out[0] = 1;
         memcpy(out + 1, PyBytes_AS_STRING(value), (size_t)vl);
+    } else { /* sealed (layout.seal): a tombstone 10 crc, a value 11 crc value */
+        PyObject *key = PyTuple_GET_ITEM(row, 0);
+        uint32_t crc = crc32_update(0, (const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+        if (value == Py_None) {
+            out = row_buffer(row, 1, 5);
+            if (out == NULL) return NULL;
+            out[0] = SEALED;
+        } else {
+            static const unsigned char one = 1;
+            Py_ssize_t vl = PyBytes_GET_SIZE(value);
+            out = row_buffer(row, 1, vl + 5);
+            if (out == NULL) return NULL;
+            out[0] = SEALED | 1;
+            memcpy(out + 5, PyBytes_AS_STRING(value), (size_t)vl);
+            crc = crc32_update(crc32_update(crc, &one, 1), (const unsigned char *)out + 5, vl);
+        }
+        put_crc(out + 1, crc);
     }
     self->index++; /* only now: after an error (no memory) the same item comes next */
     self->at += 2 + length;
@@ -603,14 +696,41 @@ static void scan_dealloc(DiffScan *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int raw_equal(PyObject *a, PyObject *b) {
-    return a == b || (PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
-                      memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0);
+/* A stored value read in place as its plain form (layout.plain): the plain tag (0: a short key's
+ * tombstone, b"") and what follows it. The loops read sealed values (already verified by records_row)
+ * through this, so that a scanned row costs no copy. */
+typedef struct {
+    unsigned char tag;
+    const char *body;
+    Py_ssize_t length;
+} Plain;
+
+static Plain plain_of(PyObject *raw) {
+    const char *r = PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    Plain p = {0, r, 0};
+    if (n == 0) return p;
+    unsigned char first = (unsigned char)r[0];
+    if (first < SEALED) {
+        p.tag = first;
+        p.body = r + 1;
+        p.length = n - 1;
+    } else if (first != SEALED && n >= 5) {
+        p.tag = (unsigned char)(first & 0x0f);
+        p.body = r + 5;
+        p.length = n - 5;
+    }
+    return p;
 }
 
-static int is_long_value(PyObject *raw) {
-    return PyBytes_GET_SIZE(raw) > 0 && (unsigned char)PyBytes_AS_STRING(raw)[0] >= 2;
+/* Whether two stored values have the same plain form (a sealed and a plain one included). */
+static int raw_equal(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    Plain x = plain_of(a), y = plain_of(b);
+    return x.tag == y.tag && x.length == y.length && memcmp(x.body, y.body, (size_t)x.length) == 0;
 }
+
+static int is_long_value(PyObject *raw) { return plain_of(raw).tag >= 2; }
 
 /* Whether key ``k`` lies before a read's range: at or below ``after_key``, or below ``from_key`` (None: no
  * such bound). */
@@ -650,19 +770,33 @@ static PyObject *short_key_of_head(const char *head, Py_ssize_t head_length) {
 
 /* The record key and stored value of a records iterator's item; 0 (a ValueError naming ``who``) when the
  * item is not a (bytes, bytes) pair with a records key. */
-static int records_row(PyObject *pair, const char *who, PyObject **record_key, PyObject **raw) {
-    if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
-        PyBytes_CheckExact(*record_key = PyTuple_GET_ITEM(pair, 0)) &&
-        PyBytes_CheckExact(*raw = PyTuple_GET_ITEM(pair, 1)) &&
-        is_record_key(PyBytes_AS_STRING(*record_key), PyBytes_GET_SIZE(*record_key)))
-        return 1;
-    PyErr_Format(PyExc_ValueError, "%s: not a records row", who);
-    return 0;
+static int records_row(PyObject **row, const char *who, PyObject **record_key, PyObject **raw) {
+    PyObject *pair = *row; /* a pointer: a row may be replaced (none is, since values are read in place) */
+    if (!(PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+          PyBytes_CheckExact(*record_key = PyTuple_GET_ITEM(pair, 0)) &&
+          PyBytes_CheckExact(*raw = PyTuple_GET_ITEM(pair, 1)) &&
+          is_record_key(PyBytes_AS_STRING(*record_key), PyBytes_GET_SIZE(*record_key)))) {
+        if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 && PyBytes_CheckExact(*record_key) &&
+            PyBytes_CheckExact(*raw))
+            raise_corrupt(*record_key); /* bytes, but no records key: a damaged key */
+        else
+            PyErr_Format(PyExc_ValueError, "%s: not a records row", who);
+        return 0;
+    }
+    unsigned char first = PyBytes_GET_SIZE(*raw) > 0 ? (unsigned char)PyBytes_AS_STRING(*raw)[0] : 1;
+    if (first >= 1 && first <= 3) return 1; /* a plain value (or none: a tombstone): written before checksums */
+    if (first < SEALED) {                   /* a tag neither form has: a sealed tag that lost its bit */
+        raise_corrupt(*record_key);
+        return 0;
+    }
+    /* sealed: verified here, read in place by the loops (plain_of) */
+    return seal_holds(*record_key, *raw);
 }
 
 static PyObject *value_of(PyObject *raw) {
-    if (PyBytes_GET_SIZE(raw) == 0) Py_RETURN_NONE;
-    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + 1, PyBytes_GET_SIZE(raw) - 1);
+    Plain p = plain_of(raw);
+    if (p.tag == 0) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(p.body, p.length);
 }
 
 /* The item of the finished head (short key, written, changed); NULL with no error: outside the bounds. */
@@ -714,7 +848,7 @@ static PyObject *scan_step(DiffScan *self) {
             return head_item(self); /* NULL: outside the bounds, or an error */
         }
         PyObject *record_key, *raw;
-        if (!records_row(pair, "DiffScan", &record_key, &raw)) {
+        if (!records_row(&pair, "DiffScan", &record_key, &raw)) {
             Py_DECREF(pair);
             self->done = 1;
             return NULL;
@@ -939,7 +1073,7 @@ static int keyed_move(KeyedScan *self, PyObject *method, PyObject *head) {
     if (!there) return 0;
     PyObject *pair = PyObject_CallNoArgs(self->item), *record_key, *raw;
     if (pair == NULL) return -1;
-    if (!records_row(pair, "KeyedScan", &record_key, &raw)) {
+    if (!records_row(&pair, "KeyedScan", &record_key, &raw)) {
         Py_DECREF(pair);
         return -1;
     }
@@ -950,7 +1084,8 @@ static int keyed_move(KeyedScan *self, PyObject *method, PyObject *head) {
 /* A short key's user value from its stored value: None for a tombstone; NULL (a ValueError) for a long
  * key's value, which a short form never has. */
 static PyObject *short_value_of(PyObject *raw) {
-    if (PyBytes_GET_SIZE(raw) > 0 && PyBytes_AS_STRING(raw)[0] != 1) {
+    unsigned char tag = plain_of(raw).tag;
+    if (tag != 0 && tag != 1) {
         PyErr_SetString(PyExc_ValueError, "KeyedScan: a short key with a long key's value");
         return NULL;
     }
@@ -1084,7 +1219,7 @@ static PyObject *keyed_step(KeyedScan *self) {
             PyObject *to_raw = PyTuple_GET_ITEM(to_row, 1);
             PyObject *from_raw = from_row != NULL ? PyTuple_GET_ITEM(from_row, 1) : NULL;
             /* no version at or below ``from`` is "absent", which a tombstone equals */
-            int same = from_raw != NULL ? raw_equal(to_raw, from_raw) : PyBytes_GET_SIZE(to_raw) == 0;
+            int same = from_raw != NULL ? raw_equal(to_raw, from_raw) : plain_of(to_raw).tag == 0;
             if (!same) {
                 out = keyed_item(self, h, hl, from_raw, to_raw, &past);
                 failed = out == NULL && PyErr_Occurred() != NULL;
@@ -1319,10 +1454,9 @@ static PyObject *name_of(QueryPageState *st, unsigned long long seq) {
  * scan: at a long key (handed over) or at ``to_key``. -1: an error. */
 static int emit_record(QueryPageState *st, const char *head, Py_ssize_t head_length, PyObject *raw,
                        unsigned long long seq) {
-    Py_ssize_t size = PyBytes_GET_SIZE(raw);
-    if (size == 0) return 0; /* the tombstone of a short key */
-    const char *r = PyBytes_AS_STRING(raw);
-    if ((unsigned char)r[0] != 1) { /* a long key: its group is sorted the Python way */
+    Plain p = plain_of(raw);
+    if (p.tag == 0) return 0; /* the tombstone of a short key */
+    if (p.tag != 1) {         /* a long key: its group is sorted the Python way */
         st->done = 1;
         st->handed = PyBytes_FromStringAndSize(head + record_prefix_length(head),
                                                head_length - record_prefix_length(head));
@@ -1341,7 +1475,7 @@ static int emit_record(QueryPageState *st, const char *head, Py_ssize_t head_len
         Py_DECREF(key);
         return 0;
     }
-    PyObject *value = PyBytes_FromStringAndSize(r + 1, size - 1);
+    PyObject *value = PyBytes_FromStringAndSize(p.body, p.length);
     PyObject *name = value ? name_of(st, seq) : NULL;
     PyObject *record = name ? ((PyTypeObject *)st->record_type)->tp_alloc((PyTypeObject *)st->record_type, 3)
                             : NULL;
@@ -1394,7 +1528,7 @@ static PyObject *query_scan(PyObject *module, PyObject *args) {
             break;
         }
         PyObject *record_key, *raw;
-        if (!records_row(pair, "query_scan", &record_key, &raw)) {
+        if (!records_row(&pair, "query_scan", &record_key, &raw)) {
             Py_DECREF(pair);
             goto fail;
         }
@@ -1455,13 +1589,14 @@ fail:
 /* The user value of a stored record value (layout.decode_value): None for a tombstone; NULL (a ValueError)
  * for a value of no known form. */
 static PyObject *stored_value(PyObject *raw) {
-    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(raw);
-    Py_ssize_t n = PyBytes_GET_SIZE(raw);
-    if (n == 0 || r[0] == 2) Py_RETURN_NONE;
-    if (r[0] == 1) return PyBytes_FromStringAndSize((const char *)r + 1, n - 1);
-    if (r[0] == 3 && n >= 4) {
-        Py_ssize_t at = 4 + (((Py_ssize_t)r[1] << 16) | ((Py_ssize_t)r[2] << 8) | r[3]);
-        if (at <= n) return PyBytes_FromStringAndSize((const char *)r + at, n - at);
+    Plain p = plain_of(raw);
+    const unsigned char *r = (const unsigned char *)p.body;
+    Py_ssize_t n = p.length;
+    if (p.tag == 0 || p.tag == 2) Py_RETURN_NONE;
+    if (p.tag == 1) return PyBytes_FromStringAndSize(p.body, n);
+    if (p.tag == 3 && n >= 3) {
+        Py_ssize_t at = 3 + (((Py_ssize_t)r[0] << 16) | ((Py_ssize_t)r[1] << 8) | r[2]);
+        if (at <= n) return PyBytes_FromStringAndSize(p.body + at, n - at);
     }
     PyErr_SetString(PyExc_ValueError, "get_many_scan: not a stored value");
     return NULL;
@@ -1482,7 +1617,7 @@ static PyObject *visible_record(QueryPageState *st, PyObject *methods[4], PyObje
     if (there <= 0) return there < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
     PyObject *pair = PyObject_CallNoArgs(methods[3]), *record_key, *raw; /* item */
     if (pair == NULL) return NULL;
-    if (!records_row(pair, "get_many_scan", &record_key, &raw)) {
+    if (!records_row(&pair, "get_many_scan", &record_key, &raw)) {
         Py_DECREF(pair);
         return NULL;
     }
@@ -1802,12 +1937,19 @@ typedef struct {
 /* Adds the hash of the record ``form | raw`` unless ``raw`` is a tombstone (empty, or a long key's: 02). */
 static void digest_add(DigestSum *sum, const char *form, Py_ssize_t form_length, const char *raw,
                        Py_ssize_t raw_length) {
-    if (raw_length == 0 || (unsigned char)raw[0] == 2) return;
+    unsigned char first = raw_length > 0 ? (unsigned char)raw[0] : 0;
+    if (raw_length == 0 || first == 2 || first == SEALED || (first > SEALED && (first & 0x0f) == 2)) return;
     Blake2b s;
     uint64_t hi, lo;
     b2_init(&s);
     b2_update(&s, (const unsigned char *)form, (size_t)form_length);
-    b2_update(&s, (const unsigned char *)raw, (size_t)raw_length);
+    if ((unsigned char)raw[0] > SEALED) { /* the plain form's hash (layout.record_digest): tag, then the rest */
+        unsigned char tag = (unsigned char)(raw[0] & 0x0f);
+        b2_update(&s, &tag, 1);
+        if (raw_length > 5) b2_update(&s, (const unsigned char *)raw + 5, (size_t)(raw_length - 5));
+    } else {
+        b2_update(&s, (const unsigned char *)raw, (size_t)raw_length);
+    }
     b2_final(&s, &hi, &lo);
     sum->lo += lo;
     sum->hi += hi + (sum->lo < lo);
@@ -2031,6 +2173,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__accel(void) {
+    crc_init();
     if (PyType_Ready(&DiffScanType) < 0 || PyType_Ready(&KeyedScanType) < 0 || PyType_Ready(&MergeFormsType) < 0 ||
         PyType_Ready(&SortedRowsType) < 0 ||
         PyType_Ready(&RowIterType) < 0)

@@ -15,9 +15,11 @@ The invariants, table by table (a ``cid`` is *live* when a ``collections`` row h
   are not past the current generation.
 - ``gens``/``gen_ids``: the two directions agree row for row; ids ascend with seqs; every registered
   generation is committed (seq <= current) or the open one; the current and open ones are registered.
-- ``records``: every row's cid is live or dropped; for a live one its seq is registered and committed or
-  open (no record of an aborted or unknown generation), its value decodes, a long key's form matches
-  the key it holds, and its generation's run (``changes`` or ``change_chunks``) holds its key.
+- ``records``: every sealed value matches its checksum, and a plain one is legal only while the store
+  predates checksums (``check_rows.py``); every row's cid is live or dropped; for a live one its seq is
+  registered and committed or open (no record of an aborted or unknown generation), its value decodes,
+  a long key's form matches the key it holds, and its generation's run (``changes`` or
+  ``change_chunks``) holds its key.
 - ``changes``, ``change_chunks``: every entry has its record; a chunk holds ascending forms from its
   first, overlaps no other chunk of its generation, and none of its forms also has a ``changes`` row; the
   open generation's entries number at least one and at most ``next_count`` when it has writes, none when
@@ -54,7 +56,17 @@ from pathlib import Path
 import lmdb
 import msgpack
 
-from diffstore.engine import cursor_spill, digests, files, layout, manifest, migrate, producers, storage
+from diffstore.engine import (
+    check_rows,
+    cursor_spill,
+    digests,
+    files,
+    layout,
+    manifest,
+    migrate,
+    producers,
+    storage,
+)
 from diffstore.engine.meta import CollectionMeta, non_manual_generation
 from diffstore.engine.tables import Tables
 from diffstore.errors import InvalidRequest, text_form
@@ -194,6 +206,10 @@ class _Checker:
                     version = layout.LAYOUT_VERSION
                     self.bad("collections", f"the layout version row is {raw.hex()}, not {version}")
                 continue
+            if key == layout.SEALED_ROW:
+                if raw:
+                    self.bad("collections", f"the sealed-store row holds {raw.hex()}, not nothing")
+                continue
             try:
                 name = key.decode()
                 meta = CollectionMeta.unpack(name, raw)
@@ -317,7 +333,9 @@ class _Checker:
     # --- records and their index ----------------------------------------------------------------
 
     def _records(self) -> None:
-        for key, raw in self._rows("records"):
+        seals = check_rows.RowSeals(self.txn, self.tables)
+        for key, stored in self._rows("records"):
+            raw, seal_problem = seals.record(key, stored)
             parsed = layout.parse_record_key(key)
             if parsed is None:
                 self.bad("records", f"row {key.hex()} is not a records key (rcid | K | rseq)")
@@ -327,6 +345,9 @@ class _Checker:
             if owner is None:
                 continue
             meta = owner.meta
+            if seal_problem is not None:
+                gen = text_form(owner.gens[seq]) if seq in owner.gens else "unknown"
+                self.bad("records", f"{meta.name!r}: record {_key_text(form)} #{seq} ({gen}): {seal_problem}")
             if seq not in owner.gens:
                 self.bad(
                     "records",
@@ -346,6 +367,8 @@ class _Checker:
                     "changes",
                     f"{meta.name!r}: record {_key_text(form)} #{seq} is missing from its generation's index",
                 )
+        if (note := seals.note()) is not None:
+            self.notes.append(note)
 
     def _changes(self) -> None:
         for key, _ in self._rows("changes"):

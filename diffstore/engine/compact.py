@@ -15,6 +15,9 @@ writing into it). A compaction holds the directory lock exclusively (``storage.D
 starting meanwhile refuses to open until it is done), and it also makes sure that no program at all holds
 LMDB's own lock (``storage.lmdb_lock_is_free``). LMDB's lock file is left as it is: the next process to
 open the store is alone, and LMDB then rebuilds the lock file's state from the new data file.
+
+Before the copy, a diffstore store in the current layout gets the checksum of every record written before
+records carried one (``migrate.seal_records``): the copy is then sealed whole.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import copying, crashpoints, files, storage
+from diffstore.engine import copying, crashpoints, files, layout, migrate, storage
+from diffstore.engine.tables import Tables
 from diffstore.errors import StorageError
 
 COMPACTING_FILE = "data.mdb.compacting"
@@ -38,6 +42,7 @@ class CompactResult:
     kind: files.Kind
     before_bytes: int
     after_bytes: int
+    sealed: int = 0  # records given their checksum before the copy (migrate.seal_records)
 
 
 def compact(path: Path, progress: copying.Progress | None = None) -> CompactResult:
@@ -61,6 +66,7 @@ def compact(path: Path, progress: copying.Progress | None = None) -> CompactResu
         data = path / storage.DATA_FILE
         before = data.stat().st_size
         with files.opened_environment(path) as opened:
+            sealed = _seal(opened)
             expected = files.expected_bytes(opened)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
@@ -82,6 +88,18 @@ def compact(path: Path, progress: copying.Progress | None = None) -> CompactResu
         os.rename(temp, data)
         crashpoints.reached("compact-renamed")
         files.sync_directory(path)
-        return CompactResult(kind, before, data.stat().st_size)
+        return CompactResult(kind, before, data.stat().st_size, sealed)
     finally:
         lock.release()
+
+
+def _seal(opened: files.Opened) -> int:
+    """Seals the records of a diffstore store in the current layout (an older layout is upgraded, keys
+    and all, when the store is next opened, and sealed by ``diffstore migrate`` after that)."""
+    if opened.kind is not files.Kind.STORE:
+        return 0
+    tables = Tables.open(opened.env)
+    with opened.env.begin() as txn:
+        if migrate.layout_version(txn, tables) != layout.LAYOUT_VERSION:
+            return 0
+    return migrate.seal_records(opened.env, tables)

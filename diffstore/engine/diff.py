@@ -305,7 +305,9 @@ def iter_diff(
                 # change from it).
                 from_raw = to_raw = b""
                 idle = -1  # the first head is not a key
-                for record_key, raw in records.iternext():
+                unseal = layout.unseal
+                for record_key, stored in records.iternext():
+                    raw = unseal(record_key, stored)
                     # Heads are prefix-free, so every key of a later head is above head | anything: below
                     # head_to is a version of this head at or below ``to``.
                     if record_key < head_to:
@@ -434,7 +436,12 @@ def _keyed_items(
     # stepping (next, no seek) and far ones by a seek. A key's versions are read oldest first: the last
     # at or below ``from``, those in between, the last at or below ``to``. Stored values are compared
     # before they are decoded.
-    set_range, step, item = records.set_range, records.next, records.item
+    set_range, step, stored_item, unseal = records.set_range, records.next, records.item, layout.unseal
+
+    def item() -> tuple[bytes, bytes]:
+        record_key, raw = stored_item()
+        return record_key, unseal(record_key, raw)
+
     current: bytes | None = None  # the record key under the cursor (None: not positioned or exhausted)
     current_value = b""
     for form in forms:

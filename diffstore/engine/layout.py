@@ -95,12 +95,27 @@ version must keep growing, or a fencing token of an older holder could match a n
 Deleting the collection makes its rows unreachable (a new collection of that name gets a new cid) and the
 purge of the dropped cid removes them.
 
-Record values::
+Record values, in their *plain* form::
 
     b""                          tombstone of a short key
     01 value                     value of a short key (so that b"" stays a legal value)
     02 len(u24) key              tombstone of a long key
     03 len(u24) key value        value of a long key
+
+are stored *sealed*: the tag with bit 0x10 set, then a CRC-32 (zlib's; big-endian) of the records key
+followed by the plain value, then the rest of the plain value::
+
+    10 crc(u32)                  sealed tombstone of a short key (plain: b"")
+    1t crc(u32) rest             sealed ``0t rest`` (t = 1, 2, 3)
+
+so the checksum covers the key (collection, K and seq) and the value, is written in the same ``put`` as
+the row, and a stored value says itself whether it carries one: a first byte below 0x10 (or none) is a
+row written before checksums existed (session 26), read as it is; ``migrate.seal_records`` (run by
+``diffstore migrate`` and ``compact``) seals them. ``collections`` row ``SEALED_ROW`` says every record of
+the store is sealed (a new store, or one that was migrated), so that ``check`` reports a plain row there as
+damage rather than as one that predates checksums. Readers call :func:`unseal` (verifies: a mismatch is
+:class:`~diffstore.errors.CorruptRecord` naming the key) or :func:`plain` (strips only); digests hash the
+plain form, so a sealed and a plain row of the same record hash alike, on a primary and on its replicas.
 
 The hottest per-record loops that build or read these rows -- the rows of a bulk load of sorted short
 keys, the diff's forward scan of ``records`` and a query page's -- have a compiled twin in ``_accel.c``,
@@ -113,10 +128,13 @@ from __future__ import annotations
 import hashlib
 import struct
 import warnings
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgpack
+
+from diffstore.errors import CorruptRecord, text_form
 
 try:
     from diffstore.engine import _accel
@@ -185,10 +203,11 @@ TOMBSTONE = b""
 NEXT_CID = b"\x00next_cid"  # the next collection id (u64)
 LAYOUT_ROW = b"\x00layout"  # the layout version the store is written in (u64; no row: version 1)
 LAYOUT_VERSION = 2  # 1: records keys were cid(u32) | K | seq(u64); see engine/migrate.py
+SEALED_ROW = b"\x00sealed"  # present: every record of the store carries its checksum (see sealed values)
 
 
 def is_collection_row(name: bytes) -> bool:
-    """Whether a row of ``collections`` is a collection's (not NEXT_CID or LAYOUT_ROW)."""
+    """Whether a row of ``collections`` is a collection's (not NEXT_CID, LAYOUT_ROW or SEALED_ROW)."""
     return not name.startswith(b"\x00")
 
 
@@ -257,6 +276,79 @@ def encode_value(key: bytes, value: bytes | None) -> bytes:
     if value is None:
         return b"\x02" + head + key
     return b"\x03" + head + key + value
+
+
+# --- sealed record values: tag | 0x10, crc32(records key | plain value), rest ----------------------------
+
+SEALED = 0x10
+_CRC = struct.Struct(">I")
+SEALING = True
+"""Whether writes seal records values; read at each call, so that benchmarks/integrity.py may switch it off
+for its baseline (what checksums cost). Nothing else changes it: a store always writes sealed values."""
+
+
+def seal(record_key: bytes, raw: bytes) -> bytes:
+    """The sealed form of the plain record value ``raw`` stored under ``record_key``."""
+    if not SEALING:
+        return raw
+    crc = _CRC.pack(zlib.crc32(raw, zlib.crc32(record_key)))
+    if not raw:
+        return b"\x10" + crc
+    return bytes((raw[0] | SEALED,)) + crc + raw[1:]
+
+
+def is_sealed(raw: bytes) -> bool:
+    return bool(raw) and raw[0] >= SEALED
+
+
+def plain(raw: bytes) -> bytes:
+    """The plain form of a stored record value (a plain one as it is), without verifying it."""
+    if not raw or raw[0] < SEALED:
+        return raw
+    if raw[0] == SEALED:
+        return b""
+    return bytes((raw[0] & 0x0F,)) + raw[5:]
+
+
+def seal_fails(record_key: bytes, raw: bytes) -> bool:
+    """Whether a sealed stored value does not match its checksum (a plain one never fails: it has none)."""
+    if not raw or raw[0] < SEALED:
+        return False
+    if len(raw) < 5 or raw[0] > SEALED | 3 or (raw[0] == SEALED and len(raw) != 5):
+        return True
+    return bool(zlib.crc32(plain(raw), zlib.crc32(record_key)) != _CRC.unpack_from(raw, 1)[0])
+
+
+def unseal(record_key: bytes, raw: bytes) -> bytes:
+    """The plain form of the value stored under ``record_key``, verified.
+
+    A plain value (one written before checksums) is returned as it is: a sealed value whose seal bit
+    flipped to look like one is caught by ``check`` in a store marked sealed, not here.
+
+    Raises:
+        CorruptRecord: the value is sealed and its checksum fails, or its tag is of neither form (the
+            message names the key, never the value).
+    """
+    if not raw or 1 <= raw[0] <= 3:
+        return raw
+    if raw[0] < SEALED or seal_fails(record_key, raw):  # below: a tag neither form has (a lost seal bit)
+        raise corrupt_record(record_key)
+    return plain(raw)
+
+
+def corrupt_record(record_key: bytes) -> CorruptRecord:
+    """The error of a records row whose checksum fails: it names the key (as far as a damaged key can be
+    read), the collection id and the generation's seq, never the value."""
+    parsed = parse_record_key(bytes(record_key))
+    if parsed is None:
+        return CorruptRecord(f"a stored record fails its checksum (its key is damaged: {record_key.hex()})")
+    cid, form, seq = parsed
+    key = text_form(cut_key_of_form(form))
+    long = "a long key beginning " if is_long_form(form) else "key "
+    return CorruptRecord(
+        f"the stored record of {long}{key} (collection #{cid}, generation #{seq}) fails its checksum: "
+        "the storage underneath changed it (diffstore check lists every damaged row)"
+    )
 
 
 def decode_value(raw: bytes) -> bytes | None:
@@ -360,8 +452,8 @@ def parse_record_key(raw: bytes) -> tuple[int, bytes, int] | None:
 def short_rows(
     cid: int, seq: int, latest: dict[bytes, bytes | None], tombstones: bool | None = None
 ) -> tuple[list[bytes], Callable[[], Iterable[bytes]], list[bytes]]:
-    """Keys of ``records``, their stored values (each call: a new pass over them), and keys of ``changes``
-    for short keys written in collection ``cid``'s generation ``seq``.
+    """Keys of ``records``, their stored (sealed) values (each call: a new pass over them), and keys of
+    ``changes`` for short keys written in collection ``cid``'s generation ``seq``.
 
     The bulk path of writes: key_form and encode_value inlined, keys built by comprehensions (measured
     faster here than chains of two-argument maps), and lists of bytes rather than of (key, value)
@@ -383,9 +475,10 @@ def short_rows(
 
     def stored() -> Iterable[bytes]:
         if tombstones:
-            return [TOMBSTONE if value is None else b"\x01" + value for value in values]
+            plain = [TOMBSTONE if value is None else b"\x01" + value for value in values]
+            return map(seal, record_keys, plain)
         # built one at a time as LMDB copies them: no batch of value copies held at once
-        return map(b"\x01".__add__, values)  # type: ignore[arg-type]
+        return map(seal, record_keys, map(b"\x01".__add__, values))  # type: ignore[arg-type]
 
     return record_keys, stored, [change_format % key for key in escaped]
 
@@ -403,7 +496,7 @@ def sorted_short_rows(cid: int, seq: int, items: object) -> _accel.SortedRows | 
     if accel is None:
         return None
     return accel.sorted_short_rows(
-        items, records_prefix(cid), record_seq(seq), change_prefix(cid_bytes(cid), seq)
+        items, records_prefix(cid), record_seq(seq), change_prefix(cid_bytes(cid), seq), SEALING
     )
 
 
@@ -567,6 +660,7 @@ def record_digest(form: bytes, raw_value: bytes) -> int:
 
     K is prefix-free, so ``K | stored value`` names one record; neither holds a seq, so a replica (whose seqs
     may differ) hashes its records alike."""
+    raw_value = plain(raw_value)
     if not raw_value or raw_value[0] == 2:
         return 0
     return int.from_bytes(hashlib.blake2b(form + raw_value, digest_size=DIGEST_BYTES).digest(), "big")

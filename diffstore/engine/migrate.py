@@ -11,6 +11,12 @@ The layout version is the ``collections`` row ``layout.LAYOUT_ROW`` (no row: ver
 An upgrade rewrites every records row in one write transaction: a crash leaves the old layout, whole, and
 the next open starts over. Both encodings sort alike (cids and seqs are big-endian, and the new ones are
 length-prefixed), so the new rows go in in LMDB's append mode.
+
+Checksums (sealed record values, ``layout.py``) need no upgrade to open a store: a plain value reads as it
+did. A store that holds no record when it is opened is marked ``layout.SEALED_ROW`` (everything it will
+hold is written sealed); an older one is sealed by :func:`seal_records` (``diffstore migrate``), in
+batches of its own write transactions beside a running server, and marked when the last batch finds
+nothing left to seal.
 """
 
 from __future__ import annotations
@@ -43,9 +49,11 @@ def upgrade(env: lmdb.Environment, tables: Tables) -> int:
         StorageError: the store is in a newer layout than this diffstore knows.
     """
     with env.begin() as txn:
-        if layout_version(txn, tables) == layout.LAYOUT_VERSION:
+        if layout_version(txn, tables) == layout.LAYOUT_VERSION and not _unmarked_empty(txn, tables):
             return 0
     with env.begin(write=True) as txn:
+        if _unmarked_empty(txn, tables):
+            txn.put(layout.SEALED_ROW, b"", db=tables.collections)
         version = layout_version(txn, tables)  # another process may have upgraded it meanwhile
         if version is None:
             raise StorageError("the store's layout version row is damaged (not 8 bytes): run diffstore check")
@@ -59,6 +67,41 @@ def upgrade(env: lmdb.Environment, tables: Tables) -> int:
         if rewritten:
             crashpoints.reached("upgrade-written")  # everything rewritten, nothing committed
     return rewritten
+
+
+def _unmarked_empty(txn: lmdb.Transaction, tables: Tables) -> bool:
+    """Whether the store holds no record and is not marked sealed yet (every record it gets is sealed)."""
+    return (
+        txn.get(layout.SEALED_ROW, db=tables.collections) is None and txn.stat(tables.records)["entries"] == 0
+    )
+
+
+def seal_records(env: lmdb.Environment, tables: Tables, batch: int = _BATCH) -> int:
+    """Seals every records row that predates checksums, ``batch`` rows examined per write transaction, and
+    marks the store sealed; how many rows it sealed (0: none left, or marked already)."""
+    sealed = 0
+    after = b""
+    while True:
+        with env.begin(write=True) as txn:
+            if txn.get(layout.SEALED_ROW, db=tables.collections) is not None:
+                return sealed
+            cursor = txn.cursor(db=tables.records)
+            rows: list[tuple[bytes, bytes]] = []
+            examined = 0
+            if cursor.set_range(after):
+                for key, raw in cursor:
+                    examined += 1
+                    if not layout.is_sealed(raw):
+                        rows.append((bytes(key), layout.seal(key, raw)))
+                    if examined == batch:
+                        after = bytes(key) + b"\x00"  # the smallest key above it
+                        break
+            for key, value in rows:
+                txn.put(key, value, db=tables.records)
+            sealed += len(rows)
+            if examined < batch:
+                txn.put(layout.SEALED_ROW, b"", db=tables.collections)
+                return sealed
 
 
 def _version_1_key(raw: bytes) -> bytes:

@@ -154,6 +154,7 @@ def _get_many_base(
         if not record_key.startswith(head):  # heads are prefix-free: not a version of this key
             found.append(None)
             continue
+        raw = layout.unseal(record_key, raw)
         value = raw[1:] if raw[:1] == b"\x01" else layout.decode_value(raw)
         if value is None:
             found.append(None)

@@ -411,9 +411,11 @@ def generation_records(
     found: list[tuple[bytes, bytes | None]] = []
     next_key: bytes | None = None
     for form in changes.forms(txn, tables, meta.cid_prefix, seq, lower):
-        raw = txn.get(layout.record_key(meta.records_prefix, form, seq), db=tables.records)
+        record_key = layout.record_key(meta.records_prefix, form, seq)
+        raw = txn.get(record_key, db=tables.records)
         if raw is None:  # cannot happen above the floor; a row without its record is skipped
             continue
+        raw = layout.unseal(record_key, raw)
         key = layout.key_of(form, raw)
         if len(found) == limit:
             next_key = key

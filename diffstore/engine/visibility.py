@@ -77,7 +77,7 @@ def base_version(cursor: lmdb.Cursor, prefix: bytes, form: bytes, seq: int) -> t
     key = cursor.key()
     if not key.startswith(head):  # heads are prefix-free: only K's versions begin with K's head
         return None
-    return layout.read_record_seq(key[len(head) :]), cursor.value()
+    return layout.read_record_seq(key[len(head) :]), layout.unseal(key, cursor.value())
 
 
 def point_version(txn: lmdb.Transaction, tables: Tables, point: ReadPoint, form: bytes) -> Version | None:
@@ -119,13 +119,14 @@ def _base_stream(
         if stop is None:
             stop = _ABOVE_EVERY_KEY
         limit = layout.record_seq(seq_limit)
-        read_seq, head_of = layout.read_record_seq, layout.record_head_of
+        read_seq, head_of, unseal = layout.read_record_seq, layout.record_head_of, layout.unseal
         head = _ABOVE_EVERY_KEY  # longer than any key, so no key begins with it: the first starts a head
         best_raw: bytes | None = None
         best_seq = b""
-        for key, raw in cursor:
+        for key, stored in cursor:
             if key >= stop:
                 break
+            raw = unseal(key, stored)  # every row passed, as the compiled query_scan verifies them
             if not key.startswith(head):
                 if best_raw is not None:
                     yield head[form_at:], best_raw, read_seq(best_seq)
@@ -150,7 +151,7 @@ def _base_stream(
             seq = layout.read_record_seq(key[len(head) :])
             if seq <= seq_limit:
                 skip_head = head
-                yield head[form_at:], cursor.value(), seq
+                yield head[form_at:], layout.unseal(key, cursor.value()), seq
         found = cursor.prev()
 
 

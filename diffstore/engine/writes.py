@@ -460,7 +460,7 @@ def put_many(
         for key, value in latest.items():
             form = layout.key_form(key)
             record_keys.append(layout.record_head(records_prefix, form) + suffix)
-            values.append(layout.encode_value(key, value))
+            values.append(layout.seal(record_keys[-1], layout.encode_value(key, value)))
             change_keys.append(run + form)
         stored = functools.partial(iter, values)
     digests.record_put(txn, tables, meta, seq, None)

@@ -56,6 +56,7 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.NotReplicated: 503,
     e.StorageError: 500,
     e.StorageFull: 507,
+    e.CorruptRecord: 500,
 }
 
 
@@ -80,6 +81,14 @@ def encode_error(exc: e.DiffstoreError, codec: Codec, method: str, path: str) ->
     return status, codec.dumps(body)
 
 
+def count_error(app: object, exc: e.DiffstoreError) -> None:
+    """Counts an answered error that has a metric of its own (``corruptRecord``) in ``app``'s metrics."""
+    if isinstance(exc, e.CorruptRecord):
+        metrics = getattr(getattr(app, "state", None), "metrics", None)
+        if metrics is not None:
+            metrics.corrupt_records.inc()
+
+
 def error_headers(exc: e.DiffstoreError) -> dict[str, str]:
     """The headers an error answer needs beyond the content type."""
     headers: dict[str, str] = {}
@@ -94,6 +103,7 @@ def error_headers(exc: e.DiffstoreError) -> dict[str, str]:
 def error_response(request: Request, exc: e.DiffstoreError) -> Response:
     """Renders an error in the format the client accepts (JSON unless it asked for msgpack)."""
     codec = response_codec(request.headers.get("accept"))
+    count_error(request.app, exc)
     status, body = encode_error(exc, codec, request.method, request.url.path)
     return Response(body, status_code=status, media_type=codec.content_type, headers=error_headers(exc))
 

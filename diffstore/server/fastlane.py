@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from diffstore.errors import DiffstoreError, InvalidRequest, PayloadTooLarge
-from diffstore.server.errors import encode_error, error_headers
+from diffstore.server.errors import count_error, encode_error, error_headers
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -174,5 +174,6 @@ async def send_body(
 async def send_error(send: Send, exc: DiffstoreError, codec: Codec, scope: Scope) -> None:
     """The SPEC §2 error answer, with the headers it needs (a 413 or 503 closes the connection: the rest
     of the body is unread)."""
+    count_error(scope.get("app"), exc)
     status, body = encode_error(exc, codec, scope["method"], scope["path"])
     await send_body(send, body, codec, status, extra=error_headers(exc))

@@ -466,6 +466,11 @@ class ServerMetrics:
             registry=own,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
         )
+        self.corrupt_records = Counter(
+            "diffstore_corrupt_records",
+            "Reads answered 500 corruptRecord: a stored record whose checksum failed",
+            registry=own,
+        )
         # (route, method, status) -> the two labelled children: labels() costs more than the update itself
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._remove_listener: Any = None

@@ -89,10 +89,11 @@ def add_commands(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "migrate",
-        help="bring a store written by an older diffstore up to date (layout, digests)",
+        help="bring a store written by an older diffstore up to date (layout, digests, checksums)",
         description="Opens the store (which upgrades an older storage layout) and computes what a store "
         "written by an older diffstore lacks: the digest of every committed generation that its records can "
-        "still prove (at or above each collection's GC horizon). Each collection in its own write "
+        "still prove (at or above each collection's GC horizon), and the checksum of every record written "
+        "before records carried one. Each collection (and each batch of records) in its own write "
         "transaction, beside a running server.",
         epilog=f"Safe to run again: it only adds what is missing. See {guide('backups.md')}",
     )
@@ -104,6 +105,7 @@ def add_commands(subparsers: Any) -> None:
         help="give a store's free pages back to the disk",
         description="Rewrites a store's data file with its live pages only (LMDB's compacting copy, swapped "
         "in atomically: a crash leaves the old store or the new one) and reports the sizes before and after. "
+        "Records written before records carried a checksum get theirs first. "
         "No other process may have the store open: it refuses while one has.",
         epilog="/metrics (diffstore_store_free_pages) and /overview tell when compacting is worth it. "
         f"See {guide('backups.md')}",
@@ -211,7 +213,7 @@ def _comparison_line(found: Any) -> str:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from diffstore.engine import digests
+    from diffstore.engine import digests, migrate
     from diffstore.engine.store import Store
     from diffstore.engine.types import StoreConfig
 
@@ -220,9 +222,14 @@ def _migrate(args: argparse.Namespace) -> int:
         Store.open(Path(args.data), StoreConfig(background=False)) as store,
     ):
         filled = digests.fill_all(store.env, store.tables)
+        sealed = migrate.seal_records(store.env, store.tables)
     total = sum(filled.values())
     where = ", ".join(f"{name} {count}" for name, count in sorted(filled.items()))
-    print(f"migrated {args.data}: {counted(total, 'digest')} computed" + (f" ({where})" if where else ""))
+    print(
+        f"migrated {args.data}: {counted(total, 'digest')} computed"
+        + (f" ({where})" if where else "")
+        + f", {counted(sealed, 'record')} given a checksum"
+    )
     return 0
 
 
@@ -236,6 +243,7 @@ def _compact(args: argparse.Namespace) -> int:
         f"compacted the {result.kind.value} in {args.data}: {result.before_bytes:,} -> "
         f"{counted(result.after_bytes, 'byte', grouped=True)}"
         f" ({counted(saved, 'byte', grouped=True)} given back)"
+        + (f"; {counted(result.sealed, 'record')} given a checksum" if result.sealed else "")
     )
     return 0
 

@@ -29,7 +29,7 @@ from hypothesis import event, given, settings
 from diffstore import Store, StoreConfig
 from diffstore.engine import digests, layout
 from diffstore.engine.types import DiffItem, Record
-from diffstore.errors import InvalidRequest
+from diffstore.errors import CorruptRecord, InvalidRequest
 from diffstore.wire_columns import BinaryColumn
 
 from .util import raw_state
@@ -83,7 +83,14 @@ def test_sorted_rows_are_the_general_rows(
         forms = [layout.key_form(key) for key in user_keys]
         records_prefix, prefix = layout.records_prefix(cid), layout.cid_bytes(cid)
         assert [key for key, _ in records] == [layout.record_key(records_prefix, form, seq) for form in forms]
-        assert [value for _, value in records] == [layout.encode_value(k, v) for k, v in items]
+        # sealed (the checksum covers the row's key and value), and the plain value under it
+        assert [value for _, value in records] == [
+            layout.seal(key, layout.encode_value(k, v))
+            for (key, _), (k, v) in zip(records, items, strict=True)
+        ]
+        assert [layout.unseal(key, value) for key, value in records] == [
+            layout.encode_value(k, v) for k, v in items
+        ]
         assert [key for key, _ in changes] == [layout.change_key(prefix, seq, form) for form in forms]
         for limit in (layout.CHUNK_BYTES, 1, 40):  # one form per chunk, a few, ~100
             assert got.chunks(limit) == _chunk_rows(prefix, seq, forms, limit)
@@ -436,11 +443,12 @@ def test_the_scan_refuses_what_is_not_a_records_iterator() -> None:
     accel = layout.ACCEL
     assert accel is not None
     args = (layout.record_seq(0), layout.record_seq(0), b"\xff", None, None, None, 8, DiffItem, ())
-    with pytest.raises(ValueError, match="not a records row"):
+    # bytes under no records key: a damaged row, answered CorruptRecord (naming what it can of the key)
+    with pytest.raises(CorruptRecord, match="its key is damaged"):
         list(accel.DiffScan(iter([(b"short", b"")]), *args))
     with pytest.raises(ValueError, match="not a records row"):
         list(accel.DiffScan(iter([[b"\x01" * 20, b""]]), *args))  # type: ignore[list-item]
-    with pytest.raises(ValueError, match="not a records row"):  # its last byte is not its seq's length
+    with pytest.raises(CorruptRecord):  # its last byte is not its seq's length
         list(accel.DiffScan(iter([(b"\x01\x01k\x00\x00\x01\x05\x02", b"")]), *args))
     with pytest.raises(TypeError):
         accel.DiffScan(iter([]), b"", b"", b"", "a str bound", None, None, 8, DiffItem, ())  # type: ignore[arg-type]
@@ -448,7 +456,7 @@ def test_the_scan_refuses_what_is_not_a_records_iterator() -> None:
         accel.DiffScan(iter([]), b"", b"", b"", None, None, None, 8, dict, ())  # type: ignore[arg-type]
     known: dict[int, bytes] = {}
     query = (layout.record_seq(0), b"\xff", None, None, None, 8, Record, known, known.get)
-    with pytest.raises(ValueError, match="not a records row"):
+    with pytest.raises(CorruptRecord):
         accel.query_scan(iter([(b"short", b"")]), *query)
     with pytest.raises(ValueError, match="not a records row"):
         accel.query_scan(iter([[b"\x01" * 20, b""]]), *query)  # type: ignore[list-item]
@@ -899,7 +907,7 @@ def test_the_keyed_way_refuses_what_is_not_a_key_form_or_a_records_row(tmp_path:
             with pytest.raises(ValueError, match="long key's value"):
                 list(_keyed(cursor, iter([layout.key_form(b"b")])))  # type: ignore[call-overload]
             txn.put(layout.records_prefix(1) + b"c\x00\x00", b"\x01v", db=db)  # no seq
-            with pytest.raises(ValueError, match="not a records row"):
+            with pytest.raises(CorruptRecord):
                 list(_keyed(cursor, iter([layout.key_form(b"c")])))  # type: ignore[call-overload]
             txn.abort()
     finally:
@@ -1025,10 +1033,13 @@ def test_get_many_scan_refuses_bad_arguments_and_values_of_no_known_form(tmp_pat
             with pytest.raises(ValueError, match="not a key form"):
                 accel.get_many_scan(*ok[:2], [LONG + b"x"], *ok[3:7], lambda key: "a str")
             head = layout.record_head(prefix, layout.key_form(b"b"))
-            for raw in (b"\x04v", b"\x03\x00\x00\x09short"):
-                txn.put(head + layout.record_seq(1), raw, db=db)
-                with pytest.raises(ValueError, match="not a stored value"):
-                    accel.get_many_scan(*ok[:2], [b"b"], *ok[3:])
+            # a tag of no form (plain or sealed): a damaged row
+            txn.put(head + layout.record_seq(1), b"\x04v", db=db)
+            with pytest.raises(CorruptRecord, match="key b "):
+                accel.get_many_scan(*ok[:2], [b"b"], *ok[3:])
+            txn.put(head + layout.record_seq(1), b"\x03\x00\x00\x09short", db=db)
+            with pytest.raises(ValueError, match="not a stored value"):
+                accel.get_many_scan(*ok[:2], [b"b"], *ok[3:])
             txn.abort()
     finally:
         env.close()

@@ -90,5 +90,8 @@ def test_bulk_rows_equal_the_one_key_encoders(cid: int, seq: int) -> None:
         assert (
             list(stored())
             == list(stored())
-            == [layout.encode_value(key, value) for key, value in latest.items()]
+            == [
+                layout.seal(record_key, layout.encode_value(key, value))
+                for record_key, (key, value) in zip(record_keys, latest.items(), strict=True)
+            ]
         )
