@@ -37,7 +37,9 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     ├── PayloadTooLarge ........... 413
     ├── Overloaded ................ 503 (with Retry-After)
     └── StorageError .............. (an I/O failure underneath; the server answers 500)
-        └── StorageFull ........... 507 (the map or the file system is full; the store stays readable)
+        ├── StorageFull ........... 507 (the map or the file system is full; the store stays readable)
+        ├── NoLeader .............. (a client of several servers) none of them takes writes now
+        └── LeaderChanged ......... (a client of several servers) a call cut short by a fail-over
 """
 
 from __future__ import annotations
@@ -160,9 +162,22 @@ class LeaseLost(Conflict):
 
 
 class ReadOnlyReplica(Conflict):
-    """The server is a read replica (``serve --replica-of``): it refuses every write; nothing changed."""
+    """The server is a read replica (``serve --replica-of``): it refuses every write; nothing changed.
+    ``leader``: the URL of the member that takes writes, when the server knows one."""
 
     code = "readOnlyReplica"
+
+    def __init__(self, reason: str = "", leader: str | None = None) -> None:
+        super().__init__(reason)
+        self.leader = leader
+
+    def details(self) -> dict[str, object]:
+        return {} if self.leader is None else {"leader": self.leader}
+
+    def take_details(self, body: dict[str, object]) -> None:
+        leader = body.get("leader")
+        if isinstance(leader, str):
+            self.leader = leader
 
 
 class NotReplica(Conflict):
@@ -257,6 +272,26 @@ class StorageFull(StorageError):
     """
 
     code = "storageFull"
+
+
+class NoLeader(StorageError):
+    """(a client given several servers) None of them takes writes now -- a fail-over under way, or every
+    one unreachable -- for as long as the client waits for one. Nothing was written; the same call may
+    succeed later (``retryable``: long-running commands wait it out as an outage)."""
+
+    code = "noLeader"
+    retryable: ClassVar[bool] = True
+
+
+class LeaderChanged(StorageError):
+    """(a client given several servers) A call cut short by a fail-over that the client could not finish
+    on the new leader: the new leader refused its resend (it never saw the generation the call wrote into:
+    replicas copy committed generations only). Nothing of it is visible on the new leader; a pipeline
+    redoes its round from the positions stored there (``retryable``: long-running commands treat it as
+    an outage)."""
+
+    code = "leaderChanged"
+    retryable: ClassVar[bool] = True
 
 
 def text_form(data: bytes | None) -> str:

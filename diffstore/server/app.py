@@ -20,7 +20,7 @@ from diffstore.server.longpoll import RAW_SEND, CommitHub
 from diffstore.server.openapi import build_openapi
 from diffstore.server.overview_watch import OverviewWatch
 from diffstore.server.routes import FAST_LANE, ROUTERS
-from diffstore.server.routes.replica import WriteGate
+from diffstore.server.routes.replica import WriteGate, leader_url
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -92,6 +92,8 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.budget = Budget(config.inflight_body_max_bytes, config.inflight_connection_max_bytes)
     app.state.large_bodies = asyncio.Semaphore(1)  # see exchange.handle
     app.state.metrics = server_metrics
+    # whom a replica's readOnlyReplica answer names as the leader (replaceable: an elected leader)
+    app.state.leader_url = lambda: leader_url(store)
     routers = (*ROUTERS, docs.router, console.router, console.shell, metrics.router)
     for router in routers:
         app.include_router(router)
@@ -100,7 +102,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.add_middleware(FastLane, store=store, config=config, hub=hub, handlers=FAST_LANE)
     # any store may follow a primary or step down (the gate asks the store); no store: only the schema
     if store is not None:
-        app.add_middleware(WriteGate, store=store)
+        app.add_middleware(WriteGate, store=store, leader=lambda: app.state.leader_url())
     # outside the fast lane, so that its bodies count too; inside the authentication, so that a refused
     # client holds nothing
     largest = max(config.limit(kind) for kind in Limit)

@@ -54,6 +54,8 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.Overloaded: 503,
     e.StorageError: 500,
     e.StorageFull: 507,
+    e.NoLeader: 500,  # a client's own errors (several servers): no server raises them
+    e.LeaderChanged: 500,
 }
 
 
