@@ -86,7 +86,12 @@ def add_ingest_command(subparsers: Any) -> None:
     parser.add_argument("--collection", required=True, help="target manual collection")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--data", metavar="DIR", help="an embedded store directory")
-    target.add_argument("--url", type=shell.http_url, help="a remote diffstore server (http://host:port)")
+    target.add_argument(
+        "--url",
+        type=shell.http_urls,
+        help="a remote diffstore server (http://host:port), or several servers of one cluster"
+        " comma-separated (their leader is followed across a fail-over)",
+    )
     parser.add_argument(
         "--token",
         default=os.environ.get("DIFFSTORE_TOKEN"),
