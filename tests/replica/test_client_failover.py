@@ -173,6 +173,10 @@ def test_the_command_line_writes_to_the_leader_of_url_lists(primary: Server, rep
     assert bad.returncode == 2 and "'nowhere' is not an http:// or https:// URL" in bad.stderr
     with primary.client() as p:
         assert p.collection("A").get(b"k3") is None
+    promote = _cli("promote", "--url", f"{replica.url},{primary.url}")
+    assert promote.returncode == 1 and "names several" in promote.stderr
+    with replica.client() as r:
+        assert r.execute(calls.replication())["role"] == "replica"
 
 
 @pytest.mark.parametrize("urls", [" , ", ""])
