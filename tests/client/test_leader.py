@@ -4,6 +4,7 @@ is never sent twice."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from diffstore.client import _calls
 from diffstore.client._calls import Call, Replay
-from diffstore.client._failover import perform, replay_of, run_sync
+from diffstore.client._failover import perform, replay_of, run_async, run_sync
 from diffstore.client._leader import LeaderFinder, Role, split_urls
 from diffstore.client._transport import never_sent, unreachable
 from diffstore.engine.types import ReaderUpdate
@@ -307,3 +308,25 @@ def test_reads_go_to_a_member_that_answers_while_there_is_no_leader() -> None:
     finder = LeaderFinder((A, B))
     assert cluster.run(_calls.collection_state("c"), finder) == "read"
     assert cluster.writes() == [B]
+
+
+def test_the_async_driver_runs_the_same_plan() -> None:
+    cluster = Cluster()
+    cluster.roles = {A: refused_connection(), B: primary(1)}
+
+    def dead(call: Call[Any]) -> Any:
+        raise refused_connection()
+
+    cluster.answers = {A: dead, B: lambda call: "ok"}
+    finder = LeaderFinder((A, B))
+    finder.leader = A
+
+    async def execute(url: str, call: Call[Any]) -> Any:
+        return cluster.execute(url, call)
+
+    async def sleep(seconds: float) -> None:
+        cluster.sleep(seconds)
+
+    plan = perform(put(), finder, lambda: cluster.now, unreachable, never_sent)
+    assert asyncio.run(run_async(plan, execute, sleep)) == "ok"
+    assert cluster.writes() == [A, B] and finder.leader == B

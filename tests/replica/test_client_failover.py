@@ -4,6 +4,7 @@ applied, never applied twice; the command line takes ``--url a,b`` and ``DIFFSTO
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diffstore.client import Client
+from diffstore.client import AsyncClient, Client
 from diffstore.client import _calls as calls
 from diffstore.client._calls import generation_committed
 from diffstore.engine.types import ReaderUpdate
@@ -183,3 +184,29 @@ def test_the_command_line_writes_to_the_leader_of_url_lists(primary: Server, rep
 def test_a_client_needs_a_url(urls: str) -> None:
     with pytest.raises(ValueError):
         Client(urls)
+
+
+def test_an_async_client_of_both_writes_to_the_primary_and_follows_the_promotion(
+    tmp_path: Path, primary: Server, replica: Server
+) -> None:
+    async def write(client: AsyncClient, key: bytes) -> None:
+        collection = await client.collection("A")
+        await collection.put(key, b"v", producer_id="p", seq_no=int(key[1:]))
+
+    with primary.client() as p, replica.client() as r:
+        p.create_collection("A", manual=False)
+        wait_until(lambda: caught_up(p, r), FOLLOW_S, what="the replica to copy A")
+
+    async def scenario() -> None:
+        async with AsyncClient(f"{replica.url},{primary.url}", timeout_s=60) as both:
+            await write(both, b"k1")
+            assert both._transport.finder is not None and both._transport.finder.leader == primary.url
+            promoted = await asyncio.to_thread(_promote, tmp_path, replica.url)
+            assert promoted.returncode == 0, promoted.stderr
+            await write(both, b"k2")  # the old primary answers fenced, naming the new one
+            assert both._transport.finder.leader == replica.url
+
+    asyncio.run(scenario())
+    with replica.client() as r:
+        assert {x.key for x in r.collection("A").query()} == {b"k1", b"k2"}
+        assert r.collection("A").producer_last_seq_no("p") == 2
