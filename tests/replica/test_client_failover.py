@@ -133,7 +133,7 @@ def test_a_commit_whose_answer_a_cut_link_lost_is_found_applied_not_applied_twic
                     outcome.append(exc)
 
             # every chunk waits long enough that the answer is still held when the store shows the commit
-            proxy.delay(10_000)
+            proxy.delay(15_000)
             thread = threading.Thread(target=commit, daemon=True)
             thread.start()
             with primary.client() as direct:
