@@ -138,6 +138,10 @@ class Call(Generic[T]):
             applied, asked when its resend is refused.
         generation_of: the collection whose open generation the call writes into (start, put into a named
             generation, commit, abort): such a generation does not survive a fail-over.
+        lease: the collection and the fencing token the call carries: a token taken from another leader
+            may collide with one issued by the new leader (its lease row may lag), so it is not sent there.
+        holds_lease: the collection of an acquire or renew: its answer shows the token holds on the
+            leader that gave it.
     """
 
     method: str
@@ -151,6 +155,8 @@ class Call(Generic[T]):
     replay: Replay | None = None
     confirm: Callable[[], Call[bool]] | None = None
     generation_of: str | None = None
+    lease: tuple[str, LeaseToken] | None = None
+    holds_lease: str | None = None
 
 
 def _path(*segments: str) -> str:
@@ -270,7 +276,15 @@ def start_generation(
     request = GenerationRequest(generation_id, abort_outdated, lease=lease)
     path = collection_path(name, "generation", "start")
     # starting the open generation again is a no-op (SPEC §1)
-    return Call("POST", path, _empty, request.to_wire, replay=Replay.SAFE, generation_of=name)
+    return Call(
+        "POST",
+        path,
+        _empty,
+        request.to_wire,
+        replay=Replay.SAFE,
+        generation_of=name,
+        lease=_leased(name, lease),
+    )
 
 
 def _reader_update(update: ReaderUpdateLike) -> ReaderUpdate:
@@ -294,7 +308,14 @@ def commit_generation(
     # (records and readers move in one transaction)
     confirm = functools.partial(generation_committed, name, generation_id)
     return Call(
-        "POST", path, _empty, request.to_wire, replay=Replay.CHECKED, confirm=confirm, generation_of=name
+        "POST",
+        path,
+        _empty,
+        request.to_wire,
+        replay=Replay.CHECKED,
+        confirm=confirm,
+        generation_of=name,
+        lease=_leased(name, lease),
     )
 
 
@@ -315,7 +336,14 @@ def abort_generation(name: str, generation_id: bytes, lease: LeaseToken | None =
     path = collection_path(name, "generation", "abort")
     confirm = functools.partial(generation_not_open, name, generation_id)
     return Call(
-        "POST", path, _empty, request.to_wire, replay=Replay.CHECKED, confirm=confirm, generation_of=name
+        "POST",
+        path,
+        _empty,
+        request.to_wire,
+        replay=Replay.CHECKED,
+        confirm=confirm,
+        generation_of=name,
+        lease=_leased(name, lease),
     )
 
 
@@ -340,6 +368,7 @@ def revert(
         request.to_wire,
         replay=Replay.SAFE,
         generation_of=name if generation_id is not None else None,
+        lease=_leased(name, lease),
     )
 
 
@@ -377,6 +406,7 @@ def put(
         request.to_wire,
         replay=_write_replay(options, if_not_present),
         generation_of=_generation_of(name, options),
+        lease=_leased(name, options.lease),
     )
 
 
@@ -394,6 +424,7 @@ def put_many(
         request.to_wire,
         replay=_write_replay(options, conditional),
         generation_of=_generation_of(name, options),
+        lease=_leased(name, options.lease),
     )
 
 
@@ -407,6 +438,10 @@ def _write_replay(options: WriteOptions, conditional: bool) -> Replay:
     if options.generation_id is not None and not conditional:
         return Replay.SAFE
     return Replay.ONCE
+
+
+def _leased(name: str, lease: LeaseToken | None) -> tuple[str, LeaseToken] | None:
+    return None if lease is None else (name, lease)
 
 
 def _generation_of(name: str, options: WriteOptions) -> str | None:
@@ -657,13 +692,17 @@ def acquire_lease(name: str, lease_name: str, owner: str, ttl_ms: int) -> Call[L
     path = collection_path(name, "leases", lease_name, "acquire")
     # a second acquire by the same owner answers a newer version to that owner: the version the lost answer
     # carried reached no one, so it fences nothing and the owner holds the lease once
-    return Call("POST", path, _lease_parser(lease_name), request.to_wire, replay=Replay.SAFE)
+    return Call(
+        "POST", path, _lease_parser(lease_name), request.to_wire, replay=Replay.SAFE, holds_lease=name
+    )
 
 
 def renew_lease(name: str, lease_name: str, owner: str, version: int, ttl_ms: int | None) -> Call[Lease]:
     request = RenewLeaseRequest(owner, version, ttl_ms)
     path = collection_path(name, "leases", lease_name, "renew")
-    return Call("POST", path, _lease_parser(lease_name), request.to_wire, replay=Replay.SAFE)
+    return Call(
+        "POST", path, _lease_parser(lease_name), request.to_wire, replay=Replay.SAFE, holds_lease=name
+    )
 
 
 def release_lease(name: str, lease_name: str, owner: str, version: int) -> Call[None]:

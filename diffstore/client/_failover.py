@@ -20,6 +20,9 @@ What happens to a call (reads and writes go to the leader, found by asking ``GET
 * a write into an open generation refused by a leader that is not the one the generation was opened on
   (``generationMismatch``, ``leaseLost``, ``noSuchCollection``): the generation was lost with the old
   leader, :class:`~diffstore.errors.LeaderChanged` (the caller redoes its round).
+* a write carrying a lease's fencing token taken under another leader is not sent:
+  :class:`~diffstore.errors.LeaderChanged` (the new leader's copy of the lease may lag, and the same
+  version be issued there to a standby: the holder takes the lease again, and stands by if it lost it).
 * no leader for ``wait_s`` (every member a replica, fenced or away): :class:`~diffstore.errors.NoLeader`,
   or the last connection failure when no member answered at all.
 """
@@ -33,6 +36,7 @@ from typing import Any, TypeVar
 
 from diffstore.client._calls import Call, Replay
 from diffstore.client._leader import LeaderFinder, Role
+from diffstore.engine.types import Lease
 from diffstore.errors import (
     Conflict,
     DiffstoreError,
@@ -114,10 +118,19 @@ def perform(
             yield Sleep(_delay(attempt))
             attempt += 1
             continue
+        if call.lease is not None and finder.lease_stale(
+            call.lease[0], call.lease[1].name, call.lease[1].version
+        ):
+            raise LeaderChanged(
+                f"{call.method} {call.path}: the leader changed to {url} since lease {call.lease[1].name!r}"
+                f" version {call.lease[1].version} was taken: take the lease again there (not sent)"
+            )
         ok, answer = yield Send(url, call)
         if ok:
             if call.generation_of is not None:
                 finder.wrote_generation(call.generation_of)
+            if call.holds_lease is not None and isinstance(answer, Lease):
+                finder.lease_held(call.holds_lease, answer.name, answer.version)
             return answer  # type: ignore[no-any-return]
         exc: BaseException = answer
         moved = url != tried and tried != ""

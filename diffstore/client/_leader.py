@@ -106,6 +106,7 @@ class LeaderFinder:
     _named: dict[str, int] = field(default_factory=dict)  # leaders named by the others -> highest term
     ha_routes: bool = True  # whether to ask GET /ha first (False once a member answered it 404)
     _opened: dict[str, int] = field(default_factory=dict)  # collection -> epoch of its last generation write
+    _leases: dict[tuple[str, str, int], int] = field(default_factory=dict)  # a token -> the epoch it held in
 
     def __post_init__(self) -> None:
         if not self.members:
@@ -137,6 +138,16 @@ class LeaderFinder:
     def wrote_generation(self, collection: str) -> None:
         """A write into ``collection``'s open generation was answered (by the current leader)."""
         self._opened[collection] = self.epoch
+
+    def lease_held(self, collection: str, name: str, version: int) -> None:
+        """The leader answered an acquire or renew of this token: it holds there, now."""
+        self._leases[(collection, name, version)] = self.epoch
+
+    def lease_stale(self, collection: str, name: str, version: int) -> bool:
+        """Whether a fencing token was last seen holding under another leader: the new leader's lease row
+        may lag (a replica copies leases late), so the same version may be issued there to someone else.
+        A token first seen here counts from now (its holder's client tracks it)."""
+        return self._leases.setdefault((collection, name, version), self.epoch) != self.epoch
 
     def generation_lost(self, collection: str) -> bool:
         """Whether the leader changed since the last write into ``collection``'s open generation (which

@@ -330,3 +330,30 @@ def test_the_async_driver_runs_the_same_plan() -> None:
     plan = perform(put(), finder, lambda: cluster.now, unreachable, never_sent)
     assert asyncio.run(run_async(plan, execute, sleep)) == "ok"
     assert cluster.writes() == [A, B] and finder.leader == B
+
+
+def test_a_leased_write_with_a_token_from_the_old_leader_is_not_sent_to_the_new_one() -> None:
+    cluster = Cluster()
+    cluster.roles = {A: primary(0), B: primary(1)}
+    writes: list[str] = []
+
+    def lease_answer(call: Call[Any]) -> Any:
+        writes.append(call.path)
+        if call.path.endswith("/acquire") or call.path.endswith("/renew"):
+            return {"owner": "me", "version": 1, "expiresAtMs": 1}
+        return None
+
+    cluster.answers = {A: lease_answer, B: lease_answer}
+    finder = LeaderFinder((A, B))
+    finder.leader = A
+    token = cluster.run(_calls.acquire_lease("c", "l", "me", 10_000), finder).token
+    start = _calls.start_generation("c", b"g", True, lease=token)
+    assert cluster.run(start, finder) is None
+    finder.unreachable(A)
+    finder.leader = B  # a fail-over: B's copy of the lease may lag, and version 1 be someone else's there
+    before = list(writes)
+    with pytest.raises(LeaderChanged):
+        cluster.run(start, finder)
+    assert writes == before  # not sent
+    cluster.run(_calls.renew_lease("c", "l", "me", 1, None), finder)  # B says the token holds there
+    assert cluster.run(start, finder) is None
