@@ -40,7 +40,9 @@ string of SPEC §2. The engine raises them; the HTTP server maps them to statuse
     ├── NotReplicated ............. 503 a write committed here that too few replicas confirmed in time
     └── StorageError .............. (an I/O failure underneath; the server answers 500)
         ├── StorageFull ........... 507 (the map or the file system is full; the store stays readable)
-        └── CorruptRecord ......... 500 a stored row whose checksum fails (names the key, never the value)
+        ├── CorruptRecord ......... 500 a stored row whose checksum fails (names the key, never the value)
+        ├── NoLeader .............. (a client of several servers) none of them takes writes now
+        └── LeaderChanged ......... (a client of several servers) a call cut short by a fail-over
 """
 
 from __future__ import annotations
@@ -339,6 +341,26 @@ class CorruptRecord(StorageError):
     never the damaged value; ``diffstore check`` lists every such row."""
 
     code = "corruptRecord"
+
+
+class NoLeader(StorageError):
+    """(a client given several servers) None of them takes writes now -- a fail-over under way, or every
+    one unreachable -- for as long as the client waits for one. Nothing was written; the same call may
+    succeed later (``retryable``: long-running commands wait it out as an outage)."""
+
+    code = "noLeader"
+    retryable: ClassVar[bool] = True
+
+
+class LeaderChanged(StorageError):
+    """(a client given several servers) A call cut short by a fail-over that the client could not finish
+    on the new leader: the new leader refused its resend (it never saw the generation the call wrote into:
+    replicas copy committed generations only). Nothing of it is visible on the new leader; a pipeline
+    redoes its round from the positions stored there (``retryable``: long-running commands treat it as
+    an outage)."""
+
+    code = "leaderChanged"
+    retryable: ClassVar[bool] = True
 
 
 def text_form(data: bytes | None) -> str:

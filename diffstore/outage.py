@@ -26,16 +26,19 @@ GATEWAY_STATUSES = frozenset({502, 503, 504})
 def is_outage(exc: BaseException) -> bool:
     """Whether ``exc`` is a call that did not reach a working server -- refused, reset, timed out (an
     HTTP call that never got an answer), a 503 ``overloaded``, a proxy's 502/503/504 (a server restarting
-    behind it), or a streams call that was UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED -- rather than an
+    behind it), a fail-over seen by a client of several servers (``NoLeader``, ``LeaderChanged``), or a
+    streams call that was UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED -- rather than an
     answer the server gave (those are not retried)."""
     if isinstance(exc, Overloaded) or getattr(exc, "http_status", None) in GATEWAY_STATUSES:
+        return True
+    if getattr(exc, "retryable", False) is True:  # a streams call UNAVAILABLE; a fail-over (NoLeader, ...)
         return True
     if isinstance(exc, StorageError):
         # the client's transport edge raises StorageError from the httpx failure (diffstore.client): the
         # cause's module says it without importing httpx into every command
         cause = exc.__cause__
         return cause is not None and type(cause).__module__.startswith(("httpx", "httpcore"))
-    return getattr(exc, "retryable", False) is True  # diffstore.streams.client.StreamUnavailable
+    return False
 
 
 class OutageWatch:

@@ -172,6 +172,17 @@ def int_within(low: int, high: int) -> Callable[[str], int]:
     return parse_int
 
 
+def http_urls(text: str) -> str:
+    """An argparse type: one server's base URL, or several servers of one cluster, comma-separated
+    (``http://a:3030,http://b:3030``); the client follows their leader."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} names no server (e.g. http://127.0.0.1:3030)")
+    for part in parts:
+        http_url(part)
+    return ",".join(parts)
+
+
 def http_url(text: str) -> str:
     """An argparse type: a server's base URL, ``http://`` or ``https://`` and a host."""
     parts = urlsplit(text)

@@ -7,7 +7,7 @@ Iterators (``query``, ``diff``, ``watch``) are async iterators: ``async for item
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -16,7 +16,15 @@ from diffstore import tls
 from diffstore.client import _calls, _columns, _plans
 from diffstore.client._calls import DEFAULT_LONG_POLL_MS, Call
 from diffstore.client._columns import DiffColumns, GetManyColumns, QueryColumns
-from diffstore.client._transport import DEFAULT_TIMEOUT_S, DEFAULT_URL, AsyncTransport, Settings, WireFormat
+from diffstore.client._failover import DEFAULT_WAIT_S
+from diffstore.client._transport import (
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_URL,
+    AsyncTransport,
+    Settings,
+    WireFormat,
+    join_urls,
+)
 from diffstore.engine.types import (
     UNSET,
     CollectionInfo,
@@ -56,7 +64,9 @@ class AsyncClient:
     """An asyncio client of a diffstore (or diffbelt) HTTP server.
 
     Args:
-        url: the server's base URL.
+        url: the server's base URL; or several servers of one cluster, as a list or comma-separated
+            (``"http://a:3030,http://b:3030"``): calls then go to their leader, found and followed across
+            a fail-over (see docs/client.md, "Several servers").
         token: sent as ``Authorization: Bearer <token>`` when given.
         format: ``"msgpack"`` (default, compact and fast) or ``"json"`` (what diffbelt speaks).
         timeout_s: the timeout of every request but long polls (which get the poll's own timeout).
@@ -68,6 +78,8 @@ class AsyncClient:
         cert: for a server that asks for one: the client certificate and its key, PEM files (default:
             ``$DIFFSTORE_CLIENT_CERT`` and ``$DIFFSTORE_CLIENT_KEY``); an encrypted key's passphrase as a
             third item (default: ``$DIFFSTORE_CLIENT_KEY_PASSWORD``).
+        failover_wait_s: with several servers, how long a call waits for one of them to take writes
+            (then :class:`~diffstore.errors.NoLeader`).
 
     Errors are the engine's exception classes (:mod:`diffstore.errors`); an unreachable server raises
     :class:`~diffstore.errors.StorageError`.
@@ -75,7 +87,7 @@ class AsyncClient:
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         token: str | None = None,
         format: WireFormat = "msgpack",
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -83,8 +95,11 @@ class AsyncClient:
         term: int | None = None,
         ca_file: str | None = None,
         cert: tls.CertFiles | None = None,
+        failover_wait_s: float = DEFAULT_WAIT_S,
     ) -> None:
-        self.settings = Settings(url, token, format, timeout_s, term, ca_file, cert)
+        self.settings = Settings(
+            join_urls(url), token, format, timeout_s, term, ca_file, cert, failover_wait_s
+        )
         self._transport = AsyncTransport(self.settings, http)
 
     async def __aenter__(self) -> AsyncClient:

@@ -12,6 +12,7 @@ Optional request fields are sent only when given, so that a diffbelt server, whi
 from __future__ import annotations
 
 import base64
+import enum
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -97,6 +98,25 @@ LONG_POLL_GRACE_S = 10.0
 DEFAULT_LONG_POLL_MS = 60_000
 
 
+class Replay(enum.Enum):
+    """What a client given several servers may do with a call whose server went away or stepped down
+    (:mod:`diffstore.client._failover`). A refusal (409 ``readOnlyReplica``/``fenced``) or a connection
+    that never opened changed nothing: every call is then sent again to the leader. Only a call whose
+    answer was lost after it was sent needs this."""
+
+    READ = "read"
+    """Changes nothing: sent again (to the leader, or any member answering reads)."""
+    SAFE = "safe"
+    """A write whose second application changes nothing more (a named generation, a producer's seqNo, a
+    lease's own version): sent again to the new leader."""
+    CHECKED = "checked"
+    """A write whose second application is refused once the first one made it (a commit, a CAS): sent
+    again; a refusal is then checked with ``confirm`` (applied: success; not: ``LeaderChanged``)."""
+    ONCE = "once"
+    """A write that could apply twice (an automatic collection's put, a create): not sent again; its
+    failure is raised (the caller decides)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     """One request/response exchange.
@@ -112,6 +132,16 @@ class Call(Generic[T]):
             building lists (much cheaper for pages whose items each hold an array).
         columns: ``parse`` reads the columns form too (:mod:`diffstore.wire_columns`); a msgpack
             client asks for it.
+        replay: whether a call whose answer was lost may be sent again (:class:`Replay`); None: a read or
+            ``ONCE``, by :func:`diffstore.wire_routes.is_write`.
+        confirm: for ``CHECKED`` calls (whose answer is None): a call answering whether the call was
+            applied, asked when its resend is refused.
+        generation_of: the collection whose open generation the call writes into (start, put into a named
+            generation, commit, abort): such a generation does not survive a fail-over.
+        lease: the collection and the fencing token the call carries: a token taken from another leader
+            may collide with one issued by the new leader (its lease row may lag), so it is not sent there.
+        holds_lease: the collection of an acquire or renew: its answer shows the token holds on the
+            leader that gave it.
     """
 
     method: str
@@ -122,6 +152,11 @@ class Call(Generic[T]):
     timeout_s: float | None = None
     tuples: bool = False
     columns: bool = False
+    replay: Replay | None = None
+    confirm: Callable[[], Call[bool]] | None = None
+    generation_of: str | None = None
+    lease: tuple[str, LeaseToken] | None = None
+    holds_lease: str | None = None
 
 
 def _path(*segments: str) -> str:
@@ -169,7 +204,11 @@ def retention(name: str) -> Call[RetentionPolicy | None]:
 
 def set_retention(name: str, policy: RetentionPolicy | None) -> Call[RetentionPolicy | None]:
     return Call(
-        "PUT", collection_path(name, "retention"), _retention_answer, lambda codec: retention_to_wire(policy)
+        "PUT",
+        collection_path(name, "retention"),
+        _retention_answer,
+        lambda codec: retention_to_wire(policy),
+        replay=Replay.SAFE,  # it replaces the policy
     )
 
 
@@ -235,7 +274,17 @@ def start_generation(
     name: str, generation_id: bytes, abort_outdated: bool, lease: LeaseToken | None = None
 ) -> Call[None]:
     request = GenerationRequest(generation_id, abort_outdated, lease=lease)
-    return Call("POST", collection_path(name, "generation", "start"), _empty, request.to_wire)
+    path = collection_path(name, "generation", "start")
+    # starting the open generation again is a no-op (SPEC §1)
+    return Call(
+        "POST",
+        path,
+        _empty,
+        request.to_wire,
+        replay=Replay.SAFE,
+        generation_of=name,
+        lease=_leased(name, lease),
+    )
 
 
 def _reader_update(update: ReaderUpdateLike) -> ReaderUpdate:
@@ -254,19 +303,73 @@ def commit_generation(
 ) -> Call[None]:
     updates = tuple(map(_reader_update, update_readers))
     request = GenerationRequest(generation_id, update_readers=updates, lease=lease, metadata=metadata)
-    return Call("POST", collection_path(name, "generation", "commit"), _empty, request.to_wire)
+    path = collection_path(name, "generation", "commit")
+    # a second commit answers generationMismatch: the generation then tells whether the first one made it
+    # (records and readers move in one transaction)
+    confirm = functools.partial(generation_committed, name, generation_id)
+    return Call(
+        "POST",
+        path,
+        _empty,
+        request.to_wire,
+        replay=Replay.CHECKED,
+        confirm=confirm,
+        generation_of=name,
+        lease=_leased(name, lease),
+    )
+
+
+def generation_committed(name: str, generation_id: bytes) -> Call[bool]:
+    """Whether ``generation_id`` is a committed generation of ``name`` (the newest below its successor)."""
+
+    listed = generations(name, generation_id + b"\0", 1)  # the newest at or below it
+
+    def parse(obj: Any, codec: Codec) -> bool:
+        ids, _ = listed.parse(obj, codec)
+        return bool(ids) and ids[0] == generation_id
+
+    return Call(listed.method, listed.path, parse, params=listed.params)
 
 
 def abort_generation(name: str, generation_id: bytes, lease: LeaseToken | None = None) -> Call[None]:
     request = GenerationRequest(generation_id, lease=lease)
-    return Call("POST", collection_path(name, "generation", "abort"), _empty, request.to_wire)
+    path = collection_path(name, "generation", "abort")
+    confirm = functools.partial(generation_not_open, name, generation_id)
+    return Call(
+        "POST",
+        path,
+        _empty,
+        request.to_wire,
+        replay=Replay.CHECKED,
+        confirm=confirm,
+        generation_of=name,
+        lease=_leased(name, lease),
+    )
+
+
+def generation_not_open(name: str, generation_id: bytes) -> Call[bool]:
+    """Whether ``generation_id`` is not the open generation of ``name`` (what an abort leaves)."""
+
+    def parse(obj: Any, codec: Codec) -> bool:
+        return CollectionState.from_wire(obj, codec).next_generation_id != generation_id
+
+    return Call("GET", collection_path(name), parse)
 
 
 def revert(
     name: str, to_generation_id: bytes, generation_id: bytes | None, lease: LeaseToken | None
 ) -> Call[RevertResult]:
     request = RevertRequest(to_generation_id, generation_id, lease)
-    return Call("POST", collection_path(name, "revert"), revert_result_from_wire, request.to_wire)
+    # a second revert to the same state finds nothing left to change
+    return Call(
+        "POST",
+        collection_path(name, "revert"),
+        revert_result_from_wire,
+        request.to_wire,
+        replay=Replay.SAFE,
+        generation_of=name if generation_id is not None else None,
+        lease=_leased(name, lease),
+    )
 
 
 def start_phantom(name: str, ttl_seconds: int) -> Call[bytes]:
@@ -296,15 +399,53 @@ def put(
     name: str, key: bytes, value: bytes | None, if_not_present: bool, options: WriteOptions
 ) -> Call[PutResult]:
     request = PutRequest((key, value, if_not_present), options)
-    return Call("POST", collection_path(name, "put"), put_result_from_wire, request.to_wire)
+    return Call(
+        "POST",
+        collection_path(name, "put"),
+        put_result_from_wire,
+        request.to_wire,
+        replay=_write_replay(options, if_not_present),
+        generation_of=_generation_of(name, options),
+        lease=_leased(name, options.lease),
+    )
 
 
 def put_many(
     name: str, items: Iterable[PutItem], options: WriteOptions, if_not_present: bool = False
 ) -> Call[PutResult]:
     """``if_not_present`` applies to ``(key, value)`` items; a triple's own flag wins (as in the engine)."""
-    request = PutManyRequest([_put_item(item, if_not_present) for item in items], options)
-    return Call("POST", collection_path(name, "putMany"), put_result_from_wire, request.to_wire)
+    listed = [_put_item(item, if_not_present) for item in items]
+    request = PutManyRequest(listed, options)
+    conditional = any(len(item) == 3 and item[2] for item in listed)
+    return Call(
+        "POST",
+        collection_path(name, "putMany"),
+        put_result_from_wire,
+        request.to_wire,
+        replay=_write_replay(options, conditional),
+        generation_of=_generation_of(name, options),
+        lease=_leased(name, options.lease),
+    )
+
+
+def _write_replay(options: WriteOptions, conditional: bool) -> Replay:
+    """A put's: a producer's seqNo is deduplicated, and the same values written into the same named
+    generation (or phantom) again change nothing -- but a second ``ifNotPresent`` would answer
+    ``wasPut: false`` for what the first one wrote, and an automatic collection's next generation may be a
+    new one."""
+    if options.producer_id is not None and options.seq_no is not None:
+        return Replay.SAFE
+    if options.generation_id is not None and not conditional:
+        return Replay.SAFE
+    return Replay.ONCE
+
+
+def _leased(name: str, lease: LeaseToken | None) -> tuple[str, LeaseToken] | None:
+    return None if lease is None else (name, lease)
+
+
+def _generation_of(name: str, options: WriteOptions) -> str | None:
+    return name if options.generation_id is not None and options.phantom_id is None else None
 
 
 # ------------------------------------------------------------------------------------- records: reads
@@ -371,7 +512,22 @@ def update_reader(
     name: str, reader_name: str, generation_id: bytes | None, expected: Expected = UNSET
 ) -> Call[None]:
     request = UpdateReaderRequest(generation_id, expected)
-    return Call("PUT", collection_path(name, "readers", reader_name), _empty, request.to_wire)
+    path = collection_path(name, "readers", reader_name)
+    if expected is UNSET:  # setting a reader to a generation twice is setting it once
+        return Call("PUT", path, _empty, request.to_wire, replay=Replay.SAFE)
+    # a second compare-and-set answers badVersion once the first one moved it: where it is tells
+    confirm = functools.partial(reader_at, name, reader_name, generation_id)
+    return Call("PUT", path, _empty, request.to_wire, replay=Replay.CHECKED, confirm=confirm)
+
+
+def reader_at(name: str, reader_name: str, generation_id: bytes | None) -> Call[bool]:
+    """Whether reader ``reader_name`` of ``name`` stands at ``generation_id``."""
+
+    def parse(obj: Any, codec: Codec) -> bool:
+        found = [r for r in readers_from_wire(obj, codec, name) if r.name == reader_name]
+        return bool(found) and found[0].generation_id == generation_id
+
+    return Call("GET", collection_path(name, "readers") + "/", parse)
 
 
 def delete_reader(name: str, reader_name: str) -> Call[None]:
@@ -534,18 +690,37 @@ def _lease_parser(lease_name: str) -> Callable[[Any, Codec], Lease]:
 def acquire_lease(name: str, lease_name: str, owner: str, ttl_ms: int) -> Call[Lease]:
     request = AcquireLeaseRequest(owner, ttl_ms)
     path = collection_path(name, "leases", lease_name, "acquire")
-    return Call("POST", path, _lease_parser(lease_name), request.to_wire)
+    # a second acquire by the same owner answers a newer version to that owner: the version the lost answer
+    # carried reached no one, so it fences nothing and the owner holds the lease once
+    return Call(
+        "POST", path, _lease_parser(lease_name), request.to_wire, replay=Replay.SAFE, holds_lease=name
+    )
 
 
 def renew_lease(name: str, lease_name: str, owner: str, version: int, ttl_ms: int | None) -> Call[Lease]:
     request = RenewLeaseRequest(owner, version, ttl_ms)
     path = collection_path(name, "leases", lease_name, "renew")
-    return Call("POST", path, _lease_parser(lease_name), request.to_wire)
+    return Call(
+        "POST", path, _lease_parser(lease_name), request.to_wire, replay=Replay.SAFE, holds_lease=name
+    )
 
 
 def release_lease(name: str, lease_name: str, owner: str, version: int) -> Call[None]:
     request = ReleaseLeaseRequest(owner, version)
-    return Call("POST", collection_path(name, "leases", lease_name, "release"), _empty, request.to_wire)
+    path = collection_path(name, "leases", lease_name, "release")
+    # a second release answers leaseLost once the first one made it: the owner holds it no more either way
+    confirm = functools.partial(lease_not_held, name, lease_name, owner, version)
+    return Call("POST", path, _empty, request.to_wire, replay=Replay.CHECKED, confirm=confirm)
+
+
+def lease_not_held(name: str, lease_name: str, owner: str, version: int) -> Call[bool]:
+    """Whether ``owner`` no longer holds lease ``lease_name`` of ``name`` at ``version``."""
+
+    def parse(obj: Any, codec: Codec) -> bool:
+        held = [x for x in leases_from_wire(obj, codec) if x.name == lease_name]
+        return not held or held[0].owner != owner or held[0].version != version
+
+    return Call("GET", collection_path(name, "leases") + "/", parse)
 
 
 def replica_status() -> Call[Any]:

@@ -15,8 +15,11 @@ Errors:
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -26,6 +29,8 @@ import msgpack
 
 from diffstore import tls
 from diffstore.client._calls import Call
+from diffstore.client._failover import DEFAULT_WAIT_S, perform, run_async, run_sync
+from diffstore.client._leader import LeaderFinder, split_urls
 from diffstore.errors import (
     BadRequest,
     Conflict,
@@ -61,7 +66,11 @@ _ERRORS_BY_STATUS: dict[int, type[DiffstoreError]] = {
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """What both transports need to know about the server."""
+    """What both transports need to know about the server.
+
+    ``url`` may name several servers of one cluster, comma-separated (:attr:`members`): the client then
+    follows their leader (:mod:`diffstore.client._failover`), waiting up to ``failover_wait_s`` for one.
+    """
 
     url: str = DEFAULT_URL
     token: str | None = None
@@ -71,10 +80,17 @@ class Settings:
     # how https:// servers are checked and a client certificate shown (DIFFSTORE_CA_FILE, ... when unset)
     ca_file: str | None = None
     cert: tls.CertFiles | None = None
+    failover_wait_s: float = DEFAULT_WAIT_S
 
     def __post_init__(self) -> None:
         if self.format not in ("msgpack", "json"):
             raise ValueError(f"format must be 'msgpack' or 'json', not {self.format!r}")
+        split_urls(self.url)  # raises ValueError when it names no server
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The servers ``url`` names (one, or the members of a cluster)."""
+        return split_urls(self.url)
 
     def tls(self) -> tls.ClientTls:
         """The TLS files: those given, else those of the environment."""
@@ -82,7 +98,7 @@ class Settings:
 
     def verify(self) -> Any:
         """httpx's ``verify``: an SSL context for https:// URLs (True, httpx's default, for http://)."""
-        return self.tls().context() if self.url.startswith("https://") else True
+        return self.tls().context() if self.members[0].startswith("https://") else True
 
     @property
     def codec(self) -> Codec:
@@ -108,8 +124,14 @@ class HttpRequest:
     timeout_s: float
 
 
-def build_request(call: Call[Any], settings: Settings) -> HttpRequest:
-    """The HTTP request for a call, its body encoded with the client's codec."""
+def join_urls(urls: str | Sequence[str]) -> str:
+    """The ``url`` of :class:`Settings` for one server or several (a list, or comma-separated)."""
+    return ",".join(split_urls(urls if isinstance(urls, str) else tuple(urls)))
+
+
+def build_request(call: Call[Any], settings: Settings, base_url: str | None = None) -> HttpRequest:
+    """The HTTP request for a call to ``base_url`` (default: the only server of ``settings``), its body
+    encoded with the client's codec."""
     codec = settings.codec
     content, headers = None, settings.headers()
     if call.columns and codec.binary:
@@ -118,7 +140,7 @@ def build_request(call: Call[Any], settings: Settings) -> HttpRequest:
         content = codec.dumps(call.body(codec))
         headers["Content-Type"] = codec.content_type
     timeout_s = call.timeout_s if call.timeout_s is not None else settings.timeout_s
-    url = settings.url.rstrip("/") + call.path
+    url = (base_url or settings.url).rstrip("/") + call.path
     return HttpRequest(call.method, url, call.path, content, headers, call.params, timeout_s)
 
 
@@ -172,6 +194,14 @@ def error_from_response(status: int, codec: Codec, content: bytes) -> DiffstoreE
     return error
 
 
+def never_sent(exc: BaseException) -> bool:
+    """Whether ``exc`` is a call whose connection never opened (refused, no route, connect timeout): the
+    request did not leave, so nothing of it can have been applied."""
+    return isinstance(exc, StorageError) and isinstance(
+        exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout
+    )
+
+
 def unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` is a call that never got an answer (refused, reset, timed out): the server is away,
     or the link to it, rather than a failure the server reported."""
@@ -192,16 +222,34 @@ def translated_transport_errors(request: HttpRequest) -> Iterator[None]:
         raise StorageError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
 
+def finder_of(settings: Settings) -> LeaderFinder | None:
+    """The leader finder of a client of several servers (None for one server: calls go there, as they are)."""
+    members = settings.members
+    return LeaderFinder(members) if len(members) > 1 else None
+
+
 class SyncTransport:
-    """Performs calls on a blocking :class:`httpx.Client` (thread-safe, pooled connections)."""
+    """Performs calls on a blocking :class:`httpx.Client` (thread-safe, pooled connections); with several
+    servers, on their leader (:mod:`diffstore.client._failover`)."""
 
     def __init__(self, settings: Settings, http: httpx.Client | None = None) -> None:
         self.settings = settings
         self._http = http or httpx.Client(verify=settings.verify())
         self._owns_http = http is None
+        self.finder = finder_of(settings)
+        self._lock = threading.Lock()
 
     def execute(self, call: Call[T]) -> T:
-        request = build_request(call, self.settings)
+        if self.finder is None:
+            return self.send(self.settings.url, call)
+        plan = perform(
+            call, self.finder, time.monotonic, unreachable, never_sent, self.settings.failover_wait_s
+        )
+        return run_sync(plan, self.send, time.sleep, self._lock)
+
+    def send(self, base_url: str, call: Call[T]) -> T:
+        """Performs ``call`` on the server at ``base_url``."""
+        request = build_request(call, self.settings, base_url)
         with translated_transport_errors(request):
             response = self._http.request(
                 request.method,
@@ -227,9 +275,19 @@ class AsyncTransport:
         self.settings = settings
         self._http = http or httpx.AsyncClient(verify=settings.verify())
         self._owns_http = http is None
+        self.finder = finder_of(settings)
 
     async def execute(self, call: Call[T]) -> T:
-        request = build_request(call, self.settings)
+        if self.finder is None:
+            return await self.send(self.settings.url, call)
+        plan = perform(
+            call, self.finder, time.monotonic, unreachable, never_sent, self.settings.failover_wait_s
+        )
+        return await run_async(plan, self.send, asyncio.sleep)
+
+    async def send(self, base_url: str, call: Call[T]) -> T:
+        """Performs ``call`` on the server at ``base_url``."""
+        request = build_request(call, self.settings, base_url)
         with translated_transport_errors(request):
             response = await self._http.request(
                 request.method,

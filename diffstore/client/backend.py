@@ -75,8 +75,9 @@ def options(data: bool = True) -> argparse.ArgumentParser:
     where.add_argument(
         "--url",
         default=os.environ.get("DIFFSTORE_URL", DEFAULT_URL),
-        type=shell.http_url,
-        help=f"the server's base URL (env DIFFSTORE_URL; default {DEFAULT_URL})",
+        type=shell.http_urls,
+        help="the server's base URL, or several servers of one cluster comma-separated (writes and reads go"
+        f" to their leader, followed across a fail-over) (env DIFFSTORE_URL; default {DEFAULT_URL})",
     )
     if data:
         where.add_argument(

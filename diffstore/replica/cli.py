@@ -11,7 +11,7 @@ from diffstore import tls
 from diffstore.client import _calls as calls
 from diffstore.client._sync import Client
 from diffstore.client.commands import server_options
-from diffstore.errors import ReplicaBehind
+from diffstore.errors import InvalidRequest, ReplicaBehind
 from diffstore.guides import guide
 
 
@@ -46,6 +46,8 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_promote(args: argparse.Namespace) -> int:
+    if "," in args.url:  # several servers would send it to their leader, which is no replica
+        raise InvalidRequest(f"promote names the one replica to promote: --url {args.url} names several")
     wait_ms = max(0, min(300_000, int(args.wait * 1000)))
     with Client(args.url, token=args.token, **tls.client_kwargs(args)) as client:
         try:

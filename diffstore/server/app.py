@@ -21,7 +21,7 @@ from diffstore.server.longpoll import RAW_SEND, CommitHub
 from diffstore.server.openapi import build_openapi
 from diffstore.server.overview_watch import OverviewWatch
 from diffstore.server.routes import FAST_LANE, ROUTERS
-from diffstore.server.routes.replica import WriteGate
+from diffstore.server.routes.replica import WriteGate, leader_url
 from diffstore.server.synchronous import SynchronousReplication
 from diffstore.server.tokens import Tokens
 
@@ -109,6 +109,8 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.metrics = server_metrics
     app.state.tokens = tokens
     app.state.synchronous = synchronous
+    # whom a replica's readOnlyReplica answer names as the leader (replaceable: an elected leader)
+    app.state.leader_url = lambda: leader_url(store)
     routers = (*ROUTERS, docs.router, console.router, console.shell, metrics.router)
     for router in routers:
         app.include_router(router)
@@ -117,7 +119,7 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.add_middleware(FastLane, store=store, config=config, hub=hub, handlers=FAST_LANE)
     # any store may follow a primary or step down (the gate asks the store); no store: only the schema
     if store is not None:
-        app.add_middleware(WriteGate, store=store)
+        app.add_middleware(WriteGate, store=store, leader=lambda: app.state.leader_url())
     # outside the fast lane, so that its bodies count too; inside the authentication, so that a refused
     # client holds nothing
     largest = max(config.limit(kind) for kind in Limit)

@@ -57,6 +57,8 @@ STATUS_BY_ERROR: dict[type[e.DiffstoreError], int] = {
     e.StorageError: 500,
     e.StorageFull: 507,
     e.CorruptRecord: 500,
+    e.NoLeader: 500,  # a client's own errors (several servers): no server raises them
+    e.LeaderChanged: 500,
 }
 
 

@@ -37,8 +37,9 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument(
         "--url",
         default=os.environ.get("DIFFSTORE_URL", DEFAULT_URL),
-        type=shell.http_url,
-        help=f"the diffstore server (env DIFFSTORE_URL; default {DEFAULT_URL})",
+        type=shell.http_urls,
+        help="the diffstore server, or several servers of one cluster comma-separated (their leader is"
+        f" followed across a fail-over) (env DIFFSTORE_URL; default {DEFAULT_URL})",
     )
     parser.add_argument(
         "--job", required=True, help="module:function with signature fn(spark, diffs, lookup)"

@@ -87,7 +87,10 @@ def add_ingest_command(subparsers: Any) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--data", metavar="DIR", help="an embedded store directory")
     target.add_argument(
-        "--url", type=shell.http_url, help="a remote diffstore server (http://host:port or https://)"
+        "--url",
+        type=shell.http_urls,
+        help="a remote diffstore server (http://host:port or https://), or several servers of one cluster"
+        " comma-separated (their leader is followed across a fail-over)",
     )
     server = parser.add_argument_group("with --url")
     tls.add_client_token_arguments(

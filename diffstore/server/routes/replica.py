@@ -3,14 +3,16 @@
 ``/stepUp``, the ``Diffstore-Term`` header), and the gate that refuses writes (:class:`WriteGate`). See
 ``docs/replicas.md``.
 
-The gate lets through what reads: every GET (long polls, cursors, metrics, the console), the POSTs
-that read (get, getMany, getKeysAround, query, diff, lineage, a generation's records), forgetting a
-cursor, and the replica routes themselves; everything else -- any route added later included -- is a
-write and answers 409 ``readOnlyReplica`` while the store follows its primary, or 409 ``fenced`` once it
-stepped down (a replica may still delete its hold on a stepped-down primary). It asks the store at each
-such request (three point reads), so a promotion or a step-down through any worker process holds in all
-of them. A request whose ``Diffstore-Term`` header carries a term above the store's makes it step down
-first (see :mod:`diffstore.engine.fencing`).
+The gate lets through what reads (:func:`diffstore.wire_routes.is_write`): every GET (long polls,
+cursors, metrics, the console), the POSTs that read (get, getMany, getKeysAround, query, diff, lineage,
+a generation's records), forgetting a cursor, and the replica routes themselves; everything else -- any
+route added later included -- is a write and answers 409 ``readOnlyReplica`` while the store follows its
+primary, or 409 ``fenced`` once it stepped down (a replica may still delete its hold on a stepped-down
+primary). A ``readOnlyReplica`` answer carries ``leader``, the URL writes should go to, when the server
+knows one: what ``app.state.leader_url()`` answers (:func:`leader_url` by default: a replica's
+primary). It asks the store at each such request (three point reads), so a promotion or a step-down
+through any worker process holds in all of them. A request whose ``Diffstore-Term`` header carries a
+term above the store's makes it step down first (see :mod:`diffstore.engine.fencing`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request, Response
 
 from diffstore.engine.readers import HOLD_PREFIX
-from diffstore.errors import DiffstoreError, Fenced, InvalidRequest, NotReplica
+from diffstore.errors import DiffstoreError, Fenced, InvalidRequest, NotReplica, ReadOnlyReplica
 from diffstore.replica.promotion import DEFAULT_WAIT_MS, MAX_WAIT_MS, Promotion
 from diffstore.replica.promotion import promote as promote_store
 from diffstore.server import schemas
@@ -35,6 +38,7 @@ from diffstore.server.routing import route
 from diffstore.server.scopes import TokenScope
 from diffstore.server.synchronous import SynchronousReplication, synchronous_of
 from diffstore.wire import Body, Fields
+from diffstore.wire_routes import is_write
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -44,25 +48,9 @@ if TYPE_CHECKING:
 
 router = APIRouter(tags=["replica"])
 
-_READS = re.compile(
-    r"/collections/[^/]+/(get|getMany|getKeysAround|query|diff|lineage|generations/records)/?"
-)
-_FORGET_CURSOR = re.compile(r"/collections/[^/]+/(query|diff)/[^/]+/?")
-_REPLICA_ROUTES = re.compile(r"/replica/(promote|stepDown|stepUp)/?")
 _HOLD_RELEASE = re.compile(r"/collections/[^/]+/readers/" + re.escape(HOLD_PREFIX) + r"[^/]+/?")
 TERM_HEADER = b"diffstore-term"
 _TERM_MAX = (1 << 63) - 1
-
-
-def is_write(method: str, path: str) -> bool:
-    """Whether a request may change the store (what a replica, or a stepped-down primary, refuses)."""
-    if method in ("GET", "HEAD", "OPTIONS"):
-        return False
-    if method == "POST":
-        return not (_READS.fullmatch(path) or _REPLICA_ROUTES.fullmatch(path))
-    if method == "DELETE":
-        return not _FORGET_CURSOR.fullmatch(path)
-    return True
 
 
 def term_of(text: str) -> int:
@@ -73,13 +61,27 @@ def term_of(text: str) -> int:
     return int(value)
 
 
+def leader_url(store: Store) -> str | None:
+    """The URL of the server that takes the writes a replica refuses: its primary's (None when it
+    follows none). The one source of a ``readOnlyReplica`` answer's ``leader``; a server that knows
+    better (an elected leader) replaces ``app.state.leader_url``."""
+    state = store.replica_state()
+    return state.primary if state.following else None
+
+
 class WriteGate:
     """Refuses writes with 409 ``readOnlyReplica`` while ``store`` follows a primary, and with 409
-    ``fenced`` once it stepped down; takes the term a request carries (see the module)."""
+    ``fenced`` once it stepped down; takes the term a request carries (see the module).
 
-    def __init__(self, app: ASGIApp, store: Store) -> None:
+    Args:
+        leader: the URL a ``readOnlyReplica`` answer names as ``leader`` (asked at each refusal; default
+            :func:`leader_url`).
+    """
+
+    def __init__(self, app: ASGIApp, store: Store, leader: Callable[[], str | None] | None = None) -> None:
         self.app = app
         self.store = store
+        self.leader = leader or (lambda: leader_url(store))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -100,6 +102,10 @@ class WriteGate:
     def _check(self, method: str, path: str) -> None:
         try:
             self.store.check_writable()
+        except ReadOnlyReplica as refused:
+            if refused.leader is None:  # a fail-over member names the leader it knows itself
+                refused.leader = self.leader()
+            raise
         except Fenced:
             # a stepped-down primary still lets its replicas' holds go (the new primary deletes them)
             if not (method == "DELETE" and _HOLD_RELEASE.fullmatch(path)):
