@@ -44,6 +44,7 @@ from diffstore.engine.types import (
     RetentionPolicy,
     RevertResult,
 )
+from diffstore.errors import InvalidRequest
 from diffstore.wire import (
     Body,
     Codec,
@@ -62,6 +63,7 @@ from diffstore.wire import (
     retention_from_wire,
     retention_to_wire,
 )
+from diffstore.wire_columns import BinaryColumn
 from diffstore.wire_leases import (
     AcquireLeaseRequest,
     ReleaseLeaseRequest,
@@ -498,10 +500,21 @@ def generation_records(
 
     def parse(obj: Any, codec: Codec) -> GenerationRecords:
         f = Fields(obj, codec, "response")
-        items = []
-        for entry in f.array("items"):
-            e = Fields(entry, codec, "items[]")
-            items.append((e.es("key"), e.es_nullable("value")))
+        items: list[tuple[bytes, bytes | None]]
+        if codec.columns and isinstance(obj, dict) and "count" in obj:  # the columns form
+            count = f.raw("count")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise InvalidRequest("response.count: expected a count of rows")
+            keys = BinaryColumn.from_wire(f.raw("keys"), count, "response.keys")
+            values = BinaryColumn.from_wire(f.raw("values"), count, "response.values")
+            if keys.present is not None and 0 in keys.present:
+                raise InvalidRequest("response.keys: a row is absent")
+            items = list(zip(keys.to_list(), values.to_list(), strict=True))  # type: ignore[arg-type]
+        else:
+            items = []
+            for entry in f.array("items"):
+                e = Fields(entry, codec, "items[]")
+                items.append((e.es("key"), e.es_nullable("value")))
         return GenerationRecords(
             items,
             f.es_opt("nextKey"),
@@ -514,7 +527,7 @@ def generation_records(
             else None,
         )
 
-    return Call("POST", collection_path(name, "generations", "records"), parse, body)
+    return Call("POST", collection_path(name, "generations", "records"), parse, body, columns=True)
 
 
 # --------------------------------------------------------------------------------------------- leases

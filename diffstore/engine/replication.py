@@ -220,7 +220,7 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
             # the first copy lands in the initial generation: open it again to write there
             meta = meta.with_(next=meta.generation, next_seq=0)
         else:
-            meta = _move_open_generation(txn, tables, meta, step.generation_id)
+            meta = move_open_generation(txn, tables, meta, step.generation_id)
     else:
         meta = load_meta(txn, tables, step.collection)
         if meta.generation != step.previous:
@@ -233,13 +233,25 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
         if step.generation_id <= meta.generation:
             raise InvalidRequest("a replicated generation must be above the current one")
         if meta.next != step.generation_id:
-            meta = _move_open_generation(txn, tables, meta, step.generation_id)
+            meta = move_open_generation(txn, tables, meta, step.generation_id)
+    meta = write_records(txn, tables, meta, step.generation_id, step.records)
+    return commit_applied(txn, tables, meta, step)
+
+
+def write_records(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    generation_id: bytes,
+    records: list[tuple[bytes, bytes | None]],
+) -> CollectionMeta:
+    """Writes a primary generation's records into the open generation ``generation_id`` (uncommitted)."""
     meta, _, _ = writes.put_many(
         txn,
         tables,
         meta,
-        step.records,
-        generation_id=step.generation_id,
+        records,
+        generation_id=generation_id,
         phantom_id=None,
         if_not_present=False,
         skip_unchanged=False,
@@ -247,6 +259,14 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
         seq_no=None,
         max_generation_records=_NO_THRESHOLD,
     )
+    return meta
+
+
+def commit_applied(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, step: ReplicaGeneration
+) -> CollectionMeta:
+    """Commits the open generation ``step.generation_id`` whose records were written (its reader moves,
+    lineage, commit time and digest with it) and saves the collection's row; returns the new meta."""
     if step.previous is None:
         for reader in step.before:
             readers.put_copy(txn, tables, meta, reader)
@@ -256,8 +276,9 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
     if step.recorded:  # the primary's time and metadata; its changed keys: the records it sent (one a key)
         history.record(txn, tables, meta, meta.next_seq, step.committed_at_ms, step.metadata, meta.next_keys)
     digests.record_commit(txn, tables, meta, meta.next_seq)
+    wrote = meta.next_count > 0  # a staged first copy wrote its records in earlier transactions
     meta = _commit(txn, tables, meta)
-    if step.floor and step.previous is None and step.records:
+    if step.floor and step.previous is None and wrote:
         meta = meta.with_(gc_horizon=meta.generation)
     save_meta(txn, tables, meta)
     _count_applied(txn, tables, step)
@@ -271,7 +292,7 @@ def _count_applied(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneratio
     set_lag(txn, tables, step.collection, step.lag_generations, step.unapplied_since_ms)
 
 
-def _move_open_generation(
+def move_open_generation(
     txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes
 ) -> CollectionMeta:
     """Opens ``generation_id`` as the next generation, dropping an open one (an automatic collection always

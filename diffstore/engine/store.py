@@ -34,11 +34,12 @@ from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import background, fencing, layout, migrate, replication, storage
+from diffstore.engine import background, fencing, first_copy, layout, migrate, replication, storage
 from diffstore.engine.access import WriteScope
 from diffstore.engine.collection import Collection
 from diffstore.engine.cursors import CursorCodec, CursorSecret
 from diffstore.engine.events import WriteEvent, WriteListener
+from diffstore.engine.first_copy import Staged
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.priority import WriterFirst
 from diffstore.engine.readers import drop_readers_of
@@ -470,6 +471,9 @@ class Store:
             txn, tables = scope.txn, self.tables
             if replica_copy:
                 replication.require_following(txn, tables)
+                abandoned = first_copy.abandon(txn, tables, name)
+                if abandoned and txn.get(name.encode(), db=tables.collections) is None:
+                    return  # only a first copy under way: dropped (not the collection: it is not there)
             else:
                 fencing.refuse_if_fenced(txn, tables)
             meta = load_meta(txn, tables, name)
@@ -515,7 +519,9 @@ class Store:
             NotReplica: the store is not a replica (or was promoted already).
         """
         with self.write() as scope:
-            return replication.promote(scope.txn, self.tables, self.config.now_ms(), term, address)
+            raised = replication.promote(scope.txn, self.tables, self.config.now_ms(), term, address)
+            first_copy.abandon_all(scope.txn, self.tables)  # never to be finished: purged
+            return raised
 
     def check_writable(self) -> None:
         """Raises ``ReadOnlyReplica`` (a following replica) or ``Fenced`` (stepped down); three point
@@ -566,6 +572,40 @@ class Store:
         one transaction; False when it was applied before. See ``replication.apply`` for the errors."""
         with self.write() as scope:
             meta = replication.apply(scope.txn, self.tables, step)
+            if meta is None:
+                return False
+            scope.commits.append((step.collection, meta.generation))
+            if step.records:
+                scope.records_written[step.collection] = len(step.records)
+        return True
+
+    def staged_first_copy(self, name: str) -> Staged | None:
+        """The first copy of ``name`` under way on this replica, if any (see ``first_copy``)."""
+        with self.read() as txn:
+            return first_copy.staged(txn, self.tables, name)
+
+    def stage_first_copy(self, name: str, manual: bool, generation_id: bytes) -> Staged | None:
+        """Begins, or finds to resume, a first copy of ``name`` at ``generation_id`` written in batches
+        (None: copied already). The collection stays invisible until :meth:`finish_first_copy`."""
+        with self.write() as scope:
+            return first_copy.stage(scope.txn, self.tables, name, manual, generation_id)
+
+    def stage_first_copy_batch(
+        self,
+        name: str,
+        generation_id: bytes,
+        records: list[tuple[bytes, bytes | None]],
+        next_key: bytes | None,
+    ) -> bool:
+        """Writes one batch of a staged first copy, in one transaction; False: no such copy is staged."""
+        with self.write() as scope:
+            return first_copy.stage_batch(scope.txn, self.tables, name, generation_id, records, next_key)
+
+    def finish_first_copy(self, step: ReplicaGeneration) -> bool:
+        """Writes the last batch of a staged first copy and commits it with everything
+        :meth:`apply_replica_generation` stores; False: no such copy is staged."""
+        with self.write() as scope:
+            meta = first_copy.finish(scope.txn, self.tables, step)
             if meta is None:
                 return False
             scope.commits.append((step.collection, meta.generation))

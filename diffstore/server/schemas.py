@@ -566,6 +566,16 @@ class GenerationRecordsResponse(BaseModel):
     nextKey: ES | None = Field(None, description="present when more records remain: the next page's fromKey")
 
 
+class GenerationRecordsColumnsResponse(BaseModel):
+    """A ``generations/records`` page in the columns form (a tombstone: a value absent); the first page's
+    other fields as in the plain form."""
+
+    count: int
+    keys: Column
+    values: Column
+    nextKey: bytes | None = None
+
+
 class PromoteResponse(BaseModel):
     promoted: bool
     term: int

@@ -1,0 +1,95 @@
+"""A large first copy is staged in batches: invisible until its last batch, and a copy cut by kill -9
+goes on after the restart (issue 47, initial copy speed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diffstore.engine.crashpoints import CRASH_AT_ENV
+from diffstore.engine.store import Store
+from diffstore.engine.types import ReplicaGeneration, StoreConfig
+from diffstore.errors import NoSuchCollection
+
+from .compare import converged
+from .conftest import Server
+
+KEYS = 25_000  # three pages of a first copy (10,000 records each)
+
+
+def _big_collection_with_collected_history(server: Server) -> None:
+    with server.client() as p:
+        m = p.create_collection("big", manual=True)
+        m.start_generation(b"g1")
+        for start in range(0, KEYS, 5_000):
+            m.put_many([(b"k%06d" % i, b"v%d" % i) for i in range(start, start + 5_000)], generation_id=b"g1")
+        m.commit_generation(b"g1")
+        m.create_reader("pipeline", generation_id=b"g1")
+        m.start_generation(b"g2")
+        m.put_many([(b"k%06d" % i, None) for i in range(0, KEYS, 7)], generation_id=b"g2")
+        m.put_many([(b"new%04d" % i, b"n") for i in range(100)], generation_id=b"g2")
+        m.commit_generation(b"g2")
+        m.update_reader("pipeline", b"g2")  # "" and g1 are collected: the copy starts at g2
+        small = p.create_collection("small", manual=False)
+        small.put(b"a", b"1")
+
+
+def test_a_first_copy_cut_by_kill9_goes_on_after_the_restart(
+    tmp_path: Path, primary: Server, servers: list[Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _big_collection_with_collected_history(primary)
+    replica = Server(tmp_path / "replica", "--replica-of", primary.url)
+    servers.append(replica)
+    monkeypatch.setenv(CRASH_AT_ENV, "first-copy-batch")
+    replica.start(wait=False)
+    assert replica.process is not None
+    replica.process.wait(120)  # it killed itself after the first batch of the big collection
+    monkeypatch.delenv(CRASH_AT_ENV)
+    replica._close()
+
+    # what the crash left: a staged copy that reads do not see, with where it goes on
+    store = Store(tmp_path / "replica", StoreConfig())
+    try:
+        staged = store.staged_first_copy("big")
+        assert staged is not None and staged.generation_id == b"g2"
+        assert staged.next_key is not None
+        assert "big" not in {info.name for info in store.collections()}
+    finally:
+        store.close()
+
+    replica.start()
+    with primary.client() as p, replica.client() as r:
+        held = converged(p, r, 120)
+        assert held["big"] == [b"g2"]
+        assert (
+            len(list(r.collection("big").query(generation_id=b"g2", limit=10_000)))
+            == KEYS - (KEYS + 6) // 7 + 100
+        )
+
+
+def test_a_staged_copy_is_invisible_until_its_last_batch(tmp_path: Path) -> None:
+    store = Store(tmp_path / "data", StoreConfig())
+    try:
+        store.become_replica("http://primary", "r1")
+        staged = store.stage_first_copy("c", True, b"g2")
+        assert staged is not None and staged.next_key is None
+        assert store.stage_first_copy_batch("c", b"g2", [(b"a", b"1"), (b"b", b"2")], b"c")
+        assert store.collections() == []
+        with pytest.raises(NoSuchCollection):
+            store.collection("c")
+        # the same copy is found again (a restart resumes it); another generation starts over
+        again = store.stage_first_copy("c", True, b"g2")
+        assert again is not None and again.next_key == b"c"
+        assert store.finish_first_copy(ReplicaGeneration("c", True, None, b"g2", [(b"c", b"3")], floor=True))
+        assert store.staged_first_copy("c") is None
+        c = store.collection("c")
+        assert c.generation_id == b"g2"
+        assert [(r.key, r.value) for r in c.query_page(limit=10).items] == [
+            (b"a", b"1"),
+            (b"b", b"2"),
+            (b"c", b"3"),
+        ]
+        assert store.stage_first_copy("c", True, b"g2") is None  # copied already
+    finally:
+        store.close()
