@@ -181,11 +181,6 @@ def diff_page_to_columns(page: DiffPage) -> dict[str, Any]:
     return _body(head, page.items, ("keys", "fromValues", "toValues"), page.cursor)
 
 
-def records_to_columns(records: list[tuple[bytes, bytes | None]]) -> dict[str, Any]:
-    """A ``generations/records`` page's items as columns (``keys``, ``values``; a tombstone is absent)."""
-    return _body({}, records, ("keys", "values"), None)
-
-
 def get_many_to_columns(result: GetManyResult) -> dict[str, Any]:
     return _body(
         {"generationId": result.generation_id}, result.records, (None, "values", "generationIds"), None

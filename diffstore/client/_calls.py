@@ -15,6 +15,7 @@ import base64
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -63,7 +64,6 @@ from diffstore.wire import (
     retention_from_wire,
     retention_to_wire,
 )
-from diffstore.wire_columns import BinaryColumn
 from diffstore.wire_leases import (
     AcquireLeaseRequest,
     ReleaseLeaseRequest,
@@ -485,6 +485,7 @@ def generation_records(
         out: Body = {"generationId": codec.es(generation_id), "limit": limit}
         if visible:
             out["visible"] = True
+            out["pairs"] = True  # a server from before pairs answers objects: both are read
         if from_key is not None:
             out["fromKey"] = codec.es(from_key)
         if hold is not None:
@@ -500,21 +501,24 @@ def generation_records(
 
     def parse(obj: Any, codec: Codec) -> GenerationRecords:
         f = Fields(obj, codec, "response")
+        entries = f.raw("items")
+        if not isinstance(entries, list | tuple):
+            raise InvalidRequest("response.items: expected an array")
         items: list[tuple[bytes, bytes | None]]
-        if codec.columns and isinstance(obj, dict) and "count" in obj:  # the columns form
-            count = f.raw("count")
-            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise InvalidRequest("response.count: expected a count of rows")
-            keys = BinaryColumn.from_wire(f.raw("keys"), count, "response.keys")
-            values = BinaryColumn.from_wire(f.raw("values"), count, "response.values")
-            if keys.present is not None and 0 in keys.present:
-                raise InvalidRequest("response.keys: a row is absent")
-            items = list(zip(keys.to_list(), values.to_list(), strict=True))  # type: ignore[arg-type]
+        if codec.binary and entries and isinstance(entries[0], tuple):
+            items = list(entries)  # msgpack pairs, decoded as tuples: the items as they are, once checked
+            if not _bin_pairs(items):
+                raise InvalidRequest("response.items: expected [key, value] pairs of bin (value: nil)")
         else:
             items = []
-            for entry in f.array("items"):
-                e = Fields(entry, codec, "items[]")
-                items.append((e.es("key"), e.es_nullable("value")))
+            for entry in entries:
+                if isinstance(entry, list | tuple) and len(entry) == 2:
+                    key = codec.parse_es(entry[0], "items[][0]")
+                    value = None if entry[1] is None else codec.parse_es(entry[1], "items[][1]")
+                    items.append((key, value))
+                else:
+                    e = Fields(entry, codec, "items[]")
+                    items.append((e.es("key"), e.es_nullable("value")))
         return GenerationRecords(
             items,
             f.es_opt("nextKey"),
@@ -527,7 +531,21 @@ def generation_records(
             else None,
         )
 
-    return Call("POST", collection_path(name, "generations", "records"), parse, body, columns=True)
+    # a first copy's pages (visible: no readers or moves, whose arrays would come as tuples) skip lists
+    return Call("POST", collection_path(name, "generations", "records"), parse, body, tuples=visible)
+
+
+def _bin_pairs(items: list[Any]) -> bool:
+    """Whether ``items`` are (bin, bin or nil) pairs (checked by type sets: no Python loop per item)."""
+    try:
+        return (
+            set(map(type, items)) <= {tuple}
+            and set(map(len, items)) <= {2}
+            and set(map(type, map(itemgetter(0), items))) <= {bytes}
+            and set(map(type, map(itemgetter(1), items))) <= {bytes, type(None)}
+        )
+    except TypeError:
+        return False
 
 
 # --------------------------------------------------------------------------------------------- leases

@@ -542,6 +542,11 @@ class GenerationRecordsQuery(_Model):
         description="every record visible at the generation instead, in key order (a replica's first copy;"
         " with hold: answered down to what the holds keep)",
     )
+    pairs: bool = Field(
+        False,
+        description="items as [key, value] pairs instead of {key, value} objects (a tombstone's value: null);"
+        " the cheapest form to encode and decode, what a replica's first copy asks for",
+    )
 
 
 class GenerationRecord(BaseModel):
@@ -556,7 +561,9 @@ class ReplicatedReader(BaseModel):
 
 
 class GenerationRecordsResponse(BaseModel):
-    items: list[GenerationRecord]
+    items: list[GenerationRecord] | list[tuple[ES, ES | None]] = Field(
+        description="{key, value} objects, or [key, value] pairs when the request asked for pairs"
+    )
     previousGenerationId: ES | None = Field(None, description="first page: the committed generation before")
     moves: list[ReplicatedReader] | None = Field(None, description="first page: the readers its commit moved")
     readers: list[ReplicatedReader] | None = Field(None, description="first page: the collection's readers")
@@ -564,16 +571,6 @@ class GenerationRecordsResponse(BaseModel):
     changedKeys: int | None = Field(None, description="first page: the keys it wrote")
     metadata: dict[str, str] | None = Field(None, description="first page: its commit's metadata")
     nextKey: ES | None = Field(None, description="present when more records remain: the next page's fromKey")
-
-
-class GenerationRecordsColumnsResponse(BaseModel):
-    """A ``generations/records`` page in the columns form (a tombstone: a value absent); the first page's
-    other fields as in the plain form."""
-
-    count: int
-    keys: Column
-    values: Column
-    nextKey: bytes | None = None
 
 
 class PromoteResponse(BaseModel):

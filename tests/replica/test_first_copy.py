@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+import msgpack
 import pytest
 
 from diffstore.engine.crashpoints import CRASH_AT_ENV
@@ -15,7 +17,7 @@ from diffstore.errors import NoSuchCollection
 from .compare import converged
 from .conftest import Server
 
-KEYS = 25_000  # three pages of a first copy (10,000 records each)
+KEYS = 125_000  # three batches of a first copy (50,000 records each)
 
 
 def _big_collection_with_collected_history(server: Server) -> None:
@@ -93,3 +95,38 @@ def test_a_staged_copy_is_invisible_until_its_last_batch(tmp_path: Path) -> None
         assert store.stage_first_copy("c", True, b"g2") is None  # copied already
     finally:
         store.close()
+
+
+def test_generation_records_in_pairs_are_the_objects_form(primary: Server) -> None:
+    with primary.client() as p:
+        c = p.create_collection("c", manual=True)
+        c.start_generation(b"g1")
+        c.put_many([(b"a", b"1"), (b"b\xff", b"\x00"), (b"c", b"3")], generation_id=b"g1")
+        c.commit_generation(b"g1")
+        c.start_generation(b"g2")
+        c.put_many([(b"c", None)], generation_id=b"g2")
+        c.commit_generation(b"g2")
+    url = f"{primary.url}/collections/c/generations/records"
+    ask = {"generationId": {"value": "g1"}, "limit": 2}
+    objects = httpx.post(url, json=ask).json()
+    pairs = httpx.post(url, json=ask | {"pairs": True}).json()
+    assert pairs["items"] == [[o["key"], o["value"]] for o in objects["items"]]
+    assert pairs["nextKey"] == objects["nextKey"] == {"value": "c"}
+    assert pairs["previousGenerationId"] == objects["previousGenerationId"]
+    packed = httpx.post(
+        url,
+        content=msgpack.packb({"generationId": b"g2", "pairs": True}),
+        headers={"Content-Type": "application/msgpack", "Accept": "application/msgpack"},
+    )
+    assert msgpack.unpackb(packed.content)["items"] == [[b"c", None]]  # a tombstone: nil
+    with primary.client() as p:  # the client reads both forms alike
+        records = p.collection("c").generation_records(b"g1", visible=True)
+        assert records.records == [(b"a", b"1"), (b"b\xff", b"\x00"), (b"c", b"3")]
+        before = httpx.post(url, json={"generationId": {"value": "g2"}}).json()
+        refused = httpx.post(url, json={"generationId": {"value": "g2"}, "pairs": "yes"})
+        assert refused.status_code == 400 and refused.json()["error"] == "invalidRequest"
+        assert httpx.post(url, json={"generationId": {"value": "g2"}}).json() == before
+        assert [(r.key, r.value) for r in p.collection("c").query(generation_id=b"g2")] == [
+            (b"a", b"1"),
+            (b"b\xff", b"\x00"),
+        ]

@@ -5,6 +5,8 @@ the list of generations, ``GET /collections/{c}/generations`` of :mod:`diffstore
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 
 from diffstore.engine.types import Reader
@@ -13,7 +15,6 @@ from diffstore.server.config import Limit
 from diffstore.server.exchange import Exchange, handle
 from diffstore.server.routing import route
 from diffstore.wire import Body, Codec, Fields
-from diffstore.wire_columns import records_to_columns
 
 router = APIRouter(tags=["generations"])
 
@@ -27,7 +28,6 @@ DEFAULT_RECORDS = 1_000
     "/collections/{c}/generations/records",
     body=schemas.GenerationRecordsQuery,
     answer=schemas.GenerationRecordsResponse,
-    columns=schemas.GenerationRecordsColumnsResponse,
     summary="The records a committed generation wrote (a page; nextKey goes on)",
 )
 async def generation_records(request: Request, c: str) -> Response:
@@ -42,11 +42,14 @@ async def generation_records(request: Request, c: str) -> Response:
             visible=f.flag("visible", False),
         )
         out = x.out
-        body: Body = (
-            records_to_columns(page.records)  # the fastest form, for a client that asks for it
-            if out.columns
-            else {"items": [{"key": out.es(k), "value": out.es_opt(v)} for k, v in page.records]}
-        )
+        items: list[Any]
+        if not f.flag("pairs", False):
+            items = [{"key": out.es(k), "value": out.es_opt(v)} for k, v in page.records]
+        elif out.binary:
+            items = page.records  # msgpack packs its (key, value) tuples as they are: pairs of bin
+        else:
+            items = [[out.es(k), out.es_opt(v)] for k, v in page.records]
+        body: Body = {"items": items}
         if page.next_key is not None:
             body["nextKey"] = out.es(page.next_key)
         if not f.has("fromKey") and not f.flag("visible", False):
@@ -59,7 +62,7 @@ async def generation_records(request: Request, c: str) -> Response:
                 body["metadata"] = page.info.metadata
         return body
 
-    return await handle(request, work, Limit.OTHER, columns=True)
+    return await handle(request, work, Limit.OTHER)
 
 
 def _reader(reader: Reader, out: Codec) -> Body:
