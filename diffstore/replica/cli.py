@@ -8,8 +8,7 @@ import sys
 from typing import Any
 
 from diffstore.client import _calls as calls
-from diffstore.client._sync import Client
-from diffstore.client.commands import server_options
+from diffstore.client.commands import client_of, server_options
 from diffstore.errors import ReplicaBehind
 from diffstore.guides import guide
 
@@ -46,7 +45,7 @@ def add_commands(subparsers: Any) -> None:
 
 def run_promote(args: argparse.Namespace) -> int:
     wait_ms = max(0, min(300_000, int(args.wait * 1000)))
-    with Client(args.url, token=args.token) as client:
+    with client_of(args) as client:  # the replica's token and TLS options (--ca-file, --client-cert)
         try:
             answer = client.execute(calls.promotion(args.force, wait_ms))
         except ReplicaBehind as exc:

@@ -32,6 +32,7 @@ from diffstore.client import Client, Collection
 from diffstore.client import _calls as calls
 from diffstore.client._transport import unreachable
 from diffstore.engine.store import Store
+from diffstore.engine.types import ReplicaLag
 from diffstore.errors import (
     DiffstoreError,
     Fenced,
@@ -41,6 +42,7 @@ from diffstore.errors import (
     ReplicaBehind,
 )
 from diffstore.replica._plan import reader_name
+from diffstore.replica._status import COPYING, FOLLOWING, STALLED
 from diffstore.wire import Body
 
 PRIMARY_TIMEOUT_S = 5.0  # each call to the old primary: a paused or cut-off one counts as away
@@ -52,14 +54,30 @@ _COUNT_MAX = 100_000  # a lag counted past this is shown as this
 
 @dataclass(frozen=True, slots=True)
 class Standing:
-    """One collection of the primary (or of the replica only) as the promotion sees it."""
+    """One collection of the primary (or of the replica only) as the promotion sees it.
+
+    ``copied``: the replica holds it (``lag`` generations behind). ``state`` is its follower's, as
+    ``GET /replica`` shows it: ``copying`` (never for a copied one), ``following``, or ``stalled`` with
+    ``reason`` -- a collection whose follower cannot go on says so, not ``following``."""
 
     name: str
-    state: str  # "copying": not copied yet; "following": copied (``lag`` generations behind)
+    state: str
     lag: int
+    copied: bool = True
+    reason: str | None = None
 
     def to_wire(self) -> Body:
-        return {"collectionName": self.name, "state": self.state, "lagGenerations": self.lag}
+        body: Body = {"collectionName": self.name, "state": self.state, "lagGenerations": self.lag}
+        if self.reason is not None:
+            body["reason"] = self.reason
+        return body
+
+
+def _standing(name: str, lag: int, copied: bool, follower: ReplicaLag | None) -> Standing:
+    """A collection's standing, in its follower's state when the follower says it is stalled."""
+    if follower is not None and follower.state == STALLED:
+        return Standing(name, STALLED, lag, copied, follower.reason)
+    return Standing(name, FOLLOWING if copied else COPYING, lag, copied)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +89,16 @@ class Promotion:
     wait_ms: int = DEFAULT_WAIT_MS
 
 
-def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
-    """Promotes ``store`` (see the module); returns the answer of ``POST /replica/promote``.
+def promote(
+    store: Store,
+    primary_token: str | None,
+    asked: Promotion,
+    ca_file: str | None = None,
+    cert: tuple[str, str] | None = None,
+) -> Body:
+    """Promotes ``store`` (see the module); returns the answer of ``POST /replica/promote``. The old
+    primary is reached with ``primary_token`` and, for an ``https://`` one, ``ca_file`` and ``cert`` (the
+    replica link's own, ``ServerConfig.replica_ca_file``/``replica_cert``).
 
     Raises:
         NotReplica: the store is not a replica (a stepped-down primary without ``force`` raises ``Fenced``).
@@ -87,11 +113,13 @@ def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
     term = state.term + 1
     stepped_down = False
     standings: list[Standing] = []
-    with Client(state.primary, token=primary_token, timeout_s=PRIMARY_TIMEOUT_S) as client:
+    with Client(
+        state.primary, token=primary_token, timeout_s=PRIMARY_TIMEOUT_S, ca_file=ca_file, cert=cert
+    ) as client:
         try:
             term = max(term, _old_primary_term(client, replica_id) + 1)
             standings = _wait(store, client, asked.wait_ms, copied_only=True)
-            if any(s.state == "copying" for s in standings):
+            if any(not s.copied for s in standings):
                 _refuse_if_behind(
                     standings, asked, "the replica has not copied every collection of its primary"
                 )
@@ -107,12 +135,11 @@ def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
             if not unreachable(exc):
                 raise
             reachable = False
+            standings = _local_standings(store)  # before the promotion forgets the followers' states
         else:
             reachable = True
         term = store.promote_replica(term, asked.address)
         holds = _delete_holds(store, client, reader_name(replica_id or "")) if reachable else 0
-    if not reachable:
-        standings = _local_standings(store)
     return {
         "promoted": True,
         "term": term,
@@ -171,7 +198,7 @@ def _wait(store: Store, client: Client, wait_ms: int, copied_only: bool) -> list
     while True:
         currents = _primary_currents(client)
         standings = _standings(store, currents, client=None)
-        done = not any(s.state == "copying" for s in standings) if copied_only else not _behind(standings)
+        done = all(s.copied for s in standings) if copied_only else not _behind(standings)
         if done or time.monotonic() >= deadline:
             return _standings(store, currents, client) if not done else standings
         time.sleep(_POLL_S)
@@ -192,20 +219,22 @@ def _standings(store: Store, currents: dict[str, bytes | None], client: Client |
     """Compares the replica with the primary's ``currents``; with ``client`` the lags are counted (pages
     of the primary's history), else a collection behind counts one."""
     local = {info.name for info in store.collections()}
+    followers = {lag.collection: lag for lag in store.replica_state().lags}
     found: list[Standing] = []
     for name in sorted(currents.keys() | local):
-        current = currents.get(name)
+        current, follower = currents.get(name), followers.get(name)
         if name not in local:
             if current is not None:
-                found.append(Standing(name, "copying", _count(client, name, None) if client else 1))
+                lag = _count(client, name, None) if client else 1
+                found.append(_standing(name, lag, False, follower))
             continue
         position = store.collection(name).generation_id
         if name not in currents:  # deleted on the primary, not yet here
-            found.append(Standing(name, "following", 1))
+            found.append(_standing(name, 1, True, follower))
         elif current is None or position == current:
-            found.append(Standing(name, "following", 0))
+            found.append(_standing(name, 0, True, follower))
         else:
-            found.append(Standing(name, "following", _count(client, name, position) if client else 1))
+            found.append(_standing(name, _count(client, name, position) if client else 1, True, follower))
     return found
 
 
@@ -230,13 +259,13 @@ def _count(client: Client, name: str, position: bytes | None) -> int:
 
 
 def _behind(standings: list[Standing]) -> bool:
-    return any(s.state == "copying" or s.lag > 0 for s in standings)
+    return any(not s.copied or s.lag > 0 for s in standings)
 
 
 def _refuse_if_behind(standings: list[Standing], asked: Promotion, why: str) -> None:
     if asked.force or not _behind(standings):
         return
-    late = [s for s in standings if s.state == "copying" or s.lag > 0]
+    late = [s for s in standings if not s.copied or s.lag > 0]
     listed = ", ".join(f"{s.name} ({s.state}, {s.lag} behind)" for s in late[:10])
     more = f" and {len(late) - 10} more" if len(late) > 10 else ""
     raise ReplicaBehind(
@@ -248,8 +277,12 @@ def _refuse_if_behind(standings: list[Standing], asked: Promotion, why: str) -> 
 
 def _local_standings(store: Store) -> list[Standing]:
     """What the replica knows without its primary: each collection it holds and its last known lag."""
-    lags = {lag.collection: lag.generations for lag in store.replica_state().lags}
-    return [Standing(info.name, "following", lags.get(info.name, 0)) for info in store.collections()]
+    lags = {lag.collection: lag for lag in store.replica_state().lags}
+    found = []
+    for info in store.collections():
+        follower = lags.get(info.name)
+        found.append(_standing(info.name, follower.generations if follower else 0, True, follower))
+    return found
 
 
 def _delete_holds(store: Store, client: Client, hold: str) -> int:

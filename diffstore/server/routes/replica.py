@@ -186,13 +186,14 @@ async def replication(request: Request) -> Response:
 )
 async def promote(request: Request) -> Response:
     address = str(request.base_url).rstrip("/")
-    token = config_of(request).replica_token
+    config = config_of(request)
+    token = config.replica_token
 
     def work(x: Exchange) -> Body:
         f = Fields(x.body if x.body is not None else {}, x.codec)
         wait_ms = f.integer_opt("waitMs", 0, MAX_WAIT_MS)
         asked = Promotion(address, f.flag("force", False), DEFAULT_WAIT_MS if wait_ms is None else wait_ms)
-        return promote_store(x.store, token, asked)
+        return promote_store(x.store, token, asked, config.replica_ca_file, config.replica_cert)
 
     return await handle(request, work, Limit.OTHER)
 
