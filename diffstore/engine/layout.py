@@ -582,6 +582,7 @@ REPLICA_LAG = b"lag"
 REPLICA_TERM = b"term"
 REPLICA_SELF = b"self"
 REPLICA_FENCED = b"fenced"
+REPLICA_STEP_DOWNS = b"stepDowns"  # how many times the store stepped down, ever (a u64)
 
 
 def replica_lag_key(name: str) -> bytes:

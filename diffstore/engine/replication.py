@@ -68,7 +68,11 @@ def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
     """The store's replica state as stored."""
     primary = txn.get(layout.REPLICA_PRIMARY, db=tables.replica)
     if primary is None:
-        return ReplicaState(term=fencing.term(txn, tables), fenced=fencing.fencing(txn, tables))
+        return ReplicaState(
+            term=fencing.term(txn, tables),
+            fenced=fencing.fencing(txn, tables),
+            step_downs=fencing.step_downs(txn, tables),
+        )
     replica_id = txn.get(layout.REPLICA_ID, db=tables.replica)
     promoted = txn.get(layout.REPLICA_PROMOTED, db=tables.replica)
     applied = txn.get(layout.REPLICA_APPLIED, db=tables.replica)
@@ -88,6 +92,7 @@ def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
         term=fencing.term(txn, tables),
         fenced=fencing.fencing(txn, tables),
         address=_text(txn.get(layout.REPLICA_SELF, db=tables.replica)),
+        step_downs=fencing.step_downs(txn, tables),
     )
 
 

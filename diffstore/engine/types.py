@@ -512,8 +512,8 @@ class ReplicaState:
     ``promoted_at_ms`` set: it did, and was promoted to a primary then (it accepts writes).
     ``replica_id`` names the readers it holds on the primary; ``applied`` counts the primary generations
     it applied, ever. ``term`` is the store's replication term (any store; promotion raises it) and
-    ``fenced`` says why a store that stepped down refuses writes; ``address`` is the URL a promoted
-    store was promoted under.
+    ``fenced`` says why a store that stepped down refuses writes, ``step_downs`` how many times it
+    stepped down, ever; ``address`` is the URL a promoted store was promoted under.
     """
 
     primary: str | None = None
@@ -524,6 +524,7 @@ class ReplicaState:
     term: int = 0
     fenced: Fencing | None = None
     address: str | None = None
+    step_downs: int = 0
 
     @property
     def role(self) -> str:
