@@ -295,6 +295,14 @@ def _count_applied(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneratio
     count = (layout.read_u64(applied) if applied else 0) + 1
     txn.put(layout.REPLICA_APPLIED, layout.u64(count), db=tables.replica)
     set_lag(txn, tables, step.collection, step.lag_generations, step.unapplied_since_ms)
+    if step.following_since_ms is not None:
+        set_status(txn, tables, step.collection, "following", None, step.following_since_ms)
+
+
+def status(txn: lmdb.Transaction, tables: Tables, name: str) -> ReplicaLag | None:
+    """One collection's lag row as stored (one point read), None when it has none."""
+    raw = txn.get(layout.replica_lag_key(name), db=tables.replica)
+    return None if raw is None else ReplicaLag(name, *_lag_row(raw))
 
 
 def move_open_generation(

@@ -56,6 +56,7 @@ from diffstore.engine.types import (
     Lease,
     Reader,
     ReplicaGeneration,
+    ReplicaLag,
     ReplicaState,
     RetentionPolicy,
     StoreConfig,
@@ -637,6 +638,11 @@ class Store:
         """Records how far a collection of the replica is behind (``/replica``, metrics)."""
         with self.write() as scope:
             replication.set_lag(scope.txn, self.tables, name, generations, unapplied_since_ms)
+
+    def replica_status(self, name: str) -> ReplicaLag | None:
+        """One collection's follower state and lag as stored (a point read), None when none is."""
+        with self.read() as txn:
+            return replication.status(txn, self.tables, name)
 
     def set_replica_status(self, name: str, state: str, reason: str | None, since_ms: int) -> None:
         """Records what the follower of a collection is doing (``copying``, ``following``, ``stalled``

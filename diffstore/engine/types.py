@@ -443,6 +443,8 @@ class ReplicaGeneration:
         recorded: False when the primary has no commit row for it (its initial generation, or one
             committed before commit times existed): the replica writes none either, so both histories
             list it with unknown time, count and metadata.
+        following_since_ms: when set, the collection's follower state becomes ``following`` since then,
+            in the same transaction (a first copy: one durable write less per collection).
     """
 
     collection: str
@@ -458,6 +460,7 @@ class ReplicaGeneration:
     committed_at_ms: int | None = None
     metadata: dict[str, str] | None = None
     recorded: bool = True
+    following_since_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

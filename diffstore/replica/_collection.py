@@ -226,6 +226,7 @@ class CollectionFollower:
             recorded=first.committed_at_ms is not None,
             readers=moves,
             before=before,
+            following_since_ms=time.time_ns() // 1_000_000,
         )
 
     def first_copy_page(self, generation_id: bytes, from_key: bytes | None) -> GenerationRecords:

@@ -41,6 +41,8 @@ from diffstore.wire import Codec
 
 _log = logging.getLogger("diffstore.replica")
 
+BACKLOG_WAIT_S = 1.0  # the longest the watcher holds off its next overview while the workers are busy
+
 
 @dataclass(frozen=True, slots=True)
 class FollowerConfig:
@@ -222,6 +224,7 @@ class Follower:
             except DiffstoreError as exc:
                 self._watch_failed(exc)
                 version = None
+            self._settle()
 
     def _watch_failed(self, exc: DiffstoreError) -> None:
         self._watch_failures += 1
@@ -245,6 +248,18 @@ class Follower:
             self._stopping.set()
             return
         self._stopping.wait(self.config.backoff.delay_s(self._watch_failures, self.tracker.rng))
+
+    def _settle(self) -> None:
+        """Waits (up to ``BACKLOG_WAIT_S``) while the workers have a backlog: the next overview would only
+        queue again what is queued. Without it each hold a first copy places on the primary changes the
+        overview, and the watcher reads all of it again: N collections copied cost N overviews of N."""
+        deadline = time.monotonic() + BACKLOG_WAIT_S
+        with self._lock:
+            while len(self._queued) >= max(1, self.config.threads) and not self._stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._lock.wait(left)
 
     def _wait(self, version: str | None) -> str:
         """Waits for a change on the primary, a worker's news or the next retry or idle check due."""
@@ -311,6 +326,7 @@ class Follower:
                 name = self._queued.popleft()
                 self._queued_set.discard(name)
                 self._running.add(name)
+                self._lock.notify_all()  # the watcher waits for the backlog to drain (_settle)
             try:
                 self._follow(name)
             except NotReplica:
@@ -393,6 +409,9 @@ class Follower:
             level = logging.WARNING if change.state == "stalled" else logging.INFO
             _log.log(level, "%s", change.line)
         try:
+            stored = self.store.replica_status(name)
+            if stored is not None and (stored.state, stored.reason) == (change.state, change.reason):
+                return  # stored already (a first copy stores "following" in its own transaction)
             self.store.set_replica_status(name, change.state, change.reason, change.since_ms)
         except NotReplica:
             raise
