@@ -106,9 +106,10 @@ class CollectionFollower:
 
     # --- the work ---------------------------------------------------------------------------------------
 
-    def sync(self, idle_check: bool = False) -> bytes | None:
+    def sync(self, idle_check: bool = False, told: bytes | None = None) -> bytes | None:
         """Brings the copy up to the primary's current generation; returns the replica's position (None:
-        the primary has the collection no more and neither has the replica).
+        the primary has the collection no more and neither has the replica). ``told``: the primary's
+        current generation as a long poll just answered it (saves asking again).
 
         Raises:
             Dropped: the copy was dropped (the reason in the message); the next sync copies it again.
@@ -119,7 +120,9 @@ class CollectionFollower:
         if position is None:
             return self.copy_whole()
         try:
-            current = self.client.execute(calls.generation_stream(self.name, None))
+            current = told
+            if current is None:
+                current = self.client.execute(calls.generation_stream(self.name, None))
         except NoSuchCollection:
             self.drop("deleted on the primary")
             return None
@@ -132,13 +135,14 @@ class CollectionFollower:
         self.catch_up(position, current)
         return self.position()
 
-    def wait_change(self, position: bytes, timeout_ms: int) -> bool:
-        """Long-polls the primary for a generation other than ``position``; whether one came."""
+    def wait_change(self, position: bytes, timeout_ms: int) -> bytes | None:
+        """Long-polls the primary for a generation other than ``position``: the primary's current one when
+        it moved, ``position`` when the wait ended without a change, None when the collection is gone
+        (the next sync sees it)."""
         try:
-            current = self.client.execute(calls.generation_stream(self.name, position, timeout_ms))
+            return self.client.execute(calls.generation_stream(self.name, position, timeout_ms))
         except NoSuchCollection:
-            return True  # the next sync sees it gone
-        return current != position
+            return None
 
     def drop(self, why: str) -> None:
         """Drops the replica's copy (taken again by the next sync); refused (``NotReplica``) once promoted.

@@ -360,9 +360,10 @@ class Follower:
         copied = follower.position() is not None
         if not copied:
             self._report(name, self.tracker.ok(name, COPYING, _now()[0]), quiet_if_new=True)
+        told: bytes | None = None  # the primary's current generation, as the last long poll answered it
         while not self._stopping.is_set():
             try:
-                position = follower.sync(idle_check=True)
+                position = follower.sync(idle_check=True, told=told)
             except Dropped as exc:
                 self._report(name, self.tracker.ok(name, COPYING, _now()[0], f" again: {exc}"))
                 with self._lock:
@@ -392,10 +393,11 @@ class Follower:
                 if self._queued or self._stopping.is_set():
                     return
             try:
-                if not follower.wait_change(position, self.config.hot_poll_ms):
-                    return
+                told = follower.wait_change(position, self.config.hot_poll_ms)
             except DiffstoreError:
                 return  # the watcher's next look decides
+            if told == position:
+                return
 
     def _report(self, name: str, change: Change, quiet_if_new: bool = False) -> None:
         """Stores a change of state and logs its one line."""
