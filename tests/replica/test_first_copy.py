@@ -130,3 +130,24 @@ def test_generation_records_in_pairs_are_the_objects_form(primary: Server) -> No
             (b"a", b"1"),
             (b"b\xff", b"\x00"),
         ]
+
+
+def test_a_staged_copy_is_dropped_by_the_follower_and_by_a_promotion(tmp_path: Path) -> None:
+    store = Store(tmp_path / "data", StoreConfig())
+    try:
+        store.become_replica("http://primary", "r1")
+        for name in ("a", "b"):
+            store.stage_first_copy(name, False, b"\x00" * 7 + b"\x05")
+            assert store.stage_first_copy_batch(name, b"\x00" * 7 + b"\x05", [(b"k", b"v")], b"l")
+        store.delete_collection("a", replica_copy=True)  # the follower drops it: copied again later
+        assert store.staged_first_copy("a") is None
+        assert not store.stage_first_copy_batch("a", b"\x00" * 7 + b"\x05", [(b"l", b"v")], None)
+        # another generation of the same collection starts the copy over
+        again = store.stage_first_copy("b", False, b"\x00" * 7 + b"\x09")
+        assert again is not None and again.next_key is None
+        store.promote_replica()  # never to be finished: a promoted store holds no copy under way
+        assert store.staged_first_copy("b") is None
+        assert store.collections() == []
+        store.create_collection("b", manual=True)  # the name is free for the new primary's own
+    finally:
+        store.close()
