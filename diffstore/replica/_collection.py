@@ -33,6 +33,7 @@ from diffstore.client import _calls as calls
 from diffstore.engine.store import Store
 from diffstore.engine.types import GenerationInfo, GenerationRecords, Reader, ReplicaGeneration
 from diffstore.errors import (
+    Fenced,
     GenerationCollected,
     NoSuchCollection,
     NoSuchGeneration,
@@ -171,6 +172,8 @@ class CollectionFollower:
             self.drop(f"generation {text_form(position)} is not on the primary any more")
         except NoSuchCollection:
             return  # the next sync sees it gone
+        except Fenced:
+            return  # the primary stepped down (a promotion under way): the hold stays where it stands
         self.hold_at = position
 
     def copy_whole(self) -> bytes | None:
