@@ -32,6 +32,7 @@ from typing import Any
 from diffstore.client import Client, Collection
 from diffstore.client import _calls as calls
 from diffstore.client._calls import Call
+from diffstore.client._transport import unreachable
 from diffstore.engine.store import Store
 from diffstore.errors import DiffstoreError, Fenced, NoSuchCollection, NoSuchRoute, NotReplica
 from diffstore.replica._collection import CollectionFollower, CopySettings, Dropped, Waiting
@@ -376,7 +377,9 @@ class Follower:
             except NotReplica:
                 raise
             except DiffstoreError as exc:
-                self._report(name, self.tracker.failed(name, f"{exc.reason} ({exc.code})", *_now()))
+                # the link failed, not the collection: said as the watcher says it of every collection
+                away = "cannot reach the primary: " if unreachable(exc) else ""
+                self._report(name, self.tracker.failed(name, f"{away}{exc.reason} ({exc.code})", *_now()))
                 self._wake.set()
                 return
             self._checked[name] = time.monotonic()

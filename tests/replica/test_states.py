@@ -10,6 +10,7 @@ import httpx
 from diffstore.client import Client
 from diffstore.errors import GenerationCollected
 from diffstore.replica import READER_PREFIX
+from tests.faults import paused
 from tests.helpers import wait_until
 
 from .compare import converged
@@ -40,7 +41,9 @@ def test_collected_history_is_copied_from_the_oldest_readable_generation(
     primary: Server, replica: Server
 ) -> None:
     with primary.client() as p, replica.client() as r:
-        _collected_history(p)
+        assert replica.process is not None
+        with paused(replica.process):  # the replica sees M only once its history was collected
+            _collected_history(p)
         held = converged(p, r, FOLLOW_S)
         assert held["M"] == [b"g2"]
         assert [(x.key, x.value) for x in r.collection("M").query()] == [(b"k", b"2"), (b"other", b"x")]
