@@ -16,6 +16,7 @@ import enum
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -45,6 +46,7 @@ from diffstore.engine.types import (
     RetentionPolicy,
     RevertResult,
 )
+from diffstore.errors import InvalidRequest
 from diffstore.wire import (
     Body,
     Codec,
@@ -639,6 +641,7 @@ def generation_records(
         out: Body = {"generationId": codec.es(generation_id), "limit": limit}
         if visible:
             out["visible"] = True
+            out["pairs"] = True  # a server from before pairs answers objects: both are read
         if from_key is not None:
             out["fromKey"] = codec.es(from_key)
         if hold is not None:
@@ -654,10 +657,24 @@ def generation_records(
 
     def parse(obj: Any, codec: Codec) -> GenerationRecords:
         f = Fields(obj, codec, "response")
-        items = []
-        for entry in f.array("items"):
-            e = Fields(entry, codec, "items[]")
-            items.append((e.es("key"), e.es_nullable("value")))
+        entries = f.raw("items")
+        if not isinstance(entries, list | tuple):
+            raise InvalidRequest("response.items: expected an array")
+        items: list[tuple[bytes, bytes | None]]
+        if codec.binary and entries and isinstance(entries[0], tuple):
+            items = list(entries)  # msgpack pairs, decoded as tuples: the items as they are, once checked
+            if not _bin_pairs(items):
+                raise InvalidRequest("response.items: expected [key, value] pairs of bin (value: nil)")
+        else:
+            items = []
+            for entry in entries:
+                if isinstance(entry, list | tuple) and len(entry) == 2:
+                    key = codec.parse_es(entry[0], "items[][0]")
+                    value = None if entry[1] is None else codec.parse_es(entry[1], "items[][1]")
+                    items.append((key, value))
+                else:
+                    e = Fields(entry, codec, "items[]")
+                    items.append((e.es("key"), e.es_nullable("value")))
         return GenerationRecords(
             items,
             f.es_opt("nextKey"),
@@ -670,7 +687,21 @@ def generation_records(
             else None,
         )
 
-    return Call("POST", collection_path(name, "generations", "records"), parse, body)
+    # a first copy's pages (visible: no readers or moves, whose arrays would come as tuples) skip lists
+    return Call("POST", collection_path(name, "generations", "records"), parse, body, tuples=visible)
+
+
+def _bin_pairs(items: list[Any]) -> bool:
+    """Whether ``items`` are (bin, bin or nil) pairs (checked by type sets: no Python loop per item)."""
+    try:
+        return (
+            set(map(type, items)) <= {tuple}
+            and set(map(len, items)) <= {2}
+            and set(map(type, map(itemgetter(0), items))) <= {bytes}
+            and set(map(type, map(itemgetter(1), items))) <= {bytes, type(None)}
+        )
+    except TypeError:
+        return False
 
 
 # --------------------------------------------------------------------------------------------- leases

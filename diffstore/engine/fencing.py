@@ -8,7 +8,7 @@ every write (409 ``fenced``, :func:`check_writable`) in every process that opens
 until an operator lifts it (:func:`unfence`). A following replica only takes the term: it refuses
 writes anyway, and its promotion goes above it.
 
-The rows live in the ``replica`` table (``layout``): ``term`` and ``fenced``.
+The rows live in the ``replica`` table (``layout``): ``term``, ``fenced`` and the count of step-downs.
 """
 
 from __future__ import annotations
@@ -52,6 +52,13 @@ def fencing(txn: lmdb.Transaction, tables: Tables) -> Fencing | None:
 def _fence(txn: lmdb.Transaction, tables: Tables, fenced: Fencing) -> None:
     row = msgpack.packb([fenced.term, fenced.primary, fenced.replica_id, fenced.at_ms])
     txn.put(layout.REPLICA_FENCED, row, db=tables.replica)
+    txn.put(layout.REPLICA_STEP_DOWNS, layout.u64(step_downs(txn, tables) + 1), db=tables.replica)
+
+
+def step_downs(txn: lmdb.Transaction, tables: Tables) -> int:
+    """How many times the store stepped down (was fenced), ever: a metric's counter."""
+    raw = txn.get(layout.REPLICA_STEP_DOWNS, db=tables.replica)
+    return layout.read_u64(raw) if raw is not None else 0
 
 
 def fenced_error(fenced: Fencing) -> Fenced:

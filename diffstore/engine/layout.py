@@ -677,6 +677,7 @@ REPLICA_TERM = b"term"
 REPLICA_SELF = b"self"
 REPLICA_FENCED = b"fenced"
 REPLICA_HA = b"ha"  # a fail-over member's role and write deadline (ha_state.py)
+REPLICA_STEP_DOWNS = b"stepDowns"  # how many times the store stepped down, ever (a u64)
 
 
 def replica_lag_key(name: str) -> bytes:
@@ -685,6 +686,19 @@ def replica_lag_key(name: str) -> bytes:
 
 def replica_lag_name(raw: bytes) -> str:
     return raw[len(REPLICA_LAG) :].decode()
+
+
+# a first copy being staged (engine/first_copy.py): the collection's row and where the copy goes on, kept
+# here, not in ``collections``, so that reads do not see the collection until its last batch
+REPLICA_STAGED = b"staged/"
+
+
+def replica_staged_key(name: str) -> bytes:
+    return REPLICA_STAGED + name.encode()
+
+
+def replica_staged_name(raw: bytes) -> str:
+    return raw[len(REPLICA_STAGED) :].decode()
 
 
 # --- phantoms --------------------------------------------------------------------------------

@@ -68,7 +68,11 @@ def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
     """The store's replica state as stored."""
     primary = txn.get(layout.REPLICA_PRIMARY, db=tables.replica)
     if primary is None:
-        return ReplicaState(term=fencing.term(txn, tables), fenced=fencing.fencing(txn, tables))
+        return ReplicaState(
+            term=fencing.term(txn, tables),
+            fenced=fencing.fencing(txn, tables),
+            step_downs=fencing.step_downs(txn, tables),
+        )
     replica_id = txn.get(layout.REPLICA_ID, db=tables.replica)
     promoted = txn.get(layout.REPLICA_PROMOTED, db=tables.replica)
     applied = txn.get(layout.REPLICA_APPLIED, db=tables.replica)
@@ -88,6 +92,7 @@ def state(txn: lmdb.Transaction, tables: Tables) -> ReplicaState:
         term=fencing.term(txn, tables),
         fenced=fencing.fencing(txn, tables),
         address=_text(txn.get(layout.REPLICA_SELF, db=tables.replica)),
+        step_downs=fencing.step_downs(txn, tables),
     )
 
 
@@ -220,7 +225,7 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
             # the first copy lands in the initial generation: open it again to write there
             meta = meta.with_(next=meta.generation, next_seq=0)
         else:
-            meta = _move_open_generation(txn, tables, meta, step.generation_id)
+            meta = move_open_generation(txn, tables, meta, step.generation_id)
     else:
         meta = load_meta(txn, tables, step.collection)
         if meta.generation != step.previous:
@@ -233,13 +238,25 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
         if step.generation_id <= meta.generation:
             raise InvalidRequest("a replicated generation must be above the current one")
         if meta.next != step.generation_id:
-            meta = _move_open_generation(txn, tables, meta, step.generation_id)
+            meta = move_open_generation(txn, tables, meta, step.generation_id)
+    meta = write_records(txn, tables, meta, step.generation_id, step.records)
+    return commit_applied(txn, tables, meta, step)
+
+
+def write_records(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    generation_id: bytes,
+    records: list[tuple[bytes, bytes | None]],
+) -> CollectionMeta:
+    """Writes a primary generation's records into the open generation ``generation_id`` (uncommitted)."""
     meta, _, _ = writes.put_many(
         txn,
         tables,
         meta,
-        step.records,
-        generation_id=step.generation_id,
+        records,
+        generation_id=generation_id,
         phantom_id=None,
         if_not_present=False,
         skip_unchanged=False,
@@ -247,6 +264,14 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
         seq_no=None,
         max_generation_records=_NO_THRESHOLD,
     )
+    return meta
+
+
+def commit_applied(
+    txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, step: ReplicaGeneration
+) -> CollectionMeta:
+    """Commits the open generation ``step.generation_id`` whose records were written (its reader moves,
+    lineage, commit time and digest with it) and saves the collection's row; returns the new meta."""
     if step.previous is None:
         for reader in step.before:
             readers.put_copy(txn, tables, meta, reader)
@@ -256,8 +281,9 @@ def apply(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneration) -> Col
     if step.recorded:  # the primary's time and metadata; its changed keys: the records it sent (one a key)
         history.record(txn, tables, meta, meta.next_seq, step.committed_at_ms, step.metadata, meta.next_keys)
     digests.record_commit(txn, tables, meta, meta.next_seq)
+    wrote = meta.next_count > 0  # a staged first copy wrote its records in earlier transactions
     meta = _commit(txn, tables, meta)
-    if step.floor and step.previous is None and step.records:
+    if step.floor and step.previous is None and wrote:
         meta = meta.with_(gc_horizon=meta.generation)
     save_meta(txn, tables, meta)
     _count_applied(txn, tables, step)
@@ -269,9 +295,17 @@ def _count_applied(txn: lmdb.Transaction, tables: Tables, step: ReplicaGeneratio
     count = (layout.read_u64(applied) if applied else 0) + 1
     txn.put(layout.REPLICA_APPLIED, layout.u64(count), db=tables.replica)
     set_lag(txn, tables, step.collection, step.lag_generations, step.unapplied_since_ms)
+    if step.following_since_ms is not None:
+        set_status(txn, tables, step.collection, "following", None, step.following_since_ms)
 
 
-def _move_open_generation(
+def status(txn: lmdb.Transaction, tables: Tables, name: str) -> ReplicaLag | None:
+    """One collection's lag row as stored (one point read), None when it has none."""
+    raw = txn.get(layout.replica_lag_key(name), db=tables.replica)
+    return None if raw is None else ReplicaLag(name, *_lag_row(raw))
+
+
+def move_open_generation(
     txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, generation_id: bytes
 ) -> CollectionMeta:
     """Opens ``generation_id`` as the next generation, dropping an open one (an automatic collection always

@@ -34,11 +34,12 @@ from pathlib import Path
 
 import lmdb
 
-from diffstore.engine import background, fencing, ha_state, layout, migrate, replication, storage
+from diffstore.engine import background, fencing, first_copy, ha_state, layout, migrate, replication, storage
 from diffstore.engine.access import WriteScope
 from diffstore.engine.collection import Collection
 from diffstore.engine.cursors import CursorCodec, CursorSecret
 from diffstore.engine.events import WriteEvent, WriteListener
+from diffstore.engine.first_copy import Staged
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.priority import WriterFirst
 from diffstore.engine.readers import drop_readers_of
@@ -55,6 +56,7 @@ from diffstore.engine.types import (
     Lease,
     Reader,
     ReplicaGeneration,
+    ReplicaLag,
     ReplicaState,
     RetentionPolicy,
     StoreConfig,
@@ -471,6 +473,9 @@ class Store:
             txn, tables = scope.txn, self.tables
             if replica_copy:
                 replication.require_following(txn, tables)
+                abandoned = first_copy.abandon(txn, tables, name)
+                if abandoned and txn.get(name.encode(), db=tables.collections) is None:
+                    return  # only a first copy under way: dropped (not the collection: it is not there)
             else:
                 ha_state.refuse_unless_leading(txn, tables)
                 fencing.refuse_if_fenced(txn, tables)
@@ -517,7 +522,9 @@ class Store:
             NotReplica: the store is not a replica (or was promoted already).
         """
         with self.write() as scope:
-            return replication.promote(scope.txn, self.tables, self.config.now_ms(), term, address)
+            raised = replication.promote(scope.txn, self.tables, self.config.now_ms(), term, address)
+            first_copy.abandon_all(scope.txn, self.tables)  # never to be finished: purged
+            return raised
 
     def check_writable(self) -> None:
         """Raises ``ReadOnlyReplica`` (a following replica) or ``Fenced`` (stepped down); three point
@@ -606,6 +613,40 @@ class Store:
                 scope.records_written[step.collection] = len(step.records)
         return True
 
+    def staged_first_copy(self, name: str) -> Staged | None:
+        """The first copy of ``name`` under way on this replica, if any (see ``first_copy``)."""
+        with self.read() as txn:
+            return first_copy.staged(txn, self.tables, name)
+
+    def stage_first_copy(self, name: str, manual: bool, generation_id: bytes) -> Staged | None:
+        """Begins, or finds to resume, a first copy of ``name`` at ``generation_id`` written in batches
+        (None: copied already). The collection stays invisible until :meth:`finish_first_copy`."""
+        with self.write() as scope:
+            return first_copy.stage(scope.txn, self.tables, name, manual, generation_id)
+
+    def stage_first_copy_batch(
+        self,
+        name: str,
+        generation_id: bytes,
+        records: list[tuple[bytes, bytes | None]],
+        next_key: bytes | None,
+    ) -> bool:
+        """Writes one batch of a staged first copy, in one transaction; False: no such copy is staged."""
+        with self.write() as scope:
+            return first_copy.stage_batch(scope.txn, self.tables, name, generation_id, records, next_key)
+
+    def finish_first_copy(self, step: ReplicaGeneration) -> bool:
+        """Writes the last batch of a staged first copy and commits it with everything
+        :meth:`apply_replica_generation` stores; False: no such copy is staged."""
+        with self.write() as scope:
+            meta = first_copy.finish(scope.txn, self.tables, step)
+            if meta is None:
+                return False
+            scope.commits.append((step.collection, meta.generation))
+            if step.records:
+                scope.records_written[step.collection] = len(step.records)
+        return True
+
     def copy_replica_readers(
         self, name: str, at_generation: bytes, readers: list[Reader], leases: list[Lease]
     ) -> bool:
@@ -630,6 +671,11 @@ class Store:
         """Records how far a collection of the replica is behind (``/replica``, metrics)."""
         with self.write() as scope:
             replication.set_lag(scope.txn, self.tables, name, generations, unapplied_since_ms)
+
+    def replica_status(self, name: str) -> ReplicaLag | None:
+        """One collection's follower state and lag as stored (a point read), None when none is."""
+        with self.read() as txn:
+            return replication.status(txn, self.tables, name)
 
     def set_replica_status(self, name: str, state: str, reason: str | None, since_ms: int) -> None:
         """Records what the follower of a collection is doing (``copying``, ``following``, ``stalled``

@@ -450,6 +450,8 @@ class ReplicaGeneration:
         recorded: False when the primary has no commit row for it (its initial generation, or one
             committed before commit times existed): the replica writes none either, so both histories
             list it with unknown time, count and metadata.
+        following_since_ms: when set, the collection's follower state becomes ``following`` since then,
+            in the same transaction (a first copy: one durable write less per collection).
     """
 
     collection: str
@@ -465,6 +467,7 @@ class ReplicaGeneration:
     committed_at_ms: int | None = None
     metadata: dict[str, str] | None = None
     recorded: bool = True
+    following_since_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,8 +522,8 @@ class ReplicaState:
     ``promoted_at_ms`` set: it did, and was promoted to a primary then (it accepts writes).
     ``replica_id`` names the readers it holds on the primary; ``applied`` counts the primary generations
     it applied, ever. ``term`` is the store's replication term (any store; promotion raises it) and
-    ``fenced`` says why a store that stepped down refuses writes; ``address`` is the URL a promoted
-    store was promoted under.
+    ``fenced`` says why a store that stepped down refuses writes, ``step_downs`` how many times it
+    stepped down, ever; ``address`` is the URL a promoted store was promoted under.
     """
 
     primary: str | None = None
@@ -531,6 +534,7 @@ class ReplicaState:
     term: int = 0
     fenced: Fencing | None = None
     address: str | None = None
+    step_downs: int = 0
 
     @property
     def role(self) -> str:

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from diffstore.client import Client, Collection
 from diffstore.client import _calls as calls
 from diffstore.engine.store import Store
-from diffstore.engine.types import GenerationInfo, Reader, ReplicaGeneration
+from diffstore.engine.types import GenerationInfo, GenerationRecords, Reader, ReplicaGeneration
 from diffstore.errors import (
+    Fenced,
     GenerationCollected,
     NoSuchCollection,
     NoSuchGeneration,
@@ -41,6 +42,7 @@ from diffstore.errors import (
     text_form,
 )
 from diffstore.replica._plan import READER_PREFIX, Pending, copies_differ, reader_copies, reader_name
+from diffstore.replica._stream import Abandoned, stream
 
 FIRST_COPY_PAGE = 10_000  # records a page of a first copy (the most a page holds)
 
@@ -105,9 +107,10 @@ class CollectionFollower:
 
     # --- the work ---------------------------------------------------------------------------------------
 
-    def sync(self, idle_check: bool = False) -> bytes | None:
+    def sync(self, idle_check: bool = False, told: bytes | None = None) -> bytes | None:
         """Brings the copy up to the primary's current generation; returns the replica's position (None:
-        the primary has the collection no more and neither has the replica).
+        the primary has the collection no more and neither has the replica). ``told``: the primary's
+        current generation as a long poll just answered it (saves asking again).
 
         Raises:
             Dropped: the copy was dropped (the reason in the message); the next sync copies it again.
@@ -118,7 +121,9 @@ class CollectionFollower:
         if position is None:
             return self.copy_whole()
         try:
-            current = self.client.execute(calls.generation_stream(self.name, None))
+            current = told
+            if current is None:
+                current = self.client.execute(calls.generation_stream(self.name, None))
         except NoSuchCollection:
             self.drop("deleted on the primary")
             return None
@@ -131,13 +136,14 @@ class CollectionFollower:
         self.catch_up(position, current)
         return self.position()
 
-    def wait_change(self, position: bytes, timeout_ms: int) -> bool:
-        """Long-polls the primary for a generation other than ``position``; whether one came."""
+    def wait_change(self, position: bytes, timeout_ms: int) -> bytes | None:
+        """Long-polls the primary for a generation other than ``position``: the primary's current one when
+        it moved, ``position`` when the wait ended without a change, None when the collection is gone
+        (the next sync sees it)."""
         try:
-            current = self.client.execute(calls.generation_stream(self.name, position, timeout_ms))
+            return self.client.execute(calls.generation_stream(self.name, position, timeout_ms))
         except NoSuchCollection:
-            return True  # the next sync sees it gone
-        return current != position
+            return None
 
     def drop(self, why: str) -> None:
         """Drops the replica's copy (taken again by the next sync); refused (``NotReplica``) once promoted.
@@ -166,11 +172,16 @@ class CollectionFollower:
             self.drop(f"generation {text_form(position)} is not on the primary any more")
         except NoSuchCollection:
             return  # the next sync sees it gone
+        except Fenced:
+            return  # the primary stepped down (a promotion under way): the hold stays where it stands
         self.hold_at = position
 
     def copy_whole(self) -> bytes | None:
         """Takes the first copy of the collection (see the module); None: the primary has no such one."""
         try:
+            resumed = self.resume_copy()
+            if resumed is not None:
+                return resumed
             listed = self.listed()
             if not listed:
                 raise Waiting("the primary listed no generation")
@@ -183,29 +194,40 @@ class CollectionFollower:
             self.primary.create_reader(self.reader, generation_id=None)
             manual = self.client.collection(self.name).manual
             before, moves = self.first_moves(oldest)
-            records: list[tuple[bytes, bytes | None]] = []
-            from_key: bytes | None = None
-            while True:
-                page = self.primary.generation_records(
-                    oldest, from_key, FIRST_COPY_PAGE, self.reader, visible=True
-                )
-                records.extend(page.records)
-                from_key = page.next_key
-                if from_key is None:
-                    break
+            page = self.first_copy_page(oldest, None)
+            if page.next_key is not None:  # more than a page: staged, in batches (see _stream)
+                self.store.stage_first_copy(self.name, manual, oldest)
+                self.stream_copy(oldest, None, first, before, moves)
+                self.move_hold(oldest)  # once applied: a hold is the replica's confirmation (--synchronous)
+                return oldest
         except NoSuchCollection:
             return None
         except NoSuchReader as exc:
             raise Waiting("the collection was created again on the primary while it was copied") from exc
         except (GenerationCollected, ReaderExists) as exc:
             raise Waiting(f"the primary moved while it was copied ({exc.reason})") from exc
-        # its commit time and metadata as the primary lists them (none listed: none kept); its changed
-        # keys are those the copy wrote (every record visible there: what its index holds)
-        step = ReplicaGeneration(
+        except Abandoned as exc:
+            raise Waiting(str(exc)) from exc
+        self.store.apply_replica_generation(self.first_step(manual, first, page.records, before, moves))
+        self.move_hold(oldest)  # once applied: a hold is the replica's confirmation (--synchronous)
+        return oldest
+
+    def first_step(
+        self,
+        manual: bool,
+        first: GenerationInfo,
+        records: list[tuple[bytes, bytes | None]],
+        before: tuple[Reader, ...],
+        moves: tuple[Reader, ...],
+    ) -> ReplicaGeneration:
+        """The first copy's generation as applied: its commit time and metadata as the primary lists them
+        (none listed: none kept); its changed keys are those the copy wrote (every record visible there:
+        what its index holds)."""
+        return ReplicaGeneration(
             self.name,
             manual,
             None,
-            oldest,
+            first.generation_id,
             records,
             floor=True,
             committed_at_ms=first.committed_at_ms,
@@ -213,9 +235,54 @@ class CollectionFollower:
             recorded=first.committed_at_ms is not None,
             readers=moves,
             before=before,
+            following_since_ms=time.time_ns() // 1_000_000,
         )
-        self.store.apply_replica_generation(step)
-        self.move_hold(oldest)
+
+    def first_copy_page(self, generation_id: bytes, from_key: bytes | None) -> GenerationRecords:
+        """A page of the records visible at ``generation_id``, kept by our hold."""
+        return self.primary.generation_records(
+            generation_id, from_key, FIRST_COPY_PAGE, self.reader, visible=True
+        )
+
+    def stream_copy(
+        self,
+        oldest: bytes,
+        from_key: bytes | None,
+        first: GenerationInfo,
+        before: tuple[Reader, ...],
+        moves: tuple[Reader, ...],
+    ) -> None:
+        staged = self.store.staged_first_copy(self.name)
+        if staged is None:
+            raise Abandoned(f"the first copy of {self.name!r} was dropped meanwhile")
+        manual = staged.meta.manual
+        stream(
+            self.store,
+            self.name,
+            oldest,
+            lambda key: self.first_copy_page(oldest, key),
+            from_key,
+            lambda records: self.first_step(manual, first, records, before, moves),
+        )
+
+    def resume_copy(self) -> bytes | None:
+        """Goes on with a first copy a crash or a failure cut (None: none is staged, or it cannot go on --
+        then it is dropped, and copied again from the start)."""
+        staged = self.store.staged_first_copy(self.name)
+        if staged is None:
+            return None
+        oldest = staged.generation_id
+        first = next((info for info in self.listed() if info.generation_id == oldest), None)
+        try:
+            if first is None:
+                raise NoSuchGeneration(f"{text_form(oldest)} is not on the primary any more")
+            before, moves = self.first_moves(oldest)
+            self.stream_copy(oldest, staged.next_key, first, before, moves)
+        except (NoSuchReader, GenerationCollected, NoSuchGeneration, NoSuchCollection):
+            # the hold is gone or its generation with it: the copy starts again from the oldest readable
+            self.store.delete_collection(self.name, replica_copy=True)
+            return None
+        self.move_hold(oldest)  # once applied: a hold is the replica's confirmation (--synchronous)
         return oldest
 
     def first_moves(self, oldest: bytes) -> tuple[tuple[Reader, ...], tuple[Reader, ...]]:

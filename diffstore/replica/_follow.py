@@ -32,6 +32,7 @@ from typing import Any
 from diffstore.client import Client, Collection
 from diffstore.client import _calls as calls
 from diffstore.client._calls import Call
+from diffstore.client._transport import unreachable
 from diffstore.engine.store import Store
 from diffstore.errors import DiffstoreError, Fenced, NoSuchCollection, NoSuchRoute, NotReplica
 from diffstore.replica._collection import CollectionFollower, CopySettings, Dropped, Waiting
@@ -41,6 +42,8 @@ from diffstore.tls import CertFiles
 from diffstore.wire import Codec
 
 _log = logging.getLogger("diffstore.replica")
+
+BACKLOG_WAIT_S = 1.0  # the longest the watcher holds off its next overview while the workers are busy
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +226,7 @@ class Follower:
             except DiffstoreError as exc:
                 self._watch_failed(exc)
                 version = None
+            self._settle()
 
     def _watch_failed(self, exc: DiffstoreError) -> None:
         self._watch_failures += 1
@@ -246,6 +250,18 @@ class Follower:
             self._stopping.set()
             return
         self._stopping.wait(self.config.backoff.delay_s(self._watch_failures, self.tracker.rng))
+
+    def _settle(self) -> None:
+        """Waits (up to ``BACKLOG_WAIT_S``) while the workers have a backlog: the next overview would only
+        queue again what is queued. Without it each hold a first copy places on the primary changes the
+        overview, and the watcher reads all of it again: N collections copied cost N overviews of N."""
+        deadline = time.monotonic() + BACKLOG_WAIT_S
+        with self._lock:
+            while len(self._queued) >= max(1, self.config.threads) and not self._stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._lock.wait(left)
 
     def _wait(self, version: str | None) -> str:
         """Waits for a change on the primary, a worker's news or the next retry or idle check due."""
@@ -312,6 +328,7 @@ class Follower:
                 name = self._queued.popleft()
                 self._queued_set.discard(name)
                 self._running.add(name)
+                self._lock.notify_all()  # the watcher waits for the backlog to drain (_settle)
             try:
                 self._follow(name)
             except NotReplica:
@@ -345,9 +362,10 @@ class Follower:
         copied = follower.position() is not None
         if not copied:
             self._report(name, self.tracker.ok(name, COPYING, _now()[0]), quiet_if_new=True)
+        told: bytes | None = None  # the primary's current generation, as the last long poll answered it
         while not self._stopping.is_set():
             try:
-                position = follower.sync(idle_check=True)
+                position = follower.sync(idle_check=True, told=told)
             except Dropped as exc:
                 self._report(name, self.tracker.ok(name, COPYING, _now()[0], f" again: {exc}"))
                 with self._lock:
@@ -360,7 +378,9 @@ class Follower:
             except NotReplica:
                 raise
             except DiffstoreError as exc:
-                self._report(name, self.tracker.failed(name, f"{exc.reason} ({exc.code})", *_now()))
+                # the link failed, not the collection: said as the watcher says it of every collection
+                away = "cannot reach the primary: " if unreachable(exc) else ""
+                self._report(name, self.tracker.failed(name, f"{away}{exc.reason} ({exc.code})", *_now()))
                 self._wake.set()
                 return
             self._checked[name] = time.monotonic()
@@ -377,10 +397,11 @@ class Follower:
                 if self._queued or self._stopping.is_set():
                     return
             try:
-                if not follower.wait_change(position, self.config.hot_poll_ms):
-                    return
+                told = follower.wait_change(position, self.config.hot_poll_ms)
             except DiffstoreError:
                 return  # the watcher's next look decides
+            if told == position:
+                return
 
     def _report(self, name: str, change: Change, quiet_if_new: bool = False) -> None:
         """Stores a change of state and logs its one line."""
@@ -394,6 +415,9 @@ class Follower:
             level = logging.WARNING if change.state == "stalled" else logging.INFO
             _log.log(level, "%s", change.line)
         try:
+            stored = self.store.replica_status(name)
+            if stored is not None and (stored.state, stored.reason) == (change.state, change.reason):
+                return  # stored already (a first copy stores "following" in its own transaction)
             self.store.set_replica_status(name, change.state, change.reason, change.since_ms)
         except NotReplica:
             raise

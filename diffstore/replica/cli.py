@@ -73,4 +73,5 @@ def _print_collections(collections: list[Any], out: Any) -> None:
     for item in collections:
         if isinstance(item, dict):
             name, state, lag = item.get("collectionName"), item.get("state"), item.get("lagGenerations")
-            print(f"  {name}: {state}, {lag} generation{'' if lag == 1 else 's'} behind", file=out)
+            why = f" ({item['reason']})" if item.get("reason") else ""  # a stalled follower's reason
+            print(f"  {name}: {state}{why}, {lag} generation{'' if lag == 1 else 's'} behind", file=out)

@@ -32,6 +32,7 @@ from diffstore.client import Client, Collection
 from diffstore.client import _calls as calls
 from diffstore.client._transport import unreachable
 from diffstore.engine.store import Store
+from diffstore.engine.types import ReplicaLag
 from diffstore.errors import (
     DiffstoreError,
     Fenced,
@@ -42,6 +43,7 @@ from diffstore.errors import (
     ReplicaBehind,
 )
 from diffstore.replica._plan import reader_name
+from diffstore.replica._status import COPYING, FOLLOWING, STALLED
 from diffstore.tls import CertFiles
 from diffstore.wire import Body
 
@@ -54,14 +56,30 @@ _COUNT_MAX = 100_000  # a lag counted past this is shown as this
 
 @dataclass(frozen=True, slots=True)
 class Standing:
-    """One collection of the primary (or of the replica only) as the promotion sees it."""
+    """One collection of the primary (or of the replica only) as the promotion sees it.
+
+    ``copied``: the replica holds it (``lag`` generations behind). ``state`` is its follower's, as
+    ``GET /replica`` shows it: ``copying`` (never for a copied one), ``following``, or ``stalled`` with
+    ``reason`` -- a collection whose follower cannot go on says so, not ``following``."""
 
     name: str
-    state: str  # "copying": not copied yet; "following": copied (``lag`` generations behind)
+    state: str
     lag: int
+    copied: bool = True
+    reason: str | None = None
 
     def to_wire(self) -> Body:
-        return {"collectionName": self.name, "state": self.state, "lagGenerations": self.lag}
+        body: Body = {"collectionName": self.name, "state": self.state, "lagGenerations": self.lag}
+        if self.reason is not None:
+            body["reason"] = self.reason
+        return body
+
+
+def _standing(name: str, lag: int, copied: bool, follower: ReplicaLag | None) -> Standing:
+    """A collection's standing, in its follower's state when the follower says it is stalled."""
+    if follower is not None and follower.state == STALLED:
+        return Standing(name, STALLED, lag, copied, follower.reason)
+    return Standing(name, FOLLOWING if copied else COPYING, lag, copied)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +95,9 @@ class Promotion:
 
 
 def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
-    """Promotes ``store`` (see the module); returns the answer of ``POST /replica/promote``.
+    """Promotes ``store`` (see the module); returns the answer of ``POST /replica/promote``. The old
+    primary is reached with ``primary_token`` and, for an ``https://`` one, ``asked.ca_file`` and
+    ``asked.cert`` (the replica link's own, ``ServerConfig.replica_ca_file``/``replica_cert``).
 
     Raises:
         NotReplica: the store is not a replica (a stepped-down primary without ``force`` raises ``Fenced``).
@@ -102,7 +122,7 @@ def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
         try:
             term = max(term, _old_primary_term(client, replica_id) + 1)
             standings = _wait(store, client, asked.wait_ms, copied_only=True)
-            if any(s.state == "copying" for s in standings):
+            if any(not s.copied for s in standings):
                 _refuse_if_behind(
                     standings, asked, "the replica has not copied every collection of its primary"
                 )
@@ -124,12 +144,11 @@ def promote(store: Store, primary_token: str | None, asked: Promotion) -> Body:
             if not unreachable(exc):
                 raise
             reachable = False
+            standings = _local_standings(store)  # before the promotion forgets the followers' states
         else:
             reachable = True
         term = store.promote_replica(term, asked.address)
         holds = _delete_holds(store, client, reader_name(replica_id or "")) if reachable else 0
-    if not reachable:
-        standings = _local_standings(store)
     return {
         "promoted": True,
         "term": term,
@@ -188,7 +207,7 @@ def _wait(store: Store, client: Client, wait_ms: int, copied_only: bool) -> list
     while True:
         currents = _primary_currents(client)
         standings = _standings(store, currents, client=None)
-        done = not any(s.state == "copying" for s in standings) if copied_only else not _behind(standings)
+        done = all(s.copied for s in standings) if copied_only else not _behind(standings)
         if done or time.monotonic() >= deadline:
             return _standings(store, currents, client) if not done else standings
         time.sleep(_POLL_S)
@@ -209,20 +228,22 @@ def _standings(store: Store, currents: dict[str, bytes | None], client: Client |
     """Compares the replica with the primary's ``currents``; with ``client`` the lags are counted (pages
     of the primary's history), else a collection behind counts one."""
     local = {info.name for info in store.collections()}
+    followers = {lag.collection: lag for lag in store.replica_state().lags}
     found: list[Standing] = []
     for name in sorted(currents.keys() | local):
-        current = currents.get(name)
+        current, follower = currents.get(name), followers.get(name)
         if name not in local:
             if current is not None:
-                found.append(Standing(name, "copying", _count(client, name, None) if client else 1))
+                lag = _count(client, name, None) if client else 1
+                found.append(_standing(name, lag, False, follower))
             continue
         position = store.collection(name).generation_id
         if name not in currents:  # deleted on the primary, not yet here
-            found.append(Standing(name, "following", 1))
+            found.append(_standing(name, 1, True, follower))
         elif current is None or position == current:
-            found.append(Standing(name, "following", 0))
+            found.append(_standing(name, 0, True, follower))
         else:
-            found.append(Standing(name, "following", _count(client, name, position) if client else 1))
+            found.append(_standing(name, _count(client, name, position) if client else 1, True, follower))
     return found
 
 
@@ -247,13 +268,13 @@ def _count(client: Client, name: str, position: bytes | None) -> int:
 
 
 def _behind(standings: list[Standing]) -> bool:
-    return any(s.state == "copying" or s.lag > 0 for s in standings)
+    return any(not s.copied or s.lag > 0 for s in standings)
 
 
 def _refuse_if_behind(standings: list[Standing], asked: Promotion, why: str) -> None:
     if asked.force or not _behind(standings):
         return
-    late = [s for s in standings if s.state == "copying" or s.lag > 0]
+    late = [s for s in standings if not s.copied or s.lag > 0]
     listed = ", ".join(f"{s.name} ({s.state}, {s.lag} behind)" for s in late[:10])
     more = f" and {len(late) - 10} more" if len(late) > 10 else ""
     raise ReplicaBehind(
@@ -265,8 +286,12 @@ def _refuse_if_behind(standings: list[Standing], asked: Promotion, why: str) -> 
 
 def _local_standings(store: Store) -> list[Standing]:
     """What the replica knows without its primary: each collection it holds and its last known lag."""
-    lags = {lag.collection: lag.generations for lag in store.replica_state().lags}
-    return [Standing(info.name, "following", lags.get(info.name, 0)) for info in store.collections()]
+    lags = {lag.collection: lag for lag in store.replica_state().lags}
+    found = []
+    for info in store.collections():
+        follower = lags.get(info.name)
+        found.append(_standing(info.name, follower.generations if follower else 0, True, follower))
+    return found
 
 
 def _delete_holds(store: Store, client: Client, hold: str) -> int:

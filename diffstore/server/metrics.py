@@ -212,8 +212,24 @@ def replica_collector(store: Store) -> Collector:
 
 
 def _replica_metrics(store: Store) -> Iterator[Metric]:
-    """A read replica's lag and applied generations (stored by its follower: every worker sees them)."""
+    """The store's replication term and fencing (any store), and a read replica's lag and applied
+    generations (stored by its follower: every worker sees them)."""
     state = store.replica_state()
+    yield GaugeMetricFamily(
+        "diffstore_replication_term",
+        "The store's replication term (0 until it takes part in a promotion; a promotion raises it)",
+        value=state.term,
+    )
+    yield GaugeMetricFamily(
+        "diffstore_fenced",
+        "1 while the store stepped down for a newer primary (it refuses writes: 409 fenced), else 0",
+        value=1.0 if state.fenced is not None else 0.0,
+    )
+    yield CounterMetricFamily(
+        "diffstore_step_downs",
+        "Times the store stepped down for a newer primary (told by it, or by a request's higher term), ever",
+        value=state.step_downs,
+    )
     if state.primary is None:
         return
     lag = GaugeMetricFamily(

@@ -579,6 +579,11 @@ class GenerationRecordsQuery(_Model):
         description="every record visible at the generation instead, in key order (a replica's first copy;"
         " with hold: answered down to what the holds keep)",
     )
+    pairs: bool = Field(
+        False,
+        description="items as [key, value] pairs instead of {key, value} objects (a tombstone's value: null);"
+        " the cheapest form to encode and decode, what a replica's first copy asks for",
+    )
 
 
 class GenerationRecord(BaseModel):
@@ -593,7 +598,9 @@ class ReplicatedReader(BaseModel):
 
 
 class GenerationRecordsResponse(BaseModel):
-    items: list[GenerationRecord]
+    items: list[GenerationRecord] | list[tuple[ES, ES | None]] = Field(
+        description="{key, value} objects, or [key, value] pairs when the request asked for pairs"
+    )
     previousGenerationId: ES | None = Field(None, description="first page: the committed generation before")
     moves: list[ReplicatedReader] | None = Field(None, description="first page: the readers its commit moved")
     readers: list[ReplicatedReader] | None = Field(None, description="first page: the collection's readers")

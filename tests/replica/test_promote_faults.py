@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
 from diffstore.client import Client
 from diffstore.client import _calls as calls
 from tests.faults import TcpProxy, paused
@@ -110,3 +112,31 @@ def test_promotion_after_kill9_of_the_old_primary(
     assert (replication(again.url)["role"], replication(again.url)["term"]) == ("primary", 1)
     with again.client() as r:
         assert state(r) == held
+
+
+def test_the_promotion_answer_says_which_collections_are_stalled(
+    tmp_path: Path, primary: Server, servers: list[Server]
+) -> None:
+    replica = Server(tmp_path / "replica", "--replica-of", primary.url)
+    servers.append(replica.start())
+    with primary.client() as p, replica.client() as r:
+        p.create_collection("A", manual=False).put(b"a", b"1")
+        p.create_collection("B", manual=True)
+        wait_until(lambda: caught_up(p, r), FOLLOW_S, what="the replica to copy")
+    primary.kill9()
+
+    def stalled() -> dict[str, object] | None:
+        items = httpx.get(f"{replica.url}/replica", timeout=30).json()["collections"]
+        found = {i["collectionName"]: i for i in items}
+        return found if all(i["state"] == "stalled" for i in found.values()) else None
+
+    seen = wait_until(stalled, FOLLOW_S, what="every collection stalled")
+    with replica.client() as r:
+        answer = r.execute(calls.promotion(wait_ms=1_000))
+    assert answer["primaryReachable"] is False
+    told = {c["collectionName"]: c for c in answer["collections"]}
+    assert set(told) == set(seen) == {"A", "B"}
+    for name, item in told.items():
+        assert item["state"] == "stalled", item  # the follower's state, not "following"
+        assert item["reason"] == seen[name]["reason"]  # type: ignore[index]
+        assert "cannot reach the primary" in item["reason"]

@@ -5,6 +5,8 @@ the list of generations, ``GET /collections/{c}/generations`` of :mod:`diffstore
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 
 from diffstore.engine.types import Reader
@@ -42,7 +44,14 @@ async def generation_records(request: Request, c: str) -> Response:
             visible=f.flag("visible", False),
         )
         out = x.out
-        body: Body = {"items": [{"key": out.es(k), "value": out.es_opt(v)} for k, v in page.records]}
+        items: list[Any]
+        if not f.flag("pairs", False):
+            items = [{"key": out.es(k), "value": out.es_opt(v)} for k, v in page.records]
+        elif out.binary:
+            items = page.records  # msgpack packs its (key, value) tuples as they are: pairs of bin
+        else:
+            items = [[out.es(k), out.es_opt(v)] for k, v in page.records]
+        body: Body = {"items": items}
         if page.next_key is not None:
             body["nextKey"] = out.es(page.next_key)
         if not f.has("fromKey") and not f.flag("visible", False):
