@@ -53,6 +53,11 @@
  *       ((records, sum), (records, sum)) of the versions a commit wrote and those they replaced, read
  *       through the cursor's set_key, value, prev and key: digests.record_commit's loop.
  *
+ *   check_records(records_iter, targets, dropped, tick, every), check_runs(rows_iter, chunked, targets, ...)
+ *       ``check``'s one pass over ``records`` and over a run table: per collection and generation, counts,
+ *       sums of form hashes and the digests' deltas; the rows that break a rule of their own handed back
+ *       (check_scan.py is the twin and says why).
+ *
  * See layout.py's docstring for the layout these loops read and write.
  *
  * ``SOURCE`` is the digest of this file that setup.py passed to the build: layout.py does not use a build
@@ -2013,6 +2018,421 @@ done:
     return result;
 }
 
+/* --- check's scan of records and of the generations' runs (check_scan.py: its twin, and what it is for) ---
+ *
+ *   check_records(rows_iter, targets, dropped, tick, every), check_runs(rows_iter, chunked, targets, dropped,
+ *                 tick, every)
+ *       One pass over the rows of ``records`` (or of ``changes``, ``change_chunks``): per live collection
+ *       (``targets``: (cid, current seq, open seq or -1, its registered seqs as u64 big-endian, a bytearray of
+ *       CHECK_FIELDS u64s per bucket)) the buckets' counts, form-hash sums and digest deltas added into the
+ *       bytearray; (rows read, the rows handed back) where a row breaks a rule of its own. ``tick(rows)``
+ *       every ``every`` rows. */
+
+#define CHECK_FIELDS 8 /* per bucket: records, their sum, entries, their sum, delta lo, hi, counted, unused */
+
+typedef struct {
+    unsigned long long cid;
+    unsigned long long current;
+    long long open; /* -1: none */
+    const unsigned char *seqs; /* u64 big-endian, ascending */
+    Py_ssize_t count;          /* of seqs: the stray bucket is ``count`` */
+    uint64_t *acc;
+} CheckTarget;
+
+typedef struct {
+    CheckTarget *targets; /* ascending cid */
+    Py_ssize_t count;
+    PyObject *dropped;
+    Py_buffer *views;
+    Py_ssize_t viewed;
+} CheckScope;
+
+static uint64_t check_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+/* A form's 64-bit hash for the buckets' sums (any good mix: both sides of a bucket are summed here). */
+static uint64_t form_hash(const char *p, Py_ssize_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)n * 0xc2b2ae3d27d4eb4fULL);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, (size_t)n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 29;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 32;
+    return h;
+}
+
+static void check_scope_free(CheckScope *scope) {
+    for (Py_ssize_t i = 0; i < scope->viewed; i++) PyBuffer_Release(&scope->views[i]);
+    PyMem_Free(scope->views);
+    PyMem_Free(scope->targets);
+}
+
+static int check_target_order(const void *a, const void *b) {
+    unsigned long long x = ((const CheckTarget *)a)->cid, y = ((const CheckTarget *)b)->cid;
+    return (x > y) - (x < y);
+}
+
+static int check_scope_init(CheckScope *scope, PyObject *targets, PyObject *dropped) {
+    memset(scope, 0, sizeof *scope);
+    if (!PyList_Check(targets) || !PyAnySet_Check(dropped)) {
+        PyErr_SetString(PyExc_TypeError, "check: targets is a list, dropped a set");
+        return -1;
+    }
+    scope->dropped = dropped;
+    Py_ssize_t n = PyList_GET_SIZE(targets);
+    scope->targets = PyMem_Calloc((size_t)(n ? n : 1), sizeof(CheckTarget));
+    scope->views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
+    if (scope->targets == NULL || scope->views == NULL) {
+        PyErr_NoMemory();
+        check_scope_free(scope);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        CheckTarget *t = &scope->targets[i];
+        PyObject *seqs, *acc;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(targets, i), "KKLO!O!", &t->cid, &t->current, &t->open, &PyBytes_Type,
+                              &seqs, &PyByteArray_Type, &acc) ||
+            PyObject_GetBuffer(acc, &scope->views[i], PyBUF_WRITABLE) < 0) {
+            check_scope_free(scope);
+            return -1;
+        }
+        scope->viewed++;
+        t->seqs = (const unsigned char *)PyBytes_AS_STRING(seqs);
+        t->count = PyBytes_GET_SIZE(seqs) / 8;
+        if (scope->views[i].len != (Py_ssize_t)(8 * CHECK_FIELDS * (t->count + 1))) {
+            PyErr_SetString(PyExc_ValueError, "check: an accumulator of the wrong size");
+            check_scope_free(scope);
+            return -1;
+        }
+        t->acc = scope->views[i].buf;
+    }
+    qsort(scope->targets, (size_t)n, sizeof(CheckTarget), check_target_order);
+    scope->count = n;
+    return 0;
+}
+
+/* The target of ``cid``; NULL with *flag 0 for a deleted collection, 1 for one neither live nor deleted. */
+static CheckTarget *check_target(CheckScope *scope, unsigned long long cid, int *flag) {
+    Py_ssize_t low = 0, high = scope->count;
+    while (low < high) {
+        Py_ssize_t mid = (low + high) / 2;
+        if (scope->targets[mid].cid < cid) low = mid + 1;
+        else high = mid;
+    }
+    if (low < scope->count && scope->targets[low].cid == cid) return &scope->targets[low];
+    PyObject *number = PyLong_FromUnsignedLongLong(cid);
+    if (number == NULL) return NULL;
+    int found = PySet_Contains(scope->dropped, number);
+    Py_DECREF(number);
+    *flag = found < 0 ? -1 : !found;
+    return NULL;
+}
+
+/* The bucket of ``seq`` in ``t``: the index of the registered seq, or ``t->count`` (stray). */
+static Py_ssize_t check_bucket(const CheckTarget *t, unsigned long long seq) {
+    Py_ssize_t low = 0, high = t->count;
+    while (low < high) {
+        Py_ssize_t mid = (low + high) / 2;
+        if (check_u64(t->seqs + 8 * mid) < seq) low = mid + 1;
+        else high = mid;
+    }
+    return low < t->count && check_u64(t->seqs + 8 * low) == seq ? low : t->count;
+}
+
+/* A records row, read once (check_scan.parse_record_key): the one place a row is parsed -- and where a
+ * per-row verification of it belongs. */
+typedef struct {
+    unsigned long long cid, seq;
+    const char *form;
+    Py_ssize_t form_length, head_length;
+} RecordRow;
+
+/* 0: ``key`` is a records key in its one encoding (no leading zero byte in its cid or seq), read into
+ * ``row``; -1: it is not. */
+static int read_record_row(const char *key, Py_ssize_t kl, RecordRow *row) {
+    if (!is_record_key(key, kl)) return -1;
+    int n = (unsigned char)key[0], m = (unsigned char)key[kl - 1];
+    Py_ssize_t head = kl - 2 - m;
+    if ((n > 1 && key[1] == 0) || (m > 1 && key[head + 1] == 0)) return -1;
+    row->cid = 0;
+    for (int i = 1; i <= n; i++) row->cid = (row->cid << 8) | (unsigned char)key[i];
+    row->seq = read_record_seq(key + head);
+    row->form = key + 1 + n;
+    row->form_length = head - 1 - n;
+    row->head_length = head;
+    return 0;
+}
+
+static int has_long_mark(const char *f, Py_ssize_t fl) {
+    for (Py_ssize_t i = 0; i + 1 < fl; i++)
+        if (f[i] == 0 && f[i + 1] == 1) return 1;
+    return 0;
+}
+
+/* Whether a record's stored value is sound for its form (check_scan._record_value_problem is None). */
+static int record_value_sound(const char *f, Py_ssize_t fl, const char *raw, Py_ssize_t rl) {
+    int long_form = has_long_mark(f, fl);
+    if (!long_form) {
+        if (fl < 2 || f[fl - 1] != 0 || f[fl - 2] != 0) return 0;
+        return rl == 0 || raw[0] == 1;
+    }
+    if (rl < 4 || (raw[0] != 2 && raw[0] != 3)) return 0;
+    Py_ssize_t length = ((Py_ssize_t)(unsigned char)raw[1] << 16) | ((unsigned char)raw[2] << 8) |
+                        (unsigned char)raw[3];
+    if (length > rl - 4) length = rl - 4;
+    const char *k = raw + 4;
+    char built[2 * LONG_KEY_PREFIX + 2 + 16];
+    char *end;
+    if (length <= LONG_KEY_PREFIX) {
+        end = short_form_into(built, k, length);
+    } else {
+        Blake2b s;
+        uint64_t hi, lo;
+        b2_init(&s);
+        b2_update(&s, (const unsigned char *)k, (size_t)length);
+        b2_final(&s, &hi, &lo);
+        end = escape_into(built, k, LONG_KEY_PREFIX);
+        *end++ = 0;
+        *end++ = 1;
+        for (int i = 7; i >= 0; i--) *end++ = (char)(hi >> (8 * i));
+        for (int i = 7; i >= 0; i--) *end++ = (char)(lo >> (8 * i));
+    }
+    return end - built == fl && memcmp(built, f, (size_t)fl) == 0;
+}
+
+static int check_flag(PyObject *flagged, PyObject *item) { return PyList_Append(flagged, item); }
+
+static int check_tick(PyObject *tick, Py_ssize_t count, Py_ssize_t every) {
+    if (every <= 0 || count % every) return 0;
+    PyObject *r = PyObject_CallFunction(tick, "n", count);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *check_records(PyObject *module, PyObject *args) {
+    PyObject *rows, *targets, *dropped, *tick;
+    Py_ssize_t every;
+    if (!PyArg_ParseTuple(args, "OOOOn:check_records", &rows, &targets, &dropped, &tick, &every)) return NULL;
+    CheckScope scope;
+    if (check_scope_init(&scope, targets, dropped) < 0) return NULL;
+    PyObject *iterator = PyObject_GetIter(rows), *flagged = PyList_New(0), *item = NULL, *result = NULL;
+    if (iterator == NULL || flagged == NULL) goto done;
+    Py_ssize_t count = 0;
+    CheckTarget *target = NULL;
+    int target_flag = 0;
+    unsigned long long last_cid = 0;
+    int have_cid = 0;
+    char previous_head[MAX_RECORD_KEY];
+    Py_ssize_t previous_length = -1;
+    uint64_t previous_hi = 0, previous_lo = 0;
+    int previous_live = 0;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        count++;
+        if (check_tick(tick, count, every) < 0) goto done;
+        PyObject *key, *raw;
+        if (bytes_pair(item, &key, &raw, "check_records") < 0) goto done;
+        const char *k = PyBytes_AS_STRING(key), *r = PyBytes_AS_STRING(raw);
+        Py_ssize_t kl = PyBytes_GET_SIZE(key), rl = PyBytes_GET_SIZE(raw);
+        RecordRow row;
+        if (read_record_row(k, kl, &row) < 0) {
+            if (check_flag(flagged, item) < 0) goto done;
+            Py_CLEAR(item);
+            continue;
+        }
+        if (!have_cid || row.cid != last_cid) {
+            target_flag = 0;
+            target = check_target(&scope, row.cid, &target_flag);
+            if (target_flag < 0) goto done;
+            last_cid = row.cid;
+            have_cid = 1;
+        }
+        if (target == NULL) {
+            if (target_flag && check_flag(flagged, item) < 0) goto done;
+            Py_CLEAR(item);
+            continue;
+        }
+        Py_ssize_t at = check_bucket(target, row.seq);
+        if (at == target->count || (row.seq > target->current && (long long)row.seq != target->open) ||
+            !record_value_sound(row.form, row.form_length, r, rl)) {
+            if (check_flag(flagged, item) < 0) goto done;
+        }
+        uint64_t *acc = target->acc + CHECK_FIELDS * at;
+        acc[0]++;
+        acc[1] += form_hash(row.form, row.form_length);
+        if (row.seq <= target->current) { /* an open generation's version is no digest's */
+            if (row.head_length != previous_length || memcmp(k, previous_head, (size_t)row.head_length) != 0) {
+                memcpy(previous_head, k, (size_t)row.head_length);
+                previous_length = row.head_length;
+                previous_hi = previous_lo = 0;
+                previous_live = 0;
+            }
+            uint64_t hi = 0, lo = 0;
+            int live = rl != 0 && (unsigned char)r[0] != 2;
+            if (live) {
+                Blake2b s;
+                b2_init(&s);
+                b2_update(&s, (const unsigned char *)row.form, (size_t)row.form_length);
+                b2_update(&s, (const unsigned char *)r, (size_t)rl);
+                b2_final(&s, &hi, &lo);
+            }
+            /* delta += hash - previous (mod 2^128) */
+            uint64_t dlo = lo - previous_lo, dhi = hi - previous_hi - (lo < previous_lo);
+            uint64_t sum_lo = acc[4] + dlo;
+            acc[5] += dhi + (sum_lo < dlo);
+            acc[4] = sum_lo;
+            acc[6] += (uint64_t)(live - previous_live);
+            previous_hi = hi;
+            previous_lo = lo;
+            previous_live = live;
+        }
+        Py_CLEAR(item);
+    }
+    if (PyErr_Occurred()) goto done;
+    result = Py_BuildValue("(nO)", count, flagged);
+done:
+    Py_XDECREF(item);
+    Py_XDECREF(iterator);
+    Py_XDECREF(flagged);
+    check_scope_free(&scope);
+    return result;
+}
+
+/* Whether a chunk's value holds strictly ascending forms from ``first`` (check_scan._sound_chunk of its
+ * unpacked forms); its last form at *last. */
+static int chunk_sound(const char *first, Py_ssize_t first_length, const char *raw, Py_ssize_t rl, const char **last,
+                       Py_ssize_t *last_length, Py_ssize_t *forms) {
+    Py_ssize_t at = 0, n = 0;
+    const char *previous = NULL;
+    Py_ssize_t previous_length = 0;
+    while (at < rl) {
+        if (rl - at < 2) return 0;
+        Py_ssize_t length = ((unsigned char)raw[at] << 8) | (unsigned char)raw[at + 1];
+        if (rl - at - 2 < length) return 0;
+        const char *form = raw + at + 2;
+        if (n == 0 ? compare_bytes(form, length, first, first_length) != 0
+                   : compare_bytes(previous, previous_length, form, length) >= 0)
+            return 0;
+        previous = form;
+        previous_length = length;
+        n++;
+        at += 2 + length;
+    }
+    *last = previous;
+    *last_length = previous_length;
+    *forms = n;
+    return n > 0;
+}
+
+static PyObject *check_runs(PyObject *module, PyObject *args) {
+    PyObject *rows, *targets, *dropped, *tick;
+    int chunked;
+    Py_ssize_t every;
+    if (!PyArg_ParseTuple(args, "OpOOOn:check_runs", &rows, &chunked, &targets, &dropped, &tick, &every)) return NULL;
+    CheckScope scope;
+    if (check_scope_init(&scope, targets, dropped) < 0) return NULL;
+    PyObject *iterator = PyObject_GetIter(rows), *flagged = PyList_New(0), *item = NULL, *result = NULL;
+    PyObject *previous = Py_None; /* (run, last form) of the sound chunk before, or None */
+    Py_INCREF(previous);
+    if (iterator == NULL || flagged == NULL) goto done;
+    Py_ssize_t count = 0;
+    CheckTarget *target = NULL;
+    int target_flag = 0, have_cid = 0;
+    unsigned long long last_cid = 0;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        count++;
+        if (check_tick(tick, count, every) < 0) goto done;
+        PyObject *key, *raw;
+        if (bytes_pair(item, &key, &raw, "check_runs") < 0) goto done;
+        const char *k = PyBytes_AS_STRING(key), *r = PyBytes_AS_STRING(raw);
+        Py_ssize_t kl = PyBytes_GET_SIZE(key), rl = PyBytes_GET_SIZE(raw);
+        int flag = 0;
+        if (kl < 4) {
+            flag = 1;
+        } else {
+            unsigned long long cid = check_u64((const unsigned char[8]){0, 0, 0, 0, k[0], k[1], k[2], k[3]});
+            if (!have_cid || cid != last_cid) {
+                target_flag = 0;
+                target = check_target(&scope, cid, &target_flag);
+                if (target_flag < 0) goto done;
+                last_cid = cid;
+                have_cid = 1;
+            }
+            if (target == NULL) {
+                flag = target_flag;
+            } else if (kl < 12 + 2) {
+                flag = 1;
+            } else {
+                Py_ssize_t at = check_bucket(target, check_u64((const unsigned char *)k + 4));
+                uint64_t *acc = target->acc + CHECK_FIELDS * at;
+                if (!chunked) {
+                    acc[2]++;
+                    acc[3] += form_hash(k + 12, kl - 12);
+                } else {
+                    const char *last;
+                    Py_ssize_t last_length, forms;
+                    if (!chunk_sound(k + 12, kl - 12, r, rl, &last, &last_length, &forms)) {
+                        flag = 1;
+                    } else {
+                        if (previous != Py_None) {
+                            PyObject *run = PyTuple_GET_ITEM(previous, 0), *end = PyTuple_GET_ITEM(previous, 1);
+                            if (memcmp(PyBytes_AS_STRING(run), k, 12) == 0 &&
+                                compare_bytes(PyBytes_AS_STRING(end), PyBytes_GET_SIZE(end), k + 12, kl - 12) >= 0) {
+                                PyObject *entry = PyTuple_Pack(3, key, raw, previous);
+                                if (entry == NULL || check_flag(flagged, entry) < 0) {
+                                    Py_XDECREF(entry);
+                                    goto done;
+                                }
+                                Py_DECREF(entry);
+                            }
+                        }
+                        PyObject *next = Py_BuildValue("(y#y#)", k, (Py_ssize_t)12, last, last_length);
+                        if (next == NULL) goto done;
+                        Py_SETREF(previous, next);
+                        acc[2] += (uint64_t)forms;
+                        Py_ssize_t at2 = 0;
+                        while (at2 < rl) {
+                            Py_ssize_t length = ((unsigned char)r[at2] << 8) | (unsigned char)r[at2 + 1];
+                            acc[3] += form_hash(r + at2 + 2, length);
+                            at2 += 2 + length;
+                        }
+                    }
+                }
+            }
+        }
+        if (flag) {
+            PyObject *entry = PyTuple_Pack(3, key, raw, previous);
+            if (entry == NULL || check_flag(flagged, entry) < 0) {
+                Py_XDECREF(entry);
+                goto done;
+            }
+            Py_DECREF(entry);
+        }
+        Py_CLEAR(item);
+    }
+    if (PyErr_Occurred()) goto done;
+    result = Py_BuildValue("(nO)", count, flagged);
+done:
+    Py_XDECREF(item);
+    Py_XDECREF(iterator);
+    Py_XDECREF(flagged);
+    Py_XDECREF(previous);
+    check_scope_free(&scope);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sorted_short_rows", sorted_short_rows, METH_VARARGS,
      "The records and changes rows of sorted short (key, value) pairs, or None."},
@@ -2023,6 +2443,8 @@ static PyMethodDef methods[] = {
     {"digest_pairs", digest_pairs, METH_O, "(live records, sum mod 2^128) of (form, raw) pairs (digests.py)."},
     {"digest_rows", digest_rows, METH_VARARGS, "(live records, sum mod 2^128) of a seq's rows (digests.py)."},
     {"digest_changes", digest_changes, METH_VARARGS, "The sums of a commit's written and replaced versions."},
+    {"check_records", check_records, METH_VARARGS, "check's pass over records (see check_scan.py)."},
+    {"check_runs", check_runs, METH_VARARGS, "check's pass over changes or change_chunks (see check_scan.py)."},
     {NULL, NULL, 0, NULL},
 };
 
