@@ -2034,6 +2034,7 @@ typedef struct {
     unsigned long long cid;
     unsigned long long current;
     long long open; /* -1: none */
+    PyObject *held;            /* the bytes of ``seqs``, held: the caller's list may let go of them */
     const unsigned char *seqs; /* u64 big-endian, ascending */
     Py_ssize_t count;          /* of seqs: the stray bucket is ``count`` */
     uint64_t *acc;
@@ -2044,7 +2045,7 @@ typedef struct {
     Py_ssize_t count;
     PyObject *dropped;
     Py_buffer *views;
-    Py_ssize_t viewed;
+    Py_ssize_t viewed, held; /* buffers got, seqs held (of the first targets) */
 } CheckScope;
 
 static uint64_t check_u64(const unsigned char *p) {
@@ -2075,6 +2076,7 @@ static uint64_t form_hash(const char *p, Py_ssize_t n) {
 
 static void check_scope_free(CheckScope *scope) {
     for (Py_ssize_t i = 0; i < scope->viewed; i++) PyBuffer_Release(&scope->views[i]);
+    for (Py_ssize_t i = 0; scope->targets != NULL && i < scope->held; i++) Py_DECREF(scope->targets[i].held);
     PyMem_Free(scope->views);
     PyMem_Free(scope->targets);
 }
@@ -2109,6 +2111,9 @@ static int check_scope_init(CheckScope *scope, PyObject *targets, PyObject *drop
             return -1;
         }
         scope->viewed++;
+        Py_INCREF(seqs);
+        t->held = seqs;
+        scope->held++;
         t->seqs = (const unsigned char *)PyBytes_AS_STRING(seqs);
         t->count = PyBytes_GET_SIZE(seqs) / 8;
         if (scope->views[i].len != (Py_ssize_t)(8 * CHECK_FIELDS * (t->count + 1))) {
@@ -2133,7 +2138,10 @@ static CheckTarget *check_target(CheckScope *scope, unsigned long long cid, int 
     }
     if (low < scope->count && scope->targets[low].cid == cid) return &scope->targets[low];
     PyObject *number = PyLong_FromUnsignedLongLong(cid);
-    if (number == NULL) return NULL;
+    if (number == NULL) {
+        *flag = -1;
+        return NULL;
+    }
     int found = PySet_Contains(scope->dropped, number);
     Py_DECREF(number);
     *flag = found < 0 ? -1 : !found;
@@ -2265,7 +2273,8 @@ static PyObject *check_records(PyObject *module, PyObject *args) {
             continue;
         }
         Py_ssize_t at = check_bucket(target, row.seq);
-        if (at == target->count || (row.seq > target->current && (long long)row.seq != target->open) ||
+        int open = target->open >= 0 && row.seq == (unsigned long long)target->open;
+        if (at == target->count || (row.seq > target->current && !open) ||
             !record_value_sound(row.form, row.form_length, r, rl)) {
             if (check_flag(flagged, item) < 0) goto done;
         }

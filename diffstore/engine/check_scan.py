@@ -36,6 +36,8 @@ from diffstore.engine.tables import Tables
 from diffstore.errors import text_form
 
 MASK = (1 << 64) - 1
+MAX_RECORD_KEY = 511
+"""LMDB's default limit on a key: no records key is longer (the compiled loop relies on it)."""
 TICK = 1 << 16
 """Rows between two calls of a scan's progress callback."""
 FIELDS = 8
@@ -173,7 +175,7 @@ def scan(
 def parse_record_key(key: bytes) -> tuple[int, bytes, int, int] | None:
     """(cid, K, seq, head length) of a records key in its one encoding (``layout.records_prefix`` and
     ``layout.record_seq`` write no leading zero byte); None when it is no such key."""
-    parsed = layout.parse_record_key(key)
+    parsed = layout.parse_record_key(key) if len(key) <= MAX_RECORD_KEY else None
     if parsed is None:
         return None
     cid_length, seq_length = key[0], key[-1]
