@@ -69,6 +69,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -2220,6 +2221,178 @@ static int record_value_sound(const char *f, Py_ssize_t fl, const char *raw, Py_
     return end - built == fl && memcmp(built, f, (size_t)fl) == 0;
 }
 
+/* The digests' share of check_records -- a BLAKE2b per live version, as much work as reading the row --
+ * runs in a thread of its own beside the loop that reads the rows (which holds the GIL for the cursor),
+ * fed batches of copied rows in the order read; it keeps no Python object and ends before the call
+ * returns. Where no thread can be started the rows are hashed in the loop, with the same sums. */
+
+#define HASH_BATCH_JOBS 4096
+#define HASH_BATCH_BYTES (1 << 20)
+
+typedef struct {
+    uint64_t *acc;             /* the bucket's fields (delta lo, hi and counted are the hasher's alone) */
+    size_t at;                 /* where form | raw begins in the batch's data */
+    Py_ssize_t form_length, raw_length;
+    int new_head;              /* the first version of its key the digests see: nothing before it */
+} HashJob;
+
+typedef struct {
+    HashJob *jobs;
+    Py_ssize_t count;
+    unsigned char *data;
+    size_t used, size;
+} HashBatch;
+
+typedef struct {
+    pthread_t thread;
+    int started, stop, ready; /* ready: the batch handed to the thread and not done yet, -1: none */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    HashBatch batches[2];
+    int filling; /* the batch the loop fills */
+    uint64_t previous_hi, previous_lo; /* the hash of the version before (0: none or a tombstone) */
+    int previous_live;
+} Hasher;
+
+/* delta += hash - previous (mod 2^128), counted += live - previous live: digests.recompute's sums. */
+static void hash_job(Hasher *h, const HashJob *job, const unsigned char *data) {
+    if (job->new_head) {
+        h->previous_hi = h->previous_lo = 0;
+        h->previous_live = 0;
+    }
+    const unsigned char *raw = data + job->form_length;
+    uint64_t hi = 0, lo = 0;
+    int live = job->raw_length != 0 && raw[0] != 2;
+    if (live) {
+        Blake2b s;
+        b2_init(&s);
+        b2_update(&s, data, (size_t)(job->form_length + job->raw_length));
+        b2_final(&s, &hi, &lo);
+    }
+    uint64_t *acc = job->acc;
+    uint64_t dlo = lo - h->previous_lo, dhi = hi - h->previous_hi - (lo < h->previous_lo);
+    uint64_t sum_lo = acc[4] + dlo;
+    acc[5] += dhi + (sum_lo < dlo);
+    acc[4] = sum_lo;
+    acc[6] += (uint64_t)(live - h->previous_live);
+    h->previous_hi = hi;
+    h->previous_lo = lo;
+    h->previous_live = live;
+}
+
+static void hash_batch(Hasher *h, HashBatch *b) {
+    for (Py_ssize_t i = 0; i < b->count; i++) hash_job(h, &b->jobs[i], b->data + b->jobs[i].at);
+    b->count = 0;
+    b->used = 0;
+}
+
+static void *hasher_run(void *arg) {
+    Hasher *h = arg;
+    pthread_mutex_lock(&h->lock);
+    for (;;) {
+        while (h->ready < 0 && !h->stop) pthread_cond_wait(&h->cond, &h->lock);
+        if (h->ready < 0) break; /* stopped, nothing left */
+        HashBatch *b = &h->batches[h->ready];
+        pthread_mutex_unlock(&h->lock);
+        hash_batch(h, b);
+        pthread_mutex_lock(&h->lock);
+        h->ready = -1;
+        pthread_cond_broadcast(&h->cond);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+static int hasher_start(Hasher *h) {
+    memset(h, 0, sizeof *h);
+    h->ready = -1;
+    for (int i = 0; i < 2; i++) {
+        h->batches[i].jobs = PyMem_RawMalloc(HASH_BATCH_JOBS * sizeof(HashJob));
+        h->batches[i].data = PyMem_RawMalloc(HASH_BATCH_BYTES);
+        h->batches[i].size = HASH_BATCH_BYTES;
+        if (h->batches[i].jobs == NULL || h->batches[i].data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    if (pthread_mutex_init(&h->lock, NULL) != 0) return 0; /* no thread: hashed in the loop */
+    if (pthread_cond_init(&h->cond, NULL) != 0) {
+        pthread_mutex_destroy(&h->lock);
+        return 0;
+    }
+    if (pthread_create(&h->thread, NULL, hasher_run, h) != 0) {
+        pthread_cond_destroy(&h->cond);
+        pthread_mutex_destroy(&h->lock);
+        return 0;
+    }
+    h->started = 1;
+    return 0;
+}
+
+/* Hands the batch being filled to the thread, once it is done with the one before (waiting without the
+ * GIL), and fills the other. */
+static void hasher_hand_over(Hasher *h) {
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&h->lock);
+    while (h->ready >= 0) pthread_cond_wait(&h->cond, &h->lock);
+    h->ready = h->filling;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    Py_END_ALLOW_THREADS
+    h->filling ^= 1;
+}
+
+/* Adds a version to hash (a copy of form | raw): in the batch, or at once without a thread. */
+static int hasher_add(Hasher *h, uint64_t *acc, int new_head, const char *form, Py_ssize_t fl, const char *raw,
+                      Py_ssize_t rl) {
+    HashBatch *b = &h->batches[h->filling];
+    size_t need = (size_t)(fl + rl);
+    if (h->started && b->count > 0 && (b->count == HASH_BATCH_JOBS || b->used + need > b->size)) {
+        hasher_hand_over(h);
+        b = &h->batches[h->filling];
+    }
+    if (b->used + need > b->size) { /* one version larger than a batch */
+        unsigned char *grown = PyMem_RawRealloc(b->data, b->used + need);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->size = b->used + need;
+    }
+    HashJob *job = &b->jobs[b->count++];
+    job->acc = acc;
+    job->at = b->used;
+    job->form_length = fl;
+    job->raw_length = rl;
+    job->new_head = new_head;
+    memcpy(b->data + b->used, form, (size_t)fl);
+    memcpy(b->data + b->used + fl, raw, (size_t)rl);
+    b->used += need;
+    if (!h->started) hash_batch(h, b);
+    return 0;
+}
+
+/* Hashes what is left (``finish``; else drops it: an error ends the scan) and ends the thread. */
+static void hasher_end(Hasher *h, int finish) {
+    if (h->started) {
+        if (finish && h->batches[h->filling].count > 0) hasher_hand_over(h);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&h->lock);
+        h->stop = 1;
+        pthread_cond_broadcast(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+        pthread_join(h->thread, NULL);
+        Py_END_ALLOW_THREADS
+        pthread_cond_destroy(&h->cond);
+        pthread_mutex_destroy(&h->lock);
+    }
+    for (int i = 0; i < 2; i++) {
+        PyMem_RawFree(h->batches[i].jobs);
+        PyMem_RawFree(h->batches[i].data);
+    }
+}
+
 static int check_flag(PyObject *flagged, PyObject *item) { return PyList_Append(flagged, item); }
 
 static int check_tick(PyObject *tick, Py_ssize_t count, Py_ssize_t every) {
@@ -2236,7 +2409,12 @@ static PyObject *check_records(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOn:check_records", &rows, &targets, &dropped, &tick, &every)) return NULL;
     CheckScope scope;
     if (check_scope_init(&scope, targets, dropped) < 0) return NULL;
-    PyObject *iterator = PyObject_GetIter(rows), *flagged = PyList_New(0), *item = NULL, *result = NULL;
+    Hasher hasher;
+    int hashed = 0;
+    PyObject *iterator = NULL, *flagged = NULL, *item = NULL, *result = NULL;
+    if (hasher_start(&hasher) < 0) goto done;
+    iterator = PyObject_GetIter(rows);
+    flagged = PyList_New(0);
     if (iterator == NULL || flagged == NULL) goto done;
     Py_ssize_t count = 0;
     CheckTarget *target = NULL;
@@ -2245,8 +2423,6 @@ static PyObject *check_records(PyObject *module, PyObject *args) {
     int have_cid = 0;
     char previous_head[MAX_RECORD_KEY];
     Py_ssize_t previous_length = -1;
-    uint64_t previous_hi = 0, previous_lo = 0;
-    int previous_live = 0;
     while ((item = PyIter_Next(iterator)) != NULL) {
         count++;
         if (check_tick(tick, count, every) < 0) goto done;
@@ -2282,36 +2458,21 @@ static PyObject *check_records(PyObject *module, PyObject *args) {
         acc[0]++;
         acc[1] += form_hash(row.form, row.form_length);
         if (row.seq <= target->current) { /* an open generation's version is no digest's */
-            if (row.head_length != previous_length || memcmp(k, previous_head, (size_t)row.head_length) != 0) {
+            int new_head = row.head_length != previous_length || memcmp(k, previous_head, (size_t)row.head_length);
+            if (new_head) {
                 memcpy(previous_head, k, (size_t)row.head_length);
                 previous_length = row.head_length;
-                previous_hi = previous_lo = 0;
-                previous_live = 0;
             }
-            uint64_t hi = 0, lo = 0;
-            int live = rl != 0 && (unsigned char)r[0] != 2;
-            if (live) {
-                Blake2b s;
-                b2_init(&s);
-                b2_update(&s, (const unsigned char *)row.form, (size_t)row.form_length);
-                b2_update(&s, (const unsigned char *)r, (size_t)rl);
-                b2_final(&s, &hi, &lo);
-            }
-            /* delta += hash - previous (mod 2^128) */
-            uint64_t dlo = lo - previous_lo, dhi = hi - previous_hi - (lo < previous_lo);
-            uint64_t sum_lo = acc[4] + dlo;
-            acc[5] += dhi + (sum_lo < dlo);
-            acc[4] = sum_lo;
-            acc[6] += (uint64_t)(live - previous_live);
-            previous_hi = hi;
-            previous_lo = lo;
-            previous_live = live;
+            if (hasher_add(&hasher, acc, new_head, row.form, row.form_length, r, rl) < 0) goto done;
         }
         Py_CLEAR(item);
     }
     if (PyErr_Occurred()) goto done;
+    hasher_end(&hasher, 1); /* every sum complete before the caller reads them */
+    hashed = 1;
     result = Py_BuildValue("(nO)", count, flagged);
 done:
+    if (!hashed) hasher_end(&hasher, 0);
     Py_XDECREF(item);
     Py_XDECREF(iterator);
     Py_XDECREF(flagged);
