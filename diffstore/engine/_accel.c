@@ -2480,6 +2480,23 @@ done:
     return result;
 }
 
+/* A run row's key (cid(u32) | seq(u64) | K, K at least 2 bytes), read once: the one place a ``changes`` or
+ * ``change_chunks`` row is parsed -- and where a per-row verification of it belongs. 0: its cid read, and
+ * its seq when the key holds one and a K (``whole``); -1: it is too short to name a collection. */
+typedef struct {
+    unsigned long long cid, seq;
+    int whole;
+} RunRow;
+
+static int read_run_row(const char *k, Py_ssize_t kl, RunRow *row) {
+    if (kl < 4) return -1;
+    row->cid = ((unsigned long long)(unsigned char)k[0] << 24) | ((unsigned long long)(unsigned char)k[1] << 16) |
+               ((unsigned long long)(unsigned char)k[2] << 8) | (unsigned char)k[3];
+    row->whole = kl >= 12 + 2;
+    row->seq = row->whole ? check_u64((const unsigned char *)k + 4) : 0;
+    return 0;
+}
+
 /* Whether a chunk's value holds strictly ascending forms from ``first`` (check_scan._sound_chunk of its
  * unpacked forms); its last form at *last. */
 static int chunk_sound(const char *first, Py_ssize_t first_length, const char *raw, Py_ssize_t rl, const char **last,
@@ -2529,23 +2546,23 @@ static PyObject *check_runs(PyObject *module, PyObject *args) {
         const char *k = PyBytes_AS_STRING(key), *r = PyBytes_AS_STRING(raw);
         Py_ssize_t kl = PyBytes_GET_SIZE(key), rl = PyBytes_GET_SIZE(raw);
         int flag = 0;
-        if (kl < 4) {
+        RunRow row;
+        if (read_run_row(k, kl, &row) < 0) {
             flag = 1;
         } else {
-            unsigned long long cid = check_u64((const unsigned char[8]){0, 0, 0, 0, k[0], k[1], k[2], k[3]});
-            if (!have_cid || cid != last_cid) {
+            if (!have_cid || row.cid != last_cid) {
                 target_flag = 0;
-                target = check_target(&scope, cid, &target_flag);
+                target = check_target(&scope, row.cid, &target_flag);
                 if (target_flag < 0) goto done;
-                last_cid = cid;
+                last_cid = row.cid;
                 have_cid = 1;
             }
             if (target == NULL) {
                 flag = target_flag;
-            } else if (kl < 12 + 2) {
+            } else if (!row.whole) {
                 flag = 1;
             } else {
-                Py_ssize_t at = check_bucket(target, check_u64((const unsigned char *)k + 4));
+                Py_ssize_t at = check_bucket(target, row.seq);
                 uint64_t *acc = target->acc + CHECK_FIELDS * at;
                 if (!chunked) {
                     acc[2]++;

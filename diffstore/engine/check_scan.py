@@ -17,9 +17,10 @@ The per-row loops have a compiled twin (``_accel.check_records``, ``_accel.check
 built: the same buckets (with its own hash of a form) and the same rows handed back. A row that breaks a
 rule of its own (its shape, its collection, its generation, its value; a chunk that does not unpack or
 overlaps the one before) is *flagged*: handed back to :func:`record_problems` and :func:`run_problems`,
-which name what is wrong -- one place for both loops, so their reports are the same. The row's parsing
-is one function in each (``read_record_row`` in C, :func:`parse_record_key` here): a per-row verification
-(a checksum) belongs there and in the flagged rows' rules.
+which name what is wrong -- one place for both loops, so their reports are the same. A row's parsing is
+one function in each loop (``read_record_row`` and ``read_run_row`` in C; :func:`parse_record_key` and
+the head of :func:`_runs` here): a per-row verification (a checksum) belongs there, flagging the row, and
+in :func:`record_problems` / :func:`run_problems`, naming what it found.
 """
 
 from __future__ import annotations
