@@ -18,6 +18,7 @@ from diffstore import Store, StoreConfig
 from diffstore.engine import check, check_scan, files, layout
 from diffstore.engine.meta import CollectionMeta
 from diffstore.engine.tables import Tables
+from tests.lived_in import live
 
 from .test_check import DAMAGE, build, damage
 
@@ -296,3 +297,35 @@ def test_digests_rederived_over_many_batches_and_values_larger_than_one_agree(
             stack.enter_context(python_only())
         found = [str(p) for p in check.check_directory(tmp_path / "s").problems]
     assert len(found) == 3 and all("the digest of generation" in line for line in found), found
+
+
+def test_a_lived_in_store_gets_the_same_report_with_and_without_the_accelerator(tmp_path: Path) -> None:
+    """History collected by GC, moved readers, deleted and re-created collections, an open generation,
+    phantoms, 1 MiB keys: sound with either loop; with a 1 MiB key's version and a run entry removed, each
+    names the same problems."""
+    with Store.open(tmp_path / "s", StoreConfig(background=False)) as store:
+        life = live(store)
+    report = check.check_directory(tmp_path / "s")
+    assert report.ok, report.problems
+    with python_only():
+        assert check.check_directory(tmp_path / "s").rows == report.rows
+
+    def harm(txn: lmdb.Transaction, tables: Tables) -> None:
+        meta = CollectionMeta.unpack(life.BIG, bytes(txn.get(life.BIG.encode(), db=tables.collections)))
+        cursor = txn.cursor(db=tables.records)
+        assert cursor.set_range(meta.records_prefix)
+        while not layout.is_long_form(layout.record_form(bytes(cursor.key()))):
+            assert cursor.next()
+        cursor.delete()  # the version of a long key
+        meta = CollectionMeta.unpack(life.SOURCE, bytes(txn.get(life.SOURCE.encode(), db=tables.collections)))
+        chunks = txn.cursor(db=tables.change_chunks)
+        run = layout.change_prefix(meta.cid_prefix, meta.generation_seq)
+        assert chunks.set_range(run) and bytes(chunks.key()).startswith(run)
+        chunks.delete()  # a run's chunk
+
+    damage(tmp_path / "s", harm)
+    found = [str(p) for p in check.check_directory(tmp_path / "s").problems]
+    with python_only():
+        assert [str(p) for p in check.check_directory(tmp_path / "s").problems] == found
+    assert any("has no record" in line for line in found), found
+    assert any("is missing from its generation's index" in line for line in found), found
