@@ -898,7 +898,9 @@ static PyObject *scan_step(DiffScan *self) {
                     return NULL;
                 }
             }
-        } else if (++self->idle > self->idle_limit) { /* sparse here: seeking the changed keys costs less */
+        } else if (++self->idle > self->idle_limit && /* sparse here: seeking the changed keys costs less */
+                   /* (not at ``stop``: that row is another collection's, and the scan ends at it below) */
+                   compare_bytes(k, kl, PyBytes_AS_STRING(self->stop), PyBytes_GET_SIZE(self->stop)) < 0) {
             int failed = hand_over(self, k + record_prefix_length(k), fl - record_prefix_length(k));
             Py_DECREF(pair);
             return failed ? NULL : out;
