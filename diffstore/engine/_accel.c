@@ -54,10 +54,10 @@
  *       ((records, sum), (records, sum)) of the versions a commit wrote and those they replaced, read
  *       through the cursor's set_key, value, prev and key: digests.record_commit's loop.
  *
- *   check_records(records_iter, targets, dropped, tick, every), check_runs(rows_iter, chunked, targets, ...)
+ *   check_records(records_iter, targets, dropped, sealed, tick, every), check_runs(rows_iter, chunked, ...)
  *       ``check``'s one pass over ``records`` and over a run table: per collection and generation, counts,
- *       sums of form hashes and the digests' deltas; the rows that break a rule of their own handed back
- *       (check_scan.py is the twin and says why).
+ *       sums of form hashes and the digests' deltas (of plain values); the rows that break a rule of their
+ *       own, a records row's seal included, handed back (check_scan.py is the twin and says why).
  *
  * See layout.py's docstring for the layout these loops read and write.
  *
