@@ -4,8 +4,10 @@ Every bad input is one line on stderr, a non-zero exit, and nothing changed."""
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import lmdb
@@ -115,6 +117,43 @@ def test_check_names_damage_of_the_history_cursor_and_replica_tables(tmp_path: P
         "cursors: 0 long cursors and 1 age rows are stored without a totals row",
         "replica: replica rows are stored, but no primary that they follow",
     ]
+
+
+def test_check_shows_a_progress_bar_of_rows_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal (stderr), rows read of every row (before: a spinner); stdout keeps the outcome."""
+    make_store(tmp_path / "s")
+    master, terminal = pty.openpty()
+    seen: list[bytes] = []
+
+    def read() -> None:  # all the while: a full terminal would block the bar
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the last end closed
+                return
+            if not chunk:
+                return
+            seen.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "diffstore", "check", "--data", str(tmp_path / "s")],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            timeout=DEADLINE_S,
+            env={**os.environ, "TERM": "xterm", "COLUMNS": "160"},
+        )
+    finally:
+        os.close(terminal)
+        reader.join(DEADLINE_S)
+        os.close(master)
+    # 115: the store's rows and its sealed mark (layout.SEALED_ROW)
+    assert done.returncode == 0 and "every invariant holds (115 rows in 19 tables)" in done.stdout
+    shown = b"".join(seen)
+    assert b"checking" in shown and b"115/115" in shown and b"rows" in shown, shown
 
 
 def test_check_bad_input_is_one_line(tmp_path: Path) -> None:

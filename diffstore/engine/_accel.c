@@ -54,6 +54,11 @@
  *       ((records, sum), (records, sum)) of the versions a commit wrote and those they replaced, read
  *       through the cursor's set_key, value, prev and key: digests.record_commit's loop.
  *
+ *   check_records(records_iter, targets, dropped, sealed, tick, every), check_runs(rows_iter, chunked, ...)
+ *       ``check``'s one pass over ``records`` and over a run table: per collection and generation, counts,
+ *       sums of form hashes and the digests' deltas (of plain values); the rows that break a rule of their
+ *       own, a records row's seal included, handed back (check_scan.py is the twin and says why).
+ *
  * See layout.py's docstring for the layout these loops read and write.
  *
  * ``SOURCE`` is the digest of this file that setup.py passed to the build: layout.py does not use a build
@@ -65,6 +70,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -231,23 +237,25 @@ static void raise_corrupt(PyObject *record_key) {
     Py_DECREF(error);
 }
 
-/* Whether the sealed value ``raw`` stored under ``record_key`` matches its checksum (layout.unseal): 1, or
- * 0 with CorruptRecord raised. */
-static int seal_holds(PyObject *record_key, PyObject *raw) {
-    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(raw);
-    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+/* Whether the sealed value ``r`` (``n`` bytes, its first at least SEALED) stored under the records key ``k``
+ * matches its checksum (not layout.seal_fails): reads (seal_holds) and check (read_record_row) ask here. */
+static int seal_matches(const unsigned char *k, Py_ssize_t kl, const unsigned char *r, Py_ssize_t n) {
+    if (n < 5 || r[0] > (SEALED | 3) || (r[0] == SEALED && n != 5)) return 0;
     unsigned char tag = (unsigned char)(r[0] & 0x0f);
-    if (n < 5 || r[0] > (SEALED | 3) || (r[0] == SEALED && n != 5)) {
-        raise_corrupt(record_key);
-        return 0;
-    }
-    uint32_t crc = crc32_update(0, (const unsigned char *)PyBytes_AS_STRING(record_key), PyBytes_GET_SIZE(record_key));
+    uint32_t crc = crc32_update(0, k, kl);
     if (r[0] != SEALED) {
         crc = crc32_update(crc, &tag, 1);
         crc = crc32_update(crc, r + 5, n - 5);
     }
     uint32_t stored = (uint32_t)r[1] << 24 | (uint32_t)r[2] << 16 | (uint32_t)r[3] << 8 | r[4];
-    if (crc != stored) {
+    return crc == stored;
+}
+
+/* Whether the sealed value ``raw`` stored under ``record_key`` matches its checksum (layout.unseal): 1, or
+ * 0 with CorruptRecord raised. */
+static int seal_holds(PyObject *record_key, PyObject *raw) {
+    if (!seal_matches((const unsigned char *)PyBytes_AS_STRING(record_key), PyBytes_GET_SIZE(record_key),
+                      (const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))) {
         raise_corrupt(record_key);
         return 0;
     }
@@ -890,7 +898,9 @@ static PyObject *scan_step(DiffScan *self) {
                     return NULL;
                 }
             }
-        } else if (++self->idle > self->idle_limit) { /* sparse here: seeking the changed keys costs less */
+        } else if (++self->idle > self->idle_limit && /* sparse here: seeking the changed keys costs less */
+                   /* (not at ``stop``: that row is another collection's, and the scan ends at it below) */
+                   compare_bytes(k, kl, PyBytes_AS_STRING(self->stop), PyBytes_GET_SIZE(self->stop)) < 0) {
             int failed = hand_over(self, k + record_prefix_length(k), fl - record_prefix_length(k));
             Py_DECREF(pair);
             return failed ? NULL : out;
@@ -2155,6 +2165,648 @@ done:
     return result;
 }
 
+/* --- check's scan of records and of the generations' runs (check_scan.py: its twin, and what it is for) ---
+ *
+ *   check_records(rows_iter, targets, dropped, sealed, tick, every), check_runs(rows_iter, chunked, targets,
+ *                 dropped, tick, every)
+ *       One pass over the rows of ``records`` (or of ``changes``, ``change_chunks``): per live collection
+ *       (``targets``: (cid, current seq, open seq or -1, its registered seqs as u64 big-endian, a bytearray of
+ *       CHECK_FIELDS u64s per bucket)) the buckets' counts, form-hash sums and digest deltas added into the
+ *       bytearray; (rows read, the rows handed back) where a row breaks a rule of its own. ``tick(rows)``
+ *       every ``every`` rows. check_records verifies each row's seal: a plain row is one to hand back in a
+ *       ``sealed`` store (layout.SEALED_ROW), else counted: it returns (rows read, handed back, plain rows);
+ *       and it hashes the plain values into the digests. */
+
+#define CHECK_FIELDS 8 /* per bucket: records, their sum, entries, their sum, delta lo, hi, counted, unused */
+
+typedef struct {
+    unsigned long long cid;
+    unsigned long long current;
+    long long open; /* -1: none */
+    PyObject *held;            /* the bytes of ``seqs``, held: the caller's list may let go of them */
+    const unsigned char *seqs; /* u64 big-endian, ascending */
+    Py_ssize_t count;          /* of seqs: the stray bucket is ``count`` */
+    uint64_t *acc;
+} CheckTarget;
+
+typedef struct {
+    CheckTarget *targets; /* ascending cid */
+    Py_ssize_t count;
+    PyObject *dropped;
+    Py_buffer *views;
+    Py_ssize_t viewed, held; /* buffers got, seqs held (of the first targets) */
+} CheckScope;
+
+static uint64_t check_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+/* A form's 64-bit hash for the buckets' sums (any good mix: both sides of a bucket are summed here). */
+static uint64_t form_hash(const char *p, Py_ssize_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)n * 0xc2b2ae3d27d4eb4fULL);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, (size_t)n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 29;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 32;
+    return h;
+}
+
+static void check_scope_free(CheckScope *scope) {
+    for (Py_ssize_t i = 0; i < scope->viewed; i++) PyBuffer_Release(&scope->views[i]);
+    for (Py_ssize_t i = 0; scope->targets != NULL && i < scope->held; i++) Py_DECREF(scope->targets[i].held);
+    PyMem_Free(scope->views);
+    PyMem_Free(scope->targets);
+}
+
+static int check_target_order(const void *a, const void *b) {
+    unsigned long long x = ((const CheckTarget *)a)->cid, y = ((const CheckTarget *)b)->cid;
+    return (x > y) - (x < y);
+}
+
+static int check_scope_init(CheckScope *scope, PyObject *targets, PyObject *dropped) {
+    memset(scope, 0, sizeof *scope);
+    if (!PyList_Check(targets) || !PyAnySet_Check(dropped)) {
+        PyErr_SetString(PyExc_TypeError, "check: targets is a list, dropped a set");
+        return -1;
+    }
+    scope->dropped = dropped;
+    Py_ssize_t n = PyList_GET_SIZE(targets);
+    scope->targets = PyMem_Calloc((size_t)(n ? n : 1), sizeof(CheckTarget));
+    scope->views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
+    if (scope->targets == NULL || scope->views == NULL) {
+        PyErr_NoMemory();
+        check_scope_free(scope);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        CheckTarget *t = &scope->targets[i];
+        PyObject *seqs, *acc;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(targets, i), "KKLO!O!", &t->cid, &t->current, &t->open, &PyBytes_Type,
+                              &seqs, &PyByteArray_Type, &acc) ||
+            PyObject_GetBuffer(acc, &scope->views[i], PyBUF_WRITABLE) < 0) {
+            check_scope_free(scope);
+            return -1;
+        }
+        scope->viewed++;
+        Py_INCREF(seqs);
+        t->held = seqs;
+        scope->held++;
+        t->seqs = (const unsigned char *)PyBytes_AS_STRING(seqs);
+        t->count = PyBytes_GET_SIZE(seqs) / 8;
+        if (scope->views[i].len != (Py_ssize_t)(8 * CHECK_FIELDS * (t->count + 1))) {
+            PyErr_SetString(PyExc_ValueError, "check: an accumulator of the wrong size");
+            check_scope_free(scope);
+            return -1;
+        }
+        t->acc = scope->views[i].buf;
+    }
+    qsort(scope->targets, (size_t)n, sizeof(CheckTarget), check_target_order);
+    scope->count = n;
+    return 0;
+}
+
+/* The target of ``cid``; NULL with *flag 0 for a deleted collection, 1 for one neither live nor deleted. */
+static CheckTarget *check_target(CheckScope *scope, unsigned long long cid, int *flag) {
+    Py_ssize_t low = 0, high = scope->count;
+    while (low < high) {
+        Py_ssize_t mid = (low + high) / 2;
+        if (scope->targets[mid].cid < cid) low = mid + 1;
+        else high = mid;
+    }
+    if (low < scope->count && scope->targets[low].cid == cid) return &scope->targets[low];
+    PyObject *number = PyLong_FromUnsignedLongLong(cid);
+    if (number == NULL) {
+        *flag = -1;
+        return NULL;
+    }
+    int found = PySet_Contains(scope->dropped, number);
+    Py_DECREF(number);
+    *flag = found < 0 ? -1 : !found;
+    return NULL;
+}
+
+/* The bucket of ``seq`` in ``t``: the index of the registered seq, or ``t->count`` (stray). */
+static Py_ssize_t check_bucket(const CheckTarget *t, unsigned long long seq) {
+    Py_ssize_t low = 0, high = t->count;
+    while (low < high) {
+        Py_ssize_t mid = (low + high) / 2;
+        if (check_u64(t->seqs + 8 * mid) < seq) low = mid + 1;
+        else high = mid;
+    }
+    return low < t->count && check_u64(t->seqs + 8 * low) == seq ? low : t->count;
+}
+
+/* A records row, read once (check_scan.read_record_row): the one place a row is parsed and its seal
+ * verified. */
+typedef struct {
+    unsigned long long cid, seq;
+    const char *form;
+    Py_ssize_t form_length, head_length;
+    int seal;         /* ROW_SEALED, ROW_PLAIN (no checksum: written before them) or ROW_SEAL_FAILS */
+    int tag;          /* the plain value (layout.plain): its tag, -1 when it is empty (b""), */
+    const char *body; /* and what follows the tag */
+    Py_ssize_t body_length;
+} RecordRow;
+
+#define ROW_SEALED 0
+#define ROW_PLAIN 1
+#define ROW_SEAL_FAILS 2
+
+/* 0: ``key`` is a records key in its one encoding (no leading zero byte in its cid or seq), read into
+ * ``row`` with its value ``raw`` (check_scan.read_record_row); -1: it is not. */
+static int read_record_row(const char *key, Py_ssize_t kl, const char *raw, Py_ssize_t rl, RecordRow *row) {
+    if (!is_record_key(key, kl)) return -1;
+    int n = (unsigned char)key[0], m = (unsigned char)key[kl - 1];
+    Py_ssize_t head = kl - 2 - m;
+    if ((n > 1 && key[1] == 0) || (m > 1 && key[head + 1] == 0)) return -1;
+    row->cid = 0;
+    for (int i = 1; i <= n; i++) row->cid = (row->cid << 8) | (unsigned char)key[i];
+    row->seq = read_record_seq(key + head);
+    row->form = key + 1 + n;
+    row->form_length = head - 1 - n;
+    row->head_length = head;
+    unsigned char first = rl > 0 ? (unsigned char)raw[0] : 0;
+    row->tag = -1;
+    row->body = raw;
+    row->body_length = 0;
+    if (rl == 0 || first < SEALED) {
+        row->seal = ROW_PLAIN;
+        if (rl > 0) {
+            row->tag = first;
+            row->body = raw + 1;
+            row->body_length = rl - 1;
+        }
+        return 0;
+    }
+    row->seal = seal_matches((const unsigned char *)key, kl, (const unsigned char *)raw, rl) ? ROW_SEALED
+                                                                                            : ROW_SEAL_FAILS;
+    if (first != SEALED) { /* layout.plain, which reads a damaged one alike */
+        row->tag = first & 0x0f;
+        row->body = raw + (rl > 5 ? 5 : rl);
+        row->body_length = rl > 5 ? rl - 5 : 0;
+    }
+    return 0;
+}
+
+static int has_long_mark(const char *f, Py_ssize_t fl) {
+    for (Py_ssize_t i = 0; i + 1 < fl; i++)
+        if (f[i] == 0 && f[i + 1] == 1) return 1;
+    return 0;
+}
+
+/* Whether a record's plain value is sound for its form (check_scan._record_value_problem is None). */
+static int record_value_sound(const RecordRow *row) {
+    const char *f = row->form, *body = row->body;
+    Py_ssize_t fl = row->form_length, bl = row->body_length;
+    int long_form = has_long_mark(f, fl);
+    if (!long_form) {
+        if (fl < 2 || f[fl - 1] != 0 || f[fl - 2] != 0) return 0;
+        return row->tag < 0 || row->tag == 1;
+    }
+    if (bl < 3 || (row->tag != 2 && row->tag != 3)) return 0;
+    Py_ssize_t length = ((Py_ssize_t)(unsigned char)body[0] << 16) | ((unsigned char)body[1] << 8) |
+                        (unsigned char)body[2];
+    if (length > bl - 3) length = bl - 3;
+    const char *k = body + 3;
+    char built[2 * LONG_KEY_PREFIX + 2 + 16];
+    char *end;
+    if (length <= LONG_KEY_PREFIX) {
+        end = short_form_into(built, k, length);
+    } else {
+        Blake2b s;
+        uint64_t hi, lo;
+        b2_init(&s);
+        b2_update(&s, (const unsigned char *)k, (size_t)length);
+        b2_final(&s, &hi, &lo);
+        end = escape_into(built, k, LONG_KEY_PREFIX);
+        *end++ = 0;
+        *end++ = 1;
+        for (int i = 7; i >= 0; i--) *end++ = (char)(hi >> (8 * i));
+        for (int i = 7; i >= 0; i--) *end++ = (char)(lo >> (8 * i));
+    }
+    return end - built == fl && memcmp(built, f, (size_t)fl) == 0;
+}
+
+/* The digests' share of check_records -- a BLAKE2b per live version, as much work as reading the row --
+ * runs in a thread of its own beside the loop that reads the rows (which holds the GIL for the cursor),
+ * fed batches of copied rows in the order read; it keeps no Python object and ends before the call
+ * returns. Where no thread can be started the rows are hashed in the loop, with the same sums. */
+
+#define HASH_BATCH_JOBS 4096
+#define HASH_BATCH_BYTES (1 << 20)
+
+typedef struct {
+    uint64_t *acc;             /* the bucket's fields (delta lo, hi and counted are the hasher's alone) */
+    size_t at;                 /* where form | raw begins in the batch's data */
+    Py_ssize_t form_length, raw_length;
+    int new_head;              /* the first version of its key the digests see: nothing before it */
+} HashJob;
+
+typedef struct {
+    HashJob *jobs;
+    Py_ssize_t count;
+    unsigned char *data;
+    size_t used, size;
+} HashBatch;
+
+typedef struct {
+    pthread_t thread;
+    int started, stop, ready; /* ready: the batch handed to the thread and not done yet, -1: none */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    HashBatch batches[2];
+    int filling; /* the batch the loop fills */
+    uint64_t previous_hi, previous_lo; /* the hash of the version before (0: none or a tombstone) */
+    int previous_live;
+} Hasher;
+
+/* delta += hash - previous (mod 2^128), counted += live - previous live: digests.recompute's sums. */
+static void hash_job(Hasher *h, const HashJob *job, const unsigned char *data) {
+    if (job->new_head) {
+        h->previous_hi = h->previous_lo = 0;
+        h->previous_live = 0;
+    }
+    const unsigned char *raw = data + job->form_length;
+    uint64_t hi = 0, lo = 0;
+    int live = job->raw_length != 0 && raw[0] != 2;
+    if (live) {
+        Blake2b s;
+        b2_init(&s);
+        b2_update(&s, data, (size_t)(job->form_length + job->raw_length));
+        b2_final(&s, &hi, &lo);
+    }
+    uint64_t *acc = job->acc;
+    uint64_t dlo = lo - h->previous_lo, dhi = hi - h->previous_hi - (lo < h->previous_lo);
+    uint64_t sum_lo = acc[4] + dlo;
+    acc[5] += dhi + (sum_lo < dlo);
+    acc[4] = sum_lo;
+    acc[6] += (uint64_t)(live - h->previous_live);
+    h->previous_hi = hi;
+    h->previous_lo = lo;
+    h->previous_live = live;
+}
+
+static void hash_batch(Hasher *h, HashBatch *b) {
+    for (Py_ssize_t i = 0; i < b->count; i++) hash_job(h, &b->jobs[i], b->data + b->jobs[i].at);
+    b->count = 0;
+    b->used = 0;
+}
+
+static void *hasher_run(void *arg) {
+    Hasher *h = arg;
+    pthread_mutex_lock(&h->lock);
+    for (;;) {
+        while (h->ready < 0 && !h->stop) pthread_cond_wait(&h->cond, &h->lock);
+        if (h->ready < 0) break; /* stopped, nothing left */
+        HashBatch *b = &h->batches[h->ready];
+        pthread_mutex_unlock(&h->lock);
+        hash_batch(h, b);
+        pthread_mutex_lock(&h->lock);
+        h->ready = -1;
+        pthread_cond_broadcast(&h->cond);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+static int hasher_start(Hasher *h) {
+    memset(h, 0, sizeof *h);
+    h->ready = -1;
+    for (int i = 0; i < 2; i++) {
+        h->batches[i].jobs = PyMem_RawMalloc(HASH_BATCH_JOBS * sizeof(HashJob));
+        h->batches[i].data = PyMem_RawMalloc(HASH_BATCH_BYTES);
+        h->batches[i].size = HASH_BATCH_BYTES;
+        if (h->batches[i].jobs == NULL || h->batches[i].data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    if (pthread_mutex_init(&h->lock, NULL) != 0) return 0; /* no thread: hashed in the loop */
+    if (pthread_cond_init(&h->cond, NULL) != 0) {
+        pthread_mutex_destroy(&h->lock);
+        return 0;
+    }
+    if (pthread_create(&h->thread, NULL, hasher_run, h) != 0) {
+        pthread_cond_destroy(&h->cond);
+        pthread_mutex_destroy(&h->lock);
+        return 0;
+    }
+    h->started = 1;
+    return 0;
+}
+
+/* Hands the batch being filled to the thread, once it is done with the one before (waiting without the
+ * GIL), and fills the other. */
+static void hasher_hand_over(Hasher *h) {
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&h->lock);
+    while (h->ready >= 0) pthread_cond_wait(&h->cond, &h->lock);
+    h->ready = h->filling;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    Py_END_ALLOW_THREADS
+    h->filling ^= 1;
+}
+
+/* Adds a version to hash (a copy of form | its plain value: the digests hash no seal): in the batch, or at
+ * once without a thread. */
+static int hasher_add(Hasher *h, uint64_t *acc, int new_head, const RecordRow *row) {
+    HashBatch *b = &h->batches[h->filling];
+    Py_ssize_t fl = row->form_length, rl = row->tag < 0 ? 0 : 1 + row->body_length;
+    size_t need = (size_t)(fl + rl);
+    if (h->started && b->count > 0 && (b->count == HASH_BATCH_JOBS || b->used + need > b->size)) {
+        hasher_hand_over(h);
+        b = &h->batches[h->filling];
+    }
+    if (b->used + need > b->size) { /* one version larger than a batch */
+        unsigned char *grown = PyMem_RawRealloc(b->data, b->used + need);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->size = b->used + need;
+    }
+    HashJob *job = &b->jobs[b->count++];
+    job->acc = acc;
+    job->at = b->used;
+    job->form_length = fl;
+    job->raw_length = rl;
+    job->new_head = new_head;
+    unsigned char *out = b->data + b->used;
+    memcpy(out, row->form, (size_t)fl);
+    if (rl > 0) {
+        out[fl] = (unsigned char)row->tag;
+        memcpy(out + fl + 1, row->body, (size_t)row->body_length);
+    }
+    b->used += need;
+    if (!h->started) hash_batch(h, b);
+    return 0;
+}
+
+/* Hashes what is left (``finish``; else drops it: an error ends the scan) and ends the thread. */
+static void hasher_end(Hasher *h, int finish) {
+    if (h->started) {
+        if (finish && h->batches[h->filling].count > 0) hasher_hand_over(h);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&h->lock);
+        h->stop = 1;
+        pthread_cond_broadcast(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+        pthread_join(h->thread, NULL);
+        Py_END_ALLOW_THREADS
+        pthread_cond_destroy(&h->cond);
+        pthread_mutex_destroy(&h->lock);
+    }
+    for (int i = 0; i < 2; i++) {
+        PyMem_RawFree(h->batches[i].jobs);
+        PyMem_RawFree(h->batches[i].data);
+    }
+}
+
+static int check_flag(PyObject *flagged, PyObject *item) { return PyList_Append(flagged, item); }
+
+static int check_tick(PyObject *tick, Py_ssize_t count, Py_ssize_t every) {
+    if (every <= 0 || count % every) return 0;
+    PyObject *r = PyObject_CallFunction(tick, "n", count);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *check_records(PyObject *module, PyObject *args) {
+    PyObject *rows, *targets, *dropped, *tick;
+    int sealed;
+    Py_ssize_t every;
+    if (!PyArg_ParseTuple(args, "OOOpOn:check_records", &rows, &targets, &dropped, &sealed, &tick, &every))
+        return NULL;
+    CheckScope scope;
+    if (check_scope_init(&scope, targets, dropped) < 0) return NULL;
+    Hasher hasher;
+    int hashed = 0;
+    PyObject *iterator = NULL, *flagged = NULL, *item = NULL, *result = NULL;
+    if (hasher_start(&hasher) < 0) goto done;
+    iterator = PyObject_GetIter(rows);
+    flagged = PyList_New(0);
+    if (iterator == NULL || flagged == NULL) goto done;
+    Py_ssize_t count = 0, unsealed = 0;
+    CheckTarget *target = NULL;
+    int target_flag = 0;
+    unsigned long long last_cid = 0;
+    int have_cid = 0;
+    char previous_head[MAX_RECORD_KEY];
+    Py_ssize_t previous_length = -1;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        count++;
+        if (check_tick(tick, count, every) < 0) goto done;
+        PyObject *key, *raw;
+        if (bytes_pair(item, &key, &raw, "check_records") < 0) goto done;
+        const char *k = PyBytes_AS_STRING(key);
+        Py_ssize_t kl = PyBytes_GET_SIZE(key);
+        RecordRow row;
+        if (read_record_row(k, kl, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), &row) < 0) {
+            if (check_flag(flagged, item) < 0) goto done;
+            Py_CLEAR(item);
+            continue;
+        }
+        /* a plain row was written before checksums (counted for the note), unless the store is sealed */
+        int seal_bad = row.seal == ROW_SEAL_FAILS || (row.seal == ROW_PLAIN && sealed);
+        unsealed += row.seal == ROW_PLAIN && !sealed;
+        if (!have_cid || row.cid != last_cid) {
+            target_flag = 0;
+            target = check_target(&scope, row.cid, &target_flag);
+            if (target_flag < 0) goto done;
+            last_cid = row.cid;
+            have_cid = 1;
+        }
+        if (target == NULL) { /* a deleted collection's row (the purge's to remove) is not checked */
+            if (target_flag && check_flag(flagged, item) < 0) goto done;
+            Py_CLEAR(item);
+            continue;
+        }
+        Py_ssize_t at = check_bucket(target, row.seq);
+        int open = target->open >= 0 && row.seq == (unsigned long long)target->open;
+        if (seal_bad || at == target->count || (row.seq > target->current && !open) || !record_value_sound(&row)) {
+            if (check_flag(flagged, item) < 0) goto done;
+        }
+        uint64_t *acc = target->acc + CHECK_FIELDS * at;
+        acc[0]++;
+        acc[1] += form_hash(row.form, row.form_length);
+        if (row.seq <= target->current) { /* an open generation's version is no digest's */
+            int new_head = row.head_length != previous_length || memcmp(k, previous_head, (size_t)row.head_length);
+            if (new_head) {
+                memcpy(previous_head, k, (size_t)row.head_length);
+                previous_length = row.head_length;
+            }
+            if (hasher_add(&hasher, acc, new_head, &row) < 0) goto done;
+        }
+        Py_CLEAR(item);
+    }
+    if (PyErr_Occurred()) goto done;
+    hasher_end(&hasher, 1); /* every sum complete before the caller reads them */
+    hashed = 1;
+    result = Py_BuildValue("(nOn)", count, flagged, unsealed);
+done:
+    if (!hashed) hasher_end(&hasher, 0);
+    Py_XDECREF(item);
+    Py_XDECREF(iterator);
+    Py_XDECREF(flagged);
+    check_scope_free(&scope);
+    return result;
+}
+
+/* A run row's key (cid(u32) | seq(u64) | K, K at least 2 bytes), read once: the one place a ``changes`` or
+ * ``change_chunks`` row is parsed -- and where a per-row verification of it belongs. 0: its cid read, and
+ * its seq when the key holds one and a K (``whole``); -1: it is too short to name a collection. */
+typedef struct {
+    unsigned long long cid, seq;
+    int whole;
+} RunRow;
+
+static int read_run_row(const char *k, Py_ssize_t kl, RunRow *row) {
+    if (kl < 4) return -1;
+    row->cid = ((unsigned long long)(unsigned char)k[0] << 24) | ((unsigned long long)(unsigned char)k[1] << 16) |
+               ((unsigned long long)(unsigned char)k[2] << 8) | (unsigned char)k[3];
+    row->whole = kl >= 12 + 2;
+    row->seq = row->whole ? check_u64((const unsigned char *)k + 4) : 0;
+    return 0;
+}
+
+/* Whether a chunk's value holds strictly ascending forms from ``first`` (check_scan._sound_chunk of its
+ * unpacked forms); its last form at *last. */
+static int chunk_sound(const char *first, Py_ssize_t first_length, const char *raw, Py_ssize_t rl, const char **last,
+                       Py_ssize_t *last_length, Py_ssize_t *forms) {
+    Py_ssize_t at = 0, n = 0;
+    const char *previous = NULL;
+    Py_ssize_t previous_length = 0;
+    while (at < rl) {
+        if (rl - at < 2) return 0;
+        Py_ssize_t length = ((unsigned char)raw[at] << 8) | (unsigned char)raw[at + 1];
+        if (rl - at - 2 < length) return 0;
+        const char *form = raw + at + 2;
+        if (n == 0 ? compare_bytes(form, length, first, first_length) != 0
+                   : compare_bytes(previous, previous_length, form, length) >= 0)
+            return 0;
+        previous = form;
+        previous_length = length;
+        n++;
+        at += 2 + length;
+    }
+    *last = previous;
+    *last_length = previous_length;
+    *forms = n;
+    return n > 0;
+}
+
+static PyObject *check_runs(PyObject *module, PyObject *args) {
+    PyObject *rows, *targets, *dropped, *tick;
+    int chunked;
+    Py_ssize_t every;
+    if (!PyArg_ParseTuple(args, "OpOOOn:check_runs", &rows, &chunked, &targets, &dropped, &tick, &every)) return NULL;
+    CheckScope scope;
+    if (check_scope_init(&scope, targets, dropped) < 0) return NULL;
+    PyObject *iterator = PyObject_GetIter(rows), *flagged = PyList_New(0), *item = NULL, *result = NULL;
+    PyObject *previous = Py_None; /* (run, last form) of the sound chunk before, or None */
+    Py_INCREF(previous);
+    if (iterator == NULL || flagged == NULL) goto done;
+    Py_ssize_t count = 0;
+    CheckTarget *target = NULL;
+    int target_flag = 0, have_cid = 0;
+    unsigned long long last_cid = 0;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        count++;
+        if (check_tick(tick, count, every) < 0) goto done;
+        PyObject *key, *raw;
+        if (bytes_pair(item, &key, &raw, "check_runs") < 0) goto done;
+        const char *k = PyBytes_AS_STRING(key), *r = PyBytes_AS_STRING(raw);
+        Py_ssize_t kl = PyBytes_GET_SIZE(key), rl = PyBytes_GET_SIZE(raw);
+        int flag = 0;
+        RunRow row;
+        if (read_run_row(k, kl, &row) < 0) {
+            flag = 1;
+        } else {
+            if (!have_cid || row.cid != last_cid) {
+                target_flag = 0;
+                target = check_target(&scope, row.cid, &target_flag);
+                if (target_flag < 0) goto done;
+                last_cid = row.cid;
+                have_cid = 1;
+            }
+            if (target == NULL) {
+                flag = target_flag;
+            } else if (!row.whole) {
+                flag = 1;
+            } else {
+                Py_ssize_t at = check_bucket(target, row.seq);
+                uint64_t *acc = target->acc + CHECK_FIELDS * at;
+                if (!chunked) {
+                    acc[2]++;
+                    acc[3] += form_hash(k + 12, kl - 12);
+                } else {
+                    const char *last;
+                    Py_ssize_t last_length, forms;
+                    if (!chunk_sound(k + 12, kl - 12, r, rl, &last, &last_length, &forms)) {
+                        flag = 1;
+                    } else {
+                        if (previous != Py_None) {
+                            PyObject *run = PyTuple_GET_ITEM(previous, 0), *end = PyTuple_GET_ITEM(previous, 1);
+                            if (memcmp(PyBytes_AS_STRING(run), k, 12) == 0 &&
+                                compare_bytes(PyBytes_AS_STRING(end), PyBytes_GET_SIZE(end), k + 12, kl - 12) >= 0) {
+                                PyObject *entry = PyTuple_Pack(3, key, raw, previous);
+                                if (entry == NULL || check_flag(flagged, entry) < 0) {
+                                    Py_XDECREF(entry);
+                                    goto done;
+                                }
+                                Py_DECREF(entry);
+                            }
+                        }
+                        PyObject *next = Py_BuildValue("(y#y#)", k, (Py_ssize_t)12, last, last_length);
+                        if (next == NULL) goto done;
+                        Py_SETREF(previous, next);
+                        acc[2] += (uint64_t)forms;
+                        Py_ssize_t at2 = 0;
+                        while (at2 < rl) {
+                            Py_ssize_t length = ((unsigned char)r[at2] << 8) | (unsigned char)r[at2 + 1];
+                            acc[3] += form_hash(r + at2 + 2, length);
+                            at2 += 2 + length;
+                        }
+                    }
+                }
+            }
+        }
+        if (flag) {
+            PyObject *entry = PyTuple_Pack(3, key, raw, previous);
+            if (entry == NULL || check_flag(flagged, entry) < 0) {
+                Py_XDECREF(entry);
+                goto done;
+            }
+            Py_DECREF(entry);
+        }
+        Py_CLEAR(item);
+    }
+    if (PyErr_Occurred()) goto done;
+    result = Py_BuildValue("(nO)", count, flagged);
+done:
+    Py_XDECREF(item);
+    Py_XDECREF(iterator);
+    Py_XDECREF(flagged);
+    Py_XDECREF(previous);
+    check_scope_free(&scope);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sorted_short_rows", sorted_short_rows, METH_VARARGS,
      "The records and changes rows of sorted short (key, value) pairs, or None."},
@@ -2165,6 +2817,8 @@ static PyMethodDef methods[] = {
     {"digest_pairs", digest_pairs, METH_O, "(live records, sum mod 2^128) of (form, raw) pairs (digests.py)."},
     {"digest_rows", digest_rows, METH_VARARGS, "(live records, sum mod 2^128) of a seq's rows (digests.py)."},
     {"digest_changes", digest_changes, METH_VARARGS, "The sums of a commit's written and replaced versions."},
+    {"check_records", check_records, METH_VARARGS, "check's pass over records (see check_scan.py)."},
+    {"check_runs", check_runs, METH_VARARGS, "check's pass over changes or change_chunks (see check_scan.py)."},
     {NULL, NULL, 0, NULL},
 };
 

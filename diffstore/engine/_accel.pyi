@@ -101,3 +101,19 @@ def digest_rows(records: Any, prefix: bytes, encoded: bytes) -> tuple[int, int]:
 def digest_changes(
     cursor: Any, prefix: bytes, forms: Iterator[bytes], encoded: bytes, replaces: bool
 ) -> tuple[tuple[int, int], tuple[int, int]]: ...
+def check_records(
+    rows: Iterator[tuple[bytes, bytes]],
+    targets: list[tuple[int, int, int, bytes, bytearray]],
+    dropped: set[int],
+    sealed: bool,
+    tick: Callable[[int], None],
+    every: int,
+) -> tuple[int, list[tuple[bytes, bytes]], int]: ...
+def check_runs(
+    rows: Iterator[tuple[bytes, bytes]],
+    chunked: bool,
+    targets: list[tuple[int, int, int, bytes, bytearray]],
+    dropped: set[int],
+    tick: Callable[[int], None],
+    every: int,
+) -> tuple[int, list[tuple[bytes, bytes, tuple[bytes, bytes] | None]]]: ...

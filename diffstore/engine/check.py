@@ -1,8 +1,13 @@
 """``diffstore check``: every invariant of the storage layout (``layout.py``), verified in one read snapshot.
 
 It runs on a live store (one read transaction: a consistent state, and writers go on meanwhile) and on a
-backup. It reads every row of every table once, and looks rows up in the others; memory holds each
-collection's generation table and the set of live and deleted collection ids, never the records.
+backup. It reads every row of every table once, and looks rows of the small tables up in the others;
+``records`` and the runs (``changes``, ``change_chunks``) are matched by per-generation counts and sums,
+not by a look-up per row (``check_scan.py``, with a compiled twin). Memory holds each collection's
+generation table and the set of live and deleted collection ids, never the records.
+
+Every row of every table but those three is read through ``_Checker._rows``, and every row of those three
+in ``check_scan`` (``read_record_row`` in ``_accel.c`` for records): where a per-row verification belongs.
 
 The invariants, table by table (a ``cid`` is *live* when a ``collections`` row holds it, *dropped* when
 ``dropped`` holds it: a deleted collection whose rows the background purge has not removed yet):
@@ -16,10 +21,10 @@ The invariants, table by table (a ``cid`` is *live* when a ``collections`` row h
 - ``gens``/``gen_ids``: the two directions agree row for row; ids ascend with seqs; every registered
   generation is committed (seq <= current) or the open one; the current and open ones are registered.
 - ``records``: every sealed value matches its checksum, and a plain one is legal only while the store
-  predates checksums (``check_rows.py``); every row's cid is live or dropped; for a live one its seq is
-  registered and committed or open (no record of an aborted or unknown generation), its value decodes,
-  a long key's form matches the key it holds, and its generation's run (``changes`` or
-  ``change_chunks``) holds its key.
+  predates checksums (``check_rows.py``, verified as the scan reads the row); every row's cid is live or
+  dropped; for a live one its seq is registered and committed or open (no record of an aborted or unknown
+  generation), its value decodes, a long key's form matches the key it holds, and its generation's run
+  (``changes`` or ``change_chunks``) holds its key.
 - ``changes``, ``change_chunks``: every entry has its record; a chunk holds ascending forms from its
   first, overlaps no other chunk of its generation, and none of its forms also has a ``changes`` row; the
   open generation's entries number at least one and at most ``next_count`` when it has writes, none when
@@ -58,6 +63,7 @@ import msgpack
 
 from diffstore.engine import (
     check_rows,
+    check_scan,
     cursor_spill,
     digests,
     files,
@@ -103,15 +109,20 @@ class _Collection:
     open_changes: int = 0
     changes: dict[int, int] = field(default_factory=dict)  # seq -> its rows in ``changes``
     commit_rows: set[int] = field(default_factory=set)  # seqs with a ``commits`` row
+    scanned: check_scan.Target | None = None  # what the scan of records and runs counted
 
 
 def check(
-    txn: lmdb.Transaction, tables: Tables, on_problem: Callable[[Problem], None] | None = None
+    txn: lmdb.Transaction,
+    tables: Tables,
+    on_problem: Callable[[Problem], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Report:
     """Checks every invariant of the module docstring in ``txn``.
 
     Args:
         on_problem: called with each problem as it is found (to print it at once).
+        progress: called now and then with the rows read so far and the rows of every table.
     """
     report = Report()
 
@@ -122,6 +133,9 @@ def check(
             on_problem(problem)
 
     checker = _Checker(txn, tables, bad, report.rows, report.notes)
+    if progress is not None:
+        total = sum(txn.stat(getattr(tables, table.decode()))["entries"] for table in layout.TABLES)
+        checker.progress = lambda done: progress(done, total)
     checker.run()
     return report
 
@@ -139,7 +153,8 @@ class _Checker:
         self.live: dict[int, _Collection] = {}  # cid -> collection
         self.names: set[str] = set()
         self.dropped: set[int] = set()
-        self._chunk_cache: dict[bytes, tuple[bytes, bytes, frozenset[bytes]]] = {}
+        self.progress: Callable[[int], None] | None = None  # called with the rows read so far
+        self.done = 0
 
     def run(self) -> None:
         version = migrate.layout_version(self.txn, self.tables)
@@ -154,8 +169,7 @@ class _Checker:
         self._collections()
         self._dropped()
         self._generations()
-        self._records()
-        self._changes()
+        self._records_and_runs()
         self._readers()
         self._targets()
         self._due()
@@ -175,6 +189,12 @@ class _Checker:
             count += 1
             yield bytes(key), bytes(value)
         self.rows[table] = count
+        self._read(count)
+
+    def _read(self, count: int) -> None:
+        self.done += count
+        if self.progress is not None:
+            self.progress(self.done)
 
     def _owner(self, table: str, key: bytes) -> _Collection | None:
         """The live collection a row's cid names; None for a dropped one; a problem for any other."""
@@ -330,115 +350,36 @@ class _Checker:
                     "gens", f"{meta.name!r}: its open generation {text_form(meta.next)} is not registered"
                 )
 
-    # --- records and their index ----------------------------------------------------------------
+    # --- records and their index (check_scan.py) -------------------------------------------------
 
-    def _records(self) -> None:
-        seals = check_rows.RowSeals(self.txn, self.tables)
-        for key, stored in self._rows("records"):
-            raw, seal_problem = seals.record(key, stored)
-            parsed = layout.parse_record_key(key)
-            if parsed is None:
-                self.bad("records", f"row {key.hex()} is not a records key (rcid | K | rseq)")
-                continue
-            cid, form, seq = parsed
-            owner = self._owner_of("records", key, cid)
-            if owner is None:
-                continue
-            meta = owner.meta
-            if seal_problem is not None:
-                gen = text_form(owner.gens[seq]) if seq in owner.gens else "unknown"
-                self.bad("records", f"{meta.name!r}: record {_key_text(form)} #{seq} ({gen}): {seal_problem}")
-            if seq not in owner.gens:
-                self.bad(
-                    "records",
-                    f"{meta.name!r}: a record of unregistered generation #{seq} ({_key_text(form)})",
-                )
-            elif seq > meta.generation_seq and seq != meta.next_seq:
-                self.bad(
-                    "records", f"{meta.name!r}: a record of generation #{seq}, neither committed nor open"
-                )
-            problem = _record_value_problem(form, raw)
-            if problem is not None:
-                self.bad("records", f"{meta.name!r}: record {_key_text(form)} #{seq}: {problem}")
-            if self.txn.get(
-                layout.change_key(meta.cid_prefix, seq, form), db=self.tables.changes
-            ) is None and not self._chunked(layout.change_prefix(meta.cid_prefix, seq), form):
-                self.bad(
-                    "changes",
-                    f"{meta.name!r}: record {_key_text(form)} #{seq} is missing from its generation's index",
-                )
-        if (note := seals.note()) is not None:
+    def _records_and_runs(self) -> None:
+        scope = check_scan.Scope(
+            {
+                cid: check_scan.Target(owner.meta, sorted(owner.gens), owner.gens)
+                for cid, owner in self.live.items()
+            },
+            self.dropped,
+            check_rows.RowSeals.of(self.txn, self.tables),
+        )
+        progress = self.progress
+        check_scan.scan(
+            self.txn,
+            self.tables,
+            scope,
+            self.bad,
+            self.rows,
+            None if progress is None else lambda count: progress(self.done + count),
+        )
+        self._read(sum(self.rows[table] for table in ("records", "changes", "change_chunks")))
+        for cid, target in scope.targets.items():
+            owner = self.live[cid]
+            owner.scanned = target
+            for i, seq in enumerate(target.seqs):
+                owner.changes[seq] = target.entries[i]
+            if owner.meta.next_seq is not None:
+                owner.open_changes = target.run_count(owner.meta.next_seq)
+        if (note := scope.seals.note()) is not None:
             self.notes.append(note)
-
-    def _changes(self) -> None:
-        for key, _ in self._rows("changes"):
-            owner = self._owner("changes", key)
-            if owner is None:
-                continue
-            meta = owner.meta
-            seq, form = layout.split_change_key(key)
-            record = layout.record_key(meta.records_prefix, form, seq)
-            if self.txn.get(record, db=self.tables.records) is None:
-                self.bad("changes", f"{meta.name!r}: index row {_key_text(form)} #{seq} has no record")
-            if seq == meta.next_seq:
-                owner.open_changes += 1
-            owner.changes[seq] = owner.changes.get(seq, 0) + 1
-        previous: tuple[bytes, bytes] | None = None  # the run and last form of the chunk before
-        for key, raw in self._rows("change_chunks"):
-            owner = self._owner("change_chunks", key)
-            if owner is None:
-                continue
-            meta = owner.meta
-            if len(key) < 12 + 2:
-                self.bad("change_chunks", f"{meta.name!r}: row {key.hex()} is too short")
-                continue
-            seq, first = layout.split_change_key(key)
-            run = key[:12]
-            forms = _unpacked(raw)
-            if not forms or forms[0] != first or any(a >= b for a, b in zip(forms, forms[1:], strict=False)):
-                self.bad(
-                    "change_chunks",
-                    f"{meta.name!r}: chunk {_key_text(first)} #{seq} does not hold ascending forms from its"
-                    " first",
-                )
-                continue
-            if previous is not None and previous[0] == run and previous[1] >= first:
-                self.bad(
-                    "change_chunks", f"{meta.name!r}: chunk {_key_text(first)} #{seq} overlaps the one before"
-                )
-            previous = (run, forms[-1])
-            for form in forms:
-                if (
-                    self.txn.get(layout.record_key(meta.records_prefix, form, seq), db=self.tables.records)
-                    is None
-                ):
-                    self.bad(
-                        "change_chunks", f"{meta.name!r}: index entry {_key_text(form)} #{seq} has no record"
-                    )
-                if self.txn.get(run + form, db=self.tables.changes) is not None:
-                    self.bad(
-                        "change_chunks",
-                        f"{meta.name!r}: {_key_text(form)} #{seq} is in a chunk and has a changes row too",
-                    )
-            if seq == meta.next_seq:
-                owner.open_changes += len(forms)
-            owner.changes[seq] = owner.changes.get(seq, 0) + len(forms)
-
-    def _chunked(self, run: bytes, form: bytes) -> bool:
-        """Whether a chunk of ``run`` holds ``form``. Records come in key order, a generation's forms
-        ascending: the last chunk read of each run is kept (memory: a chunk per generation)."""
-        cached = self._chunk_cache.get(run)
-        if cached is None or not cached[0] <= form <= cached[1]:
-            cursor = self.txn.cursor(db=self.tables.change_chunks)
-            if not cursor.set_range(run + form) or cursor.key() != run + form:
-                if not (cursor.prev() if cursor.key() else cursor.last()) or not cursor.key().startswith(run):
-                    return False
-            forms = _unpacked(bytes(cursor.value()))
-            if not forms:
-                return False
-            cached = (forms[0], forms[-1], frozenset(forms))
-            self._chunk_cache[run] = cached
-        return form in cached[2]
 
     def _open_counts(self) -> None:
         for owner in self.live.values():
@@ -640,6 +581,7 @@ class _Checker:
                 owner.gens,
                 rows.get(meta.cid, {}),
                 lambda what: self.bad("digests", what),
+                None if owner.scanned is None else owner.scanned.derived(self.txn, self.tables),
             )
             if older:
                 self.notes.append(
@@ -844,8 +786,13 @@ class _Checker:
                 )
 
 
-def check_directory(path: Path, on_problem: Callable[[Problem], None] | None = None) -> Report:
-    """Checks the store in directory ``path`` (live or a backup) in one read transaction.
+def check_directory(
+    path: Path,
+    on_problem: Callable[[Problem], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Report:
+    """Checks the store in directory ``path`` (live or a backup) in one read transaction (``progress``: see
+    :func:`check`).
 
     Raises:
         InvalidRequest: ``path`` holds no diffstore store (a stream server's store is not checked).
@@ -867,7 +814,7 @@ def check_directory(path: Path, on_problem: Callable[[Problem], None] | None = N
         try:
             tables = Tables.open(opened.env)
             with opened.env.begin() as txn:
-                found = check(txn, tables, on_problem)
+                found = check(txn, tables, on_problem, progress)
             if proof is not None:
                 found.problems[:0] = report.problems
                 found.notes[:0] = report.notes
@@ -882,21 +829,6 @@ def _report(report: Report, problem: Problem, on_problem: Callable[[Problem], No
     report.problems.append(problem)
     if on_problem is not None:
         on_problem(problem)
-
-
-def _unpacked(raw: bytes) -> list[bytes]:
-    """The forms of a chunk's value, [] when it does not unpack."""
-    try:
-        return layout.unpack_forms(raw)
-    except ValueError:
-        return []
-
-
-def _key_text(form: bytes) -> str:
-    """How a problem names a record's key: the user key of a short form, else the form's hex."""
-    if form.endswith(b"\x00\x00") and not layout.is_long_form(form):
-        return f"key {text_form(layout.short_key_of_form(form))}"
-    return f"long key form {form.hex()}"
 
 
 def _name(raw: bytes) -> str:
@@ -914,16 +846,3 @@ def _is_text(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def _record_value_problem(form: bytes, raw: bytes) -> str | None:
-    if form.endswith(b"\x00\x00") and not layout.is_long_form(form):
-        return None if raw[:1] in (b"", b"\x01") else "a short key's value has an unknown tag"
-    if not layout.is_long_form(form):
-        return "its key form ends neither as a short nor as a long key"
-    if raw[:1] not in (b"\x02", b"\x03") or len(raw) < 4:
-        return "a long key's record does not hold its key"
-    key = layout.long_key_of_value(raw)
-    if layout.key_form(key) != form:
-        return "the key it holds does not match its form"
-    return None

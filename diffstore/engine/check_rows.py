@@ -1,6 +1,6 @@
 """``diffstore check``'s verification of the checksums rows carry (the sealed record values of
-``layout.py``), one row at a time: the scan of ``check.py`` hands each records row to :meth:`RowSeals.record`
-and reports what it answers.
+``layout.py``): what a records row's seal says, as the scan of ``check_scan.py`` (and its compiled twin,
+``read_record_row`` in ``_accel.c``) reads each row once.
 
 A sealed value that does not match its checksum is damage (a flipped bit in the key or the value: the
 checksum covers both). A plain value is a row written before checksums existed: legal in a store that
@@ -16,25 +16,36 @@ import lmdb
 from diffstore.engine import layout
 from diffstore.engine.tables import Tables
 
+FAILS = "its checksum fails (the key or the value was changed underneath)"
+MISSING = "it carries no checksum, in a store whose every record is sealed"
+
 
 class RowSeals:
-    """The checksum verification of one check: what it found and how many rows predate checksums."""
+    """The checksum verification of one check: whether the store is sealed, and how many rows predate
+    checksums (counted by the scan's loops)."""
 
-    def __init__(self, txn: lmdb.Transaction, tables: Tables) -> None:
-        self.all_sealed = txn.get(layout.SEALED_ROW, db=tables.collections) is not None
+    def __init__(self, all_sealed: bool) -> None:
+        self.all_sealed = all_sealed
         self.unsealed = 0
+
+    @classmethod
+    def of(cls, txn: lmdb.Transaction, tables: Tables) -> RowSeals:
+        """The verification of the store ``txn`` reads (sealed when ``layout.SEALED_ROW`` is there)."""
+        return cls(txn.get(layout.SEALED_ROW, db=tables.collections) is not None)
 
     def record(self, key: bytes, raw: bytes) -> tuple[bytes, str | None]:
         """The plain value of the records row ``key -> raw`` (for the rest of the checks) and what is
-        wrong with its checksum (None: nothing)."""
+        wrong with its checksum (None: nothing); counts it when it predates checksums."""
+        plain, problem = self.problem(key, raw)
+        if not layout.is_sealed(raw) and not self.all_sealed:
+            self.unsealed += 1
+        return plain, problem
+
+    def problem(self, key: bytes, raw: bytes) -> tuple[bytes, str | None]:
+        """:meth:`record` without counting (for a row the scan handed back, counted already)."""
         if layout.is_sealed(raw):
-            if layout.seal_fails(key, raw):
-                return layout.plain(raw), "its checksum fails (the key or the value was changed underneath)"
-            return layout.plain(raw), None
-        if self.all_sealed:
-            return raw, "it carries no checksum, in a store whose every record is sealed"
-        self.unsealed += 1
-        return raw, None
+            return layout.plain(raw), FAILS if layout.seal_fails(key, raw) else None
+        return raw, MISSING if self.all_sealed else None
 
     def note(self) -> str | None:
         """What check says of the rows that predate checksums (None: there are none)."""

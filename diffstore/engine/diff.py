@@ -337,7 +337,9 @@ def iter_diff(
                                 )
                     else:
                         idle += 1
-                        if idle > _IDLE_LIMIT:  # sparse here: seeking the changed keys costs less
+                        # sparse here: seeking the changed keys costs less (not at ``stop``: that row is
+                        # past the range, another collection's, and the scan ends at it below)
+                        if idle > _IDLE_LIMIT and record_key < stop:
                             handed = layout.record_form(record_key)
                             break
                     if record_key >= stop:

@@ -264,6 +264,21 @@ def recompute(txn: lmdb.Transaction, tables: Tables, meta: CollectionMeta, seqs:
         delta[seq] = delta.get(seq, 0) + value_hash - previous_hash
         counted[seq] = counted.get(seq, 0) + (value_hash != 0) - (previous_hash != 0)
         previous_hash = value_hash
+    return telescope(txn, tables, meta, seqs, delta, counted)
+
+
+def telescope(
+    txn: lmdb.Transaction,
+    tables: Tables,
+    meta: CollectionMeta,
+    seqs: list[int],
+    delta: dict[int, int],
+    counted: dict[int, int],
+) -> Recomputed:
+    """The digests of committed generations ``seqs`` (ascending) from what each seq changed (``delta``: the
+    sum of its versions' hashes minus those of the versions they replaced; ``counted``: the same for live
+    records), as :func:`recompute` sums them over the records (check.py sums them in its own pass)."""
+    current = meta.generation_seq
     digest, records = sum(delta.values()), sum(counted.values())
     floor_seq = _floor_seq(txn, tables, meta)
     by_seq: dict[int, tuple[int, int]] = {}
@@ -326,10 +341,12 @@ def verify(
     gens: dict[int, bytes],
     rows: dict[int, bytes],
     bad: Callable[[str], None],
+    derived: Recomputed | None = None,
 ) -> int:
     """Checks a collection's ``digests`` rows (``rows``: seq -> stored row, the start row under
     :data:`START`) against its generations
-    ``gens`` (seq -> id) and against the digests re-derived from its records; calls ``bad`` with each
+    ``gens`` (seq -> id) and against the digests re-derived from its records (``derived``, when the caller
+    re-derived them already: :func:`telescope`); calls ``bad`` with each
     problem and returns how many committed generations predate digests (no row below the first one)."""
     committed = sorted(seq for seq in gens if seq <= meta.generation_seq)
     start_row = rows.pop(START, None)
@@ -353,7 +370,8 @@ def verify(
     for seq in committed:
         if seq >= first and seq not in rows:
             bad(f"{meta.name!r}: committed generation {text_form(gens[seq])} (#{seq}) has no digest row")
-    derived = recompute(txn, tables, meta, committed)
+    if derived is None:
+        derived = recompute(txn, tables, meta, committed)
     for seq, (records, digest) in sorted(derived.by_seq.items()):
         found = unpacked.get(seq)
         if found is not None and found != (records, digest):

@@ -161,8 +161,8 @@ def _check(args: argparse.Namespace) -> int:
 
     if args.url is not None or args.against is not None:
         return _check_against(args)
-    with _status(f"checking {args.data}"):
-        report = check.check_directory(Path(args.data), lambda problem: print(problem, flush=True))
+    with _progress(f"checking {args.data}", "rows") as progress:
+        report = check.check_directory(Path(args.data), lambda problem: print(problem, flush=True), progress)
     for note in report.notes:
         print(f"note: {note}")
     rows = sum(report.rows.values())
@@ -316,19 +316,32 @@ def _status(what: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A bytes progress bar on a terminal (stderr); None elsewhere (scripts, tests)."""
+def _progress(what: str, unit: str = "bytes") -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar of bytes (or of rows: ``unit="rows"``) on a terminal (stderr); None elsewhere
+    (scripts, tests)."""
     if not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
+    columns = (
+        (DownloadColumn(), TransferSpeedColumn())
+        if unit == "bytes"
+        else (MofNCompleteColumn(), TextColumn(unit), TimeRemainingColumn())
+    )
     with Progress(
         TextColumn(what),
         BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        *columns,
         console=Console(stderr=True),
         transient=True,
     ) as bar:

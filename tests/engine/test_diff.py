@@ -3,6 +3,8 @@ and long keys (beyond LMDB's key size) in true bytewise order everywhere."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,6 +37,26 @@ def test_diff_values_at_both_ends(coll) -> None:
         (b"b", b"b1", b"b3"),
         (b"e", None, b"e3"),
     ]  # d: absent -> d2 -> absent, left out; same: written with an equal value, left out
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_scan_that_goes_sparse_at_the_collections_end_names_each_change_once(
+    store: Store, compiled: bool
+) -> None:
+    """The scan hands over to the keyed way after 8 unchanged keys in a row; when the ninth is its
+    collection's last, the row that counts it is the next collection's first: the scan ends there (it
+    handed that row's form over, and the keyed way named the changed keys from there again)."""
+    if compiled and layout.ACCEL is None:
+        pytest.skip("the compiled accelerator was not built")
+    keys = [b"a", *(b"k%d" % i for i in range(9))]  # a, then exactly nine unchanged keys
+    coll = store.create_collection("m", manual=True)
+    commit(coll, b"1", [(k, b"1") for k in keys])
+    commit(coll, b"2", [(b"a", b"2")])
+    after = store.create_collection("n", manual=True)  # its records follow m's: first key a, as m's
+    commit(after, b"1", [(b"a", b"x"), (b"b", b"x")])
+    with mock.patch.object(layout, "ACCEL", layout.ACCEL if compiled else None):
+        assert triples(coll.diff(b"1", b"2")) == [(b"a", b"1", b"2")]
+        assert triples(coll.diff(b"", b"2")) == [(k, None, b"2" if k == b"a" else b"1") for k in keys]
 
 
 def test_diff_omits_keys_back_to_their_start_value(coll) -> None:
