@@ -11,8 +11,9 @@ from diffstore import cli
 
 SECRET = re.compile(r"token|password|passphrase|secret", re.IGNORECASE)
 FILE_FORMS = ("-file", "-from-file")
-# the servers' files of several tokens with their scopes: no secret on the command line at all
-FILES_OF_TOKENS = frozenset(("--token-file",))
+# the servers' files of several tokens with their scopes (no secret on the command line at all), and how
+# often that file is looked at
+FILES_OF_TOKENS = frozenset(("--token-file", "--token-poll-s"))
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:

@@ -676,6 +676,10 @@ class _Checker:
                 well_formed = False
             if not well_formed:
                 self.bad("replica", "the fencing is not [term at most the store's, URL, id, ms]")
+        step_downs = rows.pop(layout.REPLICA_STEP_DOWNS, None)  # any store that ever stepped down
+        if step_downs is not None and len(step_downs) != 8:
+            self.bad("replica", "the count of step-downs is not 8 bytes")
+        rows.pop(layout.REPLICA_HA, None)  # a fail-over member's role, leader or not (ha_state.py reads it)
         if not rows:
             return
         address = rows.pop(layout.REPLICA_SELF, None)
@@ -686,7 +690,8 @@ class _Checker:
         promoted = rows.pop(layout.REPLICA_PROMOTED, None)
         applied_raw = rows.pop(layout.REPLICA_APPLIED, None)
         lags = {key: raw for key, raw in rows.items() if key.startswith(layout.REPLICA_LAG)}
-        for key in rows.keys() - lags.keys():
+        staged = {key for key in rows if key.startswith(layout.REPLICA_STAGED)}  # first copies under way
+        for key in rows.keys() - lags.keys() - staged:
             self.bad("replica", f"row {key.hex()} is of no known kind")
         if primary is None:
             self.bad("replica", "replica rows are stored, but no primary that they follow")

@@ -12,6 +12,7 @@ import re
 import sys
 from typing import Any
 
+from diffstore import tls
 from diffstore.errors import DiffstoreError, InvalidRequest
 from diffstore.guides import guide
 
@@ -113,7 +114,12 @@ def add_commands(subparsers: Any) -> None:
         default=None,
         help="the members' URLs, comma-separated (default: $DIFFSTORE_URL)",
     )
-    status.add_argument("--token", default=None, help="bearer token (default: $DIFFSTORE_TOKEN)")
+    tls.add_client_token_arguments(
+        status,
+        "bearer token of the members (env DIFFSTORE_TOKEN; other users of the machine can read a command"
+        " line: prefer the environment or --token-from-file)",
+    )
+    tls.add_client_arguments(status)
     status.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     status.set_defaults(func=status_command)
 
@@ -136,7 +142,7 @@ def status_command(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for url in urls:
         try:
-            with Client(url, token=token, timeout_s=5.0) as client:
+            with Client(url, token=token, timeout_s=5.0, **tls.client_kwargs(args)) as client:
                 rows.append({"url": url, **client.execute(Call("GET", "/ha", lambda obj, codec: obj))})
         except DiffstoreError as exc:
             rows.append({"url": url, "error": exc.code, "reason": exc.reason})

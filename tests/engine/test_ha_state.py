@@ -4,6 +4,7 @@ transaction, and leading / following / stepping back as one transaction each (``
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,15 @@ def test_a_primary_with_data_follows_a_new_leader_and_leads_again_at_a_higher_te
     state = store.replica_state()
     assert not state.following and state.term == 6 and state.fenced is None
     c.write_generation(b"0002", [(b"k", b"w")])
+
+
+def test_check_knows_a_members_role_row(tmp_path: Path) -> None:
+    """A leading member is a primary with a role row of its own: check finds nothing wrong with it."""
+    from diffstore import StoreConfig
+    from diffstore.engine.check import check_directory
+
+    with Store.open(tmp_path / "db", StoreConfig(background=False)) as member:
+        member.create_collection("c", manual=True).write_generation(b"0001", [(b"k", b"v")])
+        member.ha_publish(leader(time.monotonic_ns() + 60 * 10**9))
+    report = check_directory(tmp_path / "db")
+    assert report.ok, report.problems
